@@ -1,0 +1,182 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/gateway"
+	"github.com/ursula/ursula/gateway/subscription"
+	"github.com/ursula/ursula/services/node"
+	"github.com/ursula/ursula/storage/engine"
+)
+
+// shutdownDeadline bounds a graceful shutdown; past it the process exits.
+const shutdownDeadline = 20 * time.Second
+
+// Main runs a binary: args are os.Args, target the binary's default role.
+// It returns the process exit code.
+func Main(args []string, target string) int {
+	cfg, flags, err := Load(args[1:], target)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ursula:", err)
+		return 2
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "ursula: invalid configuration:", err)
+		return 2
+	}
+	if flags.PrintConfig {
+		if err := toml.NewEncoder(os.Stdout).Encode(cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "ursula:", err)
+			return 1
+		}
+		return 0
+	}
+	if flags.VerifyConfig {
+		fmt.Println("configuration ok")
+		return 0
+	}
+	logger := newLogger(cfg.Log, os.Stderr)
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		s := <-sigs
+		logger.Info("shutting down", "signal", s.String())
+		stop()
+		select {
+		case s = <-sigs:
+			logger.Warn("second signal: exiting now", "signal", s.String())
+		case <-time.After(shutdownDeadline):
+			logger.Error("graceful shutdown took too long: exiting")
+		}
+		os.Exit(1)
+	}()
+
+	if err := Run(ctx, cfg, logger); err != nil {
+		logger.Error("ursula stopped with an error", "err", err)
+		return 1
+	}
+	logger.Info("ursula stopped")
+	return 0
+}
+
+func newLogger(c LogConfig, w io.Writer) *slog.Logger {
+	level, _ := parseLevel(c.Level)
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// Run runs the configured roles until ctx ends. Roles stop front to back:
+// the gateway drains first, then the node's listeners, then the engine,
+// which syncs its journals last.
+func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
+	var (
+		eng *engine.Engine
+		srv *node.Server
+		err error
+	)
+	if cfg.Target != TargetGateway {
+		if eng, err = engine.New(cfg.Engine, nil, logger.With("component", "engine")); err != nil {
+			return err
+		}
+		if srv, err = node.New(cfg.Node, eng, logger.With("component", "node")); err != nil {
+			return err
+		}
+	}
+
+	engCtx, stopEngine := context.WithCancel(context.Background())
+	defer stopEngine()
+	nodeCtx, stopNode := context.WithCancel(context.Background())
+	defer stopNode()
+	engErr := make(chan error, 1)
+	nodeErr := make(chan error, 1)
+	if eng != nil {
+		go func() { engErr <- eng.Run(engCtx) }()
+		go func() { nodeErr <- srv.Run(nodeCtx) }()
+	}
+
+	var gwErr error
+	if cfg.Target != TargetNode {
+		gwErr = runGateway(ctx, cfg, logger)
+	} else {
+		select {
+		case <-ctx.Done():
+		case err := <-engErr:
+			engErr <- err
+		case err := <-nodeErr:
+			nodeErr <- err
+		}
+	}
+	if eng == nil {
+		return gwErr
+	}
+	stopNode()
+	nErr := <-nodeErr
+	stopEngine()
+	eErr := <-engErr
+	return errors.Join(gwErr, nErr, eErr)
+}
+
+// runGateway runs the gateway and the subscription manager until ctx ends.
+func runGateway(ctx context.Context, cfg *Config, logger *slog.Logger) error {
+	addr := cfg.Upstream.NodeAddr
+	if addr == "" {
+		addr = cfg.Node.Listen
+	}
+	maxMsg := 64 << 20
+	if cfg.Node.MaxMessageBytes > 0 {
+		maxMsg = cfg.Node.MaxMessageBytes
+	}
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)),
+	)
+	if err != nil {
+		return fmt.Errorf("connect to node %s: %w", addr, err)
+	}
+	defer conn.Close()
+	client := streamv1.NewStreamServiceClient(conn)
+
+	subCfg := cfg.Subscriptions
+	if subCfg.StreamRoot == "" {
+		subCfg.StreamRoot = cfg.Gateway.StreamRoot
+	}
+	subs, err := subscription.New(subCfg, client, logger.With("component", "subscriptions"))
+	if err != nil {
+		return err
+	}
+	defer subs.Close()
+	gwCfg := cfg.Gateway
+	gwCfg.Subscriptions = subs
+	gwCfg.Observer = subs
+	gw, err := gateway.New(gwCfg, client, logger.With("component", "gateway"))
+	if err != nil {
+		return err
+	}
+	defer gw.Close()
+
+	subCtx, stopSubs := context.WithCancel(context.Background())
+	subErr := make(chan error, 1)
+	go func() { subErr <- subs.Run(subCtx) }()
+	err = gw.Run(ctx)
+	stopSubs()
+	return errors.Join(err, <-subErr)
+}

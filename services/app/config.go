@@ -1,0 +1,153 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/ursula/ursula/gateway"
+	"github.com/ursula/ursula/gateway/subscription"
+	"github.com/ursula/ursula/services/node"
+	"github.com/ursula/ursula/storage/engine"
+)
+
+// Targets a process can run.
+const (
+	TargetAll     = "all"
+	TargetNode    = "node"
+	TargetGateway = "gateway"
+)
+
+// Config is the root configuration of every role.
+type Config struct {
+	// Target selects the roles: all, node or gateway.
+	Target string `toml:"target"`
+	// Engine configures storage: data directory, Raft groups, WAL.
+	Engine engine.Config `toml:"raft"`
+	// Node configures the storage node's listeners.
+	Node node.Config `toml:"server"`
+	// Gateway configures the HTTP gateway.
+	Gateway gateway.Config `toml:"gateway"`
+	// Upstream is how a gateway reaches storage nodes.
+	Upstream UpstreamConfig `toml:"upstream"`
+	// Subscriptions configures the reserved subscription APIs.
+	Subscriptions subscription.Config `toml:"subscriptions"`
+	// Log configures logging.
+	Log LogConfig `toml:"log"`
+}
+
+// UpstreamConfig tells a gateway where the node is.
+type UpstreamConfig struct {
+	// NodeAddr is the client-plane address of the storage node. Empty in
+	// the all-in-one target means this process's node.
+	NodeAddr string `toml:"node_addr"`
+}
+
+// LogConfig configures slog.
+type LogConfig struct {
+	// Level is debug, info, warn or error.
+	Level string `toml:"level"`
+	// Format is text or json.
+	Format string `toml:"format"`
+}
+
+// registerFlags registers every flag on fs, writing defaults into c.
+func (c *Config) registerFlags(fs *flag.FlagSet, target string) {
+	fs.StringVar(&c.Target, "target", target, "roles to run: all, node or gateway")
+	c.Engine.RegisterFlags(fs)
+	nodeListen := "127.0.0.1:4447"
+	if target == TargetNode {
+		nodeListen = ":4437"
+	}
+	c.Node.RegisterFlags(fs, nodeListen)
+	c.Gateway.RegisterFlags(fs)
+	fs.StringVar(&c.Upstream.NodeAddr, "upstream.node-addr", "", "storage node client-plane address for the gateway")
+	fs.StringVar(&c.Log.Level, "log.level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&c.Log.Format, "log.format", "text", "log format: text or json")
+}
+
+// Validate checks the parts of the configuration the target uses.
+func (c *Config) Validate() error {
+	var errs []error
+	switch c.Target {
+	case TargetAll, TargetNode, TargetGateway:
+	default:
+		errs = append(errs, fmt.Errorf("target %q: want all, node or gateway", c.Target))
+	}
+	if c.Target != TargetGateway {
+		errs = append(errs, c.Engine.Validate(), c.Node.Validate())
+	}
+	if c.Target != TargetNode {
+		errs = append(errs, c.Gateway.Validate(), c.Subscriptions.Validate())
+		if c.Target == TargetGateway && c.Upstream.NodeAddr == "" {
+			errs = append(errs, errors.New("upstream.node_addr is required for the gateway target"))
+		}
+	}
+	if _, err := parseLevel(c.Log.Level); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Load builds the configuration: defaults, then the TOML file named by
+// -config, then the flags given on the command line.
+func Load(args []string, target string) (*Config, *Flags, error) {
+	pre := flag.NewFlagSet("ursula", flag.ContinueOnError)
+	pre.SetOutput(new(strings.Builder))
+	var probe Config
+	probe.registerFlags(pre, target)
+	f := registerMeta(pre)
+	if err := pre.Parse(args); err != nil {
+		return nil, nil, err
+	}
+
+	var cfg Config
+	fs := flag.NewFlagSet("ursula", flag.ContinueOnError)
+	cfg.registerFlags(fs, target)
+	registerMeta(fs)
+	if f.ConfigFile != "" {
+		raw, err := os.ReadFile(f.ConfigFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read config: %w", err)
+		}
+		md, err := toml.Decode(string(raw), &cfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("parse config %s: %w", f.ConfigFile, err)
+		}
+		if undec := md.Undecoded(); len(undec) > 0 {
+			return nil, nil, fmt.Errorf("config %s: unknown keys %v", f.ConfigFile, undec)
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	return &cfg, f, nil
+}
+
+// Flags are the command-line switches that are not configuration.
+type Flags struct {
+	ConfigFile   string
+	PrintConfig  bool
+	VerifyConfig bool
+}
+
+func registerMeta(fs *flag.FlagSet) *Flags {
+	f := &Flags{}
+	fs.StringVar(&f.ConfigFile, "config", "", "TOML configuration file")
+	fs.BoolVar(&f.PrintConfig, "print-config", false, "print the effective configuration as TOML and exit")
+	fs.BoolVar(&f.VerifyConfig, "verify-config", false, "validate the configuration and exit")
+	return f
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, fmt.Errorf("log.level %q: %w", s, err)
+	}
+	return l, nil
+}

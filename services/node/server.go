@@ -1,0 +1,203 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	adminv1 "github.com/ursula/ursula/proto/gen/go/ursula/admin/v1"
+	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/services/platform/listenmux"
+	"github.com/ursula/ursula/storage/engine"
+)
+
+// Server is a storage node's network front.
+type Server struct {
+	cfg         Config
+	eng         *engine.Engine
+	logger      *slog.Logger
+	metrics     metrics
+	incarnation string
+
+	grpcServer *grpc.Server
+	readyMu    sync.Mutex
+	ready      bool
+	draining   bool
+}
+
+// New builds the server; it listens on nothing until Run.
+func New(cfg Config, eng *engine.Engine, logger *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("node config: %w", err)
+	}
+	s := &Server{
+		cfg:         cfg,
+		eng:         eng,
+		logger:      logger,
+		incarnation: strconv.FormatInt(time.Now().UnixNano(), 36),
+	}
+	s.grpcServer = grpc.NewServer(
+		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
+		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	streamv1.RegisterStreamServiceServer(s.grpcServer, &streamService{eng: eng, metrics: &s.metrics})
+	adminv1.RegisterAdminServiceServer(s.grpcServer, &adminService{srv: s})
+	return s, nil
+}
+
+// Incarnation identifies this process run.
+func (s *Server) Incarnation() string { return s.incarnation }
+
+// Run serves the client and admin planes until ctx ends, then drains them.
+func (s *Server) Run(ctx context.Context) error {
+	clientLn, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on client plane %s: %w", s.cfg.Listen, err)
+	}
+	var adminLn net.Listener
+	if s.cfg.AdminListen != "" {
+		if adminLn, err = net.Listen("tcp", s.cfg.AdminListen); err != nil {
+			_ = clientLn.Close()
+			return fmt.Errorf("listen on admin plane %s: %w", s.cfg.AdminListen, err)
+		}
+	}
+	mux := listenmux.New(clientLn)
+	clientHTTP := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	var adminHTTP *http.Server
+	if adminLn != nil {
+		h, err := s.adminHandler(ctx)
+		if err != nil {
+			_ = clientLn.Close()
+			_ = adminLn.Close()
+			return err
+		}
+		adminHTTP = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	run := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, net.ErrClosed) {
+				errc <- err
+			}
+		}()
+	}
+	run(mux.Serve)
+	run(func() error { return s.grpcServer.Serve(mux.GRPC()) })
+	run(func() error { return clientHTTP.Serve(mux.HTTP()) })
+	if adminHTTP != nil {
+		run(func() error { return adminHTTP.Serve(adminLn) })
+	}
+	s.logger.Info("node listening", "client", clientLn.Addr().String(), "admin", s.cfg.AdminListen)
+	go func() {
+		if err := s.eng.WaitReady(ctx); err == nil {
+			s.setReady(true)
+			s.logger.Info("node ready")
+		}
+	}()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	s.setReady(false)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() { s.grpcServer.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-shutdownCtx.Done():
+		s.grpcServer.Stop()
+	}
+	_ = clientHTTP.Shutdown(shutdownCtx)
+	if adminHTTP != nil {
+		_ = adminHTTP.Shutdown(shutdownCtx)
+	}
+	_ = mux.Close()
+	wg.Wait()
+	return runErr
+}
+
+func (s *Server) setReady(v bool) {
+	s.readyMu.Lock()
+	s.ready = v
+	s.readyMu.Unlock()
+}
+
+func (s *Server) readiness() *adminv1.GetReadyResponse {
+	s.readyMu.Lock()
+	ready := s.ready
+	s.readyMu.Unlock()
+	r := &adminv1.GetReadyResponse{Ready: ready, ClusterId: s.cfg.ClusterID, ProcessIncarnation: s.incarnation, PeerClusterMismatches: []string{}}
+	if !ready {
+		r.Reason = "groups_not_ready"
+	}
+	return r
+}
+
+func (s *Server) metricsSnapshot() map[string]any {
+	return s.metrics.snapshot(s.eng, s.cfg.ClusterID, s.incarnation)
+}
+
+// httpHandler serves /__ursula/{metrics,ready} on the client plane.
+func (s *Server) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /__ursula/metrics", s.serveMetrics)
+	mux.HandleFunc("GET /__ursula/ready", s.serveReady)
+	return mux
+}
+
+func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.metricsSnapshot())
+}
+
+func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
+	r := s.readiness()
+	code := http.StatusOK
+	if !r.GetReady() {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, map[string]any{
+		"ready":                   r.GetReady(),
+		"reason":                  r.GetReason(),
+		"cluster_id":              r.GetClusterId(),
+		"peer_cluster_mismatches": r.GetPeerClusterMismatches(),
+		"process_incarnation":     r.GetProcessIncarnation(),
+	})
+}
+
+// adminHandler serves the admin REST surface generated by grpc-gateway;
+// readiness answers 503 when not ready, which the generic mapping cannot.
+func (s *Server) adminHandler(ctx context.Context) (http.Handler, error) {
+	gw := runtime.NewServeMux()
+	if err := adminv1.RegisterAdminServiceHandlerServer(ctx, gw, &adminService{srv: s}); err != nil {
+		return nil, fmt.Errorf("register admin REST handlers: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /__ursula/ready", s.serveReady)
+	mux.Handle("/", gw)
+	return mux, nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

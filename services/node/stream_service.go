@@ -1,0 +1,69 @@
+package node
+
+import (
+	"context"
+
+	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/services/platform/grpcerr"
+	"github.com/ursula/ursula/storage/engine"
+)
+
+// streamService adapts the engine to the StreamService gRPC contract.
+type streamService struct {
+	streamv1.UnimplementedStreamServiceServer
+	eng     *engine.Engine
+	metrics *metrics
+}
+
+func (s *streamService) CreateBucket(ctx context.Context, req *streamv1.CreateBucketRequest) (*streamv1.CreateBucketResponse, error) {
+	resp, err := s.eng.CreateBucket(ctx, req)
+	return resp, grpcerr.ToStatus(err)
+}
+
+func (s *streamService) CreateStream(ctx context.Context, req *streamv1.CreateStreamRequest) (*streamv1.CreateStreamResponse, error) {
+	resp, err := s.eng.CreateStream(ctx, req)
+	return resp, grpcerr.ToStatus(err)
+}
+
+func (s *streamService) Append(ctx context.Context, req *streamv1.AppendRequest) (*streamv1.AppendResponse, error) {
+	resp, err := s.eng.Append(ctx, req)
+	s.metrics.appends.Add(1)
+	if err != nil {
+		s.metrics.appendErrors.Add(1)
+	} else {
+		s.metrics.appendBytes.Add(uint64(len(req.GetBody())))
+	}
+	return resp, grpcerr.ToStatus(err)
+}
+
+func (s *streamService) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1.ReadResponse, error) {
+	if req.GetWaitMs() > 0 {
+		s.metrics.liveReadsWaiting.Add(1)
+		defer s.metrics.liveReadsWaiting.Add(-1)
+	}
+	resp, err := s.eng.Read(ctx, req)
+	s.metrics.reads.Add(1)
+	return resp, grpcerr.ToStatus(err)
+}
+
+func (s *streamService) Head(ctx context.Context, req *streamv1.HeadRequest) (*streamv1.HeadResponse, error) {
+	resp, err := s.eng.Head(ctx, req)
+	return resp, grpcerr.ToStatus(err)
+}
+
+func (s *streamService) DeleteStream(ctx context.Context, req *streamv1.DeleteStreamRequest) (*streamv1.DeleteStreamResponse, error) {
+	resp, err := s.eng.DeleteStream(ctx, req)
+	return resp, grpcerr.ToStatus(err)
+}
+
+func (s *streamService) Subscribe(req *streamv1.SubscribeRequest, srv streamv1.StreamService_SubscribeServer) error {
+	s.metrics.subscribers.Add(1)
+	defer s.metrics.subscribers.Add(-1)
+	err := s.eng.Subscribe(srv.Context(), req, func(r *streamv1.ReadResponse) error {
+		return srv.Send(&streamv1.SubscribeResponse{Chunk: r})
+	})
+	if srv.Context().Err() != nil {
+		return nil // the subscriber went away
+	}
+	return grpcerr.ToStatus(err)
+}

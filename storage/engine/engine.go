@@ -1,0 +1,325 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+
+	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/multiraft"
+	"github.com/ursula/ursula/storage/stream"
+)
+
+// DefaultContentType is a stream's type when a create names none.
+const DefaultContentType = "application/octet-stream"
+
+// bucketGroup holds every bucket record.
+const bucketGroup = 0
+
+// Limits on names.
+const (
+	maxStreamIDBytes = 1024
+	maxBucketBytes   = 63
+)
+
+// Engine is the storage engine of one node.
+type Engine struct {
+	cfg      Config
+	host     *multiraft.Host
+	machines []*stream.Machine
+	logger   *slog.Logger
+	now      func() time.Time
+
+	bg       sync.WaitGroup
+	bgMu     sync.Mutex
+	inflight map[stream.Key]struct{} // streams with a background Touch/Expire in flight
+	stopping chan struct{}
+	stopOnce sync.Once
+}
+
+// New builds the engine: it opens and recovers the WAL but starts nothing.
+func New(cfg Config, tr multiraft.Transport, logger *slog.Logger) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("engine config: %w", err)
+	}
+	e := &Engine{
+		cfg:      cfg,
+		machines: make([]*stream.Machine, cfg.GroupCount),
+		logger:   logger,
+		now:      time.Now,
+		inflight: map[stream.Key]struct{}{},
+		stopping: make(chan struct{}),
+	}
+	for g := range e.machines {
+		e.machines[g] = stream.NewMachine(uint32(g))
+	}
+	if tr == nil {
+		tr = multiraft.NopTransport{}
+	}
+	host, err := multiraft.New(multiraft.Config{
+		Dir:             cfg.DataDir,
+		NodeID:          cfg.NodeID,
+		Voters:          []uint64{cfg.NodeID},
+		GroupCount:      cfg.GroupCount,
+		ShardCount:      cfg.ShardCount,
+		Fsync:           cfg.Fsync,
+		TickInterval:    cfg.TickInterval,
+		SnapshotEntries: cfg.SnapshotEntries,
+		SnapshotBytes:   cfg.SnapshotBytes,
+	}, func(g uint32) multiraft.StateMachine { return e.machines[g] }, tr, logger)
+	if err != nil {
+		return nil, fmt.Errorf("open raft host: %w", err)
+	}
+	e.host = host
+	return e, nil
+}
+
+// Run drives the Raft groups and the expiry sweep until ctx ends.
+func (e *Engine) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- e.host.Run(ctx) }()
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		e.sweepLoop(ctx)
+	}()
+	err := <-errc
+	cancel()
+	<-sweepDone
+	e.stopOnce.Do(func() { close(e.stopping) })
+	e.bg.Wait()
+	return err
+}
+
+// WaitReady blocks until every group has a leader.
+func (e *Engine) WaitReady(ctx context.Context) error { return e.host.WaitReady(ctx) }
+
+// Sync flushes every journal to disk.
+func (e *Engine) Sync() error { return e.host.Sync() }
+
+// Host exposes the Raft host (for status and metrics).
+func (e *Engine) Host() *multiraft.Host { return e.host }
+
+// Machines exposes the group state machines (for metrics).
+func (e *Engine) Machines() []*stream.Machine { return e.machines }
+
+// GroupOf places a stream: FNV-1a 64 of bucket + "/" + stream, mod G.
+func (e *Engine) GroupOf(k stream.Key) uint32 {
+	h := uint64(0xcbf29ce484222325)
+	mix := func(s string) {
+		for i := 0; i < len(s); i++ {
+			h ^= uint64(s[i])
+			h *= 0x100000001b3
+		}
+	}
+	mix(k.Bucket)
+	mix("/")
+	mix(k.Stream)
+	return uint32(h % uint64(len(e.machines)))
+}
+
+func (e *Engine) machine(k stream.Key) *stream.Machine { return e.machines[e.GroupOf(k)] }
+
+func (e *Engine) nowMs() int64 { return e.now().UnixMilli() }
+
+// propose submits cmd to group g and waits for its applied result. A
+// command rejected by the state machine returns its domain error together
+// with the result.
+func (e *Engine) propose(ctx context.Context, g uint32, cmd *storagev1.Command) (*stream.Result, error) {
+	cmd.NowMs = e.nowMs()
+	data, err := proto.Marshal(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("encode command: %w", err)
+	}
+	out, err := e.host.Propose(ctx, g, data)
+	if err != nil {
+		return nil, raftError(err)
+	}
+	res, ok := out.(*stream.Result)
+	if !ok {
+		return nil, errcode.New(errcode.Internal, "unexpected apply result %T", out)
+	}
+	if len(res.Release) > 0 {
+		e.release(ctx, res.Release)
+	}
+	if res.Err != nil {
+		return res, res.Err
+	}
+	return res, nil
+}
+
+// raftError maps multiraft's errors to domain errors.
+func raftError(err error) error {
+	var nl *multiraft.NotLeaderError
+	switch {
+	case errors.As(err, &nl):
+		de := errcode.New(errcode.NotLeader, "not the leader of this group")
+		if nl.LeaderID != 0 {
+			de.With(errcode.KeyLeaderID, strconv.FormatUint(nl.LeaderID, 10))
+		}
+		return de.With(errcode.KeyRetryAfterMS, "200")
+	case errors.Is(err, multiraft.ErrOutcomeUnknown):
+		return errcode.New(errcode.OutcomeUnknown, "leadership changed after the write was proposed; it may or may not have been applied")
+	case errors.Is(err, multiraft.ErrStopped), errors.Is(err, multiraft.ErrProposalDropped):
+		return errcode.New(errcode.Unavailable, "%v", err).With(errcode.KeyRetryAfterMS, "1000")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	default:
+		return fmt.Errorf("propose: %w", err)
+	}
+}
+
+// release drops fork references, following cascades up fork chains.
+func (e *Engine) release(ctx context.Context, origins []*storagev1.ForkOrigin) {
+	for len(origins) > 0 {
+		o := origins[0]
+		origins = origins[1:]
+		k := stream.Key{Bucket: o.GetSourceBucket(), Stream: o.GetSourceStream()}
+		res, err := e.propose(context.WithoutCancel(ctx), e.GroupOf(k), &storagev1.Command{Op: &storagev1.Command_ReleaseForkRef{
+			ReleaseForkRef: &storagev1.ReleaseForkRef{Bucket: k.Bucket, Stream: k.Stream, Incarnation: o.GetSourceIncarnation()},
+		}})
+		if err != nil {
+			e.logger.Warn("release fork reference failed", "bucket", k.Bucket, "stream", k.Stream, "err", err)
+			continue
+		}
+		_ = res // further releases were already followed by propose
+	}
+}
+
+// validKey checks bucket and stream names.
+func validKey(k stream.Key) error {
+	if k.Bucket == "" || len(k.Bucket) > maxBucketBytes {
+		return errcode.New(errcode.InvalidArgument, "bucket name must be 1 to %d bytes", maxBucketBytes)
+	}
+	if k.Stream == "" || len(k.Stream) > maxStreamIDBytes {
+		return errcode.New(errcode.InvalidArgument, "stream id must be 1 to %d bytes", maxStreamIDBytes)
+	}
+	if !utf8.ValidString(k.Stream) || !utf8.ValidString(k.Bucket) {
+		return errcode.New(errcode.InvalidArgument, "names must be valid UTF-8")
+	}
+	for _, r := range k.Stream {
+		if r < 0x20 || r == 0x7f {
+			return errcode.New(errcode.InvalidArgument, "stream id contains a control character")
+		}
+	}
+	return nil
+}
+
+// builtinBucket reports buckets that exist without creation (names
+// starting with "__" are reserved for the system and the Durable Streams
+// family).
+func builtinBucket(b string) bool { return strings.HasPrefix(b, "__") }
+
+// live looks a stream up as a client sees it: missing and expired streams
+// are STREAM_NOT_FOUND, soft-deleted ones STREAM_GONE. An expired stream
+// found here is expired in the background.
+func (e *Engine) live(k stream.Key) (stream.Meta, error) {
+	m, ok := e.machine(k).Lookup(k)
+	if !ok {
+		return m, errcode.New(errcode.StreamNotFound, "stream %s not found", k.Stream)
+	}
+	if m.SoftDeleted {
+		return m, errcode.New(errcode.StreamGone, "stream %s is deleted", k.Stream)
+	}
+	if m.ExpiredAt(e.nowMs()) {
+		e.expireAsync(m)
+		return m, errcode.New(errcode.StreamNotFound, "stream %s not found (expired)", k.Stream)
+	}
+	return m, nil
+}
+
+// background runs f for stream k unless one is already in flight for it.
+func (e *Engine) background(k stream.Key, f func(ctx context.Context)) {
+	e.bgMu.Lock()
+	if _, busy := e.inflight[k]; busy {
+		e.bgMu.Unlock()
+		return
+	}
+	select {
+	case <-e.stopping:
+		e.bgMu.Unlock()
+		return
+	default:
+	}
+	e.inflight[k] = struct{}{}
+	e.bg.Add(1)
+	e.bgMu.Unlock()
+	go func() {
+		defer e.bg.Done()
+		defer func() {
+			e.bgMu.Lock()
+			delete(e.inflight, k)
+			e.bgMu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		f(ctx)
+	}()
+}
+
+func (e *Engine) expireAsync(m stream.Meta) {
+	e.background(m.Key, func(ctx context.Context) { e.expire(ctx, m) })
+}
+
+func (e *Engine) expire(ctx context.Context, m stream.Meta) {
+	_, err := e.propose(ctx, e.GroupOf(m.Key), &storagev1.Command{Op: &storagev1.Command_Expire{
+		Expire: &storagev1.Expire{Bucket: m.Key.Bucket, Stream: m.Key.Stream, Incarnation: m.Incarnation},
+	}})
+	if err != nil {
+		var de *errcode.Error
+		if !errors.As(err, &de) || de.Code != errcode.NotLeader {
+			e.logger.Warn("expire stream failed", "bucket", m.Key.Bucket, "stream", m.Key.Stream, "err", err)
+		}
+	}
+}
+
+// touch restarts a stream's sliding TTL for a read and, when the replicated
+// touch is more than a second old, persists it.
+func (e *Engine) touch(m stream.Meta) {
+	if !m.HasTTL {
+		return
+	}
+	now := e.nowMs()
+	e.machine(m.Key).Touch(m.Key, m.Incarnation, now)
+	if now-m.ReplTouchedMs < 1000 {
+		return
+	}
+	e.background(m.Key, func(ctx context.Context) {
+		_, _ = e.propose(ctx, e.GroupOf(m.Key), &storagev1.Command{Op: &storagev1.Command_Touch{
+			Touch: &storagev1.Touch{Bucket: m.Key.Bucket, Stream: m.Key.Stream, Incarnation: m.Incarnation, TouchedMs: now},
+		}})
+	})
+}
+
+// sweepLoop expires streams whose TTL passed, on the groups this node leads.
+func (e *Engine) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(e.cfg.ExpirySweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := e.nowMs()
+		for g, m := range e.machines {
+			if !e.host.Status(uint32(g)).IsLeader {
+				continue
+			}
+			for _, meta := range m.Expired(now, 256) {
+				e.expire(ctx, meta)
+			}
+		}
+	}
+}

@@ -1,0 +1,314 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/stream"
+)
+
+func keyOf(r *streamv1.StreamRef) stream.Key {
+	return stream.Key{Bucket: r.GetBucket(), Stream: r.GetStream()}
+}
+
+func info(m stream.Meta) *streamv1.StreamInfo {
+	in := &streamv1.StreamInfo{
+		ContentType: m.ContentType,
+		NextOffset:  stream.FormatOffset(m.Tail),
+		Closed:      m.Closed,
+		ExpiresAt:   m.ExpiresAt,
+		Incarnation: m.Incarnation,
+	}
+	if m.HasTTL {
+		ttl := m.TTLSeconds
+		in.TtlSeconds = &ttl
+	}
+	return in
+}
+
+// CreateBucket creates a bucket (idempotent).
+func (e *Engine) CreateBucket(ctx context.Context, req *streamv1.CreateBucketRequest) (*streamv1.CreateBucketResponse, error) {
+	name := req.GetBucket()
+	if err := validBucketName(name); err != nil {
+		return nil, err
+	}
+	res, err := e.propose(ctx, bucketGroup, &storagev1.Command{Op: &storagev1.Command_CreateBucket{CreateBucket: &storagev1.CreateBucket{Bucket: name}}})
+	if err != nil {
+		return nil, err
+	}
+	return &streamv1.CreateBucketResponse{Created: res.Created}, nil
+}
+
+// validBucketName enforces S3-style names; "__" names are reserved.
+func validBucketName(b string) error {
+	if len(b) < 1 || len(b) > maxBucketBytes {
+		return errcode.New(errcode.InvalidArgument, "bucket name must be 1 to %d characters", maxBucketBytes)
+	}
+	if builtinBucket(b) {
+		return errcode.New(errcode.InvalidArgument, "bucket names starting with __ are reserved")
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		ok := (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || ((c == '-' || c == '.' || c == '_') && i > 0)
+		if !ok {
+			return errcode.New(errcode.InvalidArgument, "bucket name %q: use a-z, 0-9, '-', '.', '_' (not first)", b)
+		}
+	}
+	return nil
+}
+
+func (e *Engine) checkBucket(b string) error {
+	if builtinBucket(b) || e.machines[bucketGroup].HasBucket(b) {
+		return nil
+	}
+	return errcode.New(errcode.BucketNotFound, "bucket %s not found", b)
+}
+
+// CreateStream creates a stream, confirms an identical one or creates a fork.
+func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamRequest) (*streamv1.CreateStreamResponse, error) {
+	k := keyOf(req.GetRef())
+	if err := validKey(k); err != nil {
+		return nil, err
+	}
+	if err := e.checkBucket(k.Bucket); err != nil {
+		return nil, err
+	}
+	c := &storagev1.CreateStream{Bucket: k.Bucket, Stream: k.Stream, Closed: req.GetClosed()}
+	if req.TtlSeconds != nil && req.GetExpiresAt() != "" {
+		return nil, errcode.New(errcode.InvalidArgument, "Stream-TTL and Stream-Expires-At are mutually exclusive")
+	}
+	if req.TtlSeconds != nil {
+		c.HasTtl, c.TtlSeconds = true, req.GetTtlSeconds()
+	}
+	if at := req.GetExpiresAt(); at != "" {
+		t, err := time.Parse(time.RFC3339Nano, at)
+		if err != nil {
+			return nil, errcode.New(errcode.InvalidArgument, "Stream-Expires-At %q is not an RFC 3339 timestamp", at)
+		}
+		c.ExpiresAt, c.ExpiresAtMs = at, max(t.UnixMilli(), 1)
+	}
+	c.ContentType = req.GetContentType()
+	var srcMeta stream.Meta
+	if f := req.GetFork(); f != nil {
+		var err error
+		if srcMeta, err = e.resolveFork(req, c); err != nil {
+			return nil, err
+		}
+	} else if c.ContentType == "" {
+		c.ContentType = DefaultContentType
+	}
+	c.Json = stream.IsJSONContentType(c.ContentType)
+	if req.GetHasBody() && len(req.GetBody()) > 0 {
+		body := req.GetBody()
+		if c.Json {
+			stored, _, err := stream.FlattenJSON(body, true)
+			if err != nil {
+				return nil, err
+			}
+			body = stored
+		}
+		c.Body = body
+	}
+	g := e.GroupOf(k)
+	if cur, ok := e.machines[g].Lookup(k); ok && !cur.SoftDeleted && cur.ExpiredAt(e.nowMs()) {
+		c.ReplaceIncarnation = cur.Incarnation
+	}
+	if c.Fork != nil {
+		if cur, ok := e.machines[g].Lookup(k); !ok || c.ReplaceIncarnation != 0 {
+			_ = cur
+			// A new fork: take the reference first, release it if the
+			// create does not go through.
+			srcKey := stream.Key{Bucket: c.Fork.GetSourceBucket(), Stream: c.Fork.GetSourceStream()}
+			if _, err := e.propose(ctx, e.GroupOf(srcKey), &storagev1.Command{Op: &storagev1.Command_AddForkRef{AddForkRef: &storagev1.AddForkRef{
+				Bucket: srcKey.Bucket, Stream: srcKey.Stream, Incarnation: srcMeta.Incarnation, Position: c.Fork.GetPosition(),
+			}}}); err != nil {
+				return nil, err
+			}
+			res, err := e.propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_CreateStream{CreateStream: c}})
+			if err != nil || !res.Created {
+				e.release(ctx, []*storagev1.ForkOrigin{c.Fork})
+			}
+			if err != nil {
+				return nil, err
+			}
+			return &streamv1.CreateStreamResponse{Created: res.Created, Info: info(res.Meta)}, nil
+		}
+	}
+	res, err := e.propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_CreateStream{CreateStream: c}})
+	if err != nil {
+		return nil, err
+	}
+	return &streamv1.CreateStreamResponse{Created: res.Created, Info: info(res.Meta)}, nil
+}
+
+// resolveFork validates a fork request against its source (read locally)
+// and fills c's fork origin, content type and inherited expiry.
+func (e *Engine) resolveFork(req *streamv1.CreateStreamRequest, c *storagev1.CreateStream) (stream.Meta, error) {
+	f := req.GetFork()
+	sk := keyOf(f.GetSource())
+	if err := validKey(sk); err != nil {
+		return stream.Meta{}, err
+	}
+	src, err := e.live(sk)
+	if err != nil {
+		if de, ok := err.(*errcode.Error); ok && de.Code == errcode.StreamGone {
+			return src, errcode.New(errcode.ForkSourceGone, "fork source %s is deleted", sk.Stream)
+		}
+		return src, errcode.New(errcode.StreamNotFound, "fork source %s not found", sk.Stream)
+	}
+	if c.ContentType == "" {
+		c.ContentType = src.ContentType
+	} else if !stream.SameContentType(c.ContentType, src.ContentType) {
+		return src, errcode.New(errcode.ContentTypeMismatch, "fork content type %q differs from the source's %q", c.ContentType, src.ContentType)
+	}
+	pos := src.Tail
+	if raw := f.GetOffset(); raw != "" {
+		off, err := stream.ParseOffset(raw)
+		if err != nil {
+			return src, err
+		}
+		switch {
+		case off.Start:
+			pos = 0
+		case off.Now:
+			pos = src.Tail
+		default:
+			pos = off.Pos
+		}
+		if pos > src.Tail {
+			return src, errcode.New(errcode.OffsetOutOfRange, "fork offset %s is beyond the source's tail %s", raw, stream.FormatOffset(src.Tail))
+		}
+	}
+	if n := f.GetSubOffset(); n > 0 {
+		if f.GetOffset() == "" {
+			return src, errcode.New(errcode.InvalidArgument, "Stream-Fork-Sub-Offset needs an explicit Stream-Fork-Offset")
+		}
+		end, ok := e.unitEnd(src, pos, n, src.Tail)
+		if !ok {
+			return src, errcode.New(errcode.InvalidArgument, "Stream-Fork-Sub-Offset %d is past the next append after the fork offset", n)
+		}
+		pos = end
+	}
+	if !c.HasTtl && c.ExpiresAt == "" {
+		c.HasTtl, c.TtlSeconds = src.HasTTL, src.TTLSeconds
+		c.ExpiresAt, c.ExpiresAtMs = src.ExpiresAt, src.ExpiresAtMs
+	}
+	c.Fork = &storagev1.ForkOrigin{
+		SourceBucket: sk.Bucket, SourceStream: sk.Stream, SourceIncarnation: src.Incarnation,
+		Position: pos, OffsetRaw: f.GetOffset(), SubOffset: f.GetSubOffset(),
+	}
+	return src, nil
+}
+
+// unitEnd resolves a sub-offset through a fork chain: the append starting
+// at pos may live in an ancestor, clipped at each descendant's base.
+func (e *Engine) unitEnd(m stream.Meta, pos, n, clip uint64) (uint64, bool) {
+	for depth := 0; depth < 1024; depth++ {
+		if pos >= m.Base {
+			return e.machine(m.Key).UnitEnd(m.Key, m.Incarnation, pos, n, clip)
+		}
+		clip = min(clip, m.Base)
+		f := m.Fork
+		if f == nil {
+			return 0, false
+		}
+		sk := stream.Key{Bucket: f.GetSourceBucket(), Stream: f.GetSourceStream()}
+		parent, ok := e.machine(sk).Lookup(sk)
+		if !ok || parent.Incarnation != f.GetSourceIncarnation() {
+			return 0, false
+		}
+		m = parent
+	}
+	return 0, false
+}
+
+// Append appends to, appends to and closes, or closes a stream.
+func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*streamv1.AppendResponse, error) {
+	k := keyOf(req.GetRef())
+	if err := validKey(k); err != nil {
+		return nil, err
+	}
+	body := req.GetBody()
+	if len(body) == 0 && !req.GetClose() {
+		return nil, errcode.New(errcode.InvalidArgument, "empty body: nothing to append")
+	}
+	if len(body) > 0 && req.GetContentType() == "" {
+		return nil, errcode.New(errcode.InvalidArgument, "Content-Type is required with a body")
+	}
+	if p := req.GetProducer(); p != nil && p.GetId() == "" {
+		return nil, errcode.New(errcode.InvalidArgument, "Producer-Id must not be empty")
+	}
+	m, err := e.live(k)
+	if err != nil {
+		return nil, err
+	}
+	if m.JSON && len(body) > 0 {
+		stored, _, ferr := stream.FlattenJSON(body, false)
+		if ferr != nil {
+			// Protocol order: closure and content type are reported before
+			// a malformed body.
+			if m.Closed {
+				return nil, errcode.New(errcode.StreamClosed, "stream %s is closed", k.Stream).
+					With(errcode.KeyNextOffset, stream.FormatOffset(m.Tail)).With(errcode.KeyClosed, "true")
+			}
+			if !stream.SameContentType(m.ContentType, req.GetContentType()) {
+				return nil, errcode.New(errcode.ContentTypeMismatch, "content type %q does not match the stream's %q", req.GetContentType(), m.ContentType)
+			}
+			return nil, ferr
+		}
+		body = stored
+	}
+	a := &storagev1.Append{
+		Bucket: k.Bucket, Stream: k.Stream, ContentType: req.GetContentType(), Body: body,
+		Close: req.GetClose(), StreamSeq: req.GetStreamSeq(),
+	}
+	if p := req.GetProducer(); p != nil {
+		a.Producer = &storagev1.ProducerRef{Id: p.GetId(), Epoch: p.GetEpoch(), Seq: p.GetSeq()}
+	}
+	res, err := e.propose(ctx, e.GroupOf(k), &storagev1.Command{Op: &storagev1.Command_Append{Append: a}})
+	if err != nil {
+		return nil, err
+	}
+	return &streamv1.AppendResponse{
+		NextOffset:    stream.FormatOffset(res.Meta.Tail),
+		Closed:        res.Meta.Closed,
+		Duplicate:     res.Duplicate,
+		ProducerEpoch: res.ProducerEpoch,
+		ProducerSeq:   res.ProducerSeq,
+	}, nil
+}
+
+// Head returns a stream's metadata without restarting its TTL.
+func (e *Engine) Head(_ context.Context, req *streamv1.HeadRequest) (*streamv1.HeadResponse, error) {
+	k := keyOf(req.GetRef())
+	if err := validKey(k); err != nil {
+		return nil, err
+	}
+	m, err := e.live(k)
+	if err != nil {
+		return nil, err
+	}
+	return &streamv1.HeadResponse{Info: info(m)}, nil
+}
+
+// DeleteStream deletes a stream; a stream forks still reference is
+// soft-deleted until the last of them goes.
+func (e *Engine) DeleteStream(ctx context.Context, req *streamv1.DeleteStreamRequest) (*streamv1.DeleteStreamResponse, error) {
+	k := keyOf(req.GetRef())
+	if err := validKey(k); err != nil {
+		return nil, err
+	}
+	m, err := e.live(k)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := e.propose(ctx, e.GroupOf(k), &storagev1.Command{Op: &storagev1.Command_DeleteStream{
+		DeleteStream: &storagev1.DeleteStream{Bucket: k.Bucket, Stream: k.Stream, Incarnation: m.Incarnation},
+	}}); err != nil {
+		return nil, err
+	}
+	return &streamv1.DeleteStreamResponse{}, nil
+}

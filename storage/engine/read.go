@@ -1,0 +1,210 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/stream"
+)
+
+// maxWait bounds a long-poll wait whatever the caller asks.
+const maxWait = 5 * time.Minute
+
+// Read returns stored bytes from an offset, waiting at the tail of an open
+// stream for up to wait_ms.
+func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1.ReadResponse, error) {
+	k := keyOf(req.GetRef())
+	if err := validKey(k); err != nil {
+		return nil, err
+	}
+	m, err := e.live(k)
+	if err != nil {
+		return nil, err
+	}
+	if !req.GetNoTouch() {
+		e.touch(m)
+	}
+	pos, err := startPosition(req.GetOffset(), m)
+	if err != nil {
+		return nil, err
+	}
+	limit := e.limit(req.GetMaxBytes())
+	resp, err := e.readAt(m, pos, limit)
+	if err != nil || len(resp.GetData()) > 0 || resp.GetClosed() || req.GetWaitMs() == 0 {
+		return resp, err
+	}
+	wait := min(time.Duration(req.GetWaitMs())*time.Millisecond, maxWait)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		ch, cur, ok := e.machine(k).Changed(k, m.Incarnation)
+		if !ok {
+			return nil, errcode.New(errcode.StreamNotFound, "stream %s was deleted", k.Stream)
+		}
+		if cur.Tail > pos || cur.Closed || cur.SoftDeleted {
+			if cur.SoftDeleted {
+				return nil, errcode.New(errcode.StreamGone, "stream %s is deleted", k.Stream)
+			}
+			return e.readAt(cur, pos, limit)
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			resp.TimedOut = true
+			return resp, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Subscribe sends catch-up chunks from an offset, then every new chunk as
+// it commits, until the stream is closed and delivered, deleted, or ctx
+// ends. The first chunk at the tail is sent even when empty, so that a
+// subscriber learns the tail at once.
+func (e *Engine) Subscribe(ctx context.Context, req *streamv1.SubscribeRequest, send func(*streamv1.ReadResponse) error) error {
+	k := keyOf(req.GetRef())
+	if err := validKey(k); err != nil {
+		return err
+	}
+	m, err := e.live(k)
+	if err != nil {
+		return err
+	}
+	pos, err := startPosition(req.GetOffset(), m)
+	if err != nil {
+		return err
+	}
+	limit := e.limit(req.GetMaxBytes())
+	announced := false
+	for {
+		e.touch(m)
+		resp, err := e.readAt(m, pos, limit)
+		if err != nil {
+			return err
+		}
+		if len(resp.GetData()) > 0 || !announced || resp.GetClosed() {
+			if err := send(resp); err != nil {
+				return err
+			}
+			announced = true
+		}
+		if resp.GetClosed() {
+			return nil
+		}
+		pos = m.Tail
+		if len(resp.GetData()) > 0 {
+			if p, perr := stream.ParseOffset(resp.GetNextOffset()); perr == nil {
+				pos = p.Pos
+			}
+			if !resp.GetUpToDate() {
+				continue
+			}
+		}
+		// Wait for the stream to move past pos.
+		for {
+			ch, cur, ok := e.machine(k).Changed(k, m.Incarnation)
+			if !ok {
+				return errcode.New(errcode.StreamNotFound, "stream %s was deleted", k.Stream)
+			}
+			if cur.SoftDeleted {
+				return errcode.New(errcode.StreamGone, "stream %s is deleted", k.Stream)
+			}
+			if cur.Tail > pos || cur.Closed {
+				m = cur
+				break
+			}
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+func (e *Engine) limit(asked uint64) uint64 {
+	if asked == 0 || asked > e.cfg.ReadChunkBytes {
+		return e.cfg.ReadChunkBytes
+	}
+	return asked
+}
+
+// startPosition resolves a read offset against a stream.
+func startPosition(raw string, m stream.Meta) (uint64, error) {
+	if raw == "" {
+		raw = stream.OffsetStart
+	}
+	off, err := stream.ParseOffset(raw)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case off.Start:
+		return 0, nil
+	case off.Now:
+		return m.Tail, nil
+	case off.Pos > m.Tail:
+		return 0, errcode.New(errcode.OffsetOutOfRange, "offset %s is beyond the tail %s", raw, stream.FormatOffset(m.Tail))
+	}
+	return off.Pos, nil
+}
+
+// readAt reads up to limit bytes of m's view (inherited history, then its
+// own bytes) from pos.
+func (e *Engine) readAt(m stream.Meta, pos, limit uint64) (*streamv1.ReadResponse, error) {
+	data, end, err := e.readView(m, pos, m.Tail, limit, nil, 0)
+	if err != nil {
+		return nil, err
+	}
+	upToDate := end >= m.Tail
+	return &streamv1.ReadResponse{
+		Data:        data,
+		StartOffset: stream.FormatOffset(pos),
+		NextOffset:  stream.FormatOffset(end),
+		UpToDate:    upToDate,
+		Closed:      upToDate && m.Closed,
+		ContentType: m.ContentType,
+		Incarnation: m.Incarnation,
+	}, nil
+}
+
+// readView reads [from, to) of a stream's view into dst, following its fork
+// chain for positions below its base.
+func (e *Engine) readView(m stream.Meta, from, to, limit uint64, dst []byte, depth int) ([]byte, uint64, error) {
+	if depth > 1024 {
+		return dst, from, errcode.New(errcode.Internal, "fork chain too deep")
+	}
+	if from < m.Base {
+		f := m.Fork
+		if f == nil {
+			return dst, from, errcode.New(errcode.Internal, "stream %s starts at %d but has no fork origin", m.Key.Stream, m.Base)
+		}
+		sk := stream.Key{Bucket: f.GetSourceBucket(), Stream: f.GetSourceStream()}
+		src, ok := e.machine(sk).Lookup(sk)
+		if !ok || src.Incarnation != f.GetSourceIncarnation() {
+			return dst, from, errcode.New(errcode.Internal, "fork source %s of %s is missing", sk.Stream, m.Key.Stream)
+		}
+		before := len(dst)
+		var err error
+		dst, from, err = e.readView(src, from, min(to, m.Base), limit, dst, depth+1)
+		if err != nil {
+			return dst, from, err
+		}
+		got := uint64(len(dst) - before)
+		if from < m.Base || got >= limit {
+			return dst, from, nil
+		}
+		limit -= got
+	}
+	if from >= to {
+		return dst, from, nil
+	}
+	out, end, ok := e.machine(m.Key).ReadOwn(m.Key, m.Incarnation, from, to, limit, dst)
+	if !ok {
+		return dst, from, errcode.New(errcode.StreamNotFound, "stream %s was deleted", m.Key.Stream)
+	}
+	return out, end, nil
+}

@@ -1,0 +1,629 @@
+package stream
+
+import (
+	"bytes"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+
+	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/hot"
+)
+
+// snapshotFormat is the version of the Snapshot encoding.
+const snapshotFormat = 1
+
+// Producer state bounds: a stream keeps at most MaxProducers producers and
+// forgets one idle for longer than ProducerTTLMs (as the protocol allows).
+const (
+	MaxProducers  = 4096
+	ProducerTTLMs = 7 * 24 * 3600 * 1000
+)
+
+// Key names a stream.
+type Key struct {
+	Bucket string
+	Stream string
+}
+
+// stream is one stream's state. meta fields other than data/records/
+// producers are authoritative; data lives in buf, units in records.
+type stream struct {
+	meta      *storagev1.StreamState
+	buf       *hot.Buffer
+	records   []uint64
+	producers map[string]*storagev1.ProducerState
+	signal    hot.Signal
+	// readTouchMs is the last read that restarted the TTL on this replica.
+	// It is not replicated (the engine proposes Touch now and then).
+	readTouchMs atomic.Int64
+}
+
+// Machine is the state machine of one group. Apply runs on the group's
+// shard worker; readers use the exported query methods concurrently.
+type Machine struct {
+	group uint32
+
+	mu      sync.RWMutex
+	applied uint64
+	buckets map[string]struct{}
+	streams map[Key]*stream
+	hotSize atomic.Int64
+}
+
+// NewMachine returns an empty state machine for a group.
+func NewMachine(group uint32) *Machine {
+	return &Machine{group: group, buckets: map[string]struct{}{}, streams: map[Key]*stream{}}
+}
+
+// Group is the group this machine belongs to.
+func (m *Machine) Group() uint32 { return m.group }
+
+// HotBytes is the number of stream bytes held in memory.
+func (m *Machine) HotBytes() int64 { return m.hotSize.Load() }
+
+// Result is the outcome of applying one command.
+type Result struct {
+	Err       *errcode.Error
+	Created   bool
+	Meta      Meta
+	Duplicate bool
+	// ProducerEpoch/ProducerSeq are the producer state after an append.
+	ProducerEpoch, ProducerSeq uint64
+	// Release lists fork origins whose references the engine must drop in
+	// the sources' groups (a removed fork, cascading).
+	Release []*storagev1.ForkOrigin
+}
+
+// Apply applies one committed command. It never panics on a bad command:
+// an undecodable entry is answered with an error and changes nothing.
+func (m *Machine) Apply(index uint64, data []byte) any {
+	var cmd storagev1.Command
+	if err := proto.Unmarshal(data, &cmd); err != nil {
+		m.mu.Lock()
+		m.applied = index
+		m.mu.Unlock()
+		return &Result{Err: errcode.New(errcode.Internal, "undecodable command at index %d: %v", index, err)}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.applied = index
+	now := cmd.GetNowMs()
+	switch op := cmd.GetOp().(type) {
+	case *storagev1.Command_CreateBucket:
+		return m.applyCreateBucket(op.CreateBucket)
+	case *storagev1.Command_CreateStream:
+		return m.applyCreate(index, now, op.CreateStream)
+	case *storagev1.Command_Append:
+		return m.applyAppend(now, op.Append)
+	case *storagev1.Command_DeleteStream:
+		c := op.DeleteStream
+		return m.applyRemove(Key{c.GetBucket(), c.GetStream()}, c.GetIncarnation(), false)
+	case *storagev1.Command_Expire:
+		c := op.Expire
+		return m.applyRemove(Key{c.GetBucket(), c.GetStream()}, c.GetIncarnation(), true)
+	case *storagev1.Command_AddForkRef:
+		return m.applyAddForkRef(op.AddForkRef)
+	case *storagev1.Command_ReleaseForkRef:
+		return m.applyReleaseForkRef(op.ReleaseForkRef)
+	case *storagev1.Command_Touch:
+		c := op.Touch
+		if s := m.streams[Key{c.GetBucket(), c.GetStream()}]; s != nil && s.meta.GetIncarnation() == c.GetIncarnation() && c.GetTouchedMs() > s.meta.GetTouchedMs() {
+			s.meta.TouchedMs = c.GetTouchedMs()
+		}
+		return &Result{}
+	default:
+		return &Result{Err: errcode.New(errcode.Internal, "unknown command at index %d", index)}
+	}
+}
+
+func (m *Machine) applyCreateBucket(c *storagev1.CreateBucket) *Result {
+	if _, ok := m.buckets[c.GetBucket()]; ok {
+		return &Result{}
+	}
+	m.buckets[c.GetBucket()] = struct{}{}
+	return &Result{Created: true}
+}
+
+func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream) *Result {
+	key := Key{c.GetBucket(), c.GetStream()}
+	var release []*storagev1.ForkOrigin
+	if s := m.streams[key]; s != nil {
+		if inc := c.GetReplaceIncarnation(); inc != 0 && s.meta.GetIncarnation() == inc && !s.meta.GetSoftDeleted() {
+			release = m.remove(key, s, true)
+		}
+	}
+	if s := m.streams[key]; s != nil {
+		if s.meta.GetSoftDeleted() {
+			return &Result{Err: errcode.New(errcode.StreamExists, "stream %s is deleted but still referenced by forks", key.Stream), Release: release}
+		}
+		if !sameConfig(s.meta, c) {
+			return &Result{Err: errcode.New(errcode.StreamExists, "stream %s exists with a different configuration", key.Stream), Release: release}
+		}
+		return &Result{Meta: s.metaView(), Release: release}
+	}
+	var base uint64
+	if f := c.GetFork(); f != nil {
+		base = f.GetPosition()
+	}
+	st := &storagev1.StreamState{
+		Bucket:      key.Bucket,
+		Stream:      key.Stream,
+		Incarnation: index,
+		ContentType: c.GetContentType(),
+		Json:        c.GetJson(),
+		HasTtl:      c.GetHasTtl(),
+		TtlSeconds:  c.GetTtlSeconds(),
+		ExpiresAt:   c.GetExpiresAt(),
+		ExpiresAtMs: c.GetExpiresAtMs(),
+		CreatedMs:   now,
+		TouchedMs:   now,
+		Closed:      c.GetClosed(),
+		Fork:        c.GetFork(),
+		Base:        base,
+	}
+	s := &stream{meta: st, buf: hot.NewBuffer(base), producers: map[string]*storagev1.ProducerState{}}
+	s.appendStored(c.GetBody(), c.GetBodyRecords(), &m.hotSize)
+	m.streams[key] = s
+	return &Result{Created: true, Meta: s.metaView(), Release: release}
+}
+
+// sameConfig decides whether a create of an existing stream is an
+// idempotent repeat (200) or a conflict (409).
+func sameConfig(st *storagev1.StreamState, c *storagev1.CreateStream) bool {
+	if !SameContentType(st.GetContentType(), c.GetContentType()) {
+		return false
+	}
+	if st.GetHasTtl() != c.GetHasTtl() || st.GetTtlSeconds() != c.GetTtlSeconds() || st.GetExpiresAt() != c.GetExpiresAt() {
+		return false
+	}
+	if st.GetClosed() != c.GetClosed() {
+		return false
+	}
+	a, b := st.GetFork(), c.GetFork()
+	if (a == nil) != (b == nil) {
+		return false
+	}
+	if a != nil {
+		if a.GetSourceBucket() != b.GetSourceBucket() || a.GetSourceStream() != b.GetSourceStream() || a.GetSubOffset() != b.GetSubOffset() {
+			return false
+		}
+		if b.GetOffsetRaw() != "" && a.GetOffsetRaw() != b.GetOffsetRaw() && a.GetPosition() != b.GetPosition() {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
+	key := Key{c.GetBucket(), c.GetStream()}
+	s := m.streams[key]
+	if s == nil {
+		return &Result{Err: errcode.New(errcode.StreamNotFound, "stream %s not found", key.Stream)}
+	}
+	st := s.meta
+	if st.GetSoftDeleted() {
+		return &Result{Err: errcode.New(errcode.StreamGone, "stream %s is deleted", key.Stream)}
+	}
+	if inc := c.GetIncarnation(); inc != 0 && inc != st.GetIncarnation() {
+		return &Result{Err: errcode.New(errcode.IncarnationMismatch, "stream %s was recreated", key.Stream).
+			With(errcode.KeyIncarnation, strconv.FormatUint(st.GetIncarnation(), 10))}
+	}
+	p := c.GetProducer()
+	body := c.GetBody()
+	if st.GetClosed() {
+		if p != nil {
+			if cb := st.GetClosedBy(); cb != nil && cb.GetId() == p.GetId() && cb.GetEpoch() == p.GetEpoch() && cb.GetSeq() == p.GetSeq() {
+				return &Result{Meta: s.metaView(), Duplicate: true, ProducerEpoch: p.GetEpoch(), ProducerSeq: p.GetSeq()}
+			}
+		} else if len(body) == 0 && c.GetClose() {
+			return &Result{Meta: s.metaView()} // closing a closed stream is idempotent
+		}
+		return &Result{Err: closedErr(s)}
+	}
+	if len(body) > 0 && !SameContentType(st.GetContentType(), c.GetContentType()) {
+		return &Result{Err: errcode.New(errcode.ContentTypeMismatch, "content type %q does not match the stream's %q", c.GetContentType(), st.GetContentType())}
+	}
+	var ps *storagev1.ProducerState
+	if p != nil {
+		cur := s.producers[p.GetId()]
+		if cur != nil && now-cur.GetUpdatedMs() > ProducerTTLMs {
+			delete(s.producers, p.GetId())
+			cur = nil
+		}
+		switch {
+		case cur == nil:
+			if p.GetSeq() != 0 {
+				return &Result{Err: seqGap(0, p.GetSeq())}
+			}
+		case p.GetEpoch() < cur.GetEpoch():
+			return &Result{Err: errcode.New(errcode.ProducerStaleEpoch, "producer epoch %d is older than %d", p.GetEpoch(), cur.GetEpoch()).
+				With(errcode.KeyProducerEpoch, strconv.FormatUint(cur.GetEpoch(), 10))}
+		case p.GetEpoch() > cur.GetEpoch():
+			if p.GetSeq() != 0 {
+				return &Result{Err: errcode.New(errcode.ProducerEpochSeq, "a new producer epoch must start at seq 0, got %d", p.GetSeq())}
+			}
+		case p.GetSeq() <= cur.GetSeq():
+			return &Result{Meta: s.metaView(), Duplicate: true, ProducerEpoch: cur.GetEpoch(), ProducerSeq: cur.GetSeq()}
+		case p.GetSeq() != cur.GetSeq()+1:
+			return &Result{Err: seqGap(cur.GetSeq()+1, p.GetSeq())}
+		}
+		ps = &storagev1.ProducerState{Id: p.GetId(), Epoch: p.GetEpoch(), Seq: p.GetSeq(), UpdatedMs: now}
+	}
+	if seq := c.GetStreamSeq(); seq != "" {
+		if last := st.GetLastStreamSeq(); last != "" && seq <= last {
+			return &Result{Err: errcode.New(errcode.StreamSeqConflict, "Stream-Seq %q is not greater than %q", seq, last)}
+		}
+		st.LastStreamSeq = seq
+	}
+	s.appendStored(body, c.GetRecords(), &m.hotSize)
+	if ps != nil {
+		s.putProducer(ps)
+	}
+	if c.GetClose() {
+		st.Closed = true
+		if p != nil {
+			st.ClosedBy = &storagev1.ProducerRef{Id: p.GetId(), Epoch: p.GetEpoch(), Seq: p.GetSeq()}
+		}
+	}
+	st.TouchedMs = max(st.GetTouchedMs(), now)
+	s.signal.Notify()
+	r := &Result{Meta: s.metaView()}
+	if p != nil {
+		r.ProducerEpoch, r.ProducerSeq = p.GetEpoch(), p.GetSeq()
+	}
+	return r
+}
+
+func closedErr(s *stream) *errcode.Error {
+	return errcode.New(errcode.StreamClosed, "stream %s is closed", s.meta.GetStream()).
+		With(errcode.KeyNextOffset, FormatOffset(s.buf.End())).
+		With(errcode.KeyClosed, "true")
+}
+
+func seqGap(expected, received uint64) *errcode.Error {
+	return errcode.New(errcode.ProducerSeqGap, "producer sequence gap: expected %d, received %d", expected, received).
+		With(errcode.KeyExpectedSeq, strconv.FormatUint(expected, 10)).
+		With(errcode.KeyReceivedSeq, strconv.FormatUint(received, 10))
+}
+
+// putProducer stores a producer's state, evicting the least recently
+// updated producer (ties by id) when the bound is reached.
+func (s *stream) putProducer(ps *storagev1.ProducerState) {
+	if _, ok := s.producers[ps.GetId()]; !ok && len(s.producers) >= MaxProducers {
+		var victim *storagev1.ProducerState
+		for _, p := range s.producers {
+			if victim == nil || p.GetUpdatedMs() < victim.GetUpdatedMs() ||
+				(p.GetUpdatedMs() == victim.GetUpdatedMs() && p.GetId() < victim.GetId()) {
+				victim = p
+			}
+		}
+		delete(s.producers, victim.GetId())
+	}
+	s.producers[ps.GetId()] = ps
+}
+
+// appendStored adds stored-form bytes and their record ends (relative to
+// body) to the stream. A body with no records counts as one record.
+func (s *stream) appendStored(body []byte, rel []uint64, hotSize *atomic.Int64) {
+	if len(body) == 0 {
+		return
+	}
+	start := s.buf.End()
+	s.buf.Append(body)
+	hotSize.Add(int64(len(body)))
+	if len(rel) == 0 {
+		s.records = append(s.records, start+uint64(len(body)))
+		return
+	}
+	for _, r := range rel {
+		s.records = append(s.records, start+r)
+	}
+}
+
+// applyRemove deletes (or, for expiry, expires) a stream. With forks still
+// referencing it, the stream is only soft-deleted.
+func (m *Machine) applyRemove(key Key, inc uint64, expiry bool) *Result {
+	s := m.streams[key]
+	if s == nil || (inc != 0 && s.meta.GetIncarnation() != inc) {
+		if expiry {
+			return &Result{}
+		}
+		return &Result{Err: errcode.New(errcode.StreamNotFound, "stream %s not found", key.Stream)}
+	}
+	if s.meta.GetSoftDeleted() {
+		if expiry {
+			return &Result{}
+		}
+		return &Result{Err: errcode.New(errcode.StreamGone, "stream %s is already deleted", key.Stream)}
+	}
+	return &Result{Release: m.remove(key, s, expiry)}
+}
+
+// remove drops a stream, or soft-deletes it when forks reference it, and
+// returns the fork origin to release (if it was removed and is a fork).
+func (m *Machine) remove(key Key, s *stream, _ bool) []*storagev1.ForkOrigin {
+	defer s.signal.Notify()
+	if s.meta.GetForkRefs() > 0 {
+		s.meta.SoftDeleted = true
+		return nil
+	}
+	delete(m.streams, key)
+	m.hotSize.Add(-int64(s.buf.Len()))
+	if f := s.meta.GetFork(); f != nil {
+		return []*storagev1.ForkOrigin{f}
+	}
+	return nil
+}
+
+func (m *Machine) applyAddForkRef(c *storagev1.AddForkRef) *Result {
+	key := Key{c.GetBucket(), c.GetStream()}
+	s := m.streams[key]
+	if s == nil || s.meta.GetIncarnation() != c.GetIncarnation() {
+		return &Result{Err: errcode.New(errcode.StreamNotFound, "fork source %s not found", key.Stream)}
+	}
+	if s.meta.GetSoftDeleted() {
+		return &Result{Err: errcode.New(errcode.ForkSourceGone, "fork source %s is deleted", key.Stream)}
+	}
+	if c.GetPosition() > s.buf.End() {
+		return &Result{Err: errcode.New(errcode.OffsetOutOfRange, "fork offset is beyond the source's tail")}
+	}
+	s.meta.ForkRefs++
+	return &Result{Meta: s.metaView()}
+}
+
+func (m *Machine) applyReleaseForkRef(c *storagev1.ReleaseForkRef) *Result {
+	key := Key{c.GetBucket(), c.GetStream()}
+	s := m.streams[key]
+	if s == nil || s.meta.GetIncarnation() != c.GetIncarnation() || s.meta.GetForkRefs() == 0 {
+		return &Result{}
+	}
+	s.meta.ForkRefs--
+	if s.meta.GetForkRefs() == 0 && s.meta.GetSoftDeleted() {
+		return &Result{Release: m.remove(key, s, false)}
+	}
+	return &Result{}
+}
+
+// Meta is a copy of a stream's metadata, safe to use after the lock is
+// released.
+type Meta struct {
+	Key         Key
+	Incarnation uint64
+	ContentType string
+	JSON        bool
+	HasTTL      bool
+	TTLSeconds  uint64
+	ExpiresAt   string
+	ExpiresAtMs int64
+	// TouchedMs is the later of the replicated touch and this replica's
+	// last read touch.
+	TouchedMs     int64
+	ReplTouchedMs int64
+	Closed        bool
+	SoftDeleted   bool
+	Base          uint64
+	Tail          uint64
+	Fork          *storagev1.ForkOrigin
+	ForkRefs      uint64
+}
+
+// ExpiredAt reports whether the stream's TTL or expiry has passed at nowMs.
+func (m Meta) ExpiredAt(nowMs int64) bool {
+	if m.HasTTL && nowMs >= m.TouchedMs+int64(m.TTLSeconds)*1000 {
+		return true
+	}
+	return m.ExpiresAtMs > 0 && nowMs >= m.ExpiresAtMs
+}
+
+func (s *stream) metaView() Meta {
+	st := s.meta
+	return Meta{
+		Key:           Key{st.GetBucket(), st.GetStream()},
+		Incarnation:   st.GetIncarnation(),
+		ContentType:   st.GetContentType(),
+		JSON:          st.GetJson(),
+		HasTTL:        st.GetHasTtl(),
+		TTLSeconds:    st.GetTtlSeconds(),
+		ExpiresAt:     st.GetExpiresAt(),
+		ExpiresAtMs:   st.GetExpiresAtMs(),
+		TouchedMs:     max(st.GetTouchedMs(), s.readTouchMs.Load()),
+		ReplTouchedMs: st.GetTouchedMs(),
+		Closed:        st.GetClosed(),
+		SoftDeleted:   st.GetSoftDeleted(),
+		Base:          s.buf.Base(),
+		Tail:          s.buf.End(),
+		Fork:          st.GetFork(),
+		ForkRefs:      st.GetForkRefs(),
+	}
+}
+
+// Lookup returns a stream's metadata.
+func (m *Machine) Lookup(key Key) (Meta, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s := m.streams[key]
+	if s == nil {
+		return Meta{}, false
+	}
+	return s.metaView(), true
+}
+
+// HasBucket reports whether a bucket was created in this group.
+func (m *Machine) HasBucket(name string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	_, ok := m.buckets[name]
+	return ok
+}
+
+// Applied is the index of the last applied command.
+func (m *Machine) Applied() uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.applied
+}
+
+// Touch records a read at nowMs on this replica (restarting a sliding TTL).
+func (m *Machine) Touch(key Key, inc uint64, nowMs int64) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if s := m.streams[key]; s != nil && s.meta.GetIncarnation() == inc {
+		for {
+			cur := s.readTouchMs.Load()
+			if nowMs <= cur || s.readTouchMs.CompareAndSwap(cur, nowMs) {
+				return
+			}
+		}
+	}
+}
+
+// Changed returns a channel closed at the stream's next change (append,
+// close, delete), together with its current metadata. ok is false when the
+// stream (of that incarnation) does not exist.
+func (m *Machine) Changed(key Key, inc uint64) (<-chan struct{}, Meta, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s := m.streams[key]
+	if s == nil || s.meta.GetIncarnation() != inc {
+		return nil, Meta{}, false
+	}
+	return s.signal.C(), s.metaView(), true
+}
+
+// ReadOwn reads the stream's own stored bytes from position from, up to
+// limit bytes but not past to, cut on a unit boundary where one exists
+// (JSON: a message; text: a rune; any stream: an append). It returns the
+// bytes and the position they end at. ok is false when the stream (of that
+// incarnation) is gone.
+func (m *Machine) ReadOwn(key Key, inc uint64, from, to, limit uint64, dst []byte) ([]byte, uint64, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s := m.streams[key]
+	if s == nil || s.meta.GetIncarnation() != inc {
+		return dst, from, false
+	}
+	to = min(to, s.buf.End())
+	from = max(from, s.buf.Base())
+	if from >= to {
+		return dst, from, true
+	}
+	end := to
+	if limit > 0 && to-from > limit {
+		end = s.cutPoint(from, from+limit)
+	}
+	return s.buf.ReadAt(dst, from, end), end, true
+}
+
+// cutPoint picks where a read limited to [from, want) ends.
+func (s *stream) cutPoint(from, want uint64) uint64 {
+	// The last append boundary within the limit.
+	i := sort.Search(len(s.records), func(i int) bool { return s.records[i] > want })
+	if i > 0 && s.records[i-1] > from {
+		return s.records[i-1]
+	}
+	if s.meta.GetJson() {
+		// One append larger than the limit: cut after a whole message.
+		for p := want; p > from; p-- {
+			if s.buf.ByteAt(p-1) == '\n' {
+				return p
+			}
+		}
+		for p := want; p < s.buf.End(); p++ {
+			if s.buf.ByteAt(p) == '\n' {
+				return p + 1
+			}
+		}
+		return s.buf.End()
+	}
+	if isText(s.meta.GetContentType()) {
+		for p := want; p > from && want-p < utf8.UTFMax; p-- {
+			if utf8.RuneStart(s.buf.ByteAt(p)) {
+				return p
+			}
+		}
+	}
+	return want
+}
+
+func isText(ct string) bool {
+	mt := MediaType(ct)
+	return len(mt) >= 5 && mt[:5] == "text/"
+}
+
+// UnitEnd resolves a fork sub-offset within the stream's own range: the
+// position after n units of the append that starts at pos (bytes for
+// ordinary streams, messages for JSON), where that append is taken to end
+// no later than clip. ok is false when no append starts at pos in the own
+// range or n exceeds its size.
+func (m *Machine) UnitEnd(key Key, inc uint64, pos, n, clip uint64) (uint64, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s := m.streams[key]
+	if s == nil || s.meta.GetIncarnation() != inc || pos < s.buf.Base() || pos >= s.buf.End() {
+		return 0, false
+	}
+	i := sort.Search(len(s.records), func(i int) bool { return s.records[i] > pos })
+	if i == len(s.records) {
+		return 0, false
+	}
+	end := min(s.records[i], clip)
+	if !s.meta.GetJson() {
+		if pos+n > end {
+			return 0, false
+		}
+		return pos + n, true
+	}
+	p := pos
+	for k := uint64(0); k < n; k++ {
+		if p >= end {
+			return 0, false
+		}
+		seg := s.buf.ReadAt(nil, p, end)
+		j := bytes.IndexByte(seg, '\n')
+		if j < 0 {
+			return 0, false
+		}
+		p += uint64(j) + 1
+	}
+	return p, true
+}
+
+// Expired lists up to limit streams expired at nowMs (not yet soft-deleted).
+func (m *Machine) Expired(nowMs int64, limit int) []Meta {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var out []Meta
+	for _, s := range m.streams {
+		if s.meta.GetSoftDeleted() || (!s.meta.GetHasTtl() && s.meta.GetExpiresAtMs() == 0) {
+			continue
+		}
+		if mv := s.metaView(); mv.ExpiredAt(nowMs) {
+			out = append(out, mv)
+			if len(out) >= limit {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Stats are counters for metrics.
+type Stats struct {
+	Streams  int
+	Buckets  int
+	HotBytes int64
+	Applied  uint64
+}
+
+// Stats returns current counters.
+func (m *Machine) Stats() Stats {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return Stats{Streams: len(m.streams), Buckets: len(m.buckets), HotBytes: m.hotSize.Load(), Applied: m.applied}
+}

@@ -1,0 +1,212 @@
+package stream
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	"github.com/ursula/ursula/services/platform/errcode"
+)
+
+// applier feeds commands to a machine with increasing indexes.
+type applier struct {
+	t     testing.TB
+	m     *Machine
+	index uint64
+}
+
+func newApplier(t testing.TB) *applier { return &applier{t: t, m: NewMachine(0)} }
+
+func (a *applier) apply(now int64, op any) *Result {
+	a.t.Helper()
+	cmd := &storagev1.Command{NowMs: now}
+	switch o := op.(type) {
+	case *storagev1.CreateStream:
+		cmd.Op = &storagev1.Command_CreateStream{CreateStream: o}
+	case *storagev1.Append:
+		cmd.Op = &storagev1.Command_Append{Append: o}
+	case *storagev1.DeleteStream:
+		cmd.Op = &storagev1.Command_DeleteStream{DeleteStream: o}
+	case *storagev1.AddForkRef:
+		cmd.Op = &storagev1.Command_AddForkRef{AddForkRef: o}
+	case *storagev1.ReleaseForkRef:
+		cmd.Op = &storagev1.Command_ReleaseForkRef{ReleaseForkRef: o}
+	default:
+		a.t.Fatalf("unsupported op %T", op)
+	}
+	data, err := proto.Marshal(cmd)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	a.index++
+	return a.m.Apply(a.index, data).(*Result)
+}
+
+func code(r *Result) errcode.Code {
+	if r.Err == nil {
+		return ""
+	}
+	return r.Err.Code
+}
+
+func producer(id string, epoch, seq uint64) *storagev1.ProducerRef {
+	return &storagev1.ProducerRef{Id: id, Epoch: epoch, Seq: seq}
+}
+
+func TestProducerStateMachine(t *testing.T) {
+	tests := []struct {
+		name      string
+		p         *storagev1.ProducerRef
+		wantCode  errcode.Code
+		wantDup   bool
+		wantTail  uint64
+		wantMetaK string
+		wantMetaV string
+	}{
+		{"first write at seq 0", producer("p", 0, 0), "", false, 1, "", ""},
+		{"next seq", producer("p", 0, 1), "", false, 2, "", ""},
+		{"retry is a duplicate", producer("p", 0, 1), "", true, 2, "", ""},
+		{"gap", producer("p", 0, 5), errcode.ProducerSeqGap, false, 2, errcode.KeyExpectedSeq, "2"},
+		{"new epoch must start at 0", producer("p", 1, 3), errcode.ProducerEpochSeq, false, 2, "", ""},
+		{"new epoch at 0", producer("p", 1, 0), "", false, 3, "", ""},
+		{"stale epoch fenced", producer("p", 0, 2), errcode.ProducerStaleEpoch, false, 3, errcode.KeyProducerEpoch, "1"},
+		{"unknown producer not at 0", producer("q", 0, 1), errcode.ProducerSeqGap, false, 3, errcode.KeyExpectedSeq, "0"},
+	}
+	a := newApplier(t)
+	a.apply(1, &storagev1.CreateStream{Bucket: "b", Stream: "s", ContentType: "text/plain"})
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := a.apply(2, &storagev1.Append{Bucket: "b", Stream: "s", ContentType: "text/plain", Body: []byte("x"), Producer: tc.p})
+			if code(r) != tc.wantCode {
+				t.Fatalf("code = %q, want %q (%v)", code(r), tc.wantCode, r.Err)
+			}
+			if r.Err == nil && r.Duplicate != tc.wantDup {
+				t.Fatalf("duplicate = %v, want %v", r.Duplicate, tc.wantDup)
+			}
+			if tc.wantMetaK != "" && r.Err.Metadata[tc.wantMetaK] != tc.wantMetaV {
+				t.Fatalf("%s = %q, want %q", tc.wantMetaK, r.Err.Metadata[tc.wantMetaK], tc.wantMetaV)
+			}
+			if m, _ := a.m.Lookup(Key{"b", "s"}); m.Tail != tc.wantTail {
+				t.Fatalf("tail = %d, want %d", m.Tail, tc.wantTail)
+			}
+		})
+	}
+}
+
+func TestClosureOrderAndIdempotence(t *testing.T) {
+	a := newApplier(t)
+	a.apply(1, &storagev1.CreateStream{Bucket: "b", Stream: "s", ContentType: "text/plain"})
+	if r := a.apply(2, &storagev1.Append{Bucket: "b", Stream: "s", ContentType: "text/plain", Body: []byte("end"), Close: true, Producer: producer("p", 0, 0)}); r.Err != nil || !r.Meta.Closed {
+		t.Fatalf("append-and-close: %v closed=%v", r.Err, r.Meta.Closed)
+	}
+	tests := []struct {
+		name     string
+		a        *storagev1.Append
+		wantCode errcode.Code
+		wantDup  bool
+	}{
+		{"retry of the closing tuple", &storagev1.Append{Bucket: "b", Stream: "s", ContentType: "text/plain", Body: []byte("other"), Close: true, Producer: producer("p", 0, 0)}, "", true},
+		{"another producer", &storagev1.Append{Bucket: "b", Stream: "s", ContentType: "text/plain", Body: []byte("x"), Producer: producer("q", 0, 0)}, errcode.StreamClosed, false},
+		{"closed before content type", &storagev1.Append{Bucket: "b", Stream: "s", ContentType: "application/json", Body: []byte("1")}, errcode.StreamClosed, false},
+		{"close-only again is fine", &storagev1.Append{Bucket: "b", Stream: "s", Close: true}, "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := a.apply(3, tc.a)
+			if code(r) != tc.wantCode || (r.Err == nil && r.Duplicate != tc.wantDup) {
+				t.Fatalf("got code %q dup %v, want %q dup %v", code(r), r.Duplicate, tc.wantCode, tc.wantDup)
+			}
+			if tc.wantCode == errcode.StreamClosed && r.Err.Metadata[errcode.KeyNextOffset] != FormatOffset(3) {
+				t.Fatalf("next_offset = %q", r.Err.Metadata[errcode.KeyNextOffset])
+			}
+		})
+	}
+}
+
+func TestForkLifecycle(t *testing.T) {
+	a := newApplier(t)
+	src := a.apply(1, &storagev1.CreateStream{Bucket: "b", Stream: "src", ContentType: "text/plain", Body: []byte("abcdef")})
+	inc := src.Meta.Incarnation
+	if r := a.apply(2, &storagev1.AddForkRef{Bucket: "b", Stream: "src", Incarnation: inc, Position: 7}); code(r) != errcode.OffsetOutOfRange {
+		t.Fatalf("fork past tail: %v", r.Err)
+	}
+	a.apply(2, &storagev1.AddForkRef{Bucket: "b", Stream: "src", Incarnation: inc, Position: 4})
+	fork := a.apply(2, &storagev1.CreateStream{Bucket: "b", Stream: "fork", ContentType: "text/plain",
+		Fork: &storagev1.ForkOrigin{SourceBucket: "b", SourceStream: "src", SourceIncarnation: inc, Position: 4}})
+	if fork.Meta.Base != 4 || fork.Meta.Tail != 4 {
+		t.Fatalf("fork base/tail = %d/%d", fork.Meta.Base, fork.Meta.Tail)
+	}
+	if r := a.apply(3, &storagev1.DeleteStream{Bucket: "b", Stream: "src", Incarnation: inc}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if m, _ := a.m.Lookup(Key{"b", "src"}); !m.SoftDeleted {
+		t.Fatal("source with a fork must be soft-deleted")
+	}
+	if got, _, _ := a.m.ReadOwn(Key{"b", "src"}, inc, 0, 4, 0, nil); string(got) != "abcd" {
+		t.Fatalf("soft-deleted source data = %q", got)
+	}
+	r := a.apply(4, &storagev1.DeleteStream{Bucket: "b", Stream: "fork", Incarnation: fork.Meta.Incarnation})
+	if len(r.Release) != 1 || r.Release[0].GetSourceStream() != "src" {
+		t.Fatalf("deleting the fork must release its source: %v", r.Release)
+	}
+	a.apply(5, &storagev1.ReleaseForkRef{Bucket: "b", Stream: "src", Incarnation: inc})
+	if _, ok := a.m.Lookup(Key{"b", "src"}); ok {
+		t.Fatal("soft-deleted source must be removed after its last fork is released")
+	}
+}
+
+func TestSnapshotIsDeterministicAndRestores(t *testing.T) {
+	build := func() *Machine {
+		a := newApplier(t)
+		for _, s := range []string{"z", "a", "m"} {
+			a.apply(1, &storagev1.CreateStream{Bucket: "b", Stream: s, ContentType: "application/json", Json: true, HasTtl: true, TtlSeconds: 60})
+			for i := range 5 {
+				a.apply(2, &storagev1.Append{Bucket: "b", Stream: s, ContentType: "application/json", Body: []byte("{\"i\":1}\n"),
+					Producer: producer(string(rune('p'+i%3)), 0, uint64(i/3))})
+			}
+		}
+		return a.m
+	}
+	one, err := build().Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, _ := build().Snapshot()
+	if !bytes.Equal(one, two) {
+		t.Fatal("same state produced different snapshot bytes")
+	}
+	restored := NewMachine(0)
+	if err := restored.Restore(one); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := restored.Snapshot()
+	if !bytes.Equal(one, again) {
+		t.Fatal("restore + snapshot changed the bytes")
+	}
+	if err := restored.Restore([]byte{0xff, 0x01}); err == nil {
+		t.Fatal("garbage snapshot must be refused")
+	}
+}
+
+func TestBadCommandChangesNothing(t *testing.T) {
+	a := newApplier(t)
+	a.apply(1, &storagev1.CreateStream{Bucket: "b", Stream: "s", ContentType: "text/plain", Body: []byte("abc")})
+	before, _ := a.m.Snapshot()
+	r := a.m.Apply(99, []byte{0xff, 0xff, 0xff}).(*Result)
+	var de *errcode.Error
+	if !errors.As(r.Err, &de) {
+		t.Fatal("undecodable command must yield an error")
+	}
+	after, _ := a.m.Snapshot()
+	// Only applied_index may differ.
+	var sb, sa storagev1.Snapshot
+	_ = proto.Unmarshal(before, &sb)
+	_ = proto.Unmarshal(after, &sa)
+	sb.AppliedIndex, sa.AppliedIndex = 0, 0
+	if !proto.Equal(&sb, &sa) {
+		t.Fatal("undecodable command changed the state")
+	}
+}
