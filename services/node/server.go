@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -33,7 +34,6 @@ type Server struct {
 	grpcServer *grpc.Server
 	readyMu    sync.Mutex
 	ready      bool
-	draining   bool
 }
 
 // New builds the server; it listens on nothing until Run.
@@ -191,6 +191,11 @@ func (s *Server) adminHandler(ctx context.Context) (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /__ursula/ready", s.serveReady)
+	// Profiles are served on the loopback admin plane only.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.Handle("/", gw)
 	return mux, nil
 }

@@ -1,0 +1,72 @@
+// Package multiraft runs G Raft groups (go.etcd.io/raft/v3, one RawNode per
+// group) on S shard workers: group g belongs to shard g mod S, and no group
+// has a goroutine of its own.
+//
+// Each shard worker owns its groups' RawNodes, raft storages (package
+// raftlog), state machines and one journal (package wal). One iteration of
+// the worker:
+//
+//  1. drains its mailbox: proposals, inbound Raft messages, snapshot and
+//     reachability reports, and proposes everything it can;
+//  2. collects the Ready of every group of the shard that has one;
+//  3. persists: received snapshots (file, then journal marker), entries and
+//     hard states of all those groups are encoded into the journal and
+//     written with ONE write; the journal is fsynced once when fsync is
+//     "always" and some Ready must be synced, and always when a batch holds
+//     a membership (conf change) entry or a snapshot;
+//  4. only then sends the Raft messages (Transport.Send);
+//  5. applies committed entries to the state machines and completes the
+//     waiting proposals on this node, then calls Advance;
+//  6. repeats from 2 while any group has a Ready, so that a single voter
+//     commits and applies within the same iteration.
+//
+// Hard-state changes that only move the commit index are not a reason for a
+// write of their own: they ride with the next write, or are written at the
+// next tick.
+//
+// # Transport
+//
+// Raft messages carry no group id, so Transport.Send takes the group id with
+// the messages of one group, and the receiving node hands them to
+// Host.Step(groupID, m). Send runs on a shard worker and must not block.
+//
+// # Errors
+//
+// Propose returns *NotLeaderError (with the known leader, 0 if none) when this
+// node does not lead the group, ErrOutcomeUnknown when the node lost
+// leadership after the entry was appended, ErrProposalDropped when raft
+// refused the entry (nothing was appended), and ErrStopped once the host is
+// stopping. A failed journal write or fsync, a failed snapshot write or
+// restore, and a malformed committed entry are fatal: Run returns the error
+// and the node stops; an fsync is never retried.
+//
+// # Proposal envelope
+//
+// Every normal entry proposed through Host.Propose carries a 17-byte header
+// before the caller's bytes:
+//
+//	u8  version (1)
+//	u64 node id of the proposer (little-endian)
+//	u64 proposal id, unique per node (little-endian; random start)
+//
+// The state machine sees only the caller's bytes; the header routes the
+// result of Apply back to the proposer when the entry is applied on the node
+// that proposed it. Empty normal entries (the ones a new leader appends) are
+// not passed to the state machine.
+//
+// # Snapshots and log purge
+//
+// After SnapshotEntries applied entries or SnapshotBytes applied bytes since
+// its last snapshot, a group's state machine is snapshotted on its shard
+// worker, the snapshot file is written durably (package raftlog), its marker
+// is written and synced to the journal, the in-memory log is compacted, and
+// journal segments whose entries are all covered by snapshots are deleted. A
+// group whose entries alone keep an old segment alive is snapshotted early.
+//
+// # Bootstrap and restart
+//
+// A group with no state in the journal is bootstrapped with Config.Voters;
+// on restart the newest snapshot named by the journal is restored into the
+// state machine and the log above it is replayed. A group whose only voter is
+// this node campaigns as soon as its membership is applied.
+package multiraft

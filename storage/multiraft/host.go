@@ -1,0 +1,431 @@
+package multiraft
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/ursula/ursula/storage/raftlog"
+	"github.com/ursula/ursula/storage/wal"
+)
+
+// StateMachine is a group's replicated state machine.
+type StateMachine interface {
+	// Apply applies one committed normal entry's payload (never empty) at
+	// index; the result is handed to the proposer waiting on it (if on this
+	// node). Called only from the owning shard worker, in log order.
+	Apply(index uint64, data []byte) any
+	// Snapshot returns the deterministic encoding of the state as of the
+	// last applied index.
+	Snapshot() ([]byte, error)
+	// Restore replaces the state with a snapshot's encoding.
+	Restore(data []byte) error
+}
+
+// Transport carries Raft messages to other nodes. Send is called from shard
+// workers after the messages' preconditions are durable; it must not block
+// and may keep msgs. A MsgSnap's delivery should be reported back with
+// Host.ReportSnapshot, and an unreachable peer with Host.ReportUnreachable.
+type Transport interface {
+	Send(groupID uint32, msgs []*pb.Message)
+}
+
+// NopTransport drops every message (a single-node deployment).
+type NopTransport struct{}
+
+// Send implements Transport.
+func (NopTransport) Send(uint32, []*pb.Message) {}
+
+var (
+	// ErrStopped is returned once the host has stopped (or before New
+	// returned a usable host).
+	ErrStopped = errors.New("multiraft: stopped")
+	// ErrProposalDropped is returned when raft refused a proposal (for
+	// example during a leadership transfer or over the uncommitted limit);
+	// the entry was not appended and may be retried.
+	ErrProposalDropped = errors.New("multiraft: proposal dropped")
+	// ErrOutcomeUnknown is returned when this node lost leadership after the
+	// proposal was accepted: the entry may or may not commit.
+	ErrOutcomeUnknown = errors.New("multiraft: outcome unknown")
+	// ErrUnknownGroup is returned for a group id >= GroupCount.
+	ErrUnknownGroup = errors.New("multiraft: unknown group")
+	// ErrEmptyProposal is returned for a proposal without data.
+	ErrEmptyProposal = errors.New("multiraft: empty proposal")
+	// ErrApply reports a broken apply invariant; the node stops.
+	ErrApply = errors.New("multiraft: apply failed")
+)
+
+// NotLeaderError is returned by Propose when this node is not the group's
+// leader.
+type NotLeaderError struct {
+	// LeaderID is the leader this node knows of; 0 when unknown.
+	LeaderID uint64
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.LeaderID == 0 {
+		return "multiraft: not leader (leader unknown)"
+	}
+	return fmt.Sprintf("multiraft: not leader (leader is node %d)", e.LeaderID)
+}
+
+// GroupStatus is a point-in-time view of a group on this node.
+type GroupStatus struct {
+	GroupID  uint32
+	LeaderID uint64
+	Term     uint64
+	Commit   uint64
+	Applied  uint64
+	Voters   []uint64
+	Learners []uint64
+	IsLeader bool
+	// SnapshotIndex is the index of the group's latest snapshot on this node.
+	SnapshotIndex uint64
+}
+
+const (
+	stateNew int32 = iota
+	stateRunning
+	stateStopped
+)
+
+// Host runs the Raft groups of one node.
+type Host struct {
+	cfg    Config
+	logger *slog.Logger
+	tr     Transport
+	snaps  *raftlog.SnapshotStore
+	shards []*shard
+	groups []*group
+	nextID atomic.Uint64
+	newSM  func(groupID uint32) StateMachine
+
+	mu    sync.Mutex
+	state int32
+}
+
+// New validates cfg, checks the topology bound to the WAL, recovers every
+// shard's journal and every group's storage and state machine. It starts no
+// goroutines; Run does.
+func New(cfg Config, newStateMachine func(groupID uint32) StateMachine, tr Transport, logger *slog.Logger) (*Host, error) {
+	cfg.Voters = slices.Clone(cfg.Voters)
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if newStateMachine == nil {
+		return nil, fmt.Errorf("%w: no state machine constructor", ErrInvalidConfig)
+	}
+	if tr == nil {
+		tr = NopTransport{}
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	h := &Host{
+		cfg:    cfg,
+		logger: logger.With("node_id", cfg.NodeID),
+		tr:     tr,
+		snaps:  raftlog.NewSnapshotStore(cfg.FS, cfg.Dir),
+		groups: make([]*group, cfg.GroupCount),
+		newSM:  newStateMachine,
+	}
+	var seed [8]byte
+	_, _ = rand.Read(seed[:])
+	h.nextID.Store(binary.LittleEndian.Uint64(seed[:]) >> 1)
+
+	logDir := wal.LogDir(cfg.Dir)
+	if err := wal.CheckTopology(cfg.FS, logDir, cfg.GroupCount, cfg.ShardCount); err != nil {
+		return nil, fmt.Errorf("multiraft: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			for _, s := range h.shards {
+				_ = s.journal.Close()
+			}
+		}
+	}()
+	for i := range cfg.ShardCount {
+		j, states, err := wal.OpenJournal(wal.Options{
+			FS: cfg.FS, LogDir: logDir, Shard: i, SegmentBytes: cfg.SegmentBytes, Logger: h.logger,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("multiraft: open shard %d: %w", i, err)
+		}
+		s := &shard{id: i, h: h, journal: j, wake: make(chan struct{}, 1)}
+		h.shards = append(h.shards, s)
+		for g := range states {
+			if int(g) >= cfg.GroupCount || int(g)%cfg.ShardCount != i {
+				return nil, fmt.Errorf("multiraft: shard %d journal holds group %d, which does not belong to it", i, g)
+			}
+		}
+		for g := i; g < cfg.GroupCount; g += cfg.ShardCount {
+			grp, err := h.newGroup(uint32(g), states[uint32(g)], s)
+			if err != nil {
+				return nil, err
+			}
+			h.groups[g] = grp
+			s.groups = append(s.groups, grp)
+		}
+	}
+	ok = true
+	return h, nil
+}
+
+func (h *Host) newGroup(id uint32, st *wal.GroupState, s *shard) (*group, error) {
+	logger := h.logger.With("group_id", id)
+	storage, snap, err := raftlog.New(id, st, h.snaps, logger)
+	if err != nil {
+		return nil, fmt.Errorf("multiraft: %w", err)
+	}
+	g := &group{
+		id:      id,
+		shard:   s,
+		st:      storage,
+		sm:      nil,
+		logger:  logger,
+		pending: make(map[uint64]*proposal),
+		cs:      pb.EnsureConfState(nil),
+	}
+	g.sm = h.newSM(id)
+	var applied uint64
+	if snap != nil {
+		if err := g.sm.Restore(snap.GetData()); err != nil {
+			return nil, fmt.Errorf("multiraft: group %d: restore snapshot %d: %w", id, snap.GetMetadata().GetIndex(), err)
+		}
+		applied = snap.GetMetadata().GetIndex()
+		g.cs = pb.EnsureConfState(snap.GetMetadata().GetConfState())
+	}
+	g.applied = applied
+	g.snapIndex = applied
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID:                        h.cfg.NodeID,
+		ElectionTick:              h.cfg.ElectionTicks,
+		HeartbeatTick:             h.cfg.HeartbeatTicks,
+		Storage:                   storage,
+		Applied:                   applied,
+		MaxSizePerMsg:             h.cfg.MaxBatchBytes,
+		MaxCommittedSizePerReady:  h.cfg.MaxBatchBytes,
+		MaxUncommittedEntriesSize: h.cfg.MaxUncommittedBytes,
+		MaxInflightMsgs:           256,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		DisableProposalForwarding: true,
+		Logger:                    raftLogger{l: logger},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("multiraft: group %d: start raft: %w", id, err)
+	}
+	g.rn = rn
+	last, _ := storage.LastIndex()
+	if raft.IsEmptyHardState(storage.HardState()) && last == 0 && storage.SnapshotIndex() == 0 {
+		peers := make([]raft.Peer, len(h.cfg.Voters))
+		for i, v := range h.cfg.Voters {
+			peers[i] = raft.Peer{ID: v}
+		}
+		if err := rn.Bootstrap(peers); err != nil {
+			return nil, fmt.Errorf("multiraft: group %d: bootstrap: %w", id, err)
+		}
+		logger.Debug("bootstrapped group", "voters", h.cfg.Voters)
+	}
+	g.wantCampaign = true
+	s.campaigning++
+	g.updateStatus()
+	return g, nil
+}
+
+// Run starts the shard workers and blocks until ctx ends or a fatal storage
+// error stops the node. On return the journals are flushed, synced and
+// closed, and every waiting proposal has failed with ErrStopped. It returns
+// nil when ctx ended, and the fatal error otherwise.
+func (h *Host) Run(ctx context.Context) error {
+	h.mu.Lock()
+	if h.state != stateNew {
+		h.mu.Unlock()
+		return ErrStopped
+	}
+	h.state = stateRunning
+	h.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		errMu    sync.Mutex
+		firstErr error
+	)
+	for _, s := range h.shards {
+		wg.Go(func() {
+			if err := s.run(ctx); err != nil {
+				h.logger.Error("shard worker stopped on a fatal error; stopping the node", "shard_id", s.id, "err", err)
+				errMu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				errMu.Unlock()
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if err := h.stop(); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	return firstErr
+}
+
+// Close releases the files of a host whose Run was never called (Run closes
+// them itself). It is idempotent.
+func (h *Host) Close() error {
+	h.mu.Lock()
+	running := h.state == stateRunning
+	h.mu.Unlock()
+	if running {
+		return nil
+	}
+	return h.stop()
+}
+
+func (h *Host) stop() error {
+	h.mu.Lock()
+	if h.state == stateStopped {
+		h.mu.Unlock()
+		return nil
+	}
+	h.state = stateStopped
+	h.mu.Unlock()
+	var errs []error
+	for _, s := range h.shards {
+		s.close()
+		if err := s.journal.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("multiraft: close shard %d journal: %w", s.id, err))
+		}
+	}
+	for _, g := range h.groups {
+		g.failPending(ErrStopped)
+	}
+	return errors.Join(errs...)
+}
+
+const headerSize = 17
+
+// Propose replicates data through the group's log and blocks until the entry
+// is applied on this node; it returns the state machine's result. It fails
+// with *NotLeaderError when this node does not lead the group, with
+// ErrOutcomeUnknown when leadership was lost after the entry was appended,
+// and with ErrStopped on shutdown.
+func (h *Host) Propose(ctx context.Context, groupID uint32, data []byte) (any, error) {
+	if int(groupID) >= len(h.groups) {
+		return nil, fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	if len(data) == 0 {
+		return nil, ErrEmptyProposal
+	}
+	g := h.groups[groupID]
+	id := h.nextID.Add(1)
+	buf := make([]byte, headerSize+len(data))
+	buf[0] = 1
+	binary.LittleEndian.PutUint64(buf[1:], h.cfg.NodeID)
+	binary.LittleEndian.PutUint64(buf[9:], id)
+	copy(buf[headerSize:], data)
+	p := &proposal{id: id, data: buf, done: make(chan result, 1)}
+	if err := g.shard.enqueue(op{kind: opPropose, g: g, p: p}); err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-p.done:
+		return r.v, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Step hands an inbound Raft message from a peer to the group.
+func (h *Host) Step(groupID uint32, m *pb.Message) error {
+	if int(groupID) >= len(h.groups) {
+		return fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	g := h.groups[groupID]
+	return g.shard.enqueue(op{kind: opStep, g: g, msg: m})
+}
+
+// ReportSnapshot tells the group's leader whether a MsgSnap to peer `to` was
+// delivered.
+func (h *Host) ReportSnapshot(groupID uint32, to uint64, failed bool) error {
+	if int(groupID) >= len(h.groups) {
+		return fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	g := h.groups[groupID]
+	return g.shard.enqueue(op{kind: opReportSnapshot, g: g, to: to, failed: failed})
+}
+
+// ReportUnreachable tells the group that a message to peer `to` could not be
+// sent.
+func (h *Host) ReportUnreachable(groupID uint32, to uint64) error {
+	if int(groupID) >= len(h.groups) {
+		return fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	g := h.groups[groupID]
+	return g.shard.enqueue(op{kind: opReportUnreachable, g: g, to: to})
+}
+
+// Status returns the group's current status (zero for an unknown group).
+func (h *Host) Status(groupID uint32) GroupStatus {
+	if int(groupID) >= len(h.groups) {
+		return GroupStatus{GroupID: groupID}
+	}
+	return h.groups[groupID].getStatus()
+}
+
+// WaitReady returns once every group has a known leader.
+func (h *Host) WaitReady(ctx context.Context) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		ready := true
+		for _, g := range h.groups {
+			if g.leaderID() == 0 {
+				ready = false
+				break
+			}
+		}
+		if ready {
+			return nil
+		}
+		h.mu.Lock()
+		stopped := h.state == stateStopped
+		h.mu.Unlock()
+		if stopped {
+			return ErrStopped
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Sync writes and fsyncs every shard's journal.
+func (h *Host) Sync() error {
+	for _, s := range h.shards {
+		if err := s.journal.Sync(); err != nil {
+			if errors.Is(err, wal.ErrClosed) {
+				return ErrStopped
+			}
+			return fmt.Errorf("multiraft: sync shard %d: %w", s.id, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,282 @@
+package multiraft
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ursula/ursula/storage/wal"
+)
+
+func TestProposeApplyRestart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := baseConfig(dir)
+	n := startNode(t, cfg, nil)
+	waitReady(t, n.h)
+
+	const perGroup = 200
+	var wg sync.WaitGroup
+	for g := range uint32(cfg.GroupCount) {
+		for w := range 4 {
+			wg.Go(func() {
+				for i := range perGroup / 4 {
+					if _, err := n.h.Propose(context.Background(), g, u64(uint64(w*1000+i+1))); err != nil {
+						t.Errorf("Propose(group %d): %v", g, err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	want := map[uint32][2]uint64{}
+	for g, c := range n.sms {
+		sum, count := c.state()
+		if count != perGroup {
+			t.Fatalf("group %d applied %d entries, want %d", g, count, perGroup)
+		}
+		want[g] = [2]uint64{sum, count}
+	}
+	n.stop(t)
+
+	n2 := startNode(t, cfg, nil)
+	waitReady(t, n2.h)
+	deadline := time.Now().Add(5 * time.Second)
+	for g, w := range want {
+		for {
+			sum, count := n2.sms[g].state()
+			if sum == w[0] && count == w[1] {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("group %d after restart: sum %d count %d, want %v", g, sum, count, w)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	v, err := n2.h.Propose(context.Background(), 0, u64(5))
+	if err != nil {
+		t.Fatalf("Propose after restart: %v", err)
+	}
+	if v.(uint64) != want[0][0]+5 {
+		t.Fatalf("result %v, want %d", v, want[0][0]+5)
+	}
+}
+
+func TestSnapshotPurgeBoundsLog(t *testing.T) {
+	dir := t.TempDir()
+	cfg := baseConfig(dir)
+	cfg.GroupCount, cfg.ShardCount = 3, 1
+	cfg.SegmentBytes = 16 << 10
+	cfg.SnapshotEntries = 100
+	n := startNode(t, cfg, nil)
+	waitReady(t, n.h)
+
+	payload := make([]byte, 100)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 250 {
+				p := append(u64(uint64(w*1000+i)), payload...)
+				if _, err := n.h.Propose(context.Background(), 0, p); err != nil {
+					t.Errorf("Propose: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Group 1 and 2 are idle: their bootstrap entries must not pin the
+	// first segment forever.
+	logDir := wal.LogDir(dir)
+	eventually(t, "wal purge", func() bool { return dirSize(t, logDir) < 6*cfg.SegmentBytes })
+	snaps, _ := filepath.Glob(filepath.Join(dir, "snapshots", "group-0000", "*.snap"))
+	if len(snaps) > 2 {
+		t.Fatalf("%d snapshot files kept, want at most 2", len(snaps))
+	}
+	sum, count := n.sms[0].state()
+	if count != 2000 {
+		t.Fatalf("applied %d, want 2000", count)
+	}
+	n.stop(t)
+
+	n2 := startNode(t, cfg, nil)
+	waitReady(t, n2.h)
+	eventually(t, "restored state", func() bool {
+		s, c := n2.sms[0].state()
+		return s == sum && c == count
+	})
+	if st := n2.h.Status(0); st.Applied < 2000 || !st.IsLeader || st.LeaderID != 1 {
+		t.Fatalf("status after restart: %+v", st)
+	}
+}
+
+// blockingSM blocks in Apply on a payload of 0xff until released.
+type blockingSM struct {
+	counter
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingSM) Apply(index uint64, data []byte) any {
+	if len(data) == 1 && data[0] == 0xff {
+		b.entered <- struct{}{}
+		<-b.release
+		return nil
+	}
+	return b.counter.Apply(index, data)
+}
+
+func TestFsyncAlwaysOncePerBatch(t *testing.T) {
+	cfs := &countingFS{}
+	cfg := baseConfig(t.TempDir())
+	cfg.GroupCount, cfg.ShardCount = 2, 1
+	cfg.Fsync = FsyncAlways
+	cfg.FS = cfs
+	cfg.TickInterval = time.Hour // no tick-driven writes during the test
+	sm := &blockingSM{entered: make(chan struct{}), release: make(chan struct{})}
+	h, err := New(cfg, func(g uint32) StateMachine {
+		if g == 0 {
+			return sm
+		}
+		return &counter{}
+	}, nil, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	waitReady(t, h)
+
+	// Park the worker inside Apply, queue proposals for both groups, then
+	// let it go: all of them must share one write and one fsync.
+	go func() { _, _ = h.Propose(context.Background(), 0, []byte{0xff}) }()
+	<-sm.entered
+	const n = 50
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if _, err := h.Propose(context.Background(), uint32(i%2), u64(1)); err != nil {
+				t.Errorf("Propose: %v", err)
+			}
+		})
+	}
+	s := h.shards[0]
+	eventually(t, "queued proposals", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.inbox) == n
+	})
+	w0, s0 := cfs.writes.Load(), cfs.syncs.Load()
+	sm.release <- struct{}{}
+	wg.Wait()
+	if got := cfs.syncs.Load() - s0; got != 1 {
+		t.Fatalf("%d fsyncs for one batch of %d proposals, want 1", got, n)
+	}
+	if got := cfs.writes.Load() - w0; got != 1 {
+		t.Fatalf("%d writes for one batch of %d proposals, want 1", got, n)
+	}
+	if err := h.Sync(); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+}
+
+func TestProposeErrors(t *testing.T) {
+	cfg := baseConfig(t.TempDir())
+	n := startNode(t, cfg, nil)
+	waitReady(t, n.h)
+	tests := []struct {
+		name  string
+		group uint32
+		data  []byte
+		want  error
+	}{
+		{"unknown group", 99, u64(1), ErrUnknownGroup},
+		{"empty", 0, nil, ErrEmptyProposal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := n.h.Propose(context.Background(), tt.group, tt.data); !errors.Is(err, tt.want) {
+				t.Fatalf("Propose = %v, want %v", err, tt.want)
+			}
+		})
+	}
+	n.stop(t)
+	if _, err := n.h.Propose(context.Background(), 0, u64(1)); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Propose after stop = %v, want ErrStopped", err)
+	}
+	if err := n.h.Sync(); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Sync after stop = %v, want ErrStopped", err)
+	}
+}
+
+func TestTopologyMismatchRefuses(t *testing.T) {
+	dir := t.TempDir()
+	cfg := baseConfig(dir)
+	n := newNode(t, cfg, nil)
+	if err := n.h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.ShardCount = 3
+	if _, err := New(cfg, func(uint32) StateMachine { return &counter{} }, nil, nil); !errors.Is(err, wal.ErrTopologyMismatch) {
+		t.Fatalf("New = %v, want ErrTopologyMismatch", err)
+	}
+}
+
+func TestFsyncFailureStopsNode(t *testing.T) {
+	cfs := &countingFS{}
+	cfg := baseConfig(t.TempDir())
+	cfg.Fsync = FsyncAlways
+	cfg.FS = cfs
+	h, err := New(cfg, func(uint32) StateMachine { return &counter{} }, nil, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- h.Run(context.Background()) }()
+	waitReady(t, h)
+	cfs.failSync.Store(true)
+	if _, err := h.Propose(context.Background(), 0, u64(1)); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Propose during a failed fsync = %v, want ErrStopped", err)
+	}
+	err = <-done
+	if err == nil || !strings.Contains(err.Error(), "injected fsync failure") {
+		t.Fatalf("Run = %v, want the fsync failure", err)
+	}
+}
+
+// TestNoTickNeeded runs with ticks effectively disabled: a single voter must
+// elect itself, commit and apply, and do so again after a restart, without
+// waiting for any tick.
+func TestNoTickNeeded(t *testing.T) {
+	cfg := baseConfig(t.TempDir())
+	cfg.TickInterval = time.Hour
+	cfg.SnapshotEntries = 3
+	for round := range 3 {
+		n := startNode(t, cfg, nil)
+		waitReady(t, n.h)
+		for g := range uint32(cfg.GroupCount) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			v, err := n.h.Propose(ctx, g, u64(1))
+			cancel()
+			if err != nil {
+				t.Fatalf("round %d group %d: Propose: %v", round, g, err)
+			}
+			if v.(uint64) != uint64(round+1) {
+				t.Fatalf("round %d group %d: sum %v, want %d", round, g, v, round+1)
+			}
+		}
+		n.stop(t)
+	}
+}

@@ -1,0 +1,519 @@
+package multiraft
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ursula/ursula/storage/raftlog"
+	"github.com/ursula/ursula/storage/wal"
+)
+
+type opKind uint8
+
+const (
+	opPropose opKind = iota
+	opStep
+	opReportSnapshot
+	opReportUnreachable
+)
+
+type op struct {
+	kind   opKind
+	g      *group
+	p      *proposal
+	msg    *pb.Message
+	to     uint64
+	failed bool
+}
+
+type result struct {
+	v   any
+	err error
+}
+
+type proposal struct {
+	id   uint64
+	data []byte
+	done chan result
+}
+
+func (p *proposal) finish(v any, err error) { p.done <- result{v: v, err: err} }
+
+// shard is one worker: it owns its groups and its journal.
+type shard struct {
+	id      int
+	h       *Host
+	journal *wal.Journal
+	groups  []*group
+
+	mu     sync.Mutex
+	inbox  []op
+	closed bool
+	wake   chan struct{}
+
+	// worker-only scratch
+	spare   []op
+	readies []groupReady
+	ticks   int
+	// campaigning counts groups still waiting for their membership before
+	// deciding whether to campaign at once.
+	campaigning int
+}
+
+// campaign lets the groups waiting to campaign do so; it reports whether any
+// group's state changed.
+func (s *shard) campaign() bool {
+	changed := false
+	for _, g := range s.groups {
+		if !g.wantCampaign {
+			continue
+		}
+		if g.maybeCampaign(s.h.cfg.NodeID) {
+			changed = true
+		}
+		if !g.wantCampaign {
+			s.campaigning--
+		}
+	}
+	return changed
+}
+
+type groupReady struct {
+	g  *group
+	rd raft.Ready
+}
+
+func (s *shard) enqueue(o op) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrStopped
+	}
+	s.inbox = append(s.inbox, o)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// close refuses further ops and fails the queued proposals.
+func (s *shard) close() {
+	s.mu.Lock()
+	s.closed = true
+	inbox := s.inbox
+	s.inbox = nil
+	s.mu.Unlock()
+	for _, o := range inbox {
+		if o.kind == opPropose {
+			o.p.finish(nil, ErrStopped)
+		}
+	}
+}
+
+func (s *shard) run(ctx context.Context) error {
+	ticker := time.NewTicker(s.h.cfg.TickInterval)
+	defer ticker.Stop()
+	if err := s.processReady(); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+			for _, g := range s.groups {
+				g.rn.Tick()
+			}
+			if err := s.onTick(); err != nil {
+				return err
+			}
+		case <-s.wake:
+		}
+		s.drain()
+		if err := s.processReady(); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *shard) drain() {
+	s.mu.Lock()
+	ops := s.inbox
+	s.inbox = s.spare[:0]
+	s.mu.Unlock()
+	for i := range ops {
+		o := &ops[i]
+		g := o.g
+		switch o.kind {
+		case opPropose:
+			if !g.isLeader {
+				o.p.finish(nil, &NotLeaderError{LeaderID: g.leader})
+				break
+			}
+			if err := g.rn.Propose(o.p.data); err != nil {
+				o.p.finish(nil, fmt.Errorf("%w: %v", ErrProposalDropped, err))
+				break
+			}
+			g.pending[o.p.id] = o.p
+		case opStep:
+			if err := g.rn.Step(o.msg); err != nil {
+				g.logger.Debug("dropped raft message", "type", o.msg.GetType().String(), "from", o.msg.GetFrom(), "err", err)
+			}
+		case opReportSnapshot:
+			st := raft.SnapshotFinish
+			if o.failed {
+				st = raft.SnapshotFailure
+			}
+			g.rn.ReportSnapshot(o.to, st)
+		case opReportUnreachable:
+			g.rn.ReportUnreachable(o.to)
+		}
+		*o = op{}
+	}
+	s.spare = ops[:0]
+}
+
+func hasConfChange(ents []*pb.Entry) bool {
+	for _, e := range ents {
+		if t := e.GetType(); t == pb.EntryConfChange || t == pb.EntryConfChangeV2 {
+			return true
+		}
+	}
+	return false
+}
+
+// processReady handles Readies until no group of the shard has one.
+func (s *shard) processReady() error {
+	h := s.h
+	always := h.cfg.Fsync == FsyncAlways
+	for {
+		s.readies = s.readies[:0]
+		for _, g := range s.groups {
+			if g.rn.HasReady() {
+				s.readies = append(s.readies, groupReady{g: g, rd: g.rn.Ready()})
+			}
+		}
+		if len(s.readies) == 0 {
+			if s.campaigning == 0 || !s.campaign() {
+				return nil
+			}
+			continue
+		}
+		// 1. Persist every group's snapshot, entries and hard state: one
+		// write, at most one fsync.
+		write, sync := false, false
+		for i := range s.readies {
+			g, rd := s.readies[i].g, &s.readies[i].rd
+			if !raft.IsEmptySnap(rd.Snapshot) {
+				if err := h.snaps.Save(g.id, rd.Snapshot); err != nil {
+					return fmt.Errorf("multiraft: group %d: persist received snapshot: %w", g.id, err)
+				}
+				md := rd.Snapshot.GetMetadata()
+				s.journal.SetSnapshot(g.id, wal.SnapshotMarker{
+					Index: md.GetIndex(), Term: md.GetTerm(), ConfState: md.GetConfState(), Discard: true,
+				})
+				write, sync = true, true
+			}
+			if len(rd.Entries) > 0 {
+				s.journal.AppendEntries(g.id, rd.Entries)
+				if hasConfChange(rd.Entries) {
+					sync = true
+				}
+			}
+			if rd.HardState != nil {
+				s.journal.SetHardState(g.id, rd.HardState)
+			}
+			if rd.MustSync {
+				write = true
+				if always {
+					sync = true
+				}
+			}
+		}
+		if write {
+			if err := s.journal.Flush(sync); err != nil {
+				return fmt.Errorf("multiraft: shard %d: %w", s.id, err)
+			}
+		}
+		for i := range s.readies {
+			if rd := &s.readies[i].rd; !raft.IsEmptySnap(rd.Snapshot) {
+				g := s.readies[i].g
+				if err := h.snaps.Retain(g.id, rd.Snapshot.GetMetadata().GetIndex()); err != nil {
+					g.logger.Warn("cannot remove old snapshots", "err", err)
+				}
+			}
+		}
+		// 2. Update the raft storages, then send.
+		for i := range s.readies {
+			g, rd := s.readies[i].g, &s.readies[i].rd
+			if !raft.IsEmptySnap(rd.Snapshot) {
+				g.st.ApplySnapshot(rd.Snapshot.GetMetadata())
+			}
+			if err := g.st.Append(rd.Entries); err != nil {
+				return fmt.Errorf("multiraft: %w", err)
+			}
+			if rd.HardState != nil {
+				g.st.SetHardState(rd.HardState)
+			}
+			if len(rd.Messages) > 0 {
+				h.tr.Send(g.id, rd.Messages)
+			}
+		}
+		// 3. Apply, then Advance.
+		for i := range s.readies {
+			g, rd := s.readies[i].g, &s.readies[i].rd
+			if err := g.apply(rd); err != nil {
+				return err
+			}
+			g.rn.Advance(*rd)
+			if g.sinceSnapEntries >= h.cfg.SnapshotEntries || g.sinceSnapBytes >= h.cfg.SnapshotBytes {
+				if err := s.snapshot(g); err != nil {
+					return err
+				}
+			}
+			g.updateStatus()
+			s.readies[i] = groupReady{}
+		}
+	}
+}
+
+// onTick flushes buffered commit-only hard states and keeps the journal
+// bounded.
+func (s *shard) onTick() error {
+	if s.journal.Buffered() > 0 {
+		if err := s.journal.Flush(false); err != nil {
+			return fmt.Errorf("multiraft: shard %d: %w", s.id, err)
+		}
+	}
+	s.ticks++
+	if s.ticks%10 != 0 {
+		return nil
+	}
+	if s.journal.Segments() > s.h.cfg.MaxSegments {
+		pins := s.journal.Pinning()
+		groups := make([]uint32, 0, len(pins))
+		for id := range pins {
+			groups = append(groups, id)
+		}
+		slices.Sort(groups)
+		for _, id := range groups {
+			g := s.h.groups[id]
+			if g.applied > g.snapIndex {
+				g.logger.Debug("snapshotting group pinning an old wal segment", "applied", g.applied, "pinned_index", pins[id])
+				if err := s.snapshot(g); err != nil {
+					return err
+				}
+				g.updateStatus()
+			}
+		}
+	}
+	return s.purge()
+}
+
+func (s *shard) purge() error {
+	if s.journal.Segments() < 2 {
+		return nil
+	}
+	if _, err := s.journal.Purge(); err != nil {
+		return fmt.Errorf("multiraft: shard %d: purge: %w", s.id, err)
+	}
+	return nil
+}
+
+// snapshot takes a state-machine snapshot of g at its applied index, makes it
+// durable, compacts the log and purges the journal.
+func (s *shard) snapshot(g *group) error {
+	index := g.applied
+	if index <= g.snapIndex {
+		return nil
+	}
+	data, err := g.sm.Snapshot()
+	if err != nil {
+		g.logger.Error("state machine snapshot failed", "index", index, "err", err)
+		g.sinceSnapEntries, g.sinceSnapBytes = 0, 0
+		return nil
+	}
+	term, err := g.st.Term(index)
+	if err != nil {
+		return fmt.Errorf("multiraft: group %d: snapshot term at %d: %w", g.id, index, err)
+	}
+	cs := proto.Clone(g.cs).(*pb.ConfState)
+	snap := &pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{Index: new(index), Term: new(term), ConfState: cs}}
+	if err := s.h.snaps.Save(g.id, snap); err != nil {
+		return fmt.Errorf("multiraft: group %d: %w", g.id, err)
+	}
+	s.journal.SetSnapshot(g.id, wal.SnapshotMarker{Index: index, Term: term, ConfState: cs})
+	if err := s.journal.Flush(true); err != nil {
+		return fmt.Errorf("multiraft: shard %d: %w", s.id, err)
+	}
+	if err := g.st.Compact(index, cs); err != nil {
+		return fmt.Errorf("multiraft: %w", err)
+	}
+	if err := s.h.snaps.Retain(g.id, index); err != nil {
+		g.logger.Warn("cannot remove old snapshots", "err", err)
+	}
+	g.snapIndex = index
+	g.sinceSnapEntries, g.sinceSnapBytes = 0, 0
+	g.logger.Debug("took snapshot", "index", index, "term", term, "bytes", len(data))
+	return s.purge()
+}
+
+// group is one Raft group; all fields but status are owned by the shard
+// worker.
+type group struct {
+	id     uint32
+	shard  *shard
+	rn     *raft.RawNode
+	st     *raftlog.Storage
+	sm     StateMachine
+	logger *slog.Logger
+
+	cs               *pb.ConfState
+	applied          uint64
+	snapIndex        uint64
+	sinceSnapEntries uint64
+	sinceSnapBytes   uint64
+	isLeader         bool
+	leader           uint64
+	wantCampaign     bool
+	pending          map[uint64]*proposal
+
+	statusMu sync.Mutex
+	status   GroupStatus
+}
+
+func (g *group) apply(rd *raft.Ready) error {
+	h := g.shard.h
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		md := rd.Snapshot.GetMetadata()
+		if err := g.sm.Restore(rd.Snapshot.GetData()); err != nil {
+			return fmt.Errorf("%w: group %d: restore snapshot %d: %v", ErrApply, g.id, md.GetIndex(), err)
+		}
+		g.cs = pb.EnsureConfState(proto.Clone(md.GetConfState()).(*pb.ConfState))
+		g.applied = md.GetIndex()
+		g.snapIndex = md.GetIndex()
+		g.sinceSnapEntries, g.sinceSnapBytes = 0, 0
+		g.logger.Debug("restored snapshot from leader", "index", md.GetIndex())
+	}
+	for _, e := range rd.CommittedEntries {
+		idx := e.GetIndex()
+		if idx <= g.applied {
+			continue
+		}
+		switch e.GetType() {
+		case pb.EntryNormal:
+			data := e.GetData()
+			if len(data) == 0 {
+				break
+			}
+			if len(data) <= headerSize || data[0] != 1 {
+				return fmt.Errorf("%w: group %d: entry %d has no proposal header", ErrApply, g.id, idx)
+			}
+			v := g.sm.Apply(idx, data[headerSize:])
+			if binary.LittleEndian.Uint64(data[1:]) == h.cfg.NodeID {
+				id := binary.LittleEndian.Uint64(data[9:])
+				if p := g.pending[id]; p != nil {
+					delete(g.pending, id)
+					p.finish(v, nil)
+				}
+			}
+			g.sinceSnapBytes += uint64(len(data))
+		case pb.EntryConfChange:
+			var cc pb.ConfChange
+			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+				return fmt.Errorf("%w: group %d: entry %d: decode conf change: %v", ErrApply, g.id, idx, err)
+			}
+			g.cs = g.rn.ApplyConfChange(&cc)
+		case pb.EntryConfChangeV2:
+			var cc pb.ConfChangeV2
+			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+				return fmt.Errorf("%w: group %d: entry %d: decode conf change: %v", ErrApply, g.id, idx, err)
+			}
+			g.cs = g.rn.ApplyConfChange(&cc)
+		}
+		g.applied = idx
+		g.sinceSnapEntries++
+	}
+	if rd.SoftState != nil {
+		was := g.isLeader
+		g.isLeader = rd.SoftState.RaftState == raft.StateLeader
+		g.leader = rd.SoftState.Lead
+		if was && !g.isLeader {
+			g.failPending(ErrOutcomeUnknown)
+		}
+	}
+	return nil
+}
+
+func (g *group) failPending(err error) {
+	for id, p := range g.pending {
+		delete(g.pending, id)
+		p.finish(nil, err)
+	}
+}
+
+// maybeCampaign makes a group whose only voter is this node campaign at once
+// (instead of waiting for an election timeout) once its membership is applied.
+// It clears wantCampaign once decided and reports whether it campaigned.
+func (g *group) maybeCampaign(self uint64) bool {
+	bs := g.rn.BasicStatus()
+	voters := g.cs.GetVoters()
+	if len(voters) == 0 || bs.Applied < bs.GetCommit() {
+		return false // membership not applied yet
+	}
+	g.wantCampaign = false
+	if len(voters) != 1 || voters[0] != self || len(g.cs.GetVotersOutgoing()) != 0 || bs.RaftState == raft.StateLeader {
+		return false
+	}
+	if err := g.rn.Campaign(); err != nil {
+		g.logger.Warn("campaign failed", "err", err)
+		return false
+	}
+	return true
+}
+
+func (g *group) updateStatus() {
+	bs := g.rn.BasicStatus()
+	g.statusMu.Lock()
+	defer g.statusMu.Unlock()
+	st := &g.status
+	st.GroupID = g.id
+	st.LeaderID = bs.Lead
+	st.Term = bs.GetTerm()
+	st.Commit = bs.GetCommit()
+	st.Applied = g.applied
+	st.IsLeader = bs.RaftState == raft.StateLeader
+	st.SnapshotIndex = g.snapIndex
+	if !slices.Equal(st.Voters, g.cs.GetVoters()) {
+		st.Voters = slices.Clone(g.cs.GetVoters())
+	}
+	if !slices.Equal(st.Learners, g.cs.GetLearners()) {
+		st.Learners = slices.Clone(g.cs.GetLearners())
+	}
+}
+
+func (g *group) getStatus() GroupStatus {
+	g.statusMu.Lock()
+	defer g.statusMu.Unlock()
+	st := g.status
+	st.Voters = slices.Clone(st.Voters)
+	st.Learners = slices.Clone(st.Learners)
+	return st
+}
+
+func (g *group) leaderID() uint64 {
+	g.statusMu.Lock()
+	defer g.statusMu.Unlock()
+	return g.status.LeaderID
+}

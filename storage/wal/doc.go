@@ -1,0 +1,101 @@
+// Package wal is the per-shard segmented journal of the Raft groups hosted by
+// a node.
+//
+// Each shard worker owns one Journal. All groups of the shard (group mod S ==
+// shard) write their log entries, hard states and snapshot markers into the
+// same journal, and the worker issues one write (and, when durability is
+// required, one fsync) per batch across all of its groups: group commit.
+//
+// # Directory layout
+//
+//	<dir>/raft-log/topology.bin
+//	<dir>/raft-log/shard-%03d/%016d.wal    segment files, numbered by sequence
+//
+// # Byte order and integers
+//
+// All integers are little-endian and fixed width: u8, u32, u64. CRCs are
+// CRC-32C (Castagnoli polynomial), as computed by hash/crc32 with
+// crc32.MakeTable(crc32.Castagnoli).
+//
+// # topology.bin
+//
+// 24 bytes:
+//
+//	[0:8]   magic "URSTOPO\x00"
+//	[8:12]  u32 format epoch (currently 1)
+//	[12:16] u32 group count G
+//	[16:20] u32 shard count S
+//	[20:24] u32 CRC-32C of bytes [0:20]
+//
+// It is written once when the WAL directory is created (write to
+// topology.bin.tmp, fsync, rename, fsync directory). A node refuses to start
+// when the file is damaged or when G or S differ from its configuration,
+// because group placement (shard = group mod S) is baked into the segments.
+//
+// # Segments and frames
+//
+// A segment is a sequence of frames:
+//
+//	u32 payload length N (the type byte is not counted)
+//	u32 CRC-32C over the type byte followed by the N payload bytes
+//	u8  record type
+//	N bytes payload
+//
+// Segments are read in ascending sequence order. The last segment is the
+// active one; all others are sealed. Every segment begins with a checkpoint
+// record. A new segment is started when the active one reaches the configured
+// size (default 64 MiB) and on every open.
+//
+// Record types and payloads:
+//
+//	1 checkpoint:
+//	    u32 format epoch (1), u32 shard id, u64 segment sequence,
+//	    u32 count, then count times:
+//	        u32 group id, u64 term, u64 vote, u64 commit,
+//	        u64 snapshot index, u64 snapshot term, confstate
+//	  The shard id and sequence must match the segment's directory and file
+//	  name. The hard state and latest snapshot marker of every group of the shard
+//	  that has any, as of the moment the segment was created. It lets older
+//	  segments be deleted without losing any group's hard state.
+//	2 entries:
+//	    u32 group id, u32 count, then count times:
+//	        u64 index, u64 term, u8 entry type (raftpb.EntryType),
+//	        u32 data length L, L bytes data
+//	  Entries of one group with consecutive indexes. An entry whose index is
+//	  at or below the group's last entry replaces that entry and everything
+//	  after it (Raft log truncation).
+//	3 hard state:
+//	    u32 group id, u64 term, u64 vote, u64 commit
+//	4 snapshot marker:
+//	    u32 group id, u8 flags, u64 index, u64 term, confstate
+//	  A state-machine snapshot of the group at (index, term) was stored
+//	  durably (see package raftlog). Entries at or below index are no longer
+//	  needed. Flag bit 0 ("discard") means the snapshot was received from a
+//	  leader and replaces the whole log: every entry of the group recorded
+//	  before the marker is dropped.
+//
+// confstate is: u8 auto_leave (0 or 1), then four lists in this order:
+// voters, learners, voters_outgoing, learners_next; each list is u32 count
+// followed by count u64 node ids.
+//
+// # Recovery
+//
+// Recovery replays the frames of all segments in order, keeping for each
+// group the latest hard state, the latest snapshot marker and the entries
+// above that marker. The checkpoint at the start of a segment sets the hard
+// state and snapshot marker of the groups it lists.
+//
+// In the active segment, a frame that is incomplete at the end of the file
+// (and not followed by any intact frame), a final frame whose CRC does not
+// match, or a damaged frame followed only by zero bytes is a torn write: the
+// file is truncated at the start of that frame and recovery goes on. Any other damage (a bad frame in a sealed segment, or a
+// bad frame followed by more data in the active segment, or a record that does
+// not decode) refuses to start, with an error naming the file and the byte
+// offset of the bad frame.
+//
+// # Purge
+//
+// A sealed segment may be deleted once, for every group, all the entries it
+// holds are at or below that group's latest snapshot index. Only the oldest
+// segments are deleted (the remaining segments stay contiguous).
+package wal

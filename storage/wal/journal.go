@@ -1,0 +1,586 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+var (
+	// ErrClosed is returned by a closed journal.
+	ErrClosed = errors.New("wal: closed")
+	// ErrMissingEntries reports a hole in a group's recovered log.
+	ErrMissingEntries = errors.New("wal: missing entries")
+)
+
+// DefaultSegmentBytes is the default segment size at which the journal rolls
+// over to a new segment.
+const DefaultSegmentBytes = 64 << 20
+
+// Options configures a Journal.
+type Options struct {
+	// FS is the file system; nil means OSFS.
+	FS FS
+	// LogDir is the raft-log directory (see LogDir).
+	LogDir string
+	// Shard is the shard id; the journal lives in LogDir/shard-%03d.
+	Shard int
+	// SegmentBytes is the rollover size; 0 means DefaultSegmentBytes.
+	SegmentBytes int64
+	// Logger receives recovery and rollover events; nil discards.
+	Logger *slog.Logger
+}
+
+// GroupState is what recovery found for one group.
+type GroupState struct {
+	// HardState is the latest hard state, nil if none was recorded.
+	HardState *pb.HardState
+	// Snapshot is the latest snapshot marker; Index 0 if none.
+	Snapshot SnapshotMarker
+	// Entries are the entries above Snapshot.Index, consecutive.
+	Entries []*pb.Entry
+}
+
+type segment struct {
+	seq  uint64
+	path string
+	size int64
+	// maxIndex is, per group, the highest entry index written to the segment.
+	maxIndex map[uint32]uint64
+}
+
+type groupMeta struct {
+	hs   *pb.HardState
+	snap SnapshotMarker
+}
+
+// Journal is one shard's segmented journal. Its methods are safe for
+// concurrent use, but frames are written in the order of the calls, so a
+// batch should be produced by one goroutine (the shard worker).
+type Journal struct {
+	mu       sync.Mutex
+	fs       FS
+	dir      string
+	shard    int
+	segBytes int64
+	logger   *slog.Logger
+
+	segs     []*segment // the last one is active
+	f        File
+	buf      []byte
+	unsynced bool
+	meta     map[uint32]*groupMeta
+	err      error // sticky: a failed write or fsync is never retried
+	closed   bool
+}
+
+// OpenJournal recovers the journal of a shard and starts a new active
+// segment. It returns the recovered state of every group found.
+func OpenJournal(opts Options) (*Journal, map[uint32]*GroupState, error) {
+	if opts.FS == nil {
+		opts.FS = OSFS{}
+	}
+	if opts.SegmentBytes <= 0 {
+		opts.SegmentBytes = DefaultSegmentBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	j := &Journal{
+		fs:       opts.FS,
+		dir:      filepath.Join(opts.LogDir, fmt.Sprintf("shard-%03d", opts.Shard)),
+		shard:    opts.Shard,
+		segBytes: opts.SegmentBytes,
+		logger:   opts.Logger.With("shard_id", opts.Shard),
+		meta:     make(map[uint32]*groupMeta),
+	}
+	if err := j.fs.MkdirAll(j.dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("wal: create %s: %w", j.dir, err)
+	}
+	states, err := j.recover()
+	if err != nil {
+		return nil, nil, err
+	}
+	for g, st := range states {
+		j.meta[g] = &groupMeta{hs: st.HardState, snap: st.Snapshot}
+	}
+	if err := j.startSegment(); err != nil {
+		return nil, nil, err
+	}
+	return j, states, nil
+}
+
+func (j *Journal) listSegments() ([]*segment, error) {
+	des, err := j.fs.ReadDir(j.dir)
+	if err != nil {
+		return nil, fmt.Errorf("wal: list %s: %w", j.dir, err)
+	}
+	var segs []*segment
+	for _, de := range des {
+		name := de.Name()
+		if de.IsDir() || !strings.HasSuffix(name, ".wal") {
+			continue
+		}
+		seq, err := strconv.ParseUint(strings.TrimSuffix(name, ".wal"), 10, 64)
+		if err != nil {
+			continue
+		}
+		segs = append(segs, &segment{seq: seq, path: filepath.Join(j.dir, name), maxIndex: map[uint32]uint64{}})
+	}
+	slices.SortFunc(segs, func(a, b *segment) int {
+		switch {
+		case a.seq < b.seq:
+			return -1
+		case a.seq > b.seq:
+			return 1
+		}
+		return 0
+	})
+	return segs, nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// validFrameAfter reports whether a valid frame of a known type starts
+// anywhere at or after from: a damaged length field that runs past the end of
+// the file must not hide intact frames behind it.
+func validFrameAfter(data []byte, from int) bool {
+	for p := from; p+frameHeaderSize <= len(data); p++ {
+		size := int(binary.LittleEndian.Uint32(data[p:]))
+		typ := data[p+8]
+		if typ < RecordCheckpoint || typ > RecordSnapshot || size > len(data)-p-frameHeaderSize {
+			continue
+		}
+		if _, _, _, err := DecodeFrame(data[p:]); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (j *Journal) recover() (map[uint32]*GroupState, error) {
+	segs, err := j.listSegments()
+	if err != nil {
+		return nil, err
+	}
+	states := make(map[uint32]*GroupState)
+	state := func(g uint32) *GroupState {
+		st := states[g]
+		if st == nil {
+			st = &GroupState{}
+			states[g] = st
+		}
+		return st
+	}
+	for i, seg := range segs {
+		data, err := ReadFile(j.fs, seg.path)
+		if err != nil {
+			return nil, fmt.Errorf("wal: read %s: %w", seg.path, err)
+		}
+		active := i == len(segs)-1
+		off := 0
+		for off < len(data) {
+			typ, payload, n, err := DecodeFrame(data[off:])
+			if err != nil {
+				torn := active && ((errors.Is(err, errShortFrame) && !validFrameAfter(data, off+1)) ||
+					(errors.Is(err, errFrameCRC) && allZero(data[off+n:])))
+				if !torn {
+					return nil, fmt.Errorf("%w: %s at offset %d: %v", ErrCorrupt, seg.path, off, err)
+				}
+				j.logger.Warn("cutting torn write at end of wal", "file", seg.path, "offset", off, "cut_bytes", len(data)-off)
+				if err := j.truncate(seg.path, int64(off)); err != nil {
+					return nil, err
+				}
+				data = data[:off]
+				break
+			}
+			rec, err := DecodeRecord(typ, payload)
+			if err == nil {
+				err = applyRecord(j.shard, seg, off, rec, state)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s at offset %d: %v", ErrCorrupt, seg.path, off, err)
+			}
+			off += n
+		}
+		seg.size = int64(len(data))
+	}
+	for g, st := range states {
+		snap := st.Snapshot.Index
+		k := 0
+		for k < len(st.Entries) && st.Entries[k].GetIndex() <= snap {
+			k++
+		}
+		st.Entries = st.Entries[k:]
+		if len(st.Entries) > 0 && st.Entries[0].GetIndex() != snap+1 {
+			return nil, fmt.Errorf("%w: group %d in %s: snapshot index %d but first entry %d",
+				ErrMissingEntries, g, j.dir, snap, st.Entries[0].GetIndex())
+		}
+	}
+	j.segs = segs
+	return states, nil
+}
+
+func (j *Journal) truncate(path string, size int64) error {
+	f, err := j.fs.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("wal: open %s: %w", path, err)
+	}
+	if err := f.Truncate(size); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("wal: truncate %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("wal: sync %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+func applyRecord(shard int, seg *segment, off int, rec Record, state func(uint32) *GroupState) error {
+	if off == 0 && rec.Type != RecordCheckpoint {
+		return fmt.Errorf("segment starts with record type %d, want checkpoint", rec.Type)
+	}
+	switch rec.Type {
+	case RecordCheckpoint:
+		if int(rec.Shard) != shard || rec.Seq != seg.seq {
+			return fmt.Errorf("checkpoint of shard %d segment %d in shard %d segment %d", rec.Shard, rec.Seq, shard, seg.seq)
+		}
+		for _, cg := range rec.Checkpoint {
+			st := state(cg.Group)
+			st.HardState = cg.HardState
+			setSnapshot(st, cg.Snapshot)
+		}
+	case RecordEntries:
+		if len(rec.Entries) == 0 {
+			return nil
+		}
+		st := state(rec.Group)
+		appendRecovered(st, rec.Entries)
+		last := rec.Entries[len(rec.Entries)-1].GetIndex()
+		if last > seg.maxIndex[rec.Group] {
+			seg.maxIndex[rec.Group] = last
+		}
+	case RecordHardState:
+		state(rec.Group).HardState = rec.HardState
+	case RecordSnapshot:
+		setSnapshot(state(rec.Group), rec.Snapshot)
+	}
+	return nil
+}
+
+func setSnapshot(st *GroupState, m SnapshotMarker) {
+	st.Snapshot = m
+	if m.Discard {
+		st.Entries = nil
+		st.Snapshot.Discard = false
+		return
+	}
+	k := 0
+	for k < len(st.Entries) && st.Entries[k].GetIndex() <= m.Index {
+		k++
+	}
+	st.Entries = st.Entries[k:]
+}
+
+func appendRecovered(st *GroupState, ents []*pb.Entry) {
+	if n := len(st.Entries); n > 0 {
+		first := st.Entries[0].GetIndex()
+		last := st.Entries[n-1].GetIndex()
+		at := ents[0].GetIndex()
+		switch {
+		case at <= first:
+			st.Entries = nil
+		case at <= last:
+			st.Entries = st.Entries[:at-first]
+		case at > last+1:
+			// A gap: the entries before it were purged with a segment and
+			// must be covered by a later snapshot marker (checked at the end).
+			st.Entries = nil
+		}
+	}
+	st.Entries = append(st.Entries, ents...)
+}
+
+// startSegment seals the active segment (if any) and starts a new one that
+// begins with a checkpoint. Called with j.mu held or during open.
+func (j *Journal) startSegment() error {
+	var seq uint64 = 1
+	if n := len(j.segs); n > 0 {
+		last := j.segs[n-1]
+		seq = last.seq + 1
+		if j.f != nil {
+			if err := j.f.Sync(); err != nil {
+				return fmt.Errorf("wal: sync %s: %w", last.path, err)
+			}
+			if err := j.f.Close(); err != nil {
+				return fmt.Errorf("wal: close %s: %w", last.path, err)
+			}
+			j.f = nil
+		} else if last.size == 0 {
+			// An empty segment left by a crash during rollover.
+			if err := j.fs.Remove(last.path); err != nil {
+				return fmt.Errorf("wal: remove empty %s: %w", last.path, err)
+			}
+			j.segs = j.segs[:n-1]
+		}
+	}
+	seg := &segment{seq: seq, path: filepath.Join(j.dir, fmt.Sprintf("%016d.wal", seq)), maxIndex: map[uint32]uint64{}}
+	f, err := j.fs.OpenFile(seg.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("wal: create %s: %w", seg.path, err)
+	}
+	cp := j.appendCheckpoint(nil, seq)
+	if _, err := f.Write(cp); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("wal: write %s: %w", seg.path, err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("wal: sync %s: %w", seg.path, err)
+	}
+	if err := SyncDir(j.fs, j.dir); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("wal: %w", err)
+	}
+	seg.size = int64(len(cp))
+	j.segs = append(j.segs, seg)
+	j.f = f
+	j.unsynced = false
+	j.logger.Debug("started wal segment", "file", seg.path)
+	return nil
+}
+
+func (j *Journal) appendCheckpoint(b []byte, seq uint64) []byte {
+	groups := make([]uint32, 0, len(j.meta))
+	for g := range j.meta {
+		groups = append(groups, g)
+	}
+	slices.Sort(groups)
+	return appendFrame(b, RecordCheckpoint, func(b []byte) []byte {
+		b = putU32(b, FormatEpoch)
+		b = putU32(b, uint32(j.shard))
+		b = putU64(b, seq)
+		b = putU32(b, uint32(len(groups)))
+		for _, g := range groups {
+			m := j.meta[g]
+			b = putU32(b, g)
+			b = appendHardState(b, m.hs)
+			b = putU64(b, m.snap.Index)
+			b = putU64(b, m.snap.Term)
+			b = appendConfState(b, m.snap.ConfState)
+		}
+		return b
+	})
+}
+
+func (j *Journal) groupMeta(g uint32) *groupMeta {
+	m := j.meta[g]
+	if m == nil {
+		m = &groupMeta{}
+		j.meta[g] = m
+	}
+	return m
+}
+
+// AppendEntries buffers a frame with entries of a group. Entries must be
+// consecutive; an index at or below the group's last entry truncates the log.
+func (j *Journal) AppendEntries(group uint32, ents []*pb.Entry) {
+	if len(ents) == 0 {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.groupMeta(group)
+	j.buf = appendFrame(j.buf, RecordEntries, func(b []byte) []byte { return appendEntries(b, group, ents) })
+	seg := j.segs[len(j.segs)-1]
+	if last := ents[len(ents)-1].GetIndex(); last > seg.maxIndex[group] {
+		seg.maxIndex[group] = last
+	}
+}
+
+// SetHardState buffers a frame with a group's hard state.
+func (j *Journal) SetHardState(group uint32, hs *pb.HardState) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.groupMeta(group).hs = &pb.HardState{Term: new(hs.GetTerm()), Vote: new(hs.GetVote()), Commit: new(hs.GetCommit())}
+	j.buf = appendFrame(j.buf, RecordHardState, func(b []byte) []byte {
+		return appendHardState(putU32(b, group), hs)
+	})
+}
+
+// SetSnapshot buffers a frame with a group's snapshot marker. The snapshot
+// itself must already be durable.
+func (j *Journal) SetSnapshot(group uint32, m SnapshotMarker) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	stored := m
+	stored.Discard = false
+	j.groupMeta(group).snap = stored
+	j.buf = appendFrame(j.buf, RecordSnapshot, func(b []byte) []byte {
+		b = putU32(b, group)
+		var flags byte
+		if m.Discard {
+			flags |= snapshotFlagDiscard
+		}
+		b = append(b, flags)
+		b = putU64(b, m.Index)
+		b = putU64(b, m.Term)
+		return appendConfState(b, m.ConfState)
+	})
+}
+
+// Buffered returns the number of bytes buffered but not yet written.
+func (j *Journal) Buffered() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.buf)
+}
+
+// Flush writes all buffered frames in one write and, if sync is set, fsyncs
+// the active segment once. It rolls over to a new segment when the active one
+// is full. A failure is permanent: every later call returns it.
+func (j *Journal) Flush(sync bool) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.flushLocked(sync)
+}
+
+func (j *Journal) flushLocked(sync bool) error {
+	if j.closed {
+		return ErrClosed
+	}
+	if j.err != nil {
+		return j.err
+	}
+	seg := j.segs[len(j.segs)-1]
+	if len(j.buf) > 0 {
+		if _, err := j.f.Write(j.buf); err != nil {
+			j.err = fmt.Errorf("wal: write %s: %w", seg.path, err)
+			return j.err
+		}
+		seg.size += int64(len(j.buf))
+		j.unsynced = true
+		if cap(j.buf) > 4<<20 {
+			j.buf = nil
+		} else {
+			j.buf = j.buf[:0]
+		}
+	}
+	if sync && j.unsynced {
+		if err := j.f.Sync(); err != nil {
+			j.err = fmt.Errorf("wal: sync %s: %w", seg.path, err)
+			return j.err
+		}
+		j.unsynced = false
+	}
+	if seg.size >= j.segBytes {
+		if err := j.startSegment(); err != nil {
+			j.err = err
+			return err
+		}
+	}
+	return nil
+}
+
+// Sync writes buffered frames and fsyncs the active segment.
+func (j *Journal) Sync() error { return j.Flush(true) }
+
+// Close flushes, fsyncs and closes the journal. It is idempotent.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return nil
+	}
+	err := j.flushLocked(true)
+	j.closed = true
+	if j.f != nil {
+		if cerr := j.f.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("wal: close: %w", cerr)
+		}
+		j.f = nil
+	}
+	return err
+}
+
+// Segments returns the number of segment files.
+func (j *Journal) Segments() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.segs)
+}
+
+// Pinning returns, for the oldest sealed segment, the groups whose entries in
+// it are above their snapshot index, with the highest such index: a snapshot
+// of each of these groups at or above that index lets the segment go. It
+// returns nil when there is no sealed segment.
+func (j *Journal) Pinning() map[uint32]uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if len(j.segs) < 2 {
+		return nil
+	}
+	out := map[uint32]uint64{}
+	for g, max := range j.segs[0].maxIndex {
+		if m := j.meta[g]; m == nil || max > m.snap.Index {
+			out[g] = max
+		}
+	}
+	return out
+}
+
+// Purge deletes the oldest sealed segments whose entries are all at or below
+// their groups' snapshot index. It first makes the active segment durable, so
+// the snapshot markers that allow the deletion are on disk. It returns the
+// number of segments deleted.
+func (j *Journal) Purge() (int, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	n := 0
+	for len(j.segs) > 1 && j.purgeable(j.segs[0]) {
+		if n == 0 {
+			if err := j.flushLocked(true); err != nil {
+				return 0, err
+			}
+		}
+		if err := j.fs.Remove(j.segs[0].path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return n, fmt.Errorf("wal: remove %s: %w", j.segs[0].path, err)
+		}
+		j.logger.Debug("purged wal segment", "file", j.segs[0].path)
+		j.segs = j.segs[1:]
+		n++
+	}
+	if n > 0 {
+		if err := SyncDir(j.fs, j.dir); err != nil {
+			return n, fmt.Errorf("wal: %w", err)
+		}
+	}
+	return n, nil
+}
+
+func (j *Journal) purgeable(s *segment) bool {
+	for g, max := range s.maxIndex {
+		if m := j.meta[g]; m == nil || max > m.snap.Index {
+			return false
+		}
+	}
+	return true
+}

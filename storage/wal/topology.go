@@ -1,0 +1,66 @@
+package wal
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"path/filepath"
+)
+
+// ErrTopologyMismatch reports that the configured group or shard count differs
+// from the one bound to the WAL.
+var ErrTopologyMismatch = errors.New("wal: topology mismatch")
+
+const (
+	topologyFile = "topology.bin"
+	topologySize = 24
+)
+
+var topologyMagic = []byte("URSTOPO\x00")
+
+// LogDir returns the journal directory under a node's data directory.
+func LogDir(dataDir string) string { return filepath.Join(dataDir, "raft-log") }
+
+// CheckTopology binds groups and shards to the WAL in logDir: it creates
+// topology.bin if the directory holds none, and otherwise refuses a different
+// group or shard count.
+func CheckTopology(fsys FS, logDir string, groups, shards int) error {
+	if err := fsys.MkdirAll(logDir, 0o755); err != nil {
+		return fmt.Errorf("wal: create %s: %w", logDir, err)
+	}
+	path := filepath.Join(logDir, topologyFile)
+	b, err := ReadFile(fsys, path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		buf := make([]byte, 0, topologySize)
+		buf = append(buf, topologyMagic...)
+		buf = binary.LittleEndian.AppendUint32(buf, FormatEpoch)
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(groups))
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(shards))
+		buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(buf, crcTable))
+		if err := WriteFileAtomic(fsys, logDir, path, buf); err != nil {
+			return fmt.Errorf("wal: write topology: %w", err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("wal: read topology: %w", err)
+	}
+	if len(b) != topologySize || !bytes.Equal(b[:8], topologyMagic) ||
+		crc32.Checksum(b[:20], crcTable) != binary.LittleEndian.Uint32(b[20:]) {
+		return fmt.Errorf("%w: %s is damaged", ErrCorrupt, path)
+	}
+	epoch := binary.LittleEndian.Uint32(b[8:])
+	g := binary.LittleEndian.Uint32(b[12:])
+	s := binary.LittleEndian.Uint32(b[16:])
+	if epoch != FormatEpoch {
+		return fmt.Errorf("%w: %s has format epoch %d, this build reads %d", ErrTopologyMismatch, path, epoch, FormatEpoch)
+	}
+	if int(g) != groups || int(s) != shards {
+		return fmt.Errorf("%w: %s binds group_count=%d shard_count=%d but the configuration has group_count=%d shard_count=%d; "+
+			"start with the original counts or use a new data directory", ErrTopologyMismatch, path, g, s, groups, shards)
+	}
+	return nil
+}
