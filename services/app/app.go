@@ -115,7 +115,11 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 
 	var gwErr error
 	if cfg.Target != TargetNode {
-		gwErr = runGateway(ctx, cfg, logger)
+		var local streamv1.StreamServiceClient
+		if srv != nil && cfg.Upstream.InProcess && cfg.Upstream.NodeAddr == "" {
+			local = srv.LocalClient()
+		}
+		gwErr = runGateway(ctx, cfg, local, logger)
 	} else {
 		select {
 		case <-ctx.Done():
@@ -136,24 +140,28 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 }
 
 // runGateway runs the gateway and the subscription manager until ctx ends.
-func runGateway(ctx context.Context, cfg *Config, logger *slog.Logger) error {
-	addr := cfg.Upstream.NodeAddr
-	if addr == "" {
-		addr = cfg.Node.Listen
+// client, when not nil, is an in-process client of this process's node;
+// otherwise the gateway dials the node over gRPC.
+func runGateway(ctx context.Context, cfg *Config, client streamv1.StreamServiceClient, logger *slog.Logger) error {
+	if client == nil {
+		addr := cfg.Upstream.NodeAddr
+		if addr == "" {
+			addr = cfg.Node.Listen
+		}
+		maxMsg := 64 << 20
+		if cfg.Node.MaxMessageBytes > 0 {
+			maxMsg = cfg.Node.MaxMessageBytes
+		}
+		conn, err := grpc.NewClient(addr,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)),
+		)
+		if err != nil {
+			return fmt.Errorf("connect to node %s: %w", addr, err)
+		}
+		defer conn.Close()
+		client = streamv1.NewStreamServiceClient(conn)
 	}
-	maxMsg := 64 << 20
-	if cfg.Node.MaxMessageBytes > 0 {
-		maxMsg = cfg.Node.MaxMessageBytes
-	}
-	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)),
-	)
-	if err != nil {
-		return fmt.Errorf("connect to node %s: %w", addr, err)
-	}
-	defer conn.Close()
-	client := streamv1.NewStreamServiceClient(conn)
 
 	subCfg := cfg.Subscriptions
 	if subCfg.StreamRoot == "" {

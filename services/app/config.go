@@ -46,6 +46,10 @@ type UpstreamConfig struct {
 	// NodeAddr is the client-plane address of the storage node. Empty in
 	// the all-in-one target means this process's node.
 	NodeAddr string `toml:"node_addr"`
+	// InProcess, in the all-in-one target, has the gateway call this
+	// process's node directly instead of over loopback gRPC (same client
+	// interface, same service code, no HTTP/2 hop).
+	InProcess bool `toml:"in_process"`
 }
 
 // LogConfig configures slog.
@@ -67,6 +71,7 @@ func (c *Config) registerFlags(fs *flag.FlagSet, target string) {
 	c.Node.RegisterFlags(fs, nodeListen)
 	c.Gateway.RegisterFlags(fs)
 	fs.StringVar(&c.Upstream.NodeAddr, "upstream.node-addr", "", "storage node client-plane address for the gateway")
+	fs.BoolVar(&c.Upstream.InProcess, "upstream.in-process", true, "all-in-one: call the local node in-process instead of over loopback gRPC")
 	fs.StringVar(&c.Log.Level, "log.level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.Log.Format, "log.format", "text", "log format: text or json")
 }

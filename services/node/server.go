@@ -32,6 +32,7 @@ type Server struct {
 	incarnation string
 
 	grpcServer *grpc.Server
+	streams    *streamService
 	readyMu    sync.Mutex
 	ready      bool
 }
@@ -52,7 +53,8 @@ func New(cfg Config, eng *engine.Engine, logger *slog.Logger) (*Server, error) {
 		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
-	streamv1.RegisterStreamServiceServer(s.grpcServer, &streamService{eng: eng, metrics: &s.metrics})
+	s.streams = &streamService{eng: eng, metrics: &s.metrics}
+	streamv1.RegisterStreamServiceServer(s.grpcServer, s.streams)
 	adminv1.RegisterAdminServiceServer(s.grpcServer, &adminService{srv: s})
 	return s, nil
 }

@@ -1,0 +1,108 @@
+package gateway
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Defaults for Config.
+const (
+	DefaultListen               = "127.0.0.1:4437"
+	DefaultStreamRoot           = "/v1/stream/"
+	DefaultLongPollTimeout      = 3 * time.Second
+	DefaultSSEReconnectInterval = 60 * time.Second
+	DefaultMaxBodyBytes         = 32 << 20
+	DefaultReadChunkBytes       = 1 << 20
+)
+
+// Config configures the gateway.
+type Config struct {
+	// Listen is the HTTP listen address.
+	Listen string `yaml:"listen" toml:"listen"`
+	// StreamRoot is the path prefix of the Durable Streams URL family; it must
+	// start and end with "/". The rest of the path names the stream.
+	StreamRoot string `yaml:"stream_root" toml:"stream_root"`
+	// LongPollTimeout is how long a long-poll read waits at the tail before
+	// answering 204.
+	LongPollTimeout time.Duration `yaml:"long_poll_timeout" toml:"long_poll_timeout"`
+	// SSEReconnectInterval ends SSE connections after this long so that
+	// clients reconnect (and CDNs can collapse them).
+	SSEReconnectInterval time.Duration `yaml:"sse_reconnect_interval" toml:"sse_reconnect_interval"`
+	// MaxBodyBytes is the largest request body accepted; larger ones get 413.
+	MaxBodyBytes int64 `yaml:"max_body_bytes" toml:"max_body_bytes"`
+	// ReadChunkBytes bounds the data returned by one catch-up read (clients
+	// paginate with Stream-Next-Offset).
+	ReadChunkBytes int64 `yaml:"read_chunk_bytes" toml:"read_chunk_bytes"`
+	// Subscriptions serves the reserved subscription APIs under
+	// "<StreamRoot>__ds/"; nil answers 404. Set by the application.
+	Subscriptions http.Handler `yaml:"-" toml:"-"`
+	// Observer is told about successful creates, writes and deletes of
+	// streams in the Durable Streams family; nil means none. Set by the
+	// application.
+	Observer StreamObserver `yaml:"-" toml:"-"`
+}
+
+// RegisterFlags registers the gateway flags on fs with "gateway." prefixes,
+// using the current values of c as defaults. Zero values are replaced by the
+// package defaults first.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.applyDefaults()
+	fs.StringVar(&c.Listen, "gateway.listen", c.Listen, "HTTP listen address of the gateway.")
+	fs.StringVar(&c.StreamRoot, "gateway.stream-root", c.StreamRoot, "Path prefix of the Durable Streams URL family.")
+	fs.DurationVar(&c.LongPollTimeout, "gateway.long-poll-timeout", c.LongPollTimeout, "How long a long-poll read waits at the tail before answering 204.")
+	fs.DurationVar(&c.SSEReconnectInterval, "gateway.sse-reconnect-interval", c.SSEReconnectInterval, "SSE connections are ended after this long.")
+	fs.Int64Var(&c.MaxBodyBytes, "gateway.max-body-bytes", c.MaxBodyBytes, "Largest accepted request body in bytes (larger gets 413).")
+	fs.Int64Var(&c.ReadChunkBytes, "gateway.read-chunk-bytes", c.ReadChunkBytes, "Largest data returned by one catch-up read in bytes.")
+}
+
+// applyDefaults fills zero fields with the package defaults.
+func (c *Config) applyDefaults() {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.StreamRoot == "" {
+		c.StreamRoot = DefaultStreamRoot
+	}
+	if c.LongPollTimeout == 0 {
+		c.LongPollTimeout = DefaultLongPollTimeout
+	}
+	if c.SSEReconnectInterval == 0 {
+		c.SSEReconnectInterval = DefaultSSEReconnectInterval
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.ReadChunkBytes == 0 {
+		c.ReadChunkBytes = DefaultReadChunkBytes
+	}
+}
+
+// Validate reports the first invalid field. Zero fields are valid: they take
+// the defaults.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.StreamRoot != "" {
+		if !strings.HasPrefix(c.StreamRoot, "/") || !strings.HasSuffix(c.StreamRoot, "/") || len(c.StreamRoot) < 2 {
+			errs = append(errs, fmt.Errorf("gateway: stream_root %q must start and end with \"/\" and not be \"/\"", c.StreamRoot))
+		} else if strings.HasPrefix(c.StreamRoot, "/__ursula/") {
+			errs = append(errs, fmt.Errorf("gateway: stream_root %q is reserved", c.StreamRoot))
+		}
+	}
+	if c.LongPollTimeout < 0 {
+		errs = append(errs, fmt.Errorf("gateway: long_poll_timeout %v must not be negative", c.LongPollTimeout))
+	}
+	if c.SSEReconnectInterval < 0 {
+		errs = append(errs, fmt.Errorf("gateway: sse_reconnect_interval %v must not be negative", c.SSEReconnectInterval))
+	}
+	if c.MaxBodyBytes < 0 {
+		errs = append(errs, fmt.Errorf("gateway: max_body_bytes %d must not be negative", c.MaxBodyBytes))
+	}
+	if c.ReadChunkBytes < 0 {
+		errs = append(errs, fmt.Errorf("gateway: read_chunk_bytes %d must not be negative", c.ReadChunkBytes))
+	}
+	return errors.Join(errs...)
+}

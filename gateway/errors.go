@@ -1,0 +1,131 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/services/platform/grpcerr"
+)
+
+// httpStatus is the one table from domain error code to HTTP status.
+var httpStatus = map[errcode.Code]int{
+	errcode.InvalidArgument:     http.StatusBadRequest,
+	errcode.BucketNotFound:      http.StatusNotFound,
+	errcode.BucketExists:        http.StatusConflict,
+	errcode.StreamNotFound:      http.StatusNotFound,
+	errcode.StreamGone:          http.StatusGone,
+	errcode.StreamExists:        http.StatusConflict,
+	errcode.StreamClosed:        http.StatusConflict,
+	errcode.ContentTypeMismatch: http.StatusConflict,
+	errcode.StreamSeqConflict:   http.StatusConflict,
+	errcode.ProducerStaleEpoch:  http.StatusForbidden,
+	errcode.ProducerSeqGap:      http.StatusConflict,
+	errcode.ProducerEpochSeq:    http.StatusBadRequest,
+	errcode.OffsetOutOfRange:    http.StatusBadRequest,
+	errcode.ForkSourceGone:      http.StatusConflict,
+	errcode.IncarnationMismatch: http.StatusPreconditionFailed,
+	errcode.PayloadTooLarge:     http.StatusRequestEntityTooLarge,
+	errcode.NotLeader:           http.StatusServiceUnavailable,
+	errcode.OutcomeUnknown:      http.StatusServiceUnavailable,
+	errcode.Unavailable:         http.StatusServiceUnavailable,
+	errcode.Overloaded:          http.StatusServiceUnavailable,
+	errcode.Internal:            http.StatusInternalServerError,
+}
+
+// Codes used only by the gateway for its own routes.
+const (
+	codeNotFound         errcode.Code = "NOT_FOUND"
+	codeMethodNotAllowed errcode.Code = "METHOD_NOT_ALLOWED"
+)
+
+// statusFor returns the HTTP status of a domain code.
+func statusFor(c errcode.Code) int {
+	switch c {
+	case codeNotFound:
+		return http.StatusNotFound
+	case codeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	}
+	if s, ok := httpStatus[c]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+// toDomain converts an error from the node (a gRPC status) or from the
+// gateway itself into a domain error.
+func toDomain(err error) *errcode.Error {
+	var de *errcode.Error
+	if errors.As(err, &de) {
+		return de
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return errcode.New(errcode.PayloadTooLarge, "request body exceeds %d bytes", mbe.Limit)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return errcode.New(errcode.Unavailable, "request ended: %v", err)
+	}
+	return grpcerr.FromStatus(err)
+}
+
+// errorBody is the JSON error document.
+type errorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// writeError writes err as a JSON error response with the protocol headers
+// its metadata maps to.
+func writeError(w http.ResponseWriter, err error) {
+	de := toDomain(err)
+	writeDomainError(w, de)
+}
+
+func writeDomainError(w http.ResponseWriter, de *errcode.Error) {
+	h := w.Header()
+	status := statusFor(de.Code)
+	md := de.Metadata
+	if v := md[errcode.KeyNextOffset]; v != "" {
+		h.Set(hStreamNextOffset, v)
+	}
+	if de.Code == errcode.StreamClosed || md[errcode.KeyClosed] == "true" {
+		h.Set(hStreamClosed, "true")
+	}
+	if v := md[errcode.KeyProducerEpoch]; v != "" {
+		h.Set(hProducerEpoch, v)
+	}
+	if v := md[errcode.KeyProducerSeq]; v != "" && de.Code != errcode.ProducerSeqGap {
+		h.Set(hProducerSeq, v)
+	}
+	if v := md[errcode.KeyExpectedSeq]; v != "" {
+		h.Set(hProducerExpectedSeq, v)
+	}
+	if v := md[errcode.KeyReceivedSeq]; v != "" {
+		h.Set(hProducerReceivedSeq, v)
+	}
+	switch de.Code {
+	case errcode.Unavailable, errcode.Overloaded, errcode.NotLeader, errcode.OutcomeUnknown:
+		secs := int64(1)
+		if ms, err := strconv.ParseInt(md[errcode.KeyRetryAfterMS], 10, 64); err == nil && ms > 0 {
+			secs = (ms + 999) / 1000
+		}
+		h.Set(hRetryAfter, strconv.FormatInt(secs, 10))
+	}
+	body, _ := json.Marshal(errorBody{Code: string(de.Code), Message: de.Message})
+	body = append(body, '\n')
+	h.Set(hContentType, "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set(hCacheControl, "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// badRequest writes a 400 INVALID_ARGUMENT with err's message.
+func badRequest(w http.ResponseWriter, err error) {
+	writeDomainError(w, &errcode.Error{Code: errcode.InvalidArgument, Message: err.Error()})
+}

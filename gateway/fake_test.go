@@ -1,0 +1,180 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+)
+
+// fakeClient is a StreamServiceClient whose answers are set per test.
+// Unset methods fail the test.
+type fakeClient struct {
+	t            testing.TB
+	createBucket func(*streamv1.CreateBucketRequest) (*streamv1.CreateBucketResponse, error)
+	createStream func(*streamv1.CreateStreamRequest) (*streamv1.CreateStreamResponse, error)
+	appendFn     func(*streamv1.AppendRequest) (*streamv1.AppendResponse, error)
+	read         func(context.Context, *streamv1.ReadRequest) (*streamv1.ReadResponse, error)
+	head         func(*streamv1.HeadRequest) (*streamv1.HeadResponse, error)
+	deleteStream func(*streamv1.DeleteStreamRequest) (*streamv1.DeleteStreamResponse, error)
+	subscribe    func(context.Context, *streamv1.SubscribeRequest) (grpc.ServerStreamingClient[streamv1.SubscribeResponse], error)
+}
+
+func (f *fakeClient) missing(name string) error {
+	f.t.Helper()
+	f.t.Errorf("unexpected call to %s", name)
+	return io.ErrUnexpectedEOF
+}
+
+func (f *fakeClient) CreateBucket(_ context.Context, in *streamv1.CreateBucketRequest, _ ...grpc.CallOption) (*streamv1.CreateBucketResponse, error) {
+	if f.createBucket == nil {
+		return nil, f.missing("CreateBucket")
+	}
+	return f.createBucket(in)
+}
+
+func (f *fakeClient) CreateStream(_ context.Context, in *streamv1.CreateStreamRequest, _ ...grpc.CallOption) (*streamv1.CreateStreamResponse, error) {
+	if f.createStream == nil {
+		return nil, f.missing("CreateStream")
+	}
+	return f.createStream(in)
+}
+
+func (f *fakeClient) Append(_ context.Context, in *streamv1.AppendRequest, _ ...grpc.CallOption) (*streamv1.AppendResponse, error) {
+	if f.appendFn == nil {
+		return nil, f.missing("Append")
+	}
+	return f.appendFn(in)
+}
+
+func (f *fakeClient) Read(ctx context.Context, in *streamv1.ReadRequest, _ ...grpc.CallOption) (*streamv1.ReadResponse, error) {
+	if f.read == nil {
+		return nil, f.missing("Read")
+	}
+	return f.read(ctx, in)
+}
+
+func (f *fakeClient) Head(_ context.Context, in *streamv1.HeadRequest, _ ...grpc.CallOption) (*streamv1.HeadResponse, error) {
+	if f.head == nil {
+		return nil, f.missing("Head")
+	}
+	return f.head(in)
+}
+
+func (f *fakeClient) DeleteStream(_ context.Context, in *streamv1.DeleteStreamRequest, _ ...grpc.CallOption) (*streamv1.DeleteStreamResponse, error) {
+	if f.deleteStream == nil {
+		return nil, f.missing("DeleteStream")
+	}
+	return f.deleteStream(in)
+}
+
+func (f *fakeClient) Subscribe(ctx context.Context, in *streamv1.SubscribeRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[streamv1.SubscribeResponse], error) {
+	if f.subscribe == nil {
+		return nil, f.missing("Subscribe")
+	}
+	return f.subscribe(ctx, in)
+}
+
+// fakeSubscription replays chunks, then blocks until its context ends
+// (unless end is set, which makes it return io.EOF).
+type fakeSubscription struct {
+	grpc.ClientStream
+	ctx    context.Context
+	chunks []*streamv1.ReadResponse
+	end    bool
+}
+
+func (s *fakeSubscription) Recv() (*streamv1.SubscribeResponse, error) {
+	if len(s.chunks) > 0 {
+		c := s.chunks[0]
+		s.chunks = s.chunks[1:]
+		return &streamv1.SubscribeResponse{Chunk: c}, nil
+	}
+	if s.end {
+		return nil, io.EOF
+	}
+	<-s.ctx.Done()
+	return nil, s.ctx.Err()
+}
+
+// newTestGateway returns a gateway over f with test defaults.
+func newTestGateway(t testing.TB, f *fakeClient, mutate func(*Config)) *Gateway {
+	t.Helper()
+	f.t = t
+	cfg := Config{}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	g, err := New(cfg, f, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(g.Close)
+	return g
+}
+
+// do runs one request through the gateway's handler.
+func do(t testing.TB, g *Gateway, method, target string, body string, hdr map[string]string) *httptest.ResponseRecorder {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req := httptest.NewRequest(method, target, rd)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	g.Handler().ServeHTTP(rec, req)
+	return rec
+}
+
+var _ http.Flusher = (*recorder)(nil)
+
+// cursorPattern matches the cursor field of control events.
+var cursorPattern = regexp.MustCompile(`"streamCursor":"[0-9]+"`)
+
+func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
+
+// failingClient answers every call with UNAVAILABLE.
+type failingClient struct{}
+
+func (failingClient) err() error { return status.Error(codes.Unavailable, "down") }
+
+func (c failingClient) CreateBucket(context.Context, *streamv1.CreateBucketRequest, ...grpc.CallOption) (*streamv1.CreateBucketResponse, error) {
+	return nil, c.err()
+}
+
+func (c failingClient) CreateStream(context.Context, *streamv1.CreateStreamRequest, ...grpc.CallOption) (*streamv1.CreateStreamResponse, error) {
+	return nil, c.err()
+}
+
+func (c failingClient) Append(context.Context, *streamv1.AppendRequest, ...grpc.CallOption) (*streamv1.AppendResponse, error) {
+	return nil, c.err()
+}
+
+func (c failingClient) Read(context.Context, *streamv1.ReadRequest, ...grpc.CallOption) (*streamv1.ReadResponse, error) {
+	return nil, c.err()
+}
+
+func (c failingClient) Head(context.Context, *streamv1.HeadRequest, ...grpc.CallOption) (*streamv1.HeadResponse, error) {
+	return nil, c.err()
+}
+
+func (c failingClient) DeleteStream(context.Context, *streamv1.DeleteStreamRequest, ...grpc.CallOption) (*streamv1.DeleteStreamResponse, error) {
+	return nil, c.err()
+}
+
+func (c failingClient) Subscribe(context.Context, *streamv1.SubscribeRequest, ...grpc.CallOption) (grpc.ServerStreamingClient[streamv1.SubscribeResponse], error) {
+	return nil, c.err()
+}

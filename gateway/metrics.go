@@ -1,0 +1,95 @@
+package gateway
+
+import (
+	"net/http"
+	"strconv"
+	"sync/atomic"
+)
+
+// methodIndex numbers the methods counted separately; everything else is
+// "OTHER".
+var methodNames = [...]string{"GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS", "OTHER"}
+
+func methodIndex(m string) int {
+	switch m {
+	case http.MethodGet:
+		return 0
+	case http.MethodHead:
+		return 1
+	case http.MethodPut:
+		return 2
+	case http.MethodPost:
+		return 3
+	case http.MethodDelete:
+		return 4
+	case http.MethodOptions:
+		return 5
+	}
+	return 6
+}
+
+// metrics holds the gateway's counters. All fields are updated atomically
+// without locks.
+type metrics struct {
+	requests       [len(methodNames)][600]atomic.Uint64
+	sseClients     atomic.Int64
+	longPolls      atomic.Int64
+	sseEvents      atomic.Uint64
+	bytesAppended  atomic.Uint64
+	bytesServed    atomic.Uint64
+	upstreamErrors atomic.Uint64
+}
+
+func (m *metrics) countRequest(method string, status int) {
+	if status < 100 || status >= 600 {
+		status = 599
+	}
+	m.requests[methodIndex(method)][status].Add(1)
+}
+
+// appendJSON appends the metrics snapshot as a JSON object.
+func (m *metrics) appendJSON(dst []byte) []byte {
+	dst = append(dst, `{"requests":{`...)
+	firstMethod := true
+	for mi := range m.requests {
+		firstStatus := true
+		for st := range m.requests[mi] {
+			n := m.requests[mi][st].Load()
+			if n == 0 {
+				continue
+			}
+			if firstStatus {
+				if !firstMethod {
+					dst = append(dst, ',')
+				}
+				firstMethod = false
+				dst = append(dst, '"')
+				dst = append(dst, methodNames[mi]...)
+				dst = append(dst, `":{`...)
+				firstStatus = false
+			} else {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, '"')
+			dst = strconv.AppendInt(dst, int64(st), 10)
+			dst = append(dst, `":`...)
+			dst = strconv.AppendUint(dst, n, 10)
+		}
+		if !firstStatus {
+			dst = append(dst, '}')
+		}
+	}
+	dst = append(dst, `},"sse_clients":`...)
+	dst = strconv.AppendInt(dst, m.sseClients.Load(), 10)
+	dst = append(dst, `,"long_polls_in_flight":`...)
+	dst = strconv.AppendInt(dst, m.longPolls.Load(), 10)
+	dst = append(dst, `,"sse_events":`...)
+	dst = strconv.AppendUint(dst, m.sseEvents.Load(), 10)
+	dst = append(dst, `,"bytes_appended":`...)
+	dst = strconv.AppendUint(dst, m.bytesAppended.Load(), 10)
+	dst = append(dst, `,"bytes_served":`...)
+	dst = strconv.AppendUint(dst, m.bytesServed.Load(), 10)
+	dst = append(dst, `,"upstream_errors":`...)
+	dst = strconv.AppendUint(dst, m.upstreamErrors.Load(), 10)
+	return append(dst, "}\n"...)
+}

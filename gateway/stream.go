@@ -1,0 +1,457 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/services/platform/errcode"
+)
+
+// Request validation errors of the stream handlers.
+var (
+	ErrEmptyAppend     = errors.New("gateway: an append needs a body or Stream-Closed: true")
+	ErrMissingType     = errors.New("gateway: an append with a body needs Content-Type")
+	ErrBadOffsetParam  = errors.New("gateway: offset must appear at most once and not be empty")
+	ErrLiveNeedsOffset = errors.New("gateway: live reads need an offset")
+	ErrBadQuery        = errors.New("gateway: malformed query string")
+	ErrBadStreamID     = errors.New("gateway: stream ids must not contain control characters or empty, \".\" or \"..\" segments")
+	errShuttingDown    = errcode.New(errcode.Unavailable, "gateway shutting down")
+)
+
+// statusClientClosed is recorded for requests whose client left before the
+// answer (nginx's convention).
+const statusClientClosed = 499
+
+// upstreamError writes an error from the node (or the gateway) and logs the
+// ones that are not the client's fault.
+func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		// The client went away; nobody reads the answer.
+		w.WriteHeader(statusClientClosed)
+		return
+	}
+	de := toDomain(err)
+	if statusFor(de.Code) >= 500 {
+		g.metrics.upstreamErrors.Add(1)
+		g.logger.Warn("stream request failed", "method", r.Method, "path", r.URL.Path, "code", string(de.Code), "err", de.Message)
+	}
+	writeDomainError(w, de)
+}
+
+// ValidateStreamID checks a stream id: not empty, no control characters,
+// no empty, "." or ".." path segments.
+func ValidateStreamID(id string) error {
+	if id == "" {
+		return ErrBadStreamID
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x20 || id[i] == 0x7f {
+			return ErrBadStreamID
+		}
+	}
+	for seg := range strings.SplitSeq(id, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return ErrBadStreamID
+		}
+	}
+	return nil
+}
+
+// readBody reads the request body within the configured limit.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	limit := g.cfg.MaxBodyBytes
+	if r.ContentLength > limit {
+		return nil, errcode.New(errcode.PayloadTooLarge, "request body of %d bytes exceeds %d", r.ContentLength, limit)
+	}
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return nil, nil
+	}
+	if r.ContentLength > 0 {
+		// The server already limits the body to Content-Length.
+		buf := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, buf); err != nil {
+			return nil, errcode.New(errcode.InvalidArgument, "read request body: %v", err)
+		}
+		return buf, nil
+	}
+	var b bytes.Buffer
+	if _, err := b.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, errcode.New(errcode.PayloadTooLarge, "request body exceeds %d bytes", limit)
+		}
+		return nil, errcode.New(errcode.InvalidArgument, "read request body: %v", err)
+	}
+	return b.Bytes(), nil
+}
+
+// absoluteURL returns the absolute URL of the request, honouring
+// X-Forwarded-Proto and X-Forwarded-Host.
+func absoluteURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if v := firstListItem(r.Header.Get("X-Forwarded-Proto")); v == "http" || v == "https" {
+		scheme = v
+	}
+	host := r.Host
+	if v := firstListItem(r.Header.Get("X-Forwarded-Host")); v != "" {
+		host = v
+	}
+	return scheme + "://" + host + r.URL.EscapedPath()
+}
+
+func firstListItem(v string) string {
+	if i := strings.IndexByte(v, ','); i >= 0 {
+		v = v[:i]
+	}
+	return strings.ToLower(strings.TrimSpace(v))
+}
+
+// forkSource resolves a Stream-Forked-From value (a path, or an absolute URL
+// on this server) to a stream reference.
+func (g *Gateway) forkSource(v string) (*streamv1.StreamRef, error) {
+	u, err := url.Parse(strings.TrimSpace(v))
+	if err != nil || u.Path == "" {
+		return nil, ErrBadForkedFrom
+	}
+	p := u.Path
+	root := g.cfg.StreamRoot
+	if rest, ok := strings.CutPrefix(p, root); ok {
+		if rest == reservedSegment || strings.HasPrefix(rest, reservedSegment+"/") || ValidateStreamID(rest) != nil {
+			return nil, ErrBadForkedFrom
+		}
+		return &streamv1.StreamRef{Bucket: BuiltinBucket, Stream: rest}, nil
+	}
+	bucket, stream, ok := strings.Cut(strings.TrimPrefix(p, "/"), "/")
+	if !ok || stream == "" || strings.Contains(stream, "/") || ValidateBucket(bucket) != nil {
+		return nil, ErrBadForkedFrom
+	}
+	return &streamv1.StreamRef{Bucket: bucket, Stream: stream}, nil
+}
+
+// createStream serves PUT on a stream.
+func (g *Gateway) createStream(w http.ResponseWriter, r *http.Request, t target) {
+	hdr, err := ParseCreate(r.Header)
+	if err != nil {
+		badRequest(w, err)
+		return
+	}
+	req := &streamv1.CreateStreamRequest{
+		Ref:         t.ref,
+		ContentType: hdr.ContentType,
+		ExpiresAt:   hdr.ExpiresAt,
+		Closed:      hdr.Closed,
+	}
+	if hdr.HasTTL {
+		ttl := hdr.TTLSeconds
+		req.TtlSeconds = &ttl
+	}
+	if hdr.ForkedFrom != "" {
+		src, err := g.forkSource(hdr.ForkedFrom)
+		if err != nil {
+			badRequest(w, err)
+			return
+		}
+		req.Fork = &streamv1.ForkSpec{Source: src, Offset: hdr.ForkOffset, SubOffset: hdr.ForkSubOffset}
+	}
+	body, err := g.readBody(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	req.Body, req.HasBody = body, len(body) > 0
+	resp, err := g.client.CreateStream(r.Context(), req)
+	if err != nil {
+		g.upstreamError(w, r, err)
+		return
+	}
+	info := resp.GetInfo()
+	h := w.Header()
+	setContentType(h, info.GetContentType())
+	h[hStreamNextOffset] = []string{info.GetNextOffset()}
+	if info.GetClosed() {
+		h[hStreamClosed] = valTrue
+	}
+	if !resp.GetCreated() {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	g.metrics.bytesAppended.Add(uint64(len(body)))
+	h[hLocation] = []string{absoluteURL(r)}
+	w.WriteHeader(http.StatusCreated)
+	if t.path != "" && g.cfg.Observer != nil {
+		g.cfg.Observer.StreamCreated(r.Context(), t.path)
+	}
+}
+
+// setContentType sets the stream's content type as stored.
+func setContentType(h http.Header, ct string) {
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	h[hContentType] = []string{ct}
+}
+
+// appendStream serves POST on a stream: append, append-and-close, close.
+func (g *Gateway) appendStream(w http.ResponseWriter, r *http.Request, t target) {
+	h := r.Header
+	prod, hasProd, err := ParseProducer(h)
+	if err != nil {
+		badRequest(w, err)
+		return
+	}
+	closeReq := false
+	if v, ok := headerValue(h, hStreamClosed); ok {
+		closeReq = ParseClosed(v)
+	}
+	ct, _ := headerValue(h, hContentType)
+	seq, _ := headerValue(h, hStreamSeq)
+	body, err := g.readBody(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(body) == 0 && !closeReq {
+		badRequest(w, ErrEmptyAppend)
+		return
+	}
+	if len(body) > 0 && strings.TrimSpace(ct) == "" {
+		badRequest(w, ErrMissingType)
+		return
+	}
+	req := &streamv1.AppendRequest{Ref: t.ref, ContentType: ct, Body: body, Close: closeReq, StreamSeq: seq}
+	if hasProd {
+		req.Producer = &streamv1.Producer{Id: prod.ID, Epoch: prod.Epoch, Seq: prod.Seq}
+	}
+	resp, err := g.client.Append(r.Context(), req)
+	if err != nil {
+		g.upstreamError(w, r, err)
+		return
+	}
+	out := w.Header()
+	out[hStreamNextOffset] = []string{resp.GetNextOffset()}
+	if resp.GetClosed() {
+		out[hStreamClosed] = valTrue
+	}
+	status := http.StatusNoContent
+	if hasProd {
+		out[hProducerEpoch] = []string{strconv.FormatUint(resp.GetProducerEpoch(), 10)}
+		out[hProducerSeq] = []string{strconv.FormatUint(resp.GetProducerSeq(), 10)}
+		if len(body) > 0 && !resp.GetDuplicate() {
+			status = http.StatusOK
+		}
+	}
+	w.WriteHeader(status)
+	if !resp.GetDuplicate() {
+		g.metrics.bytesAppended.Add(uint64(len(body)))
+		if t.path != "" && g.cfg.Observer != nil {
+			g.cfg.Observer.StreamWritten(r.Context(), t.path)
+		}
+	}
+}
+
+// headStream serves HEAD on a stream.
+func (g *Gateway) headStream(w http.ResponseWriter, r *http.Request, t target) {
+	resp, err := g.client.Head(r.Context(), &streamv1.HeadRequest{Ref: t.ref})
+	if err != nil {
+		g.upstreamError(w, r, err)
+		return
+	}
+	info := resp.GetInfo()
+	h := w.Header()
+	setContentType(h, info.GetContentType())
+	h[hStreamNextOffset] = []string{info.GetNextOffset()}
+	h[hCacheControl] = valNoStore
+	if info.TtlSeconds != nil {
+		h[hStreamTTL] = []string{strconv.FormatUint(info.GetTtlSeconds(), 10)}
+	}
+	if v := info.GetExpiresAt(); v != "" {
+		h[hStreamExpiresAt] = []string{v}
+	}
+	if info.GetClosed() {
+		h[hStreamClosed] = valTrue
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// deleteStream serves DELETE on a stream.
+func (g *Gateway) deleteStream(w http.ResponseWriter, r *http.Request, t target) {
+	if _, err := g.client.DeleteStream(r.Context(), &streamv1.DeleteStreamRequest{Ref: t.ref}); err != nil {
+		g.upstreamError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+	if t.path != "" && g.cfg.Observer != nil {
+		g.cfg.Observer.StreamDeleted(r.Context(), t.path)
+	}
+}
+
+// readParams are the parsed query parameters of a GET.
+type readParams struct {
+	offset string
+	live   string
+	cursor string
+}
+
+// parseReadParams parses offset, live and cursor from a raw query.
+func parseReadParams(rawQuery string) (readParams, error) {
+	p := readParams{offset: "-1"}
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return readParams{}, ErrBadQuery
+	}
+	offs, hasOffset := q["offset"]
+	if hasOffset {
+		if len(offs) != 1 || offs[0] == "" {
+			return readParams{}, ErrBadOffsetParam
+		}
+		o, err := ParseOffset(offs[0])
+		if err != nil {
+			return readParams{}, err
+		}
+		p.offset = o
+	}
+	if v := q["live"]; len(v) > 0 {
+		p.live = v[0]
+	}
+	if (p.live == "long-poll" || p.live == "sse") && !hasOffset {
+		return readParams{}, ErrLiveNeedsOffset
+	}
+	if v := q["cursor"]; len(v) > 0 {
+		p.cursor = v[0]
+	}
+	return p, nil
+}
+
+// readStream serves GET on a stream.
+func (g *Gateway) readStream(w http.ResponseWriter, r *http.Request, t target) {
+	p, err := parseReadParams(r.URL.RawQuery)
+	if err != nil {
+		badRequest(w, err)
+		return
+	}
+	switch p.live {
+	case "long-poll":
+		g.longPoll(w, r, t, p)
+	case "sse":
+		g.serveSSE(w, r, t, p)
+	default:
+		g.catchUp(w, r, t, p)
+	}
+}
+
+// maxBytes is the per-read data bound sent to the node.
+func (g *Gateway) maxBytes() uint64 { return uint64(g.cfg.ReadChunkBytes) }
+
+// catchUp serves a plain GET.
+func (g *Gateway) catchUp(w http.ResponseWriter, r *http.Request, t target, p readParams) {
+	resp, err := g.client.Read(r.Context(), &streamv1.ReadRequest{Ref: t.ref, Offset: p.offset, MaxBytes: g.maxBytes()})
+	if err != nil {
+		g.upstreamError(w, r, err)
+		return
+	}
+	h := w.Header()
+	if p.offset == "now" {
+		h[hCacheControl] = valNoStore
+	} else {
+		h[hCacheControl] = valCacheable
+	}
+	g.writeReadResponse(w, r, resp, "")
+}
+
+// writeReadResponse writes a 200 (or 304) with the data of a read. cursor
+// is set on live reads.
+func (g *Gateway) writeReadResponse(w http.ResponseWriter, r *http.Request, resp *streamv1.ReadResponse, cursor string) {
+	h := w.Header()
+	ct := resp.GetContentType()
+	setContentType(h, ct)
+	h[hStreamNextOffset] = []string{resp.GetNextOffset()}
+	if resp.GetUpToDate() {
+		h[hStreamUpToDate] = valTrue
+	}
+	if resp.GetClosed() {
+		h[hStreamClosed] = valTrue
+	}
+	if cursor != "" {
+		h[hStreamCursor] = []string{cursor}
+	}
+	tag := etag(resp.GetIncarnation(), resp.GetStartOffset(), resp.GetNextOffset(), resp.GetClosed())
+	h[hETag] = []string{tag}
+	if inm, ok := headerValue(r.Header, hIfNoneMatch); ok && etagMatches(inm, tag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	body := resp.GetData()
+	if isJSONType(ct) {
+		body = appendJSONArray(make([]byte, 0, jsonArrayLen(body)), body)
+	}
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		n, _ := w.Write(body)
+		g.metrics.bytesServed.Add(uint64(n))
+	}
+}
+
+// liveContext returns a context that ends with the request, with the
+// gateway's shutdown, or after timeout (when > 0).
+func (g *Gateway) liveContext(r *http.Request, timeout time.Duration) (context.Context, context.CancelFunc) {
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(r.Context(), timeout)
+	} else {
+		ctx, cancel = context.WithCancel(r.Context())
+	}
+	stop := context.AfterFunc(g.stopCtx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// longPoll serves GET ?live=long-poll.
+func (g *Gateway) longPoll(w http.ResponseWriter, r *http.Request, t target, p readParams) {
+	g.metrics.longPolls.Add(1)
+	defer g.metrics.longPolls.Add(-1)
+	ctx, cancel := g.liveContext(r, 0)
+	defer cancel()
+	wait := g.cfg.LongPollTimeout
+	resp, err := g.client.Read(ctx, &streamv1.ReadRequest{
+		Ref: t.ref, Offset: p.offset, MaxBytes: g.maxBytes(), WaitMs: uint64(wait / time.Millisecond),
+	})
+	if err != nil {
+		if g.stopCtx.Err() != nil {
+			writeDomainError(w, errShuttingDown)
+			return
+		}
+		g.upstreamError(w, r, err)
+		return
+	}
+	cursor := strconv.FormatUint(nextCursor(time.Now(), p.cursor), 10)
+	if len(resp.GetData()) == 0 {
+		h := w.Header()
+		h[hStreamNextOffset] = []string{resp.GetNextOffset()}
+		h[hStreamUpToDate] = valTrue
+		h[hCacheControl] = valNoStore
+		if resp.GetClosed() {
+			h[hStreamClosed] = valTrue
+		} else {
+			h[hStreamCursor] = []string{cursor}
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	w.Header()[hCacheControl] = valCacheable
+	g.writeReadResponse(w, r, resp, cursor)
+}

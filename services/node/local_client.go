@@ -1,0 +1,136 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+)
+
+// LocalClient returns a StreamServiceClient that calls this server's
+// StreamService implementation in-process: the all-in-one target uses it so
+// that the gateway and the node share one process without paying for a
+// loopback HTTP/2 hop per request. Both sides run exactly the code they run
+// in a split deployment (the gateway sees the same client interface and
+// gRPC status errors; the node runs the same service adapter); only the
+// transport is skipped. Requests are not copied: callers must not modify a
+// request after passing it.
+func (s *Server) LocalClient() streamv1.StreamServiceClient {
+	return &localClient{svc: s.streams}
+}
+
+type localClient struct {
+	svc *streamService
+}
+
+func (c *localClient) CreateBucket(ctx context.Context, in *streamv1.CreateBucketRequest, _ ...grpc.CallOption) (*streamv1.CreateBucketResponse, error) {
+	return c.svc.CreateBucket(ctx, in)
+}
+
+func (c *localClient) CreateStream(ctx context.Context, in *streamv1.CreateStreamRequest, _ ...grpc.CallOption) (*streamv1.CreateStreamResponse, error) {
+	return c.svc.CreateStream(ctx, in)
+}
+
+func (c *localClient) Append(ctx context.Context, in *streamv1.AppendRequest, _ ...grpc.CallOption) (*streamv1.AppendResponse, error) {
+	return c.svc.Append(ctx, in)
+}
+
+func (c *localClient) Read(ctx context.Context, in *streamv1.ReadRequest, _ ...grpc.CallOption) (*streamv1.ReadResponse, error) {
+	return c.svc.Read(ctx, in)
+}
+
+func (c *localClient) Head(ctx context.Context, in *streamv1.HeadRequest, _ ...grpc.CallOption) (*streamv1.HeadResponse, error) {
+	return c.svc.Head(ctx, in)
+}
+
+func (c *localClient) DeleteStream(ctx context.Context, in *streamv1.DeleteStreamRequest, _ ...grpc.CallOption) (*streamv1.DeleteStreamResponse, error) {
+	return c.svc.DeleteStream(ctx, in)
+}
+
+// Subscribe runs the server side in a goroutine that hands each message to
+// the client through a channel; cancelling ctx ends both.
+func (c *localClient) Subscribe(ctx context.Context, in *streamv1.SubscribeRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[streamv1.SubscribeResponse], error) {
+	ctx, cancel := context.WithCancel(ctx)
+	st := &localStream{ctx: ctx, cancel: cancel, msgs: make(chan *streamv1.SubscribeResponse, 16)}
+	go func() {
+		err := c.svc.Subscribe(in, &localServerStream{st: st})
+		st.finish(err)
+	}()
+	return st, nil
+}
+
+// localStream is the client half of an in-process server stream.
+type localStream struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	msgs   chan *streamv1.SubscribeResponse
+
+	mu   sync.Mutex
+	err  error
+	done bool
+}
+
+func (s *localStream) finish(err error) {
+	s.mu.Lock()
+	s.err, s.done = err, true
+	s.mu.Unlock()
+	close(s.msgs)
+}
+
+func (s *localStream) Recv() (*streamv1.SubscribeResponse, error) {
+	m, ok := <-s.msgs
+	if ok {
+		return m, nil
+	}
+	s.mu.Lock()
+	err := s.err
+	s.mu.Unlock()
+	s.cancel()
+	if err == nil {
+		if cerr := s.ctx.Err(); cerr != nil {
+			return nil, cerr
+		}
+		return nil, io.EOF
+	}
+	return nil, err
+}
+
+func (s *localStream) Header() (metadata.MD, error) { return metadata.MD{}, nil }
+func (s *localStream) Trailer() metadata.MD         { return metadata.MD{} }
+func (s *localStream) CloseSend() error             { return nil }
+func (s *localStream) Context() context.Context     { return s.ctx }
+func (s *localStream) SendMsg(any) error            { return nil }
+func (s *localStream) RecvMsg(m any) error {
+	r, err := s.Recv()
+	if err != nil {
+		return err
+	}
+	dst, ok := m.(*streamv1.SubscribeResponse)
+	if !ok {
+		return fmt.Errorf("node: local stream cannot receive into %T", m)
+	}
+	dst.Chunk = r.GetChunk()
+	return nil
+}
+
+// localServerStream is the server half.
+type localServerStream struct {
+	grpc.ServerStream
+	st *localStream
+}
+
+func (s *localServerStream) Context() context.Context { return s.st.ctx }
+
+func (s *localServerStream) Send(m *streamv1.SubscribeResponse) error {
+	select {
+	case s.st.msgs <- m:
+		return nil
+	case <-s.st.ctx.Done():
+		return s.st.ctx.Err()
+	}
+}
