@@ -27,6 +27,10 @@ type Config struct {
 	SnapshotEntries uint64 `toml:"snapshot_entries"`
 	// SnapshotBytes takes a group snapshot after this many bytes of entries.
 	SnapshotBytes uint64 `toml:"snapshot_bytes"`
+	// SyncWindow, under fsync "always", is the shortest interval between two
+	// fsyncs of one shard (group commit under load; an idle shard syncs at
+	// once).
+	SyncWindow time.Duration `toml:"sync_window"`
 	// TickInterval is the Raft tick.
 	TickInterval time.Duration `toml:"tick_interval"`
 	// ExpirySweepInterval is how often a leader looks for expired streams.
@@ -43,6 +47,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.ReadChunkBytes, "read-chunk-bytes", 1<<20, "maximum bytes returned by one read")
 	fs.Uint64Var(&c.SnapshotEntries, "raft.snapshot-entries", 20000, "snapshot a group after this many entries")
 	fs.Uint64Var(&c.SnapshotBytes, "raft.snapshot-bytes", 64<<20, "snapshot a group after this many bytes of entries")
+	fs.DurationVar(&c.SyncWindow, "raft.sync-window", 2*time.Millisecond, `minimum interval between fsyncs of one shard under fsync "always"`)
 	fs.DurationVar(&c.TickInterval, "raft.tick-interval", 100*time.Millisecond, "Raft tick interval")
 	fs.DurationVar(&c.ExpirySweepInterval, "expiry-sweep-interval", time.Second, "interval of the TTL expiry sweep")
 }

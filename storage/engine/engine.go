@@ -73,6 +73,7 @@ func New(cfg Config, tr multiraft.Transport, logger *slog.Logger) (*Engine, erro
 		ShardCount:      cfg.ShardCount,
 		Fsync:           cfg.Fsync,
 		TickInterval:    cfg.TickInterval,
+		SyncWindow:      cfg.SyncWindow,
 		SnapshotEntries: cfg.SnapshotEntries,
 		SnapshotBytes:   cfg.SnapshotBytes,
 	}, func(g uint32) multiraft.StateMachine { return e.machines[g] }, tr, logger)

@@ -49,6 +49,12 @@ type Config struct {
 	// MaxBatchBytes bounds a Raft message's entries and the committed
 	// entries handed out per Ready; default 4 MiB.
 	MaxBatchBytes uint64 `yaml:"max_batch_bytes"`
+	// SyncWindow, under fsync "always", is the shortest interval between
+	// two fsyncs of one shard: a worker that synced less than SyncWindow
+	// ago waits out the rest before its next batch, so that under load many
+	// proposals share one fsync instead of each paying for its own. An idle
+	// shard syncs at once. Zero disables the wait.
+	SyncWindow time.Duration `yaml:"sync_window"`
 	// MaxUncommittedBytes bounds a leader's uncommitted log; proposals
 	// beyond it fail with ErrProposalDropped. Default 256 MiB.
 	MaxUncommittedBytes uint64 `yaml:"max_uncommitted_bytes"`

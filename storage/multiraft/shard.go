@@ -61,9 +61,13 @@ type shard struct {
 	wake   chan struct{}
 
 	// worker-only scratch
-	spare   []op
-	readies []groupReady
-	ticks   int
+	lastSync time.Time
+	// lastDrained counts the proposals of the previous batch: concurrent
+	// load (several per batch) is what makes waiting for more worthwhile.
+	lastDrained int
+	spare       []op
+	readies     []groupReady
+	ticks       int
 	// campaigning counts groups still waiting for their membership before
 	// deciding whether to campaign at once.
 	campaigning int
@@ -139,6 +143,7 @@ func (s *shard) run(ctx context.Context) error {
 				return err
 			}
 		case <-s.wake:
+			s.waitSyncWindow()
 		}
 		s.drain()
 		if err := s.processReady(); err != nil {
@@ -147,13 +152,29 @@ func (s *shard) run(ctx context.Context) error {
 	}
 }
 
+// waitSyncWindow delays a busy shard's next batch under fsync "always" so
+// that its fsyncs are at least SyncWindow apart (group commit).
+func (s *shard) waitSyncWindow() {
+	w := s.h.cfg.SyncWindow
+	if w <= 0 || s.h.cfg.Fsync != FsyncAlways || s.lastSync.IsZero() || s.lastDrained < 2 {
+		return
+	}
+	if d := w - time.Since(s.lastSync); d > 0 {
+		time.Sleep(d)
+	}
+}
+
 func (s *shard) drain() {
 	s.mu.Lock()
 	ops := s.inbox
 	s.inbox = s.spare[:0]
 	s.mu.Unlock()
+	s.lastDrained = 0
 	for i := range ops {
 		o := &ops[i]
+		if o.kind == opPropose {
+			s.lastDrained++
+		}
 		g := o.g
 		switch o.kind {
 		case opPropose:
@@ -244,6 +265,9 @@ func (s *shard) processReady() error {
 		if write {
 			if err := s.journal.Flush(sync); err != nil {
 				return fmt.Errorf("multiraft: shard %d: %w", s.id, err)
+			}
+			if sync {
+				s.lastSync = time.Now()
 			}
 		}
 		for i := range s.readies {
