@@ -15,6 +15,7 @@ import (
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/services/platform/placement"
 	"github.com/ursula/ursula/storage/multiraft"
 	"github.com/ursula/ursula/storage/stream"
 )
@@ -115,19 +116,9 @@ func (e *Engine) Host() *multiraft.Host { return e.host }
 // Machines exposes the group state machines (for metrics).
 func (e *Engine) Machines() []*stream.Machine { return e.machines }
 
-// GroupOf places a stream: FNV-1a 64 of bucket + "/" + stream, mod G.
+// GroupOf places a stream (see services/platform/placement).
 func (e *Engine) GroupOf(k stream.Key) uint32 {
-	h := uint64(0xcbf29ce484222325)
-	mix := func(s string) {
-		for i := 0; i < len(s); i++ {
-			h ^= uint64(s[i])
-			h *= 0x100000001b3
-		}
-	}
-	mix(k.Bucket)
-	mix("/")
-	mix(k.Stream)
-	return uint32(h % uint64(len(e.machines)))
+	return placement.Group(k.Bucket, k.Stream, len(e.machines))
 }
 
 func (e *Engine) machine(k stream.Key) *stream.Machine { return e.machines[e.GroupOf(k)] }
