@@ -15,9 +15,9 @@ const (
 	BucketNotFound      Code = "BUCKET_NOT_FOUND"
 	BucketExists        Code = "BUCKET_EXISTS"
 	StreamNotFound      Code = "STREAM_NOT_FOUND"
-	StreamGone          Code = "STREAM_GONE"     // soft-deleted: forks still reference it
-	StreamExists        Code = "STREAM_EXISTS"   // exists with another configuration
-	StreamClosed        Code = "STREAM_CLOSED"   // append to a closed stream
+	StreamGone          Code = "STREAM_GONE"   // soft-deleted: forks still reference it
+	StreamExists        Code = "STREAM_EXISTS" // exists with another configuration
+	StreamClosed        Code = "STREAM_CLOSED" // append to a closed stream
 	ContentTypeMismatch Code = "CONTENT_TYPE_MISMATCH"
 	StreamSeqConflict   Code = "STREAM_SEQ_CONFLICT"
 	ProducerStaleEpoch  Code = "PRODUCER_STALE_EPOCH"

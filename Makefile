@@ -1,0 +1,131 @@
+# Ursula build and test entry points. Run `make help` for the list.
+#
+# Needs Go 1.26 and, for the conformance suite, Node 20+ with npm. Every tool
+# is built from a Go module pinned in go.mod or tests/tools/go.mod, and the
+# conformance suite is installed from tests/conformance/package-lock.json.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+.DELETE_ON_ERROR:
+# One thing at a time: the machines this runs on have two cores.
+.NOTPARALLEL:
+
+GO ?= go
+MODULE := github.com/ursula/ursula
+BIN := $(CURDIR)/bin
+TOOLS := -modfile=tests/tools/go.mod
+TEST_TIMEOUT ?= 20m
+
+# Every binary: each directory under services/cmd and ops/cmd with a main.go.
+CMDS := $(patsubst %/main.go,./%,$(sort $(wildcard services/cmd/*/main.go ops/cmd/*/main.go)))
+
+# Packages that run goroutines are tested with the race detector.
+RACE_PKGS := $(addsuffix /...,$(addprefix ./,$(wildcard storage gateway services)))
+# Test tiers under tests/ that need built binaries, npm or their own target.
+TIER_RE := ^$(MODULE)/(storage|gateway|services|tests/(e2e|conformance|integration|chaos))(/|$$)
+
+# Flags appended to bin/ursula by `make run`, e.g. ARGS='-raft.fsync always'.
+ARGS ?=
+# A running server for `make conformance`, e.g. http://127.0.0.1:4437.
+CONFORMANCE_TEST_URL ?=
+CONFORMANCE_SUBSCRIPTIONS ?= 1
+# Flags for the load generator, e.g. BENCH_ARGS='-duration 30s -streams 500'.
+BENCH_ARGS ?=
+
+.PHONY: help build run generate verify lint test test-unit test-integration test-e2e \
+	test-conformance conformance conformance-deps bench clean
+
+help: ## Show this help
+	@printf 'Usage: make <target> [VAR=value]\n\nTargets:\n'
+	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-zA-Z0-9_-]+:[^#]*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@printf '\nVariables:\n'
+	@printf '  %-26s %s\n' \
+		"ARGS=..." "extra flags for bin/ursula in make run" \
+		"CONFORMANCE_TEST_URL=url" "make conformance runs against this server instead of spawning one" \
+		"BENCH_ARGS=..." "flags for the load generator (go run ./tests/bench -h)" \
+		"TEST_TIMEOUT=$(TEST_TIMEOUT)" "go test -timeout for each test step"
+
+build: ## Build every binary (ursula, ursula-node, ursula-gateway, ...) into bin/
+	@if [ -z "$(CMDS)" ]; then echo "build: no main packages under services/cmd or ops/cmd" >&2; exit 1; fi
+	$(GO) build -o $(BIN)/ $(CMDS)
+
+run: build ## Build, then run bin/ursula (all roles, one node, ./data, gateway on 127.0.0.1:4437)
+	$(BIN)/ursula $(ARGS)
+
+bin/buf: tests/tools/go.mod tests/tools/go.sum
+	$(GO) build $(TOOLS) -o $@ github.com/bufbuild/buf/cmd/buf
+
+bin/staticcheck: tests/tools/go.mod tests/tools/go.sum
+	$(GO) build $(TOOLS) -o $@ honnef.co/go/tools/cmd/staticcheck
+
+generate: bin/buf ## Regenerate proto/gen from proto/ (offline: buf and the protoc plugins are pinned Go tools)
+	bin/buf generate
+	bin/buf generate --template buf.gen.admin.yaml --path proto/ursula/admin
+
+verify: generate ## Fail on stale proto/gen, gofmt, go vet, or an untidy go.mod
+	@if ! git diff --quiet -- proto/gen || [ -n "$$(git ls-files --others --exclude-standard -- proto/gen)" ]; then \
+		git status --short -- proto/gen; \
+		echo "verify: proto/gen differs from what make generate produces; commit the regenerated files" >&2; exit 1; \
+	fi
+	@files=$$(git ls-files --cached --others --exclude-standard -- '*.go' | xargs -r gofmt -l); \
+	if [ -n "$$files" ]; then echo "verify: gofmt -w needed on:" >&2; echo "$$files" >&2; exit 1; fi
+	$(GO) vet ./...
+	$(GO) mod tidy -diff
+	cd tests/tools && $(GO) mod tidy -diff
+
+lint: bin/buf bin/staticcheck ## Lint the protos (buf lint) and the Go code (go vet, staticcheck)
+	bin/buf lint
+	$(GO) vet ./...
+	bin/staticcheck ./...
+
+test: test-unit test-integration test-e2e test-conformance ## Run every test: unit (race), integration, e2e, conformance
+	@echo "make test: all test tiers passed"
+
+test-unit: ## Unit tests and fuzz seed corpora; -race on storage/, gateway/, services/
+	@if [ -n "$(RACE_PKGS)" ]; then \
+		echo "$(GO) test -race $(RACE_PKGS)"; \
+		$(GO) test -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS); \
+	fi
+	@pkgs=$$($(GO) list ./... | { grep -Ev '$(TIER_RE)' || true; }); \
+	if [ -n "$$pkgs" ]; then \
+		echo "$(GO) test <every other package>"; \
+		$(GO) test -timeout $(TEST_TIMEOUT) $$pkgs; \
+	fi
+
+test-integration: ## In-process cluster tests (tests/integration), with -race
+	@if [ -d tests/integration ]; then \
+		echo "$(GO) test -race ./tests/integration/..."; \
+		$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./tests/integration/...; \
+	else \
+		echo "test-integration: tests/integration does not exist yet: no integration tests to run"; \
+	fi
+
+test-e2e: build ## Spawned-binary tests (tests/e2e): crash and restart durability under SIGKILL and SIGTERM
+	URSULA_BIN=$(BIN)/ursula URSULA_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout $(TEST_TIMEOUT) ./tests/e2e/...
+
+test-conformance: build conformance-deps ## Official conformance suite against a spawned bin/ursula: all 338 tests must pass
+	URSULA_BIN=$(BIN)/ursula URSULA_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout $(TEST_TIMEOUT) ./tests/conformance/...
+
+conformance: ## Conformance suite against CONFORMANCE_TEST_URL (a running server) if set, else as test-conformance
+ifneq ($(CONFORMANCE_TEST_URL),)
+conformance: conformance-deps
+	cd tests/conformance && CONFORMANCE_TEST_URL='$(CONFORMANCE_TEST_URL)' \
+		CONFORMANCE_SUBSCRIPTIONS='$(CONFORMANCE_SUBSCRIPTIONS)' npx --no-install vitest run
+else
+conformance: test-conformance
+endif
+
+conformance-deps: tests/conformance/node_modules/.package-lock.json
+
+tests/conformance/node_modules/.package-lock.json: tests/conformance/package.json tests/conformance/package-lock.json
+	@command -v npm >/dev/null || { echo "conformance: needs Node 20+ and npm on PATH" >&2; exit 1; }
+	cd tests/conformance && npm ci --no-audit --no-fund
+	@touch $@
+
+bench: build ## Load benchmarks (not in make test): bin/ursula with fsync never and always, against a null server
+	$(GO) build -o $(BIN)/ursula-bench ./tests/bench
+	$(BIN)/ursula-bench -server $(BIN)/ursula $(BENCH_ARGS)
+
+clean: ## Remove bin/ and the conformance suite's node_modules (never ./data)
+	rm -rf $(BIN) tests/conformance/node_modules

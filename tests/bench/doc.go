@@ -1,0 +1,44 @@
+// Command bench is Ursula's load generator. It is not part of `make test`;
+// run it with `make bench`, or
+//
+//	go run ./tests/bench -server bin/ursula [-duration 10s] [-streams 500] ...
+//
+// For each server it runs three workloads, each for -duration:
+//
+//   - multi-stream: -streams streams, 256-byte appends (-payload), one
+//     request in flight per stream, idempotent-producer headers
+//     (Producer-Id bench-<i>, epoch 0, seq counting up);
+//   - fan-out: one text/plain stream, a writer paced at -writer-rate events/s,
+//     -subscribers SSE readers (offset=now&live=sse) measuring end-to-end
+//     latency from the send timestamp in each payload, and counting every
+//     event each subscriber misses;
+//   - replay: -replay-clients clients, each with its own stream pre-filled
+//     with -replay-events appends of -replay-event-bytes, reading it from
+//     offset -1 to the tail all at once, round after round.
+//
+// The servers, each a separate process on loopback and started fresh:
+//
+//   - null: this binary re-executed with -null.listen, a trivial HTTP server
+//     that answers 204 to every request and stores nothing. It bounds what
+//     the client and the loopback can do on this machine; Ursula's numbers
+//     are reported as ratios to it;
+//   - ursula with -raft.fsync=never, then with -raft.fsync=always, each
+//     started as `make run` starts it (embedded defaults, a fresh temporary
+//     working and data directory) except for free loopback listen ports.
+//
+// While a workload runs, the server's VmRSS is sampled from /proc every
+// 100 ms; VmHWM (peak RSS) is read before the server is stopped.
+//
+// The result is one JSON document on stdout: per server and workload the
+// ops/s, latency (count, mean, p50, p90, p99, p999, max in ms), errors and
+// RSS, the ratios to null, and each target below with its measured value:
+//
+//   - multi-stream at 500 streams: ≥ 0.68 × null with fsync never,
+//     ≥ 0.50 × null with fsync always;
+//   - server peak RSS ≤ 165 MiB;
+//   - fan-out to 1000 subscribers: p99 ≤ 25 ms, every event delivered;
+//   - replay of 100 clients: p99 ≤ 28 ms.
+//
+// With -strict the command exits 1 when a target is missed. With -target URL
+// it measures an already running server instead (RSS only with -pid).
+package main

@@ -1,0 +1,356 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ursula/ursula/tests/e2e"
+)
+
+type config struct {
+	server      string
+	target      string
+	pid         int
+	fsyncModes  string
+	workloads   string
+	duration    time.Duration
+	streams     int
+	payload     int
+	subscribers int
+	writerRate  int
+	replayCl    int
+	replayEv    int
+	replayBytes int
+	withNull    bool
+	strict      bool
+	out         string
+	nullListen  string
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.server, "server", "", "ursula binary to start (default $URSULA_BIN, else go build ./services/cmd/ursula)")
+	flag.StringVar(&c.target, "target", "", "measure this running server (origin URL) instead of starting one")
+	flag.IntVar(&c.pid, "pid", 0, "with -target: the server's pid, for RSS")
+	flag.StringVar(&c.fsyncModes, "fsync", "never,always", "raft.fsync modes to start ursula with, in order")
+	flag.StringVar(&c.workloads, "workloads", "multi-stream,fan-out,replay", "workloads to run, in order")
+	flag.DurationVar(&c.duration, "duration", 10*time.Second, "how long each workload runs")
+	flag.IntVar(&c.streams, "streams", 500, "multi-stream: number of streams (one append in flight each)")
+	flag.IntVar(&c.payload, "payload", 256, "multi-stream and fan-out: payload bytes")
+	flag.IntVar(&c.subscribers, "subscribers", 1000, "fan-out: SSE subscribers")
+	flag.IntVar(&c.writerRate, "writer-rate", 50, "fan-out: events per second")
+	flag.IntVar(&c.replayCl, "replay-clients", 100, "replay: clients, each with its own stream")
+	flag.IntVar(&c.replayEv, "replay-events", 200, "replay: appends pre-filled per stream")
+	flag.IntVar(&c.replayBytes, "replay-event-bytes", 1024, "replay: bytes per pre-filled append")
+	flag.BoolVar(&c.withNull, "null", true, "also measure the null server (204 to everything) for ratios")
+	flag.BoolVar(&c.strict, "strict", false, "exit 1 when a target is missed")
+	flag.StringVar(&c.out, "out", "", "also write the JSON report to this file")
+	flag.StringVar(&c.nullListen, "null.listen", "", "run only the null server on this address (used internally)")
+	flag.Parse()
+
+	if c.nullListen != "" {
+		if err := runNullServer(c.nullListen); err != nil {
+			fmt.Fprintln(os.Stderr, "null server:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := run(ctx, c)
+	if rep != nil {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(rep)
+		if c.out != "" {
+			b, _ := json.MarshalIndent(rep, "", "  ")
+			if werr := os.WriteFile(c.out, append(b, '\n'), 0o644); werr != nil {
+				fmt.Fprintln(os.Stderr, "bench:", werr)
+			}
+		}
+	}
+	e2e.RemoveBuilt()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	if c.strict {
+		for _, t := range rep.Targets {
+			if !t.OK {
+				fmt.Fprintf(os.Stderr, "bench: target missed: %s (want %s, got %v)\n", t.Name, t.Want, t.Got)
+				os.Exit(1)
+			}
+		}
+	}
+}
+
+// Report is the JSON document bench prints.
+type Report struct {
+	Started string            `json:"started"`
+	Machine map[string]any    `json:"machine"`
+	Config  map[string]any    `json:"config"`
+	Servers []*ServerRun      `json:"servers"`
+	Ratios  map[string]any    `json:"ratios_to_null,omitempty"`
+	Targets []Target          `json:"targets,omitempty"`
+	Notes   map[string]string `json:"notes,omitempty"`
+}
+
+// ServerRun is every workload against one server process.
+type ServerRun struct {
+	Name    string `json:"name"`
+	Command string `json:"command,omitempty"`
+	PID     int    `json:"pid,omitempty"`
+	// RSSPeakMiB is VmHWM before the server was stopped: its peak RSS.
+	RSSPeakMiB float64            `json:"rss_peak_mib,omitempty"`
+	Workloads  map[string]*Result `json:"workloads"`
+	Errors     map[string]string  `json:"errors,omitempty"`
+}
+
+// Target is one published goal and whether this run met it.
+type Target struct {
+	Name string `json:"name"`
+	Want string `json:"want"`
+	Got  any    `json:"got"`
+	OK   bool   `json:"ok"`
+}
+
+func run(ctx context.Context, c config) (*Report, error) {
+	rep := &Report{
+		Started: time.Now().UTC().Format(time.RFC3339),
+		Machine: map[string]any{"cpus": runtime.NumCPU(), "go": runtime.Version(), "os": runtime.GOOS + "/" + runtime.GOARCH},
+		Config: map[string]any{
+			"duration_s": c.duration.Seconds(), "streams": c.streams, "payload_bytes": c.payload,
+			"subscribers": c.subscribers, "writer_rate": c.writerRate, "replay_clients": c.replayCl,
+			"replay_events": c.replayEv, "replay_event_bytes": c.replayBytes, "workloads": c.workloads,
+		},
+	}
+	workloads := splitList(c.workloads)
+	for _, w := range workloads {
+		switch w {
+		case "multi-stream", "fan-out", "replay":
+		default:
+			return nil, fmt.Errorf("unknown workload %q", w)
+		}
+	}
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05")+" "+format+"\n", args...)
+	}
+
+	if c.target != "" {
+		sr := &ServerRun{Name: "target", Command: c.target, PID: c.pid}
+		b := &bench{base: strings.TrimRight(c.target, "/"), root: e2e.StreamRoot, runID: runID(), pid: c.pid, logf: logf}
+		runWorkloads(ctx, c, b, sr, workloads)
+		if c.pid > 0 {
+			sr.RSSPeakMiB, _ = procStatusMiB(c.pid, "VmHWM")
+		}
+		rep.Servers = append(rep.Servers, sr)
+		return rep, ctx.Err()
+	}
+
+	if c.withNull {
+		self, err := os.Executable()
+		if err != nil {
+			return rep, err
+		}
+		sr, err := measure(ctx, c, "null", e2e.Options{
+			Binary: self, ListenFlags: []string{"null.listen"}, ReadyFlag: "null.listen",
+		}, true, workloads, logf)
+		if sr != nil {
+			rep.Servers = append(rep.Servers, sr)
+		}
+		if err != nil {
+			return rep, err
+		}
+	}
+	bin := c.server
+	if bin == "" {
+		var err error
+		if bin, err = e2e.Binary("ursula"); err != nil {
+			return rep, err
+		}
+	}
+	for _, mode := range splitList(c.fsyncModes) {
+		sr, err := measure(ctx, c, "ursula fsync="+mode, e2e.Options{
+			Binary: bin, Args: []string{"-raft.fsync=" + mode},
+		}, false, workloads, logf)
+		if sr != nil {
+			rep.Servers = append(rep.Servers, sr)
+		}
+		if err != nil {
+			return rep, err
+		}
+	}
+	evaluate(rep, c)
+	return rep, nil
+}
+
+// measure starts one server, runs the workloads against it and stops it.
+func measure(ctx context.Context, c config, name string, opts e2e.Options, isNull bool, workloads []string, logf func(string, ...any)) (*ServerRun, error) {
+	srv, err := e2e.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	defer srv.Close()
+	if err := srv.Start(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := srv.WaitReady(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	sr := &ServerRun{Name: name, Command: srv.Bin + " " + strings.Join(srv.Args(), " "), PID: srv.PID()}
+	logf("%s: pid %d ready at %s", name, srv.PID(), srv.URL())
+	b := &bench{base: srv.URL(), root: e2e.StreamRoot, runID: runID(), pid: srv.PID(), isNull: isNull, logf: logf}
+	runWorkloads(ctx, c, b, sr, workloads)
+	if v, err := procStatusMiB(srv.PID(), "VmHWM"); err == nil {
+		sr.RSSPeakMiB = v
+	}
+	if srv.Running() {
+		if err := srv.Terminate(30 * time.Second); err != nil {
+			sr.addErr("shutdown", err)
+		}
+	} else {
+		sr.addErr("server", fmt.Errorf("exited during the run: %v; log tail:\n%s", srv.ExitErr(), srv.LogTail(30)))
+	}
+	return sr, ctx.Err()
+}
+
+func runWorkloads(ctx context.Context, c config, b *bench, sr *ServerRun, workloads []string) {
+	sr.Workloads = map[string]*Result{}
+	for _, w := range workloads {
+		if ctx.Err() != nil {
+			return
+		}
+		b.logf("%s: %s for %v", sr.Name, w, c.duration)
+		var res *Result
+		var err error
+		switch w {
+		case "multi-stream":
+			res, err = b.multiStream(ctx, c.streams, c.payload, c.duration)
+		case "fan-out":
+			res, err = b.fanOut(ctx, c.subscribers, c.writerRate, c.payload, c.duration)
+		case "replay":
+			res, err = b.replay(ctx, c.replayCl, c.replayEv, c.replayBytes, c.duration)
+		}
+		if err != nil {
+			sr.addErr(w, err)
+			b.logf("%s: %s failed: %v", sr.Name, w, err)
+			continue
+		}
+		sr.Workloads[w] = res
+		b.logf("%s: %s: %.0f ops/s, p50 %.2f ms, p99 %.2f ms, p999 %.2f ms, errors %v",
+			sr.Name, w, res.OpsPerSec, res.Latency.P50MS, res.Latency.P99MS, res.Latency.P999MS, res.Errors)
+	}
+}
+
+func (sr *ServerRun) addErr(k string, err error) {
+	if sr.Errors == nil {
+		sr.Errors = map[string]string{}
+	}
+	sr.Errors[k] = err.Error()
+}
+
+// evaluate fills in ratios to null and the targets.
+func evaluate(rep *Report, c config) {
+	find := func(name string) *ServerRun {
+		for _, s := range rep.Servers {
+			if s.Name == name {
+				return s
+			}
+		}
+		return nil
+	}
+	null := find("null")
+	rep.Ratios = map[string]any{}
+	ratio := func(s *ServerRun, w string) (float64, bool) {
+		if null == nil || s == nil || null.Workloads[w] == nil || s.Workloads[w] == nil || null.Workloads[w].OpsPerSec == 0 {
+			return 0, false
+		}
+		return round3(s.Workloads[w].OpsPerSec / null.Workloads[w].OpsPerSec), true
+	}
+	add := func(name, want string, got any, ok bool) {
+		rep.Targets = append(rep.Targets, Target{Name: name, Want: want, Got: got, OK: ok})
+	}
+	for _, mode := range splitList(c.fsyncModes) {
+		s := find("ursula fsync=" + mode)
+		if s == nil {
+			continue
+		}
+		if r, ok := ratio(s, "multi-stream"); ok {
+			rep.Ratios["multi_stream_ops_fsync_"+mode] = r
+			if want := map[string]float64{"never": 0.68, "always": 0.50}[mode]; want > 0 && c.streams == 500 {
+				add(fmt.Sprintf("multi-stream 500 streams, fsync %s: ops/s vs null", mode),
+					fmt.Sprintf(">= %.2f", want), r, r >= want)
+			}
+		}
+		if s.Workloads["replay"] != nil && null != nil && null.Workloads["replay"] != nil && null.Workloads["replay"].Latency.P99MS > 0 {
+			rep.Ratios["replay_p99_fsync_"+mode] = round3(s.Workloads["replay"].Latency.P99MS / null.Workloads["replay"].Latency.P99MS)
+		}
+		if s.RSSPeakMiB > 0 {
+			add(fmt.Sprintf("peak RSS, fsync %s", mode), "<= 165 MiB", s.RSSPeakMiB, s.RSSPeakMiB <= 165)
+		}
+		if f := s.Workloads["fan-out"]; f != nil && c.subscribers == 1000 {
+			all, _ := f.Extra["all_delivered"].(bool)
+			add(fmt.Sprintf("fan-out 1000 subscribers, fsync %s: p99 ms", mode), "<= 25",
+				f.Latency.P99MS, f.Latency.P99MS <= 25 && f.Latency.Count > 0)
+			add(fmt.Sprintf("fan-out 1000 subscribers, fsync %s: events missed", mode), "0",
+				f.Extra["missing"], all)
+		}
+		if r := s.Workloads["replay"]; r != nil && c.replayCl == 100 {
+			add(fmt.Sprintf("replay 100 clients, fsync %s: p99 ms", mode), "<= 28",
+				r.Latency.P99MS, r.Latency.P99MS <= 28 && r.Latency.Count > 0)
+		}
+	}
+	if c.streams != 500 || c.subscribers != 1000 || c.replayCl != 100 {
+		rep.Notes = map[string]string{"targets": "throughput and latency targets are defined for 500 streams, " +
+			"1000 subscribers and 100 replay clients; those of other sizes are left out"}
+	}
+}
+
+// runNullServer answers 204 to every request without storing anything (200
+// on /__ursula/ready, so the harness can wait for it).
+func runNullServer(addr string) error {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/__ursula/ready" {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func runID() string { return fmt.Sprintf("%x", time.Now().UnixNano()) }

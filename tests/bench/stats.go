@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Latency summarises a set of samples in milliseconds.
+type Latency struct {
+	Count  int     `json:"count"`
+	MeanMS float64 `json:"mean_ms"`
+	P50MS  float64 `json:"p50_ms"`
+	P90MS  float64 `json:"p90_ms"`
+	P99MS  float64 `json:"p99_ms"`
+	P999MS float64 `json:"p999_ms"`
+	MaxMS  float64 `json:"max_ms"`
+}
+
+// samples collects durations from many goroutines.
+type samples struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (s *samples) add(d ...time.Duration) {
+	s.mu.Lock()
+	s.d = append(s.d, d...)
+	s.mu.Unlock()
+}
+
+func (s *samples) summary() Latency {
+	s.mu.Lock()
+	d := slices.Clone(s.d)
+	s.mu.Unlock()
+	return summarize(d)
+}
+
+func summarize(d []time.Duration) Latency {
+	if len(d) == 0 {
+		return Latency{}
+	}
+	slices.Sort(d)
+	var sum time.Duration
+	for _, v := range d {
+		sum += v
+	}
+	// Nearest rank.
+	q := func(p float64) float64 {
+		i := int(math.Ceil(p*float64(len(d)))) - 1
+		return ms(d[max(0, min(i, len(d)-1))])
+	}
+	return Latency{
+		Count:  len(d),
+		MeanMS: round3(ms(sum) / float64(len(d))),
+		P50MS:  q(0.50),
+		P90MS:  q(0.90),
+		P99MS:  q(0.99),
+		P999MS: q(0.999),
+		MaxMS:  ms(d[len(d)-1]),
+	}
+}
+
+func ms(d time.Duration) float64 { return round3(float64(d) / float64(time.Millisecond)) }
+
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+// procStatusMiB reads a "Vm…: N kB" field of /proc/<pid>/status in MiB.
+func procStatusMiB(pid int, field string) (float64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok || name != field {
+			continue
+		}
+		kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", field, err)
+		}
+		return round3(kb / 1024), nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
+}
+
+// rssSampler records the highest VmRSS of a process, sampled every 100 ms.
+type rssSampler struct {
+	stop chan struct{}
+	done chan struct{}
+	max  float64
+}
+
+func sampleRSS(pid int) *rssSampler {
+	s := &rssSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		if pid <= 0 {
+			return
+		}
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if v, err := procStatusMiB(pid, "VmRSS"); err == nil && v > s.max {
+				s.max = v
+			}
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+// Stop ends sampling and returns the highest VmRSS seen in MiB (0 without a
+// pid).
+func (s *rssSampler) Stop() float64 {
+	close(s.stop)
+	<-s.done
+	return s.max
+}

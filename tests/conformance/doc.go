@@ -1,0 +1,26 @@
+// Package conformance runs the official Durable Streams server conformance
+// suite (npm @durable-streams/server-conformance-tests, pinned with its vitest
+// in package-lock.json) against Ursula.
+//
+// TestConformance starts bin/ursula the way `make run` does: no config file
+// and no flags except loopback listen addresses on free ports, in a fresh
+// temporary working directory (so the data lands in its ./data). It waits for
+// /__ursula/ready, runs
+//
+//	npx vitest run --reporter=json --outputFile=<tmp>/results.json
+//
+// in this directory with CONFORMANCE_TEST_URL pointing at the gateway and
+// CONFORMANCE_SUBSCRIPTIONS=1, and fails unless all 338 tests ran and passed,
+// printing every test that did not. Node 20+ and npm must be on PATH; the
+// test fails (it does not skip) without them, and runs `npm ci` when
+// node_modules is missing or older than package-lock.json.
+//
+// The suite's own CLI finds no tests when installed from npm, so
+// conformance.test.mjs calls runConformanceTests and vitest.config.mjs
+// includes only that file. Against an already running server:
+//
+//	make conformance CONFORMANCE_TEST_URL=http://127.0.0.1:4437
+//
+// Environment: URSULA_BIN (or URSULA_BIN_DIR) selects a prebuilt binary,
+// otherwise the test builds ./services/cmd/ursula.
+package conformance
