@@ -104,8 +104,34 @@ func (e *Engine) Run(ctx context.Context) error {
 	return err
 }
 
-// WaitReady blocks until every group has a leader.
-func (e *Engine) WaitReady(ctx context.Context) error { return e.host.WaitReady(ctx) }
+// WaitReady blocks until every group has a leader and every group this
+// node leads has applied its whole log: a barrier entry proposed in the
+// leader's term applies only after every entry before it.
+func (e *Engine) WaitReady(ctx context.Context) error {
+	if err := e.host.WaitReady(ctx); err != nil {
+		return err
+	}
+	for g := range e.machines {
+		for {
+			if !e.host.Status(uint32(g)).IsLeader {
+				break
+			}
+			_, err := e.propose(ctx, uint32(g), &storagev1.Command{Op: &storagev1.Command_Barrier{Barrier: &storagev1.Barrier{}}})
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
 
 // Sync flushes every journal to disk.
 func (e *Engine) Sync() error { return e.host.Sync() }

@@ -111,6 +111,8 @@ func (m *Machine) Apply(index uint64, data []byte) any {
 		return m.applyAddForkRef(op.AddForkRef)
 	case *storagev1.Command_ReleaseForkRef:
 		return m.applyReleaseForkRef(op.ReleaseForkRef)
+	case *storagev1.Command_Barrier:
+		return &Result{}
 	case *storagev1.Command_Touch:
 		c := op.Touch
 		if s := m.streams[Key{c.GetBucket(), c.GetStream()}]; s != nil && s.meta.GetIncarnation() == c.GetIncarnation() && c.GetTouchedMs() > s.meta.GetTouchedMs() {

@@ -38,6 +38,7 @@ type Command struct {
 	//	*Command_ReleaseForkRef
 	//	*Command_Expire
 	//	*Command_Touch
+	//	*Command_Barrier
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -159,6 +160,15 @@ func (x *Command) GetTouch() *Touch {
 	return nil
 }
 
+func (x *Command) GetBarrier() *Barrier {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Barrier); ok {
+			return x.Barrier
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -195,6 +205,10 @@ type Command_Touch struct {
 	Touch *Touch `protobuf:"bytes,17,opt,name=touch,proto3,oneof"`
 }
 
+type Command_Barrier struct {
+	Barrier *Barrier `protobuf:"bytes,18,opt,name=barrier,proto3,oneof"`
+}
+
 func (*Command_CreateBucket) isCommand_Op() {}
 
 func (*Command_CreateStream) isCommand_Op() {}
@@ -211,6 +225,46 @@ func (*Command_Expire) isCommand_Op() {}
 
 func (*Command_Touch) isCommand_Op() {}
 
+func (*Command_Barrier) isCommand_Op() {}
+
+// Barrier changes nothing; once it applies, everything before it has
+// applied (a new leader uses it before it reports ready).
+type Barrier struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Barrier) Reset() {
+	*x = Barrier{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Barrier) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Barrier) ProtoMessage() {}
+
+func (x *Barrier) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Barrier.ProtoReflect.Descriptor instead.
+func (*Barrier) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{1}
+}
+
 type CreateBucket struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
@@ -220,7 +274,7 @@ type CreateBucket struct {
 
 func (x *CreateBucket) Reset() {
 	*x = CreateBucket{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[1]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -232,7 +286,7 @@ func (x *CreateBucket) String() string {
 func (*CreateBucket) ProtoMessage() {}
 
 func (x *CreateBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[1]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -245,7 +299,7 @@ func (x *CreateBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBucket.ProtoReflect.Descriptor instead.
 func (*CreateBucket) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{1}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CreateBucket) GetBucket() string {
@@ -273,7 +327,7 @@ type ForkOrigin struct {
 
 func (x *ForkOrigin) Reset() {
 	*x = ForkOrigin{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[2]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -285,7 +339,7 @@ func (x *ForkOrigin) String() string {
 func (*ForkOrigin) ProtoMessage() {}
 
 func (x *ForkOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[2]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -298,7 +352,7 @@ func (x *ForkOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkOrigin.ProtoReflect.Descriptor instead.
 func (*ForkOrigin) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{2}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ForkOrigin) GetSourceBucket() string {
@@ -368,7 +422,7 @@ type CreateStream struct {
 
 func (x *CreateStream) Reset() {
 	*x = CreateStream{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[3]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +434,7 @@ func (x *CreateStream) String() string {
 func (*CreateStream) ProtoMessage() {}
 
 func (x *CreateStream) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[3]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +447,7 @@ func (x *CreateStream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateStream.ProtoReflect.Descriptor instead.
 func (*CreateStream) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{3}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateStream) GetBucket() string {
@@ -498,7 +552,7 @@ type ProducerRef struct {
 
 func (x *ProducerRef) Reset() {
 	*x = ProducerRef{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[4]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +564,7 @@ func (x *ProducerRef) String() string {
 func (*ProducerRef) ProtoMessage() {}
 
 func (x *ProducerRef) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[4]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +577,7 @@ func (x *ProducerRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerRef.ProtoReflect.Descriptor instead.
 func (*ProducerRef) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{4}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ProducerRef) GetId() string {
@@ -566,7 +620,7 @@ type Append struct {
 
 func (x *Append) Reset() {
 	*x = Append{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[5]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +632,7 @@ func (x *Append) String() string {
 func (*Append) ProtoMessage() {}
 
 func (x *Append) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[5]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +645,7 @@ func (x *Append) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Append.ProtoReflect.Descriptor instead.
 func (*Append) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{5}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Append) GetBucket() string {
@@ -668,7 +722,7 @@ type DeleteStream struct {
 
 func (x *DeleteStream) Reset() {
 	*x = DeleteStream{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[6]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +734,7 @@ func (x *DeleteStream) String() string {
 func (*DeleteStream) ProtoMessage() {}
 
 func (x *DeleteStream) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[6]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +747,7 @@ func (x *DeleteStream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteStream.ProtoReflect.Descriptor instead.
 func (*DeleteStream) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{6}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteStream) GetBucket() string {
@@ -730,7 +784,7 @@ type AddForkRef struct {
 
 func (x *AddForkRef) Reset() {
 	*x = AddForkRef{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[7]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +796,7 @@ func (x *AddForkRef) String() string {
 func (*AddForkRef) ProtoMessage() {}
 
 func (x *AddForkRef) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[7]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +809,7 @@ func (x *AddForkRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddForkRef.ProtoReflect.Descriptor instead.
 func (*AddForkRef) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{7}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AddForkRef) GetBucket() string {
@@ -799,7 +853,7 @@ type ReleaseForkRef struct {
 
 func (x *ReleaseForkRef) Reset() {
 	*x = ReleaseForkRef{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[8]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -811,7 +865,7 @@ func (x *ReleaseForkRef) String() string {
 func (*ReleaseForkRef) ProtoMessage() {}
 
 func (x *ReleaseForkRef) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[8]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -824,7 +878,7 @@ func (x *ReleaseForkRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseForkRef.ProtoReflect.Descriptor instead.
 func (*ReleaseForkRef) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{8}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReleaseForkRef) GetBucket() string {
@@ -860,7 +914,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[9]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +926,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[9]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +939,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{9}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Expire) GetBucket() string {
@@ -922,7 +976,7 @@ type Touch struct {
 
 func (x *Touch) Reset() {
 	*x = Touch{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[10]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +988,7 @@ func (x *Touch) String() string {
 func (*Touch) ProtoMessage() {}
 
 func (x *Touch) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[10]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1001,7 @@ func (x *Touch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Touch.ProtoReflect.Descriptor instead.
 func (*Touch) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{10}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Touch) GetBucket() string {
@@ -992,7 +1046,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[11]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1058,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[11]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1071,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{11}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Snapshot) GetFormat() uint32 {
@@ -1060,7 +1114,7 @@ type ProducerState struct {
 
 func (x *ProducerState) Reset() {
 	*x = ProducerState{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[12]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1126,7 @@ func (x *ProducerState) String() string {
 func (*ProducerState) ProtoMessage() {}
 
 func (x *ProducerState) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[12]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1139,7 @@ func (x *ProducerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
 func (*ProducerState) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{12}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ProducerState) GetId() string {
@@ -1148,7 +1202,7 @@ type StreamState struct {
 
 func (x *StreamState) Reset() {
 	*x = StreamState{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[13]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1214,7 @@ func (x *StreamState) String() string {
 func (*StreamState) ProtoMessage() {}
 
 func (x *StreamState) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[13]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1227,7 @@ func (x *StreamState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamState.ProtoReflect.Descriptor instead.
 func (*StreamState) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{13}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StreamState) GetBucket() string {
@@ -1327,7 +1381,7 @@ var File_ursula_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"\x1fursula/storage/v1/storage.proto\x12\x11ursula.storage.v1\"\xac\x04\n" +
+	"\x1fursula/storage/v1/storage.proto\x12\x11ursula.storage.v1\"\xe4\x04\n" +
 	"\aCommand\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12F\n" +
 	"\rcreate_bucket\x18\n" +
@@ -1339,8 +1393,10 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"addForkRef\x12M\n" +
 	"\x10release_fork_ref\x18\x0f \x01(\v2!.ursula.storage.v1.ReleaseForkRefH\x00R\x0ereleaseForkRef\x123\n" +
 	"\x06expire\x18\x10 \x01(\v2\x19.ursula.storage.v1.ExpireH\x00R\x06expire\x120\n" +
-	"\x05touch\x18\x11 \x01(\v2\x18.ursula.storage.v1.TouchH\x00R\x05touchB\x04\n" +
-	"\x02op\"&\n" +
+	"\x05touch\x18\x11 \x01(\v2\x18.ursula.storage.v1.TouchH\x00R\x05touch\x126\n" +
+	"\abarrier\x18\x12 \x01(\v2\x1a.ursula.storage.v1.BarrierH\x00R\abarrierB\x04\n" +
+	"\x02op\"\t\n" +
+	"\aBarrier\"&\n" +
 	"\fCreateBucket\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"\xdf\x01\n" +
 	"\n" +
@@ -1461,43 +1517,45 @@ func file_ursula_storage_v1_storage_proto_rawDescGZIP() []byte {
 	return file_ursula_storage_v1_storage_proto_rawDescData
 }
 
-var file_ursula_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_ursula_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_ursula_storage_v1_storage_proto_goTypes = []any{
 	(*Command)(nil),        // 0: ursula.storage.v1.Command
-	(*CreateBucket)(nil),   // 1: ursula.storage.v1.CreateBucket
-	(*ForkOrigin)(nil),     // 2: ursula.storage.v1.ForkOrigin
-	(*CreateStream)(nil),   // 3: ursula.storage.v1.CreateStream
-	(*ProducerRef)(nil),    // 4: ursula.storage.v1.ProducerRef
-	(*Append)(nil),         // 5: ursula.storage.v1.Append
-	(*DeleteStream)(nil),   // 6: ursula.storage.v1.DeleteStream
-	(*AddForkRef)(nil),     // 7: ursula.storage.v1.AddForkRef
-	(*ReleaseForkRef)(nil), // 8: ursula.storage.v1.ReleaseForkRef
-	(*Expire)(nil),         // 9: ursula.storage.v1.Expire
-	(*Touch)(nil),          // 10: ursula.storage.v1.Touch
-	(*Snapshot)(nil),       // 11: ursula.storage.v1.Snapshot
-	(*ProducerState)(nil),  // 12: ursula.storage.v1.ProducerState
-	(*StreamState)(nil),    // 13: ursula.storage.v1.StreamState
+	(*Barrier)(nil),        // 1: ursula.storage.v1.Barrier
+	(*CreateBucket)(nil),   // 2: ursula.storage.v1.CreateBucket
+	(*ForkOrigin)(nil),     // 3: ursula.storage.v1.ForkOrigin
+	(*CreateStream)(nil),   // 4: ursula.storage.v1.CreateStream
+	(*ProducerRef)(nil),    // 5: ursula.storage.v1.ProducerRef
+	(*Append)(nil),         // 6: ursula.storage.v1.Append
+	(*DeleteStream)(nil),   // 7: ursula.storage.v1.DeleteStream
+	(*AddForkRef)(nil),     // 8: ursula.storage.v1.AddForkRef
+	(*ReleaseForkRef)(nil), // 9: ursula.storage.v1.ReleaseForkRef
+	(*Expire)(nil),         // 10: ursula.storage.v1.Expire
+	(*Touch)(nil),          // 11: ursula.storage.v1.Touch
+	(*Snapshot)(nil),       // 12: ursula.storage.v1.Snapshot
+	(*ProducerState)(nil),  // 13: ursula.storage.v1.ProducerState
+	(*StreamState)(nil),    // 14: ursula.storage.v1.StreamState
 }
 var file_ursula_storage_v1_storage_proto_depIdxs = []int32{
-	1,  // 0: ursula.storage.v1.Command.create_bucket:type_name -> ursula.storage.v1.CreateBucket
-	3,  // 1: ursula.storage.v1.Command.create_stream:type_name -> ursula.storage.v1.CreateStream
-	5,  // 2: ursula.storage.v1.Command.append:type_name -> ursula.storage.v1.Append
-	6,  // 3: ursula.storage.v1.Command.delete_stream:type_name -> ursula.storage.v1.DeleteStream
-	7,  // 4: ursula.storage.v1.Command.add_fork_ref:type_name -> ursula.storage.v1.AddForkRef
-	8,  // 5: ursula.storage.v1.Command.release_fork_ref:type_name -> ursula.storage.v1.ReleaseForkRef
-	9,  // 6: ursula.storage.v1.Command.expire:type_name -> ursula.storage.v1.Expire
-	10, // 7: ursula.storage.v1.Command.touch:type_name -> ursula.storage.v1.Touch
-	2,  // 8: ursula.storage.v1.CreateStream.fork:type_name -> ursula.storage.v1.ForkOrigin
-	4,  // 9: ursula.storage.v1.Append.producer:type_name -> ursula.storage.v1.ProducerRef
-	13, // 10: ursula.storage.v1.Snapshot.streams:type_name -> ursula.storage.v1.StreamState
-	4,  // 11: ursula.storage.v1.StreamState.closed_by:type_name -> ursula.storage.v1.ProducerRef
-	12, // 12: ursula.storage.v1.StreamState.producers:type_name -> ursula.storage.v1.ProducerState
-	2,  // 13: ursula.storage.v1.StreamState.fork:type_name -> ursula.storage.v1.ForkOrigin
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	2,  // 0: ursula.storage.v1.Command.create_bucket:type_name -> ursula.storage.v1.CreateBucket
+	4,  // 1: ursula.storage.v1.Command.create_stream:type_name -> ursula.storage.v1.CreateStream
+	6,  // 2: ursula.storage.v1.Command.append:type_name -> ursula.storage.v1.Append
+	7,  // 3: ursula.storage.v1.Command.delete_stream:type_name -> ursula.storage.v1.DeleteStream
+	8,  // 4: ursula.storage.v1.Command.add_fork_ref:type_name -> ursula.storage.v1.AddForkRef
+	9,  // 5: ursula.storage.v1.Command.release_fork_ref:type_name -> ursula.storage.v1.ReleaseForkRef
+	10, // 6: ursula.storage.v1.Command.expire:type_name -> ursula.storage.v1.Expire
+	11, // 7: ursula.storage.v1.Command.touch:type_name -> ursula.storage.v1.Touch
+	1,  // 8: ursula.storage.v1.Command.barrier:type_name -> ursula.storage.v1.Barrier
+	3,  // 9: ursula.storage.v1.CreateStream.fork:type_name -> ursula.storage.v1.ForkOrigin
+	5,  // 10: ursula.storage.v1.Append.producer:type_name -> ursula.storage.v1.ProducerRef
+	14, // 11: ursula.storage.v1.Snapshot.streams:type_name -> ursula.storage.v1.StreamState
+	5,  // 12: ursula.storage.v1.StreamState.closed_by:type_name -> ursula.storage.v1.ProducerRef
+	13, // 13: ursula.storage.v1.StreamState.producers:type_name -> ursula.storage.v1.ProducerState
+	3,  // 14: ursula.storage.v1.StreamState.fork:type_name -> ursula.storage.v1.ForkOrigin
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_ursula_storage_v1_storage_proto_init() }
@@ -1514,6 +1572,7 @@ func file_ursula_storage_v1_storage_proto_init() {
 		(*Command_ReleaseForkRef)(nil),
 		(*Command_Expire)(nil),
 		(*Command_Touch)(nil),
+		(*Command_Barrier)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1521,7 +1580,7 @@ func file_ursula_storage_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_storage_v1_storage_proto_rawDesc), len(file_ursula_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
