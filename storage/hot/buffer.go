@@ -1,8 +1,14 @@
 package hot
 
-// chunkSize is the size of each storage chunk. Appends larger than a chunk
-// get a chunk of their own, so one huge append is one allocation.
-const chunkSize = 64 << 10
+// Chunks start small and double up to maxChunk, so that thousands of
+// mostly idle streams do not each hold a large, mostly empty chunk. Appends
+// larger than the next chunk get a chunk of their own, so one huge append is
+// one allocation.
+const (
+	firstChunk = 512
+	maxChunk   = 64 << 10
+	chunkSize  = maxChunk
+)
 
 // Buffer is an append-only byte sequence starting at a base position.
 type Buffer struct {
@@ -47,7 +53,11 @@ func (b *Buffer) Append(p []byte) {
 	if len(p) == 0 {
 		return
 	}
-	c := make([]byte, len(p), max(len(p), chunkSize))
+	next := firstChunk
+	if n := len(b.chunks); n > 0 {
+		next = min(2*cap(b.chunks[n-1].buf), maxChunk)
+	}
+	c := make([]byte, len(p), max(len(p), next))
 	copy(c, p)
 	b.chunks = append(b.chunks, chunk{start: end, buf: c})
 	b.size += uint64(len(p))
