@@ -116,7 +116,7 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 	var gwErr error
 	if cfg.Target != TargetNode {
 		var local streamv1.StreamServiceClient
-		if srv != nil && cfg.Upstream.InProcess && cfg.Upstream.NodeAddr == "" {
+		if srv != nil && cfg.Upstream.InProcess && len(cfg.Upstream.Nodes) == 0 {
 			local = srv.LocalClient()
 		}
 		gwErr = runGateway(ctx, cfg, local, logger)
@@ -144,9 +144,9 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 // otherwise the gateway dials the node over gRPC.
 func runGateway(ctx context.Context, cfg *Config, client streamv1.StreamServiceClient, logger *slog.Logger) error {
 	if client == nil {
-		addr := cfg.Upstream.NodeAddr
-		if addr == "" {
-			addr = cfg.Node.Listen
+		addr := cfg.Node.Listen
+		if len(cfg.Upstream.Nodes) > 0 {
+			addr = cfg.Upstream.Nodes[0] // routing across nodes: issue 3, gateway/upstream
 		}
 		maxMsg := 64 << 20
 		if cfg.Node.MaxMessageBytes > 0 {

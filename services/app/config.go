@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -31,6 +32,8 @@ type Config struct {
 	Engine engine.Config `toml:"raft"`
 	// Node configures the storage node's listeners.
 	Node node.Config `toml:"server"`
+	// Runtime configures the process's workers.
+	Runtime RuntimeConfig `toml:"runtime"`
 	// Gateway configures the HTTP gateway.
 	Gateway gateway.Config `toml:"gateway"`
 	// Upstream is how a gateway reaches storage nodes.
@@ -41,11 +44,18 @@ type Config struct {
 	Log LogConfig `toml:"log"`
 }
 
+// RuntimeConfig configures the process's workers.
+type RuntimeConfig struct {
+	// CoreCount is the number of shard workers (S); bound to the WAL.
+	CoreCount int `toml:"core_count"`
+}
+
 // UpstreamConfig tells a gateway where the node is.
 type UpstreamConfig struct {
-	// NodeAddr is the client-plane address of the storage node. Empty in
-	// the all-in-one target means this process's node.
-	NodeAddr string `toml:"node_addr"`
+	// Nodes are client-plane addresses of storage nodes; the gateway learns
+	// the rest of the cluster (and each group's leader) from any of them.
+	// Empty in the all-in-one target means this process's node.
+	Nodes []string `toml:"nodes"`
 	// InProcess, in the all-in-one target, has the gateway call this
 	// process's node directly instead of over loopback gRPC (same client
 	// interface, same service code, no HTTP/2 hop).
@@ -64,13 +74,22 @@ type LogConfig struct {
 func (c *Config) registerFlags(fs *flag.FlagSet, target string) {
 	fs.StringVar(&c.Target, "target", target, "roles to run: all, node or gateway")
 	c.Engine.RegisterFlags(fs)
-	nodeListen := "127.0.0.1:4447"
+	fs.IntVar(&c.Runtime.CoreCount, "runtime.core-count", runtime.NumCPU(), "number of shard workers (bound to the WAL)")
+	nodeListen, clusterListen := "127.0.0.1:4447", "127.0.0.1:4439"
 	if target == TargetNode {
-		nodeListen = ":4437"
+		nodeListen, clusterListen = ":4437", ":4439"
 	}
-	c.Node.RegisterFlags(fs, nodeListen)
+	c.Node.RegisterFlags(fs, nodeListen, clusterListen)
 	c.Gateway.RegisterFlags(fs)
-	fs.StringVar(&c.Upstream.NodeAddr, "upstream.node-addr", "", "storage node client-plane address for the gateway")
+	fs.Func("upstream.nodes", "comma-separated client-plane addresses of storage nodes (gateway target)", func(v string) error {
+		c.Upstream.Nodes = nil
+		for _, a := range strings.Split(v, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				c.Upstream.Nodes = append(c.Upstream.Nodes, a)
+			}
+		}
+		return nil
+	})
 	fs.BoolVar(&c.Upstream.InProcess, "upstream.in-process", true, "all-in-one: call the local node in-process instead of over loopback gRPC")
 	fs.StringVar(&c.Log.Level, "log.level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.Log.Format, "log.format", "text", "log format: text or json")
@@ -89,8 +108,8 @@ func (c *Config) Validate() error {
 	}
 	if c.Target != TargetNode {
 		errs = append(errs, c.Gateway.Validate(), c.Subscriptions.Validate())
-		if c.Target == TargetGateway && c.Upstream.NodeAddr == "" {
-			errs = append(errs, errors.New("upstream.node_addr is required for the gateway target"))
+		if c.Target == TargetGateway && len(c.Upstream.Nodes) == 0 {
+			errs = append(errs, errors.New("upstream.nodes is required for the gateway target"))
 		}
 	}
 	if _, err := parseLevel(c.Log.Level); err != nil {
@@ -131,6 +150,8 @@ func Load(args []string, target string) (*Config, *Flags, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
 	}
+	cfg.Engine.ShardCount = cfg.Runtime.CoreCount
+	cfg.Engine.ClusterID = cfg.Node.ClusterID
 	return &cfg, f, nil
 }
 

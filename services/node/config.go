@@ -15,6 +15,9 @@ type Config struct {
 	// AdminListen is the admin plane; it must be a loopback address unless
 	// AllowNonLoopbackAdmin is set.
 	AdminListen string `toml:"admin_listen"`
+	// ClusterListen is the cluster plane (Raft transport, probes, shed
+	// state); peers dial it at their [[raft.peers]] cluster_url.
+	ClusterListen string `toml:"cluster_listen"`
 	// AllowNonLoopbackAdmin permits a non-loopback admin address.
 	AllowNonLoopbackAdmin bool `toml:"allow_non_loopback_admin"`
 	// ClusterID names the cluster; it is reported by readiness and metrics.
@@ -25,8 +28,9 @@ type Config struct {
 }
 
 // RegisterFlags registers the node's flags.
-func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultListen string) {
+func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultListen, defaultClusterListen string) {
 	fs.StringVar(&c.Listen, "node.listen", defaultListen, "client plane address (gRPC + HTTP)")
+	fs.StringVar(&c.ClusterListen, "cluster.listen", defaultClusterListen, "cluster plane address (Raft transport)")
 	fs.StringVar(&c.AdminListen, "admin.listen", "127.0.0.1:4438", "admin plane address (loopback only)")
 	fs.BoolVar(&c.AllowNonLoopbackAdmin, "admin.allow-non-loopback", false, "allow a non-loopback admin address")
 	fs.StringVar(&c.ClusterID, "server.cluster-id", "local", "cluster id")

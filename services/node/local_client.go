@@ -52,6 +52,10 @@ func (c *localClient) DeleteStream(ctx context.Context, in *streamv1.DeleteStrea
 	return c.svc.DeleteStream(ctx, in)
 }
 
+func (c *localClient) GetClusterInfo(ctx context.Context, in *streamv1.GetClusterInfoRequest, _ ...grpc.CallOption) (*streamv1.GetClusterInfoResponse, error) {
+	return c.svc.GetClusterInfo(ctx, in)
+}
+
 // Subscribe runs the server side in a goroutine that hands each message to
 // the client through a channel; cancelling ctx ends both.
 func (c *localClient) Subscribe(ctx context.Context, in *streamv1.SubscribeRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[streamv1.SubscribeResponse], error) {

@@ -53,7 +53,7 @@ func New(cfg Config, eng *engine.Engine, logger *slog.Logger) (*Server, error) {
 		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
-	s.streams = &streamService{eng: eng, metrics: &s.metrics}
+	s.streams = &streamService{eng: eng, metrics: &s.metrics, clusterID: cfg.ClusterID, selfAddr: cfg.Listen}
 	streamv1.RegisterStreamServiceServer(s.grpcServer, s.streams)
 	adminv1.RegisterAdminServiceServer(s.grpcServer, &adminService{srv: s})
 	return s, nil

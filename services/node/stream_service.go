@@ -11,8 +11,10 @@ import (
 // streamService adapts the engine to the StreamService gRPC contract.
 type streamService struct {
 	streamv1.UnimplementedStreamServiceServer
-	eng     *engine.Engine
-	metrics *metrics
+	eng       *engine.Engine
+	metrics   *metrics
+	clusterID string
+	selfAddr  string
 }
 
 func (s *streamService) CreateBucket(ctx context.Context, req *streamv1.CreateBucketRequest) (*streamv1.CreateBucketResponse, error) {
@@ -66,4 +68,24 @@ func (s *streamService) Subscribe(req *streamv1.SubscribeRequest, srv streamv1.S
 		return nil // the subscriber went away
 	}
 	return grpcerr.ToStatus(err)
+}
+
+func (s *streamService) GetClusterInfo(context.Context, *streamv1.GetClusterInfoRequest) (*streamv1.GetClusterInfoResponse, error) {
+	cfg := s.eng.Config()
+	resp := &streamv1.GetClusterInfoResponse{
+		ClusterId:  s.clusterID,
+		NodeId:     cfg.NodeID,
+		GroupCount: uint32(cfg.GroupCount),
+	}
+	if len(cfg.Peers) == 0 {
+		resp.Nodes = []*streamv1.NodeInfo{{Id: cfg.NodeID, ClientAddr: s.selfAddr}}
+	}
+	for _, p := range cfg.Peers {
+		resp.Nodes = append(resp.Nodes, &streamv1.NodeInfo{Id: p.ID, ClientAddr: p.ClientURL})
+	}
+	resp.GroupLeaders = make([]uint64, cfg.GroupCount)
+	for g := range resp.GroupLeaders {
+		resp.GroupLeaders[g] = s.eng.Host().Status(uint32(g)).LeaderID
+	}
+	return resp, nil
 }

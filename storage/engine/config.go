@@ -4,7 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"runtime"
 	"time"
 )
 
@@ -14,10 +13,17 @@ type Config struct {
 	DataDir string `toml:"data_dir"`
 	// NodeID is this node's Raft id (non-zero).
 	NodeID uint64 `toml:"node_id"`
+	// Peers are every voter of the cluster, this node included; empty
+	// means a single-node cluster of NodeID.
+	Peers []Peer `toml:"peers"`
+	// ClusterID is recorded in the WAL at first start; a WAL holding
+	// another id refuses to start. Set from server.cluster_id.
+	ClusterID string `toml:"-"`
 	// GroupCount is G, the number of Raft groups; bound to the WAL.
 	GroupCount int `toml:"group_count"`
-	// ShardCount is S, the number of shard workers; bound to the WAL.
-	ShardCount int `toml:"core_count"`
+	// ShardCount is S, the number of shard workers; bound to the WAL. Set
+	// from runtime.core_count.
+	ShardCount int `toml:"-"`
 	// Fsync is "never" (acknowledge from the page cache) or "always" (one
 	// fsync per batch before acknowledging).
 	Fsync string `toml:"fsync"`
@@ -37,12 +43,33 @@ type Config struct {
 	ExpirySweepInterval time.Duration `toml:"expiry_sweep_interval"`
 }
 
+// Peer is one voter of the cluster.
+type Peer struct {
+	// ID is the peer's raft.node_id.
+	ID uint64 `toml:"id"`
+	// ClusterURL is the host:port of the peer's cluster plane (Raft).
+	ClusterURL string `toml:"cluster_url"`
+	// ClientURL is the host:port of the peer's client plane (gRPC data API).
+	ClientURL string `toml:"client_url"`
+}
+
+// Voters returns the voter ids: the peers, or this node alone.
+func (c *Config) Voters() []uint64 {
+	if len(c.Peers) == 0 {
+		return []uint64{c.NodeID}
+	}
+	ids := make([]uint64, 0, len(c.Peers))
+	for _, p := range c.Peers {
+		ids = append(ids, p.ID)
+	}
+	return ids
+}
+
 // RegisterFlags registers the engine's flags with defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory for the WAL and snapshots")
 	fs.Uint64Var(&c.NodeID, "raft.node-id", 1, "this node's Raft id")
 	fs.IntVar(&c.GroupCount, "raft.group-count", 64, "number of Raft groups (bound to the WAL)")
-	fs.IntVar(&c.ShardCount, "runtime.core-count", runtime.NumCPU(), "number of shard workers (bound to the WAL)")
 	fs.StringVar(&c.Fsync, "raft.fsync", "never", `WAL fsync policy: "never" or "always"`)
 	fs.Uint64Var(&c.ReadChunkBytes, "read-chunk-bytes", 1<<20, "maximum bytes returned by one read")
 	fs.Uint64Var(&c.SnapshotEntries, "raft.snapshot-entries", 1024, "snapshot a group after this many entries")
@@ -66,6 +93,23 @@ func (c *Config) Validate() error {
 	}
 	if c.ShardCount < 1 || c.ShardCount > 1024 {
 		errs = append(errs, fmt.Errorf("runtime.core_count %d out of range [1, 1024]", c.ShardCount))
+	}
+	if len(c.Peers) > 0 {
+		seen := map[uint64]bool{}
+		self := false
+		for _, p := range c.Peers {
+			if p.ID == 0 || seen[p.ID] {
+				errs = append(errs, fmt.Errorf("raft.peers: id %d is zero or repeated", p.ID))
+			}
+			seen[p.ID] = true
+			self = self || p.ID == c.NodeID
+			if p.ClusterURL == "" || p.ClientURL == "" {
+				errs = append(errs, fmt.Errorf("raft.peers: peer %d needs cluster_url and client_url", p.ID))
+			}
+		}
+		if !self {
+			errs = append(errs, fmt.Errorf("raft.peers does not include this node (raft.node_id %d)", c.NodeID))
+		}
 	}
 	if c.Fsync != "never" && c.Fsync != "always" {
 		errs = append(errs, fmt.Errorf(`raft.fsync %q: want "never" or "always"`, c.Fsync))

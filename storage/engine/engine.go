@@ -69,7 +69,7 @@ func New(cfg Config, tr multiraft.Transport, logger *slog.Logger) (*Engine, erro
 	host, err := multiraft.New(multiraft.Config{
 		Dir:             cfg.DataDir,
 		NodeID:          cfg.NodeID,
-		Voters:          []uint64{cfg.NodeID},
+		Voters:          cfg.Voters(),
 		GroupCount:      cfg.GroupCount,
 		ShardCount:      cfg.ShardCount,
 		Fsync:           cfg.Fsync,
@@ -135,6 +135,9 @@ func (e *Engine) WaitReady(ctx context.Context) error {
 
 // Sync flushes every journal to disk.
 func (e *Engine) Sync() error { return e.host.Sync() }
+
+// Config returns the engine's configuration.
+func (e *Engine) Config() Config { return e.cfg }
 
 // Host exposes the Raft host (for status and metrics).
 func (e *Engine) Host() *multiraft.Host { return e.host }

@@ -135,7 +135,7 @@ func startSplit(t *testing.T, fsync string) *deployment {
 		Binary:      gwBin,
 		WorkDir:     filepath.Join(t.TempDir(), "gateway"),
 		ListenFlags: []string{"gateway.listen"},
-		Args:        []string{"-upstream.node-addr=" + node.Addrs["node.listen"]},
+		Args:        []string{"-upstream.nodes=" + node.Addrs["node.listen"]},
 	})
 	return &deployment{url: gw.URL(), victim: node, others: []*Server{gw}}
 }

@@ -21,6 +21,241 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type SnapshotChunk struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GroupId uint32                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// message is set on the first chunk only.
+	Message       []byte `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Data          []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	Last          bool   `protobuf:"varint,4,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_ursula_raft_v1_raft_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SnapshotChunk) GetGroupId() uint32 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *SnapshotChunk) GetMessage() []byte {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
+}
+
+type SendSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendSnapshotResponse) Reset() {
+	*x = SendSnapshotResponse{}
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendSnapshotResponse) ProtoMessage() {}
+
+func (x *SendSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*SendSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_raft_v1_raft_proto_rawDescGZIP(), []int{1}
+}
+
+type GetShedStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetShedStateRequest) Reset() {
+	*x = GetShedStateRequest{}
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetShedStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetShedStateRequest) ProtoMessage() {}
+
+func (x *GetShedStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetShedStateRequest.ProtoReflect.Descriptor instead.
+func (*GetShedStateRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_raft_v1_raft_proto_rawDescGZIP(), []int{2}
+}
+
+// ShedState is a node's leadership-shed state, as the seed's
+// /__ursula/leadership-shed JSON.
+type ShedState struct {
+	state                    protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId                string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	NodeId                   uint64                 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Bits                     uint32                 `protobuf:"varint,3,opt,name=bits,proto3" json:"bits,omitempty"`
+	State                    string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	ShouldAcceptTransfer     bool                   `protobuf:"varint,5,opt,name=should_accept_transfer,json=shouldAcceptTransfer,proto3" json:"should_accept_transfer,omitempty"`
+	ShouldCampaign           bool                   `protobuf:"varint,6,opt,name=should_campaign,json=shouldCampaign,proto3" json:"should_campaign,omitempty"`
+	ShouldShedCurrentLeaders bool                   `protobuf:"varint,7,opt,name=should_shed_current_leaders,json=shouldShedCurrentLeaders,proto3" json:"should_shed_current_leaders,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
+}
+
+func (x *ShedState) Reset() {
+	*x = ShedState{}
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShedState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShedState) ProtoMessage() {}
+
+func (x *ShedState) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShedState.ProtoReflect.Descriptor instead.
+func (*ShedState) Descriptor() ([]byte, []int) {
+	return file_ursula_raft_v1_raft_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ShedState) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *ShedState) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *ShedState) GetBits() uint32 {
+	if x != nil {
+		return x.Bits
+	}
+	return 0
+}
+
+func (x *ShedState) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ShedState) GetShouldAcceptTransfer() bool {
+	if x != nil {
+		return x.ShouldAcceptTransfer
+	}
+	return false
+}
+
+func (x *ShedState) GetShouldCampaign() bool {
+	if x != nil {
+		return x.ShouldCampaign
+	}
+	return false
+}
+
+func (x *ShedState) GetShouldShedCurrentLeaders() bool {
+	if x != nil {
+		return x.ShouldShedCurrentLeaders
+	}
+	return false
+}
+
 // MessageBatch holds Raft messages of many groups. Each message is a
 // raftpb.Message in its protobuf encoding.
 type MessageBatch struct {
@@ -32,7 +267,7 @@ type MessageBatch struct {
 
 func (x *MessageBatch) Reset() {
 	*x = MessageBatch{}
-	mi := &file_ursula_raft_v1_raft_proto_msgTypes[0]
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -44,7 +279,7 @@ func (x *MessageBatch) String() string {
 func (*MessageBatch) ProtoMessage() {}
 
 func (x *MessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_raft_proto_msgTypes[0]
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -57,7 +292,7 @@ func (x *MessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageBatch.ProtoReflect.Descriptor instead.
 func (*MessageBatch) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_raft_proto_rawDescGZIP(), []int{0}
+	return file_ursula_raft_v1_raft_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MessageBatch) GetMessages() []*GroupMessage {
@@ -77,7 +312,7 @@ type GroupMessage struct {
 
 func (x *GroupMessage) Reset() {
 	*x = GroupMessage{}
-	mi := &file_ursula_raft_v1_raft_proto_msgTypes[1]
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -89,7 +324,7 @@ func (x *GroupMessage) String() string {
 func (*GroupMessage) ProtoMessage() {}
 
 func (x *GroupMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_raft_proto_msgTypes[1]
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -102,7 +337,7 @@ func (x *GroupMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupMessage.ProtoReflect.Descriptor instead.
 func (*GroupMessage) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_raft_proto_rawDescGZIP(), []int{1}
+	return file_ursula_raft_v1_raft_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GroupMessage) GetGroupId() uint32 {
@@ -128,7 +363,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_ursula_raft_v1_raft_proto_msgTypes[2]
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -140,7 +375,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_raft_proto_msgTypes[2]
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -153,7 +388,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_raft_proto_rawDescGZIP(), []int{2}
+	return file_ursula_raft_v1_raft_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StreamAck) GetBatches() uint64 {
@@ -172,7 +407,7 @@ type ProbeRequest struct {
 
 func (x *ProbeRequest) Reset() {
 	*x = ProbeRequest{}
-	mi := &file_ursula_raft_v1_raft_proto_msgTypes[3]
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -184,7 +419,7 @@ func (x *ProbeRequest) String() string {
 func (*ProbeRequest) ProtoMessage() {}
 
 func (x *ProbeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_raft_proto_msgTypes[3]
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -197,7 +432,7 @@ func (x *ProbeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeRequest.ProtoReflect.Descriptor instead.
 func (*ProbeRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_raft_proto_rawDescGZIP(), []int{3}
+	return file_ursula_raft_v1_raft_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ProbeRequest) GetGroupIds() []uint32 {
@@ -216,7 +451,7 @@ type ProbeResponse struct {
 
 func (x *ProbeResponse) Reset() {
 	*x = ProbeResponse{}
-	mi := &file_ursula_raft_v1_raft_proto_msgTypes[4]
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -228,7 +463,7 @@ func (x *ProbeResponse) String() string {
 func (*ProbeResponse) ProtoMessage() {}
 
 func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_raft_proto_msgTypes[4]
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -241,7 +476,7 @@ func (x *ProbeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeResponse.ProtoReflect.Descriptor instead.
 func (*ProbeResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_raft_proto_rawDescGZIP(), []int{4}
+	return file_ursula_raft_v1_raft_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ProbeResponse) GetGroups() []*ProbeResponse_GroupState {
@@ -252,17 +487,21 @@ func (x *ProbeResponse) GetGroups() []*ProbeResponse_GroupState {
 }
 
 type ProbeResponse_GroupState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupId       uint32                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	HasState      bool                   `protobuf:"varint,2,opt,name=has_state,json=hasState,proto3" json:"has_state,omitempty"`
-	LeaderId      uint64                 `protobuf:"varint,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GroupId uint32                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// has_state is set when the peer holds any Raft state for the group.
+	HasState bool `protobuf:"varint,2,opt,name=has_state,json=hasState,proto3" json:"has_state,omitempty"`
+	// leader_id is the leader the peer follows (0 when none).
+	LeaderId uint64 `protobuf:"varint,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// term is the peer's current term for the group.
+	Term          uint64 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProbeResponse_GroupState) Reset() {
 	*x = ProbeResponse_GroupState{}
-	mi := &file_ursula_raft_v1_raft_proto_msgTypes[5]
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -274,7 +513,7 @@ func (x *ProbeResponse_GroupState) String() string {
 func (*ProbeResponse_GroupState) ProtoMessage() {}
 
 func (x *ProbeResponse_GroupState) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_raft_proto_msgTypes[5]
+	mi := &file_ursula_raft_v1_raft_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -287,7 +526,7 @@ func (x *ProbeResponse_GroupState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeResponse_GroupState.ProtoReflect.Descriptor instead.
 func (*ProbeResponse_GroupState) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_raft_proto_rawDescGZIP(), []int{4, 0}
+	return file_ursula_raft_v1_raft_proto_rawDescGZIP(), []int{8, 0}
 }
 
 func (x *ProbeResponse_GroupState) GetGroupId() uint32 {
@@ -311,11 +550,34 @@ func (x *ProbeResponse_GroupState) GetLeaderId() uint64 {
 	return 0
 }
 
+func (x *ProbeResponse_GroupState) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
 var File_ursula_raft_v1_raft_proto protoreflect.FileDescriptor
 
 const file_ursula_raft_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x19ursula/raft/v1/raft.proto\x12\x0eursula.raft.v1\"H\n" +
+	"\x19ursula/raft/v1/raft.proto\x12\x0eursula.raft.v1\"l\n" +
+	"\rSnapshotChunk\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\rR\agroupId\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\fR\amessage\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x12\n" +
+	"\x04last\x18\x04 \x01(\bR\x04last\"\x16\n" +
+	"\x14SendSnapshotResponse\"\x15\n" +
+	"\x13GetShedStateRequest\"\x8b\x02\n" +
+	"\tShedState\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x12\n" +
+	"\x04bits\x18\x03 \x01(\rR\x04bits\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x124\n" +
+	"\x16should_accept_transfer\x18\x05 \x01(\bR\x14shouldAcceptTransfer\x12'\n" +
+	"\x0fshould_campaign\x18\x06 \x01(\bR\x0eshouldCampaign\x12=\n" +
+	"\x1bshould_shed_current_leaders\x18\a \x01(\bR\x18shouldShedCurrentLeaders\"H\n" +
 	"\fMessageBatch\x128\n" +
 	"\bmessages\x18\x01 \x03(\v2\x1c.ursula.raft.v1.GroupMessageR\bmessages\"C\n" +
 	"\fGroupMessage\x12\x19\n" +
@@ -324,17 +586,20 @@ const file_ursula_raft_v1_raft_proto_rawDesc = "" +
 	"\tStreamAck\x12\x18\n" +
 	"\abatches\x18\x01 \x01(\x04R\abatches\"+\n" +
 	"\fProbeRequest\x12\x1b\n" +
-	"\tgroup_ids\x18\x01 \x03(\rR\bgroupIds\"\xb4\x01\n" +
+	"\tgroup_ids\x18\x01 \x03(\rR\bgroupIds\"\xc8\x01\n" +
 	"\rProbeResponse\x12@\n" +
-	"\x06groups\x18\x01 \x03(\v2(.ursula.raft.v1.ProbeResponse.GroupStateR\x06groups\x1aa\n" +
+	"\x06groups\x18\x01 \x03(\v2(.ursula.raft.v1.ProbeResponse.GroupStateR\x06groups\x1au\n" +
 	"\n" +
 	"GroupState\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\rR\agroupId\x12\x1b\n" +
 	"\thas_state\x18\x02 \x01(\bR\bhasState\x12\x1b\n" +
-	"\tleader_id\x18\x03 \x01(\x04R\bleaderId2\x9a\x01\n" +
+	"\tleader_id\x18\x03 \x01(\x04R\bleaderId\x12\x12\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term2\xc1\x02\n" +
 	"\vRaftService\x12E\n" +
-	"\x06Stream\x12\x1c.ursula.raft.v1.MessageBatch\x1a\x19.ursula.raft.v1.StreamAck(\x010\x01\x12D\n" +
-	"\x05Probe\x12\x1c.ursula.raft.v1.ProbeRequest\x1a\x1d.ursula.raft.v1.ProbeResponseB\xb6\x01\n" +
+	"\x06Stream\x12\x1c.ursula.raft.v1.MessageBatch\x1a\x19.ursula.raft.v1.StreamAck(\x010\x01\x12U\n" +
+	"\fSendSnapshot\x12\x1d.ursula.raft.v1.SnapshotChunk\x1a$.ursula.raft.v1.SendSnapshotResponse(\x01\x12D\n" +
+	"\x05Probe\x12\x1c.ursula.raft.v1.ProbeRequest\x1a\x1d.ursula.raft.v1.ProbeResponse\x12N\n" +
+	"\fGetShedState\x12#.ursula.raft.v1.GetShedStateRequest\x1a\x19.ursula.raft.v1.ShedStateB\xb6\x01\n" +
 	"\x12com.ursula.raft.v1B\tRaftProtoP\x01Z;github.com/ursula/ursula/proto/gen/go/ursula/raft/v1;raftv1\xa2\x02\x03URX\xaa\x02\x0eUrsula.Raft.V1\xca\x02\x0eUrsula\\Raft\\V1\xe2\x02\x1aUrsula\\Raft\\V1\\GPBMetadata\xea\x02\x10Ursula::Raft::V1b\x06proto3"
 
 var (
@@ -349,24 +614,32 @@ func file_ursula_raft_v1_raft_proto_rawDescGZIP() []byte {
 	return file_ursula_raft_v1_raft_proto_rawDescData
 }
 
-var file_ursula_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_ursula_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_ursula_raft_v1_raft_proto_goTypes = []any{
-	(*MessageBatch)(nil),             // 0: ursula.raft.v1.MessageBatch
-	(*GroupMessage)(nil),             // 1: ursula.raft.v1.GroupMessage
-	(*StreamAck)(nil),                // 2: ursula.raft.v1.StreamAck
-	(*ProbeRequest)(nil),             // 3: ursula.raft.v1.ProbeRequest
-	(*ProbeResponse)(nil),            // 4: ursula.raft.v1.ProbeResponse
-	(*ProbeResponse_GroupState)(nil), // 5: ursula.raft.v1.ProbeResponse.GroupState
+	(*SnapshotChunk)(nil),            // 0: ursula.raft.v1.SnapshotChunk
+	(*SendSnapshotResponse)(nil),     // 1: ursula.raft.v1.SendSnapshotResponse
+	(*GetShedStateRequest)(nil),      // 2: ursula.raft.v1.GetShedStateRequest
+	(*ShedState)(nil),                // 3: ursula.raft.v1.ShedState
+	(*MessageBatch)(nil),             // 4: ursula.raft.v1.MessageBatch
+	(*GroupMessage)(nil),             // 5: ursula.raft.v1.GroupMessage
+	(*StreamAck)(nil),                // 6: ursula.raft.v1.StreamAck
+	(*ProbeRequest)(nil),             // 7: ursula.raft.v1.ProbeRequest
+	(*ProbeResponse)(nil),            // 8: ursula.raft.v1.ProbeResponse
+	(*ProbeResponse_GroupState)(nil), // 9: ursula.raft.v1.ProbeResponse.GroupState
 }
 var file_ursula_raft_v1_raft_proto_depIdxs = []int32{
-	1, // 0: ursula.raft.v1.MessageBatch.messages:type_name -> ursula.raft.v1.GroupMessage
-	5, // 1: ursula.raft.v1.ProbeResponse.groups:type_name -> ursula.raft.v1.ProbeResponse.GroupState
-	0, // 2: ursula.raft.v1.RaftService.Stream:input_type -> ursula.raft.v1.MessageBatch
-	3, // 3: ursula.raft.v1.RaftService.Probe:input_type -> ursula.raft.v1.ProbeRequest
-	2, // 4: ursula.raft.v1.RaftService.Stream:output_type -> ursula.raft.v1.StreamAck
-	4, // 5: ursula.raft.v1.RaftService.Probe:output_type -> ursula.raft.v1.ProbeResponse
-	4, // [4:6] is the sub-list for method output_type
-	2, // [2:4] is the sub-list for method input_type
+	5, // 0: ursula.raft.v1.MessageBatch.messages:type_name -> ursula.raft.v1.GroupMessage
+	9, // 1: ursula.raft.v1.ProbeResponse.groups:type_name -> ursula.raft.v1.ProbeResponse.GroupState
+	4, // 2: ursula.raft.v1.RaftService.Stream:input_type -> ursula.raft.v1.MessageBatch
+	0, // 3: ursula.raft.v1.RaftService.SendSnapshot:input_type -> ursula.raft.v1.SnapshotChunk
+	7, // 4: ursula.raft.v1.RaftService.Probe:input_type -> ursula.raft.v1.ProbeRequest
+	2, // 5: ursula.raft.v1.RaftService.GetShedState:input_type -> ursula.raft.v1.GetShedStateRequest
+	6, // 6: ursula.raft.v1.RaftService.Stream:output_type -> ursula.raft.v1.StreamAck
+	1, // 7: ursula.raft.v1.RaftService.SendSnapshot:output_type -> ursula.raft.v1.SendSnapshotResponse
+	8, // 8: ursula.raft.v1.RaftService.Probe:output_type -> ursula.raft.v1.ProbeResponse
+	3, // 9: ursula.raft.v1.RaftService.GetShedState:output_type -> ursula.raft.v1.ShedState
+	6, // [6:10] is the sub-list for method output_type
+	2, // [2:6] is the sub-list for method input_type
 	2, // [2:2] is the sub-list for extension type_name
 	2, // [2:2] is the sub-list for extension extendee
 	0, // [0:2] is the sub-list for field type_name
@@ -383,7 +656,7 @@ func file_ursula_raft_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_raft_v1_raft_proto_rawDesc), len(file_ursula_raft_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,8 +19,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RaftService_Stream_FullMethodName = "/ursula.raft.v1.RaftService/Stream"
-	RaftService_Probe_FullMethodName  = "/ursula.raft.v1.RaftService/Probe"
+	RaftService_Stream_FullMethodName       = "/ursula.raft.v1.RaftService/Stream"
+	RaftService_SendSnapshot_FullMethodName = "/ursula.raft.v1.RaftService/SendSnapshot"
+	RaftService_Probe_FullMethodName        = "/ursula.raft.v1.RaftService/Probe"
+	RaftService_GetShedState_FullMethodName = "/ursula.raft.v1.RaftService/GetShedState"
 )
 
 // RaftServiceClient is the client API for RaftService service.
@@ -34,9 +36,16 @@ type RaftServiceClient interface {
 	// Stream is one long-lived stream per peer pair carrying batched messages
 	// of every group.
 	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[MessageBatch, StreamAck], error)
+	// SendSnapshot streams one snapshot message in chunks: the first chunk
+	// carries the raftpb.Message without its snapshot data, every chunk a
+	// slice of the data.
+	SendSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SendSnapshotResponse], error)
 	// Probe asks a peer whether it holds state for groups (used by the
-	// bootstrap initializer).
+	// bootstrap initializer and by a wiped node looking for its vote floor).
 	Probe(ctx context.Context, in *ProbeRequest, opts ...grpc.CallOption) (*ProbeResponse, error)
+	// GetShedState returns the peer's leadership-shed state (maintenance
+	// drain), so that handoffs skip draining nodes.
+	GetShedState(ctx context.Context, in *GetShedStateRequest, opts ...grpc.CallOption) (*ShedState, error)
 }
 
 type raftServiceClient struct {
@@ -60,10 +69,33 @@ func (c *raftServiceClient) Stream(ctx context.Context, opts ...grpc.CallOption)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RaftService_StreamClient = grpc.BidiStreamingClient[MessageBatch, StreamAck]
 
+func (c *raftServiceClient) SendSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SendSnapshotResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RaftService_ServiceDesc.Streams[1], RaftService_SendSnapshot_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SnapshotChunk, SendSnapshotResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RaftService_SendSnapshotClient = grpc.ClientStreamingClient[SnapshotChunk, SendSnapshotResponse]
+
 func (c *raftServiceClient) Probe(ctx context.Context, in *ProbeRequest, opts ...grpc.CallOption) (*ProbeResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ProbeResponse)
 	err := c.cc.Invoke(ctx, RaftService_Probe_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *raftServiceClient) GetShedState(ctx context.Context, in *GetShedStateRequest, opts ...grpc.CallOption) (*ShedState, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShedState)
+	err := c.cc.Invoke(ctx, RaftService_GetShedState_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -81,9 +113,16 @@ type RaftServiceServer interface {
 	// Stream is one long-lived stream per peer pair carrying batched messages
 	// of every group.
 	Stream(grpc.BidiStreamingServer[MessageBatch, StreamAck]) error
+	// SendSnapshot streams one snapshot message in chunks: the first chunk
+	// carries the raftpb.Message without its snapshot data, every chunk a
+	// slice of the data.
+	SendSnapshot(grpc.ClientStreamingServer[SnapshotChunk, SendSnapshotResponse]) error
 	// Probe asks a peer whether it holds state for groups (used by the
-	// bootstrap initializer).
+	// bootstrap initializer and by a wiped node looking for its vote floor).
 	Probe(context.Context, *ProbeRequest) (*ProbeResponse, error)
+	// GetShedState returns the peer's leadership-shed state (maintenance
+	// drain), so that handoffs skip draining nodes.
+	GetShedState(context.Context, *GetShedStateRequest) (*ShedState, error)
 	mustEmbedUnimplementedRaftServiceServer()
 }
 
@@ -97,8 +136,14 @@ type UnimplementedRaftServiceServer struct{}
 func (UnimplementedRaftServiceServer) Stream(grpc.BidiStreamingServer[MessageBatch, StreamAck]) error {
 	return status.Error(codes.Unimplemented, "method Stream not implemented")
 }
+func (UnimplementedRaftServiceServer) SendSnapshot(grpc.ClientStreamingServer[SnapshotChunk, SendSnapshotResponse]) error {
+	return status.Error(codes.Unimplemented, "method SendSnapshot not implemented")
+}
 func (UnimplementedRaftServiceServer) Probe(context.Context, *ProbeRequest) (*ProbeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Probe not implemented")
+}
+func (UnimplementedRaftServiceServer) GetShedState(context.Context, *GetShedStateRequest) (*ShedState, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetShedState not implemented")
 }
 func (UnimplementedRaftServiceServer) mustEmbedUnimplementedRaftServiceServer() {}
 func (UnimplementedRaftServiceServer) testEmbeddedByValue()                     {}
@@ -128,6 +173,13 @@ func _RaftService_Stream_Handler(srv interface{}, stream grpc.ServerStream) erro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type RaftService_StreamServer = grpc.BidiStreamingServer[MessageBatch, StreamAck]
 
+func _RaftService_SendSnapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RaftServiceServer).SendSnapshot(&grpc.GenericServerStream[SnapshotChunk, SendSnapshotResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RaftService_SendSnapshotServer = grpc.ClientStreamingServer[SnapshotChunk, SendSnapshotResponse]
+
 func _RaftService_Probe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ProbeRequest)
 	if err := dec(in); err != nil {
@@ -146,6 +198,24 @@ func _RaftService_Probe_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RaftService_GetShedState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetShedStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServiceServer).GetShedState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RaftService_GetShedState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServiceServer).GetShedState(ctx, req.(*GetShedStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RaftService_ServiceDesc is the grpc.ServiceDesc for RaftService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -157,12 +227,21 @@ var RaftService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Probe",
 			Handler:    _RaftService_Probe_Handler,
 		},
+		{
+			MethodName: "GetShedState",
+			Handler:    _RaftService_GetShedState_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Stream",
 			Handler:       _RaftService_Stream_Handler,
 			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "SendSnapshot",
+			Handler:       _RaftService_SendSnapshot_Handler,
 			ClientStreams: true,
 		},
 	},

@@ -1158,6 +1158,174 @@ func (x *SubscribeResponse) GetChunk() *ReadResponse {
 	return nil
 }
 
+type GetClusterInfoRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetClusterInfoRequest) Reset() {
+	*x = GetClusterInfoRequest{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetClusterInfoRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetClusterInfoRequest) ProtoMessage() {}
+
+func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
+func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{18}
+}
+
+// NodeInfo names a storage node and the address of its client plane.
+type NodeInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	ClientAddr    string                 `protobuf:"bytes,2,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeInfo) Reset() {
+	*x = NodeInfo{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeInfo) ProtoMessage() {}
+
+func (x *NodeInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
+func (*NodeInfo) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *NodeInfo) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *NodeInfo) GetClientAddr() string {
+	if x != nil {
+		return x.ClientAddr
+	}
+	return ""
+}
+
+type GetClusterInfoResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// node_id is the answering node.
+	NodeId     uint64      `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	GroupCount uint32      `protobuf:"varint,3,opt,name=group_count,json=groupCount,proto3" json:"group_count,omitempty"`
+	Nodes      []*NodeInfo `protobuf:"bytes,4,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// group_leaders[g] is the leader of group g as this node knows it (0 when
+	// unknown).
+	GroupLeaders  []uint64 `protobuf:"varint,5,rep,packed,name=group_leaders,json=groupLeaders,proto3" json:"group_leaders,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetClusterInfoResponse) Reset() {
+	*x = GetClusterInfoResponse{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetClusterInfoResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetClusterInfoResponse) ProtoMessage() {}
+
+func (x *GetClusterInfoResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetClusterInfoResponse.ProtoReflect.Descriptor instead.
+func (*GetClusterInfoResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *GetClusterInfoResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *GetClusterInfoResponse) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *GetClusterInfoResponse) GetGroupCount() uint32 {
+	if x != nil {
+		return x.GroupCount
+	}
+	return 0
+}
+
+func (x *GetClusterInfoResponse) GetNodes() []*NodeInfo {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *GetClusterInfoResponse) GetGroupLeaders() []uint64 {
+	if x != nil {
+		return x.GroupLeaders
+	}
+	return nil
+}
+
 var File_ursula_stream_v1_stream_proto protoreflect.FileDescriptor
 
 const file_ursula_stream_v1_stream_proto_rawDesc = "" +
@@ -1250,7 +1418,20 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"\x06offset\x18\x02 \x01(\tR\x06offset\x12\x1b\n" +
 	"\tmax_bytes\x18\x03 \x01(\x04R\bmaxBytes\"I\n" +
 	"\x11SubscribeResponse\x124\n" +
-	"\x05chunk\x18\x01 \x01(\v2\x1e.ursula.stream.v1.ReadResponseR\x05chunk2\xdf\x04\n" +
+	"\x05chunk\x18\x01 \x01(\v2\x1e.ursula.stream.v1.ReadResponseR\x05chunk\"\x17\n" +
+	"\x15GetClusterInfoRequest\";\n" +
+	"\bNodeInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1f\n" +
+	"\vclient_addr\x18\x02 \x01(\tR\n" +
+	"clientAddr\"\xc8\x01\n" +
+	"\x16GetClusterInfoResponse\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x1f\n" +
+	"\vgroup_count\x18\x03 \x01(\rR\n" +
+	"groupCount\x120\n" +
+	"\x05nodes\x18\x04 \x03(\v2\x1a.ursula.stream.v1.NodeInfoR\x05nodes\x12#\n" +
+	"\rgroup_leaders\x18\x05 \x03(\x04R\fgroupLeaders2\xc4\x05\n" +
 	"\rStreamService\x12]\n" +
 	"\fCreateBucket\x12%.ursula.stream.v1.CreateBucketRequest\x1a&.ursula.stream.v1.CreateBucketResponse\x12]\n" +
 	"\fCreateStream\x12%.ursula.stream.v1.CreateStreamRequest\x1a&.ursula.stream.v1.CreateStreamResponse\x12K\n" +
@@ -1258,7 +1439,8 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"\x04Read\x12\x1d.ursula.stream.v1.ReadRequest\x1a\x1e.ursula.stream.v1.ReadResponse\x12E\n" +
 	"\x04Head\x12\x1d.ursula.stream.v1.HeadRequest\x1a\x1e.ursula.stream.v1.HeadResponse\x12]\n" +
 	"\fDeleteStream\x12%.ursula.stream.v1.DeleteStreamRequest\x1a&.ursula.stream.v1.DeleteStreamResponse\x12V\n" +
-	"\tSubscribe\x12\".ursula.stream.v1.SubscribeRequest\x1a#.ursula.stream.v1.SubscribeResponse0\x01B\xc6\x01\n" +
+	"\tSubscribe\x12\".ursula.stream.v1.SubscribeRequest\x1a#.ursula.stream.v1.SubscribeResponse0\x01\x12c\n" +
+	"\x0eGetClusterInfo\x12'.ursula.stream.v1.GetClusterInfoRequest\x1a(.ursula.stream.v1.GetClusterInfoResponseB\xc6\x01\n" +
 	"\x14com.ursula.stream.v1B\vStreamProtoP\x01Z?github.com/ursula/ursula/proto/gen/go/ursula/stream/v1;streamv1\xa2\x02\x03USX\xaa\x02\x10Ursula.Stream.V1\xca\x02\x10Ursula\\Stream\\V1\xe2\x02\x1cUrsula\\Stream\\V1\\GPBMetadata\xea\x02\x12Ursula::Stream::V1b\x06proto3"
 
 var (
@@ -1273,26 +1455,29 @@ func file_ursula_stream_v1_stream_proto_rawDescGZIP() []byte {
 	return file_ursula_stream_v1_stream_proto_rawDescData
 }
 
-var file_ursula_stream_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_ursula_stream_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_ursula_stream_v1_stream_proto_goTypes = []any{
-	(*StreamRef)(nil),            // 0: ursula.stream.v1.StreamRef
-	(*CreateBucketRequest)(nil),  // 1: ursula.stream.v1.CreateBucketRequest
-	(*CreateBucketResponse)(nil), // 2: ursula.stream.v1.CreateBucketResponse
-	(*ForkSpec)(nil),             // 3: ursula.stream.v1.ForkSpec
-	(*CreateStreamRequest)(nil),  // 4: ursula.stream.v1.CreateStreamRequest
-	(*StreamInfo)(nil),           // 5: ursula.stream.v1.StreamInfo
-	(*CreateStreamResponse)(nil), // 6: ursula.stream.v1.CreateStreamResponse
-	(*Producer)(nil),             // 7: ursula.stream.v1.Producer
-	(*AppendRequest)(nil),        // 8: ursula.stream.v1.AppendRequest
-	(*AppendResponse)(nil),       // 9: ursula.stream.v1.AppendResponse
-	(*ReadRequest)(nil),          // 10: ursula.stream.v1.ReadRequest
-	(*ReadResponse)(nil),         // 11: ursula.stream.v1.ReadResponse
-	(*HeadRequest)(nil),          // 12: ursula.stream.v1.HeadRequest
-	(*HeadResponse)(nil),         // 13: ursula.stream.v1.HeadResponse
-	(*DeleteStreamRequest)(nil),  // 14: ursula.stream.v1.DeleteStreamRequest
-	(*DeleteStreamResponse)(nil), // 15: ursula.stream.v1.DeleteStreamResponse
-	(*SubscribeRequest)(nil),     // 16: ursula.stream.v1.SubscribeRequest
-	(*SubscribeResponse)(nil),    // 17: ursula.stream.v1.SubscribeResponse
+	(*StreamRef)(nil),              // 0: ursula.stream.v1.StreamRef
+	(*CreateBucketRequest)(nil),    // 1: ursula.stream.v1.CreateBucketRequest
+	(*CreateBucketResponse)(nil),   // 2: ursula.stream.v1.CreateBucketResponse
+	(*ForkSpec)(nil),               // 3: ursula.stream.v1.ForkSpec
+	(*CreateStreamRequest)(nil),    // 4: ursula.stream.v1.CreateStreamRequest
+	(*StreamInfo)(nil),             // 5: ursula.stream.v1.StreamInfo
+	(*CreateStreamResponse)(nil),   // 6: ursula.stream.v1.CreateStreamResponse
+	(*Producer)(nil),               // 7: ursula.stream.v1.Producer
+	(*AppendRequest)(nil),          // 8: ursula.stream.v1.AppendRequest
+	(*AppendResponse)(nil),         // 9: ursula.stream.v1.AppendResponse
+	(*ReadRequest)(nil),            // 10: ursula.stream.v1.ReadRequest
+	(*ReadResponse)(nil),           // 11: ursula.stream.v1.ReadResponse
+	(*HeadRequest)(nil),            // 12: ursula.stream.v1.HeadRequest
+	(*HeadResponse)(nil),           // 13: ursula.stream.v1.HeadResponse
+	(*DeleteStreamRequest)(nil),    // 14: ursula.stream.v1.DeleteStreamRequest
+	(*DeleteStreamResponse)(nil),   // 15: ursula.stream.v1.DeleteStreamResponse
+	(*SubscribeRequest)(nil),       // 16: ursula.stream.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),      // 17: ursula.stream.v1.SubscribeResponse
+	(*GetClusterInfoRequest)(nil),  // 18: ursula.stream.v1.GetClusterInfoRequest
+	(*NodeInfo)(nil),               // 19: ursula.stream.v1.NodeInfo
+	(*GetClusterInfoResponse)(nil), // 20: ursula.stream.v1.GetClusterInfoResponse
 }
 var file_ursula_stream_v1_stream_proto_depIdxs = []int32{
 	0,  // 0: ursula.stream.v1.ForkSpec.source:type_name -> ursula.stream.v1.StreamRef
@@ -1307,25 +1492,28 @@ var file_ursula_stream_v1_stream_proto_depIdxs = []int32{
 	0,  // 9: ursula.stream.v1.DeleteStreamRequest.ref:type_name -> ursula.stream.v1.StreamRef
 	0,  // 10: ursula.stream.v1.SubscribeRequest.ref:type_name -> ursula.stream.v1.StreamRef
 	11, // 11: ursula.stream.v1.SubscribeResponse.chunk:type_name -> ursula.stream.v1.ReadResponse
-	1,  // 12: ursula.stream.v1.StreamService.CreateBucket:input_type -> ursula.stream.v1.CreateBucketRequest
-	4,  // 13: ursula.stream.v1.StreamService.CreateStream:input_type -> ursula.stream.v1.CreateStreamRequest
-	8,  // 14: ursula.stream.v1.StreamService.Append:input_type -> ursula.stream.v1.AppendRequest
-	10, // 15: ursula.stream.v1.StreamService.Read:input_type -> ursula.stream.v1.ReadRequest
-	12, // 16: ursula.stream.v1.StreamService.Head:input_type -> ursula.stream.v1.HeadRequest
-	14, // 17: ursula.stream.v1.StreamService.DeleteStream:input_type -> ursula.stream.v1.DeleteStreamRequest
-	16, // 18: ursula.stream.v1.StreamService.Subscribe:input_type -> ursula.stream.v1.SubscribeRequest
-	2,  // 19: ursula.stream.v1.StreamService.CreateBucket:output_type -> ursula.stream.v1.CreateBucketResponse
-	6,  // 20: ursula.stream.v1.StreamService.CreateStream:output_type -> ursula.stream.v1.CreateStreamResponse
-	9,  // 21: ursula.stream.v1.StreamService.Append:output_type -> ursula.stream.v1.AppendResponse
-	11, // 22: ursula.stream.v1.StreamService.Read:output_type -> ursula.stream.v1.ReadResponse
-	13, // 23: ursula.stream.v1.StreamService.Head:output_type -> ursula.stream.v1.HeadResponse
-	15, // 24: ursula.stream.v1.StreamService.DeleteStream:output_type -> ursula.stream.v1.DeleteStreamResponse
-	17, // 25: ursula.stream.v1.StreamService.Subscribe:output_type -> ursula.stream.v1.SubscribeResponse
-	19, // [19:26] is the sub-list for method output_type
-	12, // [12:19] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	19, // 12: ursula.stream.v1.GetClusterInfoResponse.nodes:type_name -> ursula.stream.v1.NodeInfo
+	1,  // 13: ursula.stream.v1.StreamService.CreateBucket:input_type -> ursula.stream.v1.CreateBucketRequest
+	4,  // 14: ursula.stream.v1.StreamService.CreateStream:input_type -> ursula.stream.v1.CreateStreamRequest
+	8,  // 15: ursula.stream.v1.StreamService.Append:input_type -> ursula.stream.v1.AppendRequest
+	10, // 16: ursula.stream.v1.StreamService.Read:input_type -> ursula.stream.v1.ReadRequest
+	12, // 17: ursula.stream.v1.StreamService.Head:input_type -> ursula.stream.v1.HeadRequest
+	14, // 18: ursula.stream.v1.StreamService.DeleteStream:input_type -> ursula.stream.v1.DeleteStreamRequest
+	16, // 19: ursula.stream.v1.StreamService.Subscribe:input_type -> ursula.stream.v1.SubscribeRequest
+	18, // 20: ursula.stream.v1.StreamService.GetClusterInfo:input_type -> ursula.stream.v1.GetClusterInfoRequest
+	2,  // 21: ursula.stream.v1.StreamService.CreateBucket:output_type -> ursula.stream.v1.CreateBucketResponse
+	6,  // 22: ursula.stream.v1.StreamService.CreateStream:output_type -> ursula.stream.v1.CreateStreamResponse
+	9,  // 23: ursula.stream.v1.StreamService.Append:output_type -> ursula.stream.v1.AppendResponse
+	11, // 24: ursula.stream.v1.StreamService.Read:output_type -> ursula.stream.v1.ReadResponse
+	13, // 25: ursula.stream.v1.StreamService.Head:output_type -> ursula.stream.v1.HeadResponse
+	15, // 26: ursula.stream.v1.StreamService.DeleteStream:output_type -> ursula.stream.v1.DeleteStreamResponse
+	17, // 27: ursula.stream.v1.StreamService.Subscribe:output_type -> ursula.stream.v1.SubscribeResponse
+	20, // 28: ursula.stream.v1.StreamService.GetClusterInfo:output_type -> ursula.stream.v1.GetClusterInfoResponse
+	21, // [21:29] is the sub-list for method output_type
+	13, // [13:21] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_ursula_stream_v1_stream_proto_init() }
@@ -1341,7 +1529,7 @@ func file_ursula_stream_v1_stream_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_stream_v1_stream_proto_rawDesc), len(file_ursula_stream_v1_stream_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,13 +19,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	StreamService_CreateBucket_FullMethodName = "/ursula.stream.v1.StreamService/CreateBucket"
-	StreamService_CreateStream_FullMethodName = "/ursula.stream.v1.StreamService/CreateStream"
-	StreamService_Append_FullMethodName       = "/ursula.stream.v1.StreamService/Append"
-	StreamService_Read_FullMethodName         = "/ursula.stream.v1.StreamService/Read"
-	StreamService_Head_FullMethodName         = "/ursula.stream.v1.StreamService/Head"
-	StreamService_DeleteStream_FullMethodName = "/ursula.stream.v1.StreamService/DeleteStream"
-	StreamService_Subscribe_FullMethodName    = "/ursula.stream.v1.StreamService/Subscribe"
+	StreamService_CreateBucket_FullMethodName   = "/ursula.stream.v1.StreamService/CreateBucket"
+	StreamService_CreateStream_FullMethodName   = "/ursula.stream.v1.StreamService/CreateStream"
+	StreamService_Append_FullMethodName         = "/ursula.stream.v1.StreamService/Append"
+	StreamService_Read_FullMethodName           = "/ursula.stream.v1.StreamService/Read"
+	StreamService_Head_FullMethodName           = "/ursula.stream.v1.StreamService/Head"
+	StreamService_DeleteStream_FullMethodName   = "/ursula.stream.v1.StreamService/DeleteStream"
+	StreamService_Subscribe_FullMethodName      = "/ursula.stream.v1.StreamService/Subscribe"
+	StreamService_GetClusterInfo_FullMethodName = "/ursula.stream.v1.StreamService/GetClusterInfo"
 )
 
 // StreamServiceClient is the client API for StreamService service.
@@ -55,6 +56,10 @@ type StreamServiceClient interface {
 	// chunk as it commits, until the stream is closed and fully delivered or
 	// the caller goes away.
 	Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error)
+	// GetClusterInfo describes the cluster as this node sees it: its nodes and
+	// client addresses, the group count and each group's known leader. The
+	// gateway routes with it.
+	GetClusterInfo(ctx context.Context, in *GetClusterInfoRequest, opts ...grpc.CallOption) (*GetClusterInfoResponse, error)
 }
 
 type streamServiceClient struct {
@@ -144,6 +149,16 @@ func (c *streamServiceClient) Subscribe(ctx context.Context, in *SubscribeReques
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type StreamService_SubscribeClient = grpc.ServerStreamingClient[SubscribeResponse]
 
+func (c *streamServiceClient) GetClusterInfo(ctx context.Context, in *GetClusterInfoRequest, opts ...grpc.CallOption) (*GetClusterInfoResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetClusterInfoResponse)
+	err := c.cc.Invoke(ctx, StreamService_GetClusterInfo_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StreamServiceServer is the server API for StreamService service.
 // All implementations must embed UnimplementedStreamServiceServer
 // for forward compatibility.
@@ -171,6 +186,10 @@ type StreamServiceServer interface {
 	// chunk as it commits, until the stream is closed and fully delivered or
 	// the caller goes away.
 	Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error
+	// GetClusterInfo describes the cluster as this node sees it: its nodes and
+	// client addresses, the group count and each group's known leader. The
+	// gateway routes with it.
+	GetClusterInfo(context.Context, *GetClusterInfoRequest) (*GetClusterInfoResponse, error)
 	mustEmbedUnimplementedStreamServiceServer()
 }
 
@@ -201,6 +220,9 @@ func (UnimplementedStreamServiceServer) DeleteStream(context.Context, *DeleteStr
 }
 func (UnimplementedStreamServiceServer) Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error {
 	return status.Error(codes.Unimplemented, "method Subscribe not implemented")
+}
+func (UnimplementedStreamServiceServer) GetClusterInfo(context.Context, *GetClusterInfoRequest) (*GetClusterInfoResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetClusterInfo not implemented")
 }
 func (UnimplementedStreamServiceServer) mustEmbedUnimplementedStreamServiceServer() {}
 func (UnimplementedStreamServiceServer) testEmbeddedByValue()                       {}
@@ -342,6 +364,24 @@ func _StreamService_Subscribe_Handler(srv interface{}, stream grpc.ServerStream)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type StreamService_SubscribeServer = grpc.ServerStreamingServer[SubscribeResponse]
 
+func _StreamService_GetClusterInfo_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetClusterInfoRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).GetClusterInfo(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_GetClusterInfo_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).GetClusterInfo(ctx, req.(*GetClusterInfoRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // StreamService_ServiceDesc is the grpc.ServiceDesc for StreamService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -372,6 +412,10 @@ var StreamService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteStream",
 			Handler:    _StreamService_DeleteStream_Handler,
+		},
+		{
+			MethodName: "GetClusterInfo",
+			Handler:    _StreamService_GetClusterInfo_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
