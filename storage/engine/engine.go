@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -40,6 +41,9 @@ type Engine struct {
 	logger   *slog.Logger
 	now      func() time.Time
 
+	cluster  atomic.Pointer[ClusterDeps]
+	rejoined sync.Map // group → true: joined with a vote floor, awaiting rebuild
+
 	bg       sync.WaitGroup
 	bgMu     sync.Mutex
 	inflight map[stream.Key]struct{} // streams with a background Touch/Expire in flight
@@ -64,9 +68,10 @@ func New(cfg Config, tr multiraft.Transport, logger *slog.Logger) (*Engine, erro
 		e.machines[g] = stream.NewMachine(uint32(g))
 	}
 	if tr == nil {
-		tr = multiraft.NopTransport{}
+		tr = e
 	}
 	host, err := multiraft.New(multiraft.Config{
+		DeferBootstrap:  len(cfg.Peers) > 1,
 		Dir:             cfg.DataDir,
 		NodeID:          cfg.NodeID,
 		Voters:          cfg.Voters(),
@@ -82,6 +87,12 @@ func New(cfg Config, tr multiraft.Transport, logger *slog.Logger) (*Engine, erro
 		return nil, fmt.Errorf("open raft host: %w", err)
 	}
 	e.host = host
+	if cfg.ClusterID != "" {
+		if err := checkClusterID(cfg.DataDir, cfg.ClusterID); err != nil {
+			_ = host.Close()
+			return nil, err
+		}
+	}
 	return e, nil
 }
 
@@ -91,6 +102,11 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- e.host.Run(ctx) }()
+	go func() {
+		if err := e.initializeGroups(ctx); err != nil && ctx.Err() == nil {
+			e.logger.Error("group initializer stopped", "err", err)
+		}
+	}()
 	sweepDone := make(chan struct{})
 	go func() {
 		defer close(sweepDone)
@@ -164,12 +180,21 @@ func (e *Engine) propose(ctx context.Context, g uint32, cmd *storagev1.Command) 
 		return nil, fmt.Errorf("encode command: %w", err)
 	}
 	out, err := e.host.Propose(ctx, g, data)
-	if err != nil {
+	var res *stream.Result
+	var nl *multiraft.NotLeaderError
+	switch {
+	case err == nil:
+		var ok bool
+		if res, ok = out.(*stream.Result); !ok {
+			return nil, errcode.New(errcode.Internal, "unexpected apply result %T", out)
+		}
+	case errors.As(err, &nl) && forwardable(cmd) && nl.LeaderID != 0:
+		// Cross-group steps run wherever the other group's leader is.
+		if res, err = e.forward(ctx, nl.LeaderID, g, cmd); err != nil {
+			return nil, err
+		}
+	default:
 		return nil, raftError(err)
-	}
-	res, ok := out.(*stream.Result)
-	if !ok {
-		return nil, errcode.New(errcode.Internal, "unexpected apply result %T", out)
 	}
 	if len(res.Release) > 0 {
 		e.release(ctx, res.Release)
@@ -178,6 +203,17 @@ func (e *Engine) propose(ctx context.Context, g uint32, cmd *storagev1.Command) 
 		return res, res.Err
 	}
 	return res, nil
+}
+
+// forwardable reports commands the engine issues on its own behalf in
+// another group (fork references, expiry, touches, barriers are local);
+// client commands are routed to the leader by the gateway instead.
+func forwardable(cmd *storagev1.Command) bool {
+	switch cmd.GetOp().(type) {
+	case *storagev1.Command_AddForkRef, *storagev1.Command_ReleaseForkRef:
+		return true
+	}
+	return false
 }
 
 // raftError maps multiraft's errors to domain errors.
@@ -343,4 +379,21 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// notLeader answers a request that must see a group's tail on a node that
+// does not lead it.
+func (e *Engine) notLeader(k stream.Key) error {
+	st := e.host.Status(e.GroupOf(k))
+	de := errcode.New(errcode.NotLeader, "this node does not lead the stream's group; ask its leader").With(errcode.KeyRetryAfterMS, "200")
+	if st.LeaderID != 0 {
+		de.With(errcode.KeyLeaderID, strconv.FormatUint(st.LeaderID, 10))
+	}
+	return de
+}
+
+// leads reports whether this node can answer tail reads of k: a single
+// node always; in a cluster only the group's leader.
+func (e *Engine) leads(k stream.Key) bool {
+	return !e.multiNode() || e.host.Status(e.GroupOf(k)).IsLeader
 }

@@ -287,6 +287,9 @@ func (e *Engine) Head(_ context.Context, req *streamv1.HeadRequest) (*streamv1.H
 	if err := validKey(k); err != nil {
 		return nil, err
 	}
+	if !e.leads(k) {
+		return nil, e.notLeader(k)
+	}
 	m, err := e.live(k)
 	if err != nil {
 		return nil, err

@@ -23,6 +23,10 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 	if err != nil {
 		return nil, err
 	}
+	leader := e.leads(k)
+	if !leader && (req.GetOffset() == stream.OffsetNow || req.GetWaitMs() > 0) {
+		return nil, e.notLeader(k)
+	}
 	if !req.GetNoTouch() {
 		e.touch(m)
 	}
@@ -32,6 +36,10 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 	}
 	limit := e.limit(req.GetMaxBytes())
 	resp, err := e.readAt(m, pos, limit)
+	if err == nil && !leader && resp.GetUpToDate() {
+		// A follower cannot know that its tail is the stream's tail.
+		return nil, e.notLeader(k)
+	}
 	if err != nil || len(resp.GetData()) > 0 || resp.GetClosed() || req.GetWaitMs() == 0 {
 		return resp, err
 	}
@@ -68,6 +76,9 @@ func (e *Engine) Subscribe(ctx context.Context, req *streamv1.SubscribeRequest, 
 	k := keyOf(req.GetRef())
 	if err := validKey(k); err != nil {
 		return err
+	}
+	if !e.leads(k) {
+		return e.notLeader(k)
 	}
 	m, err := e.live(k)
 	if err != nil {

@@ -49,6 +49,11 @@ type Config struct {
 	// MaxBatchBytes bounds a Raft message's entries and the committed
 	// entries handed out per Ready; default 4 MiB.
 	MaxBatchBytes uint64 `yaml:"max_batch_bytes"`
+	// DeferBootstrap leaves groups without state uninitialized (refusing
+	// every message) until Bootstrap or SetVoteFloor is called, so that a
+	// node whose WAL was wiped never initializes a group that exists on its
+	// peers.
+	DeferBootstrap bool `yaml:"defer_bootstrap"`
 	// SyncWindow, under fsync "always", is the shortest interval between
 	// two fsyncs of one shard: a worker that synced less than SyncWindow
 	// ago waits out the rest before its next batch, so that under load many

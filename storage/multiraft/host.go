@@ -91,6 +91,10 @@ type GroupStatus struct {
 	IsLeader bool
 	// SnapshotIndex is the index of the group's latest snapshot on this node.
 	SnapshotIndex uint64
+	// HasState is set when the group holds any Raft state on this node.
+	HasState bool
+	// LastIndex is the last index of the group's log on this node.
+	LastIndex uint64
 }
 
 const (
@@ -112,6 +116,10 @@ type Host struct {
 
 	mu    sync.Mutex
 	state int32
+
+	// shedding is the maintenance drain: no campaigning, leaderships handed
+	// away by the engine's balancer.
+	shedding atomic.Bool
 }
 
 // New validates cfg, checks the topology bound to the WAL, recovers every
@@ -209,27 +217,20 @@ func (h *Host) newGroup(id uint32, st *wal.GroupState, s *shard) (*group, error)
 	}
 	g.applied = applied
 	g.snapIndex = applied
-	rn, err := raft.NewRawNode(&raft.Config{
-		ID:                        h.cfg.NodeID,
-		ElectionTick:              h.cfg.ElectionTicks,
-		HeartbeatTick:             h.cfg.HeartbeatTicks,
-		Storage:                   storage,
-		Applied:                   applied,
-		MaxSizePerMsg:             h.cfg.MaxBatchBytes,
-		MaxCommittedSizePerReady:  h.cfg.MaxBatchBytes,
-		MaxUncommittedEntriesSize: h.cfg.MaxUncommittedBytes,
-		MaxInflightMsgs:           256,
-		CheckQuorum:               true,
-		PreVote:                   true,
-		DisableProposalForwarding: true,
-		Logger:                    raftLogger{l: logger},
-	})
+	rn, err := raft.NewRawNode(g.raftConfig(h, applied))
 	if err != nil {
 		return nil, fmt.Errorf("multiraft: group %d: start raft: %w", id, err)
 	}
 	g.rn = rn
 	last, _ := storage.LastIndex()
-	if raft.IsEmptyHardState(storage.HardState()) && last == 0 && storage.SnapshotIndex() == 0 {
+	empty := raft.IsEmptyHardState(storage.HardState()) && last == 0 && storage.SnapshotIndex() == 0
+	g.hasState = !empty
+	if empty && h.cfg.DeferBootstrap {
+		// The engine's initializer decides: Bootstrap when every voter is
+		// empty, SetVoteFloor when the group already exists elsewhere.
+		g.refuseSteps = true
+	} else if empty {
+		g.hasState = true
 		peers := make([]raft.Peer, len(h.cfg.Voters))
 		for i, v := range h.cfg.Voters {
 			peers[i] = raft.Peer{ID: v}
@@ -428,4 +429,23 @@ func (h *Host) Sync() error {
 		}
 	}
 	return nil
+}
+
+// raftConfig is the configuration of the group's RawNode.
+func (g *group) raftConfig(h *Host, applied uint64) *raft.Config {
+	return &raft.Config{
+		ID:                        h.cfg.NodeID,
+		ElectionTick:              h.cfg.ElectionTicks,
+		HeartbeatTick:             h.cfg.HeartbeatTicks,
+		Storage:                   g.st,
+		Applied:                   applied,
+		MaxSizePerMsg:             h.cfg.MaxBatchBytes,
+		MaxCommittedSizePerReady:  h.cfg.MaxBatchBytes,
+		MaxUncommittedEntriesSize: h.cfg.MaxUncommittedBytes,
+		MaxInflightMsgs:           256,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		DisableProposalForwarding: true,
+		Logger:                    raftLogger{l: g.logger},
+	}
 }

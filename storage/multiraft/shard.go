@@ -24,6 +24,7 @@ const (
 	opStep
 	opReportSnapshot
 	opReportUnreachable
+	opFunc
 )
 
 type op struct {
@@ -33,6 +34,9 @@ type op struct {
 	msg    *pb.Message
 	to     uint64
 	failed bool
+	// fn runs on the shard worker (opFunc); its error goes to done.
+	fn   func(g *group) error
+	done chan error
 }
 
 type result struct {
@@ -136,7 +140,14 @@ func (s *shard) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-ticker.C:
+			shedding := s.h.shedding.Load()
 			for _, g := range s.groups {
+				// A draining node does not tick the groups it follows, so it
+				// never campaigns; it keeps ticking those it leads until
+				// their leadership has moved away.
+				if shedding && !g.isLeader {
+					continue
+				}
 				g.rn.Tick()
 			}
 			if err := s.onTick(); err != nil {
@@ -188,6 +199,9 @@ func (s *shard) drain() {
 			}
 			g.pending[o.p.id] = o.p
 		case opStep:
+			if g.refuseSteps {
+				break // no vote floor yet: take nothing from peers
+			}
 			if err := g.rn.Step(o.msg); err != nil {
 				g.logger.Debug("dropped raft message", "type", o.msg.GetType().String(), "from", o.msg.GetFrom(), "err", err)
 			}
@@ -199,6 +213,8 @@ func (s *shard) drain() {
 			g.rn.ReportSnapshot(o.to, st)
 		case opReportUnreachable:
 			g.rn.ReportUnreachable(o.to)
+		case opFunc:
+			o.done <- o.fn(g)
 		}
 		*o = op{}
 	}
@@ -412,6 +428,12 @@ type group struct {
 	leader           uint64
 	wantCampaign     bool
 	pending          map[uint64]*proposal
+	// refuseSteps drops every message from peers: the group holds no state
+	// and has neither been initialized nor been given a vote floor, so it
+	// cannot tell a current leader from a stale one.
+	refuseSteps bool
+	// hasState is set once the group holds any Raft state.
+	hasState bool
 
 	statusMu sync.Mutex
 	status   GroupStatus
@@ -497,8 +519,17 @@ func (g *group) maybeCampaign(self uint64) bool {
 		return false // membership not applied yet
 	}
 	g.wantCampaign = false
-	if len(voters) != 1 || voters[0] != self || len(g.cs.GetVotersOutgoing()) != 0 || bs.RaftState == raft.StateLeader {
+	if len(g.cs.GetVotersOutgoing()) != 0 || bs.RaftState == raft.StateLeader || !slices.Contains(voters, self) {
 		return false
+	}
+	// A single voter campaigns at once. With several, the group's preferred
+	// voter (voters sorted, index group mod count) does, so leaderships start
+	// spread across nodes instead of waiting for randomized timeouts.
+	if len(voters) > 1 {
+		sorted := slices.Sorted(slices.Values(voters))
+		if sorted[int(g.id)%len(sorted)] != self || g.shard.h.shedding.Load() {
+			return false
+		}
 	}
 	if err := g.rn.Campaign(); err != nil {
 		g.logger.Warn("campaign failed", "err", err)
@@ -519,6 +550,8 @@ func (g *group) updateStatus() {
 	st.Applied = g.applied
 	st.IsLeader = bs.RaftState == raft.StateLeader
 	st.SnapshotIndex = g.snapIndex
+	st.HasState = g.hasState
+	st.LastIndex, _ = g.st.LastIndex()
 	if !slices.Equal(st.Voters, g.cs.GetVoters()) {
 		st.Voters = slices.Clone(g.cs.GetVoters())
 	}

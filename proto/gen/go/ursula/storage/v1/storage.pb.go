@@ -1377,6 +1377,125 @@ func (x *StreamState) GetRecords() []uint64 {
 	return nil
 }
 
+// ApplyResult is the outcome of applying one command, as sent back to a
+// node that forwarded the command to the group's leader.
+type ApplyResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ErrorCode     string                 `protobuf:"bytes,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string                 `protobuf:"bytes,2,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	ErrorMetadata map[string]string      `protobuf:"bytes,3,rep,name=error_metadata,json=errorMetadata,proto3" json:"error_metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Created       bool                   `protobuf:"varint,4,opt,name=created,proto3" json:"created,omitempty"`
+	Duplicate     bool                   `protobuf:"varint,5,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	ProducerEpoch uint64                 `protobuf:"varint,6,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
+	ProducerSeq   uint64                 `protobuf:"varint,7,opt,name=producer_seq,json=producerSeq,proto3" json:"producer_seq,omitempty"`
+	// meta is the stream's state after the command (data fields unset).
+	Meta          *StreamState  `protobuf:"bytes,8,opt,name=meta,proto3" json:"meta,omitempty"`
+	Tail          uint64        `protobuf:"varint,9,opt,name=tail,proto3" json:"tail,omitempty"`
+	Release       []*ForkOrigin `protobuf:"bytes,10,rep,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyResult) Reset() {
+	*x = ApplyResult{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyResult) ProtoMessage() {}
+
+func (x *ApplyResult) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyResult.ProtoReflect.Descriptor instead.
+func (*ApplyResult) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ApplyResult) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
+func (x *ApplyResult) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *ApplyResult) GetErrorMetadata() map[string]string {
+	if x != nil {
+		return x.ErrorMetadata
+	}
+	return nil
+}
+
+func (x *ApplyResult) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+func (x *ApplyResult) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+func (x *ApplyResult) GetProducerEpoch() uint64 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
+}
+
+func (x *ApplyResult) GetProducerSeq() uint64 {
+	if x != nil {
+		return x.ProducerSeq
+	}
+	return 0
+}
+
+func (x *ApplyResult) GetMeta() *StreamState {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
+}
+
+func (x *ApplyResult) GetTail() uint64 {
+	if x != nil {
+		return x.Tail
+	}
+	return 0
+}
+
+func (x *ApplyResult) GetRelease() []*ForkOrigin {
+	if x != nil {
+		return x.Release
+	}
+	return nil
+}
+
 var File_ursula_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_ursula_storage_v1_storage_proto_rawDesc = "" +
@@ -1502,7 +1621,23 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\fsoft_deleted\x18\x12 \x01(\bR\vsoftDeleted\x12\x12\n" +
 	"\x04base\x18\x13 \x01(\x04R\x04base\x12\x12\n" +
 	"\x04data\x18\x14 \x01(\fR\x04data\x12\x18\n" +
-	"\arecords\x18\x15 \x03(\x04R\arecordsB\xce\x01\n" +
+	"\arecords\x18\x15 \x03(\x04R\arecords\"\xf0\x03\n" +
+	"\vApplyResult\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x01 \x01(\tR\terrorCode\x12#\n" +
+	"\rerror_message\x18\x02 \x01(\tR\ferrorMessage\x12X\n" +
+	"\x0eerror_metadata\x18\x03 \x03(\v21.ursula.storage.v1.ApplyResult.ErrorMetadataEntryR\rerrorMetadata\x12\x18\n" +
+	"\acreated\x18\x04 \x01(\bR\acreated\x12\x1c\n" +
+	"\tduplicate\x18\x05 \x01(\bR\tduplicate\x12%\n" +
+	"\x0eproducer_epoch\x18\x06 \x01(\x04R\rproducerEpoch\x12!\n" +
+	"\fproducer_seq\x18\a \x01(\x04R\vproducerSeq\x122\n" +
+	"\x04meta\x18\b \x01(\v2\x1e.ursula.storage.v1.StreamStateR\x04meta\x12\x12\n" +
+	"\x04tail\x18\t \x01(\x04R\x04tail\x127\n" +
+	"\arelease\x18\n" +
+	" \x03(\v2\x1d.ursula.storage.v1.ForkOriginR\arelease\x1a@\n" +
+	"\x12ErrorMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\xce\x01\n" +
 	"\x15com.ursula.storage.v1B\fStorageProtoP\x01ZAgithub.com/ursula/ursula/proto/gen/go/ursula/storage/v1;storagev1\xa2\x02\x03USX\xaa\x02\x11Ursula.Storage.V1\xca\x02\x11Ursula\\Storage\\V1\xe2\x02\x1dUrsula\\Storage\\V1\\GPBMetadata\xea\x02\x13Ursula::Storage::V1b\x06proto3"
 
 var (
@@ -1517,7 +1652,7 @@ func file_ursula_storage_v1_storage_proto_rawDescGZIP() []byte {
 	return file_ursula_storage_v1_storage_proto_rawDescData
 }
 
-var file_ursula_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_ursula_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_ursula_storage_v1_storage_proto_goTypes = []any{
 	(*Command)(nil),        // 0: ursula.storage.v1.Command
 	(*Barrier)(nil),        // 1: ursula.storage.v1.Barrier
@@ -1534,6 +1669,8 @@ var file_ursula_storage_v1_storage_proto_goTypes = []any{
 	(*Snapshot)(nil),       // 12: ursula.storage.v1.Snapshot
 	(*ProducerState)(nil),  // 13: ursula.storage.v1.ProducerState
 	(*StreamState)(nil),    // 14: ursula.storage.v1.StreamState
+	(*ApplyResult)(nil),    // 15: ursula.storage.v1.ApplyResult
+	nil,                    // 16: ursula.storage.v1.ApplyResult.ErrorMetadataEntry
 }
 var file_ursula_storage_v1_storage_proto_depIdxs = []int32{
 	2,  // 0: ursula.storage.v1.Command.create_bucket:type_name -> ursula.storage.v1.CreateBucket
@@ -1551,11 +1688,14 @@ var file_ursula_storage_v1_storage_proto_depIdxs = []int32{
 	5,  // 12: ursula.storage.v1.StreamState.closed_by:type_name -> ursula.storage.v1.ProducerRef
 	13, // 13: ursula.storage.v1.StreamState.producers:type_name -> ursula.storage.v1.ProducerState
 	3,  // 14: ursula.storage.v1.StreamState.fork:type_name -> ursula.storage.v1.ForkOrigin
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	16, // 15: ursula.storage.v1.ApplyResult.error_metadata:type_name -> ursula.storage.v1.ApplyResult.ErrorMetadataEntry
+	14, // 16: ursula.storage.v1.ApplyResult.meta:type_name -> ursula.storage.v1.StreamState
+	3,  // 17: ursula.storage.v1.ApplyResult.release:type_name -> ursula.storage.v1.ForkOrigin
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_ursula_storage_v1_storage_proto_init() }
@@ -1580,7 +1720,7 @@ func file_ursula_storage_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_storage_v1_storage_proto_rawDesc), len(file_ursula_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

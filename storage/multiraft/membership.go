@@ -1,0 +1,141 @@
+package multiraft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Errors of the membership and leadership operations.
+var (
+	ErrHasState   = errors.New("multiraft: group already holds state")
+	ErrNotVoter   = errors.New("multiraft: target is not a voter of the group")
+	ErrConfChange = errors.New("multiraft: membership change refused")
+)
+
+// do runs fn on the group's shard worker and waits for it.
+func (h *Host) do(ctx context.Context, groupID uint32, fn func(g *group) error) error {
+	if int(groupID) >= len(h.groups) {
+		return fmt.Errorf("%w: %d", ErrUnknownGroup, groupID)
+	}
+	g := h.groups[groupID]
+	done := make(chan error, 1)
+	if err := g.shard.enqueue(op{kind: opFunc, g: g, fn: fn, done: done}); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Bootstrap initializes a group that holds no state with the configured
+// voters (the engine calls it once every other voter answered that it holds
+// nothing either).
+func (h *Host) Bootstrap(ctx context.Context, groupID uint32) error {
+	return h.do(ctx, groupID, func(g *group) error {
+		if g.hasState {
+			return ErrHasState
+		}
+		peers := make([]raft.Peer, len(h.cfg.Voters))
+		for i, v := range h.cfg.Voters {
+			peers[i] = raft.Peer{ID: v}
+		}
+		if err := g.rn.Bootstrap(peers); err != nil {
+			return fmt.Errorf("multiraft: group %d: bootstrap: %w", g.id, err)
+		}
+		g.hasState, g.refuseSteps = true, false
+		if !g.wantCampaign {
+			g.wantCampaign = true
+			g.shard.campaigning++
+		}
+		g.logger.Info("initialized group", "voters", h.cfg.Voters)
+		return nil
+	})
+}
+
+// SetVoteFloor lets a group that holds no state (a wiped replica) take part
+// again: it records term and vote as its hard state, durably, before it
+// accepts any message, so it can never vote twice in a term it may have
+// voted in before its disk was lost. The engine calls it once a quorum of
+// the other voters reported the same leader at term.
+func (h *Host) SetVoteFloor(ctx context.Context, groupID uint32, term, vote uint64) error {
+	return h.do(ctx, groupID, func(g *group) error {
+		if g.hasState {
+			return ErrHasState
+		}
+		hs := &pb.HardState{Term: proto.Uint64(term), Vote: proto.Uint64(vote), Commit: proto.Uint64(0)}
+		g.shard.journal.SetHardState(g.id, hs)
+		if err := g.shard.journal.Flush(true); err != nil {
+			return fmt.Errorf("multiraft: group %d: persist vote floor: %w", g.id, err)
+		}
+		g.st.SetHardState(hs)
+		rn, err := raft.NewRawNode(g.raftConfig(h, 0))
+		if err != nil {
+			return fmt.Errorf("multiraft: group %d: restart raft with vote floor: %w", g.id, err)
+		}
+		g.rn = rn
+		g.hasState, g.refuseSteps = true, false
+		g.logger.Info("vote floor set; accepting replication", "term", term, "vote", vote)
+		return nil
+	})
+}
+
+// TransferLeader asks the leader of a group to hand leadership to a voter.
+func (h *Host) TransferLeader(ctx context.Context, groupID uint32, to uint64) error {
+	return h.do(ctx, groupID, func(g *group) error {
+		if !g.isLeader {
+			return &NotLeaderError{LeaderID: g.leader}
+		}
+		if !slices.Contains(g.cs.GetVoters(), to) {
+			return ErrNotVoter
+		}
+		g.rn.TransferLeader(to)
+		return nil
+	})
+}
+
+// ProposeConfChange proposes a membership change on the group's leader. It
+// returns once proposed; callers watch Status for the applied membership.
+func (h *Host) ProposeConfChange(ctx context.Context, groupID uint32, cc *pb.ConfChangeV2) error {
+	return h.do(ctx, groupID, func(g *group) error {
+		if !g.isLeader {
+			return &NotLeaderError{LeaderID: g.leader}
+		}
+		if err := g.rn.ProposeConfChange(cc); err != nil {
+			return fmt.Errorf("%w: %v", ErrConfChange, err)
+		}
+		return nil
+	})
+}
+
+// Progress returns the leader's view of each replica's match index (empty
+// when this node does not lead the group).
+func (h *Host) Progress(ctx context.Context, groupID uint32) (map[uint64]uint64, error) {
+	out := map[uint64]uint64{}
+	err := h.do(ctx, groupID, func(g *group) error {
+		if !g.isLeader {
+			return &NotLeaderError{LeaderID: g.leader}
+		}
+		st := g.rn.Status()
+		for id, pr := range st.Progress {
+			out[id] = pr.Match
+		}
+		return nil
+	})
+	return out, err
+}
+
+// SetShedding turns the maintenance drain on or off: while on, the node
+// does not campaign for any group.
+func (h *Host) SetShedding(on bool) { h.shedding.Store(on) }
+
+// Shedding reports whether the maintenance drain is on.
+func (h *Host) Shedding() bool { return h.shedding.Load() }

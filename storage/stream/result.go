@@ -1,0 +1,75 @@
+package stream
+
+import (
+	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	"github.com/ursula/ursula/services/platform/errcode"
+)
+
+// EncodeResult renders a result for a node that forwarded its command.
+func EncodeResult(r *Result) *storagev1.ApplyResult {
+	out := &storagev1.ApplyResult{
+		Created:       r.Created,
+		Duplicate:     r.Duplicate,
+		ProducerEpoch: r.ProducerEpoch,
+		ProducerSeq:   r.ProducerSeq,
+		Release:       r.Release,
+		Tail:          r.Meta.Tail,
+		Meta: &storagev1.StreamState{
+			Bucket:      r.Meta.Key.Bucket,
+			Stream:      r.Meta.Key.Stream,
+			Incarnation: r.Meta.Incarnation,
+			ContentType: r.Meta.ContentType,
+			Json:        r.Meta.JSON,
+			HasTtl:      r.Meta.HasTTL,
+			TtlSeconds:  r.Meta.TTLSeconds,
+			ExpiresAt:   r.Meta.ExpiresAt,
+			ExpiresAtMs: r.Meta.ExpiresAtMs,
+			TouchedMs:   r.Meta.ReplTouchedMs,
+			Closed:      r.Meta.Closed,
+			SoftDeleted: r.Meta.SoftDeleted,
+			Base:        r.Meta.Base,
+			Fork:        r.Meta.Fork,
+			ForkRefs:    r.Meta.ForkRefs,
+		},
+	}
+	if r.Err != nil {
+		out.ErrorCode = string(r.Err.Code)
+		out.ErrorMessage = r.Err.Message
+		out.ErrorMetadata = r.Err.Metadata
+	}
+	return out
+}
+
+// DecodeResult is the inverse of EncodeResult.
+func DecodeResult(a *storagev1.ApplyResult) *Result {
+	m := a.GetMeta()
+	r := &Result{
+		Created:       a.GetCreated(),
+		Duplicate:     a.GetDuplicate(),
+		ProducerEpoch: a.GetProducerEpoch(),
+		ProducerSeq:   a.GetProducerSeq(),
+		Release:       a.GetRelease(),
+		Meta: Meta{
+			Key:           Key{m.GetBucket(), m.GetStream()},
+			Incarnation:   m.GetIncarnation(),
+			ContentType:   m.GetContentType(),
+			JSON:          m.GetJson(),
+			HasTTL:        m.GetHasTtl(),
+			TTLSeconds:    m.GetTtlSeconds(),
+			ExpiresAt:     m.GetExpiresAt(),
+			ExpiresAtMs:   m.GetExpiresAtMs(),
+			TouchedMs:     m.GetTouchedMs(),
+			ReplTouchedMs: m.GetTouchedMs(),
+			Closed:        m.GetClosed(),
+			SoftDeleted:   m.GetSoftDeleted(),
+			Base:          m.GetBase(),
+			Tail:          a.GetTail(),
+			Fork:          m.GetFork(),
+			ForkRefs:      m.GetForkRefs(),
+		},
+	}
+	if c := a.GetErrorCode(); c != "" {
+		r.Err = &errcode.Error{Code: errcode.Code(c), Message: a.GetErrorMessage(), Metadata: a.GetErrorMetadata()}
+	}
+	return r
+}
