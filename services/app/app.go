@@ -12,11 +12,10 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ursula/ursula/gateway"
 	"github.com/ursula/ursula/gateway/subscription"
+	"github.com/ursula/ursula/gateway/upstream"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/node"
 	"github.com/ursula/ursula/storage/engine"
@@ -144,23 +143,22 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 // otherwise the gateway dials the node over gRPC.
 func runGateway(ctx context.Context, cfg *Config, client streamv1.StreamServiceClient, logger *slog.Logger) error {
 	if client == nil {
-		addr := cfg.Node.Listen
-		if len(cfg.Upstream.Nodes) > 0 {
-			addr = cfg.Upstream.Nodes[0] // routing across nodes: issue 3, gateway/upstream
+		ucfg := cfg.Upstream.Config
+		if len(ucfg.Nodes) == 0 {
+			ucfg.Nodes = []string{cfg.Node.Listen}
 		}
-		maxMsg := 64 << 20
-		if cfg.Node.MaxMessageBytes > 0 {
-			maxMsg = cfg.Node.MaxMessageBytes
+		if ucfg.MaxMessageBytes == 0 {
+			ucfg.MaxMessageBytes = cfg.Node.MaxMessageBytes
 		}
-		conn, err := grpc.NewClient(addr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)),
-		)
+		router, err := upstream.New(ucfg, logger.With("component", "upstream"))
 		if err != nil {
-			return fmt.Errorf("connect to node %s: %w", addr, err)
+			return fmt.Errorf("gateway upstream: %w", err)
 		}
-		defer conn.Close()
-		client = streamv1.NewStreamServiceClient(conn)
+		defer router.Close()
+		routerCtx, stopRouter := context.WithCancel(context.Background())
+		defer stopRouter()
+		go func() { _ = router.Run(routerCtx) }()
+		client = router
 	}
 
 	subCfg := cfg.Subscriptions

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ursula/ursula/gateway"
 	"github.com/ursula/ursula/gateway/subscription"
+	"github.com/ursula/ursula/gateway/upstream"
 	"github.com/ursula/ursula/services/node"
 	"github.com/ursula/ursula/storage/engine"
 )
@@ -50,12 +51,10 @@ type RuntimeConfig struct {
 	CoreCount int `toml:"core_count"`
 }
 
-// UpstreamConfig tells a gateway where the node is.
+// UpstreamConfig tells a gateway where the nodes are. Nodes empty in the
+// all-in-one target means this process's node.
 type UpstreamConfig struct {
-	// Nodes are client-plane addresses of storage nodes; the gateway learns
-	// the rest of the cluster (and each group's leader) from any of them.
-	// Empty in the all-in-one target means this process's node.
-	Nodes []string `toml:"nodes"`
+	upstream.Config
 	// InProcess, in the all-in-one target, has the gateway call this
 	// process's node directly instead of over loopback gRPC (same client
 	// interface, same service code, no HTTP/2 hop).
@@ -81,15 +80,7 @@ func (c *Config) registerFlags(fs *flag.FlagSet, target string) {
 	}
 	c.Node.RegisterFlags(fs, nodeListen, clusterListen)
 	c.Gateway.RegisterFlags(fs)
-	fs.Func("upstream.nodes", "comma-separated client-plane addresses of storage nodes (gateway target)", func(v string) error {
-		c.Upstream.Nodes = nil
-		for _, a := range strings.Split(v, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				c.Upstream.Nodes = append(c.Upstream.Nodes, a)
-			}
-		}
-		return nil
-	})
+	c.Upstream.Config.RegisterFlags(fs)
 	fs.BoolVar(&c.Upstream.InProcess, "upstream.in-process", true, "all-in-one: call the local node in-process instead of over loopback gRPC")
 	fs.StringVar(&c.Log.Level, "log.level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.Log.Format, "log.format", "text", "log format: text or json")

@@ -18,9 +18,11 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	adminv1 "github.com/ursula/ursula/proto/gen/go/ursula/admin/v1"
+	raftv1 "github.com/ursula/ursula/proto/gen/go/ursula/raft/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/listenmux"
 	"github.com/ursula/ursula/storage/engine"
+	"github.com/ursula/ursula/storage/transport"
 )
 
 // Server is a storage node's network front.
@@ -33,8 +35,11 @@ type Server struct {
 
 	grpcServer *grpc.Server
 	streams    *streamService
-	readyMu    sync.Mutex
-	ready      bool
+	// tr and peers exist on a multi-node cluster only.
+	tr      *transport.Transport
+	peers   *peerClient
+	readyMu sync.Mutex
+	ready   bool
 }
 
 // New builds the server; it listens on nothing until Run.
@@ -53,7 +58,17 @@ func New(cfg Config, eng *engine.Engine, logger *slog.Logger) (*Server, error) {
 		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
-	s.streams = &streamService{eng: eng, metrics: &s.metrics, clusterID: cfg.ClusterID, selfAddr: cfg.Listen}
+	s.streams = &streamService{eng: eng, metrics: &s.metrics, clusterID: cfg.ClusterID, selfAddr: cfg.Listen, leaderAddrs: map[uint64]string{}}
+	for _, p := range eng.Config().Peers {
+		s.streams.leaderAddrs[p.ID] = p.ClientURL
+	}
+	if len(eng.Config().Peers) > 1 {
+		tr, pc, err := newCluster(cfg, eng, logger)
+		if err != nil {
+			return nil, err
+		}
+		s.tr, s.peers = tr, pc
+	}
 	streamv1.RegisterStreamServiceServer(s.grpcServer, s.streams)
 	adminv1.RegisterAdminServiceServer(s.grpcServer, &adminService{srv: s})
 	return s, nil
@@ -73,6 +88,16 @@ func (s *Server) Run(ctx context.Context) error {
 		if adminLn, err = net.Listen("tcp", s.cfg.AdminListen); err != nil {
 			_ = clientLn.Close()
 			return fmt.Errorf("listen on admin plane %s: %w", s.cfg.AdminListen, err)
+		}
+	}
+	var clusterLn net.Listener
+	if s.tr != nil {
+		if clusterLn, err = net.Listen("tcp", s.cfg.ClusterListen); err != nil {
+			_ = clientLn.Close()
+			if adminLn != nil {
+				_ = adminLn.Close()
+			}
+			return fmt.Errorf("listen on cluster plane %s: %w", s.cfg.ClusterListen, err)
 		}
 	}
 	mux := listenmux.New(clientLn)
@@ -104,7 +129,36 @@ func (s *Server) Run(ctx context.Context) error {
 	if adminHTTP != nil {
 		run(func() error { return adminHTTP.Serve(adminLn) })
 	}
-	s.logger.Info("node listening", "client", clientLn.Addr().String(), "admin", s.cfg.AdminListen)
+	var (
+		clusterGRPC *grpc.Server
+		clusterHTTP *http.Server
+		clusterMux  *listenmux.Mux
+		trDone      = make(chan struct{})
+	)
+	trCtx, stopTransport := context.WithCancel(context.Background())
+	defer stopTransport()
+	if s.tr != nil {
+		opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes), grpc.MaxSendMsgSize(s.cfg.MaxMessageBytes)}, s.tr.ServerOptions()...)
+		clusterGRPC = grpc.NewServer(opts...)
+		s.tr.Register(clusterGRPC)
+		raftv1.RegisterForwardServiceServer(clusterGRPC, &forwardServer{eng: s.eng})
+		clusterMux = listenmux.New(clusterLn)
+		shed := http.NewServeMux()
+		shed.HandleFunc("GET /__ursula/leadership-shed", s.serveShed)
+		clusterHTTP = &http.Server{Handler: shed, ReadHeaderTimeout: 10 * time.Second}
+		run(clusterMux.Serve)
+		run(func() error { return clusterGRPC.Serve(clusterMux.GRPC()) })
+		run(func() error { return clusterHTTP.Serve(clusterMux.HTTP()) })
+		go func() {
+			defer close(trDone)
+			if err := s.tr.Run(trCtx); err != nil {
+				s.logger.Error("raft transport stopped", "err", err)
+			}
+		}()
+	} else {
+		close(trDone)
+	}
+	s.logger.Info("node listening", "client", clientLn.Addr().String(), "admin", s.cfg.AdminListen, "cluster", s.cfg.ClusterListen)
 	go func() {
 		if err := s.eng.WaitReady(ctx); err == nil {
 			s.setReady(true)
@@ -118,6 +172,9 @@ func (s *Server) Run(ctx context.Context) error {
 	case runErr = <-errc:
 	}
 	s.setReady(false)
+	if s.tr != nil {
+		s.handOff()
+	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stopped := make(chan struct{})
@@ -132,8 +189,35 @@ func (s *Server) Run(ctx context.Context) error {
 		_ = adminHTTP.Shutdown(shutdownCtx)
 	}
 	_ = mux.Close()
+	if clusterGRPC != nil {
+		clusterGRPC.Stop()
+		_ = clusterHTTP.Close()
+		_ = clusterMux.Close()
+		s.peers.close()
+	}
+	stopTransport()
+	<-trDone
 	wg.Wait()
 	return runErr
+}
+
+// handOff is the first step of a graceful voter shutdown: mark the node
+// drained and hand its leaderships to eligible voters while the transport
+// stays up, waiting up to five seconds for the leaderships to move.
+func (s *Server) handOff() {
+	s.eng.SetDraining(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for s.eng.LeaderCount() > 0 {
+		s.eng.HandOffLeaderships(ctx, 0)
+		select {
+		case <-ctx.Done():
+			s.logger.Warn("leadership handoff incomplete at shutdown", "still_leading", s.eng.LeaderCount())
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	s.logger.Info("leaderships handed off")
 }
 
 func (s *Server) setReady(v bool) {
@@ -147,6 +231,9 @@ func (s *Server) readiness() *adminv1.GetReadyResponse {
 	ready := s.ready
 	s.readyMu.Unlock()
 	r := &adminv1.GetReadyResponse{Ready: ready, ClusterId: s.cfg.ClusterID, ProcessIncarnation: s.incarnation, PeerClusterMismatches: []string{}}
+	for _, m := range s.mismatches() {
+		r.PeerClusterMismatches = append(r.PeerClusterMismatches, fmt.Sprintf("node %d cluster %s", m.NodeID, m.ClusterID))
+	}
 	if !ready {
 		r.Reason = "groups_not_ready"
 	}
@@ -154,7 +241,25 @@ func (s *Server) readiness() *adminv1.GetReadyResponse {
 }
 
 func (s *Server) metricsSnapshot() map[string]any {
-	return s.metrics.snapshot(s.eng, s.cfg.ClusterID, s.incarnation)
+	m := s.metrics.snapshot(s.eng, s.cfg.ClusterID, s.incarnation)
+	m["node_id"] = float64(s.eng.Config().NodeID)
+	m["peer_cluster_mismatches"] = s.mismatchList()
+	m["commit_stall_interventions"] = float64(s.eng.CommitStalls())
+	m["leadership_shed_state"] = shedState(s.eng, s.cfg.ClusterID, s.eng.Config().NodeID).GetState()
+	if s.tr != nil {
+		// The transport's counters carry their metric names as JSON tags.
+		if raw, err := json.Marshal(s.tr.Stats()); err == nil {
+			var tm map[string]any
+			if json.Unmarshal(raw, &tm) == nil {
+				for k, v := range tm {
+					m[k] = v
+				}
+			}
+		}
+	} else {
+		m["raft_grpc_peer_cluster_refusals"] = float64(0)
+	}
+	return m
 }
 
 // httpHandler serves /__ursula/{metrics,ready} on the client plane.
@@ -179,7 +284,7 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 		"ready":                   r.GetReady(),
 		"reason":                  r.GetReason(),
 		"cluster_id":              r.GetClusterId(),
-		"peer_cluster_mismatches": r.GetPeerClusterMismatches(),
+		"peer_cluster_mismatches": s.mismatchList(),
 		"process_incarnation":     r.GetProcessIncarnation(),
 	})
 }
@@ -193,6 +298,7 @@ func (s *Server) adminHandler(ctx context.Context) (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /__ursula/ready", s.serveReady)
+	s.registerAdmin(mux)
 	// Profiles are served on the loopback admin plane only.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -207,4 +313,20 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) mismatches() []transport.Mismatch {
+	if s.tr == nil {
+		return nil
+	}
+	return s.tr.PeerClusterMismatches()
+}
+
+// mismatchList renders peer_cluster_mismatches for JSON documents.
+func (s *Server) mismatchList() []any {
+	out := []any{}
+	for _, m := range s.mismatches() {
+		out = append(out, map[string]any{"node_id": m.NodeID, "cluster_id": m.ClusterID, "address": m.Address, "direction": m.Direction})
+	}
+	return out
 }

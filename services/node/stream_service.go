@@ -2,8 +2,11 @@ package node
 
 import (
 	"context"
+	"errors"
+	"strconv"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/services/platform/grpcerr"
 	"github.com/ursula/ursula/storage/engine"
 )
@@ -15,16 +18,33 @@ type streamService struct {
 	metrics   *metrics
 	clusterID string
 	selfAddr  string
+	// leaderAddrs maps node ids to client-plane addresses, so a NOT_LEADER
+	// answer names where to retry.
+	leaderAddrs map[uint64]string
+}
+
+// status converts an engine error for the wire, adding the leader's
+// client address to NOT_LEADER answers.
+func (s *streamService) status(err error) error {
+	var de *errcode.Error
+	if errors.As(err, &de) && de.Code == errcode.NotLeader {
+		if id, perr := strconv.ParseUint(de.Metadata[errcode.KeyLeaderID], 10, 64); perr == nil {
+			if addr := s.leaderAddrs[id]; addr != "" {
+				de.With(errcode.KeyLeaderAddr, addr)
+			}
+		}
+	}
+	return grpcerr.ToStatus(err)
 }
 
 func (s *streamService) CreateBucket(ctx context.Context, req *streamv1.CreateBucketRequest) (*streamv1.CreateBucketResponse, error) {
 	resp, err := s.eng.CreateBucket(ctx, req)
-	return resp, grpcerr.ToStatus(err)
+	return resp, s.status(err)
 }
 
 func (s *streamService) CreateStream(ctx context.Context, req *streamv1.CreateStreamRequest) (*streamv1.CreateStreamResponse, error) {
 	resp, err := s.eng.CreateStream(ctx, req)
-	return resp, grpcerr.ToStatus(err)
+	return resp, s.status(err)
 }
 
 func (s *streamService) Append(ctx context.Context, req *streamv1.AppendRequest) (*streamv1.AppendResponse, error) {
@@ -35,7 +55,7 @@ func (s *streamService) Append(ctx context.Context, req *streamv1.AppendRequest)
 	} else {
 		s.metrics.appendBytes.Add(uint64(len(req.GetBody())))
 	}
-	return resp, grpcerr.ToStatus(err)
+	return resp, s.status(err)
 }
 
 func (s *streamService) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1.ReadResponse, error) {
@@ -45,17 +65,17 @@ func (s *streamService) Read(ctx context.Context, req *streamv1.ReadRequest) (*s
 	}
 	resp, err := s.eng.Read(ctx, req)
 	s.metrics.reads.Add(1)
-	return resp, grpcerr.ToStatus(err)
+	return resp, s.status(err)
 }
 
 func (s *streamService) Head(ctx context.Context, req *streamv1.HeadRequest) (*streamv1.HeadResponse, error) {
 	resp, err := s.eng.Head(ctx, req)
-	return resp, grpcerr.ToStatus(err)
+	return resp, s.status(err)
 }
 
 func (s *streamService) DeleteStream(ctx context.Context, req *streamv1.DeleteStreamRequest) (*streamv1.DeleteStreamResponse, error) {
 	resp, err := s.eng.DeleteStream(ctx, req)
-	return resp, grpcerr.ToStatus(err)
+	return resp, s.status(err)
 }
 
 func (s *streamService) Subscribe(req *streamv1.SubscribeRequest, srv streamv1.StreamService_SubscribeServer) error {
@@ -67,7 +87,7 @@ func (s *streamService) Subscribe(req *streamv1.SubscribeRequest, srv streamv1.S
 	if srv.Context().Err() != nil {
 		return nil // the subscriber went away
 	}
-	return grpcerr.ToStatus(err)
+	return s.status(err)
 }
 
 func (s *streamService) GetClusterInfo(context.Context, *streamv1.GetClusterInfoRequest) (*streamv1.GetClusterInfoResponse, error) {

@@ -38,11 +38,17 @@ type Prober interface {
 	Probe(ctx context.Context, peerID uint64, groups []uint32) (*raftv1.ProbeResponse, error)
 }
 
+// Rebuilder asks a group's leader to rebuild this replica.
+type Rebuilder interface {
+	RequestRebuild(ctx context.Context, leaderID uint64, groupID uint32, nodeID uint64) (bool, error)
+}
+
 // ClusterDeps connects the engine to its peers.
 type ClusterDeps struct {
 	Transport Transport
 	Forwarder Forwarder
 	Prober    Prober
+	Rebuilder Rebuilder
 }
 
 // SetCluster connects the engine to its peers; call it before Run.
@@ -153,7 +159,10 @@ func (e *Engine) initializeGroups(ctx context.Context) error {
 		type report struct {
 			answered int
 			empty    int
-			leaders  map[[2]uint64]int // (leader, term) → peers reporting it
+			// fresh counts peers that hold only the initial membership: they
+			// initialized (term 1) but no election has completed anywhere.
+			fresh   int
+			leaders map[[2]uint64]int // (leader, term) → peers reporting it
 		}
 		reports := make(map[uint32]*report, len(pending))
 		for _, g := range pending {
@@ -177,6 +186,8 @@ func (e *Engine) initializeGroups(ctx context.Context) error {
 				r.answered++
 				if !gs.GetHasState() && gs.GetLeaderId() == 0 {
 					r.empty++
+				} else if gs.GetLeaderId() == 0 && gs.GetTerm() <= 1 {
+					r.fresh++
 				}
 				if gs.GetLeaderId() != 0 && gs.GetLeaderId() != e.cfg.NodeID {
 					r.leaders[[2]uint64{gs.GetLeaderId(), gs.GetTerm()}]++
@@ -187,7 +198,9 @@ func (e *Engine) initializeGroups(ctx context.Context) error {
 		for _, g := range pending {
 			r := reports[g]
 			switch {
-			case r.answered == others && r.empty == others:
+			case r.answered == others && r.empty+r.fresh == others && len(r.leaders) == 0:
+				// Every other voter is empty or holds only the initial
+				// membership this node would write too: a fresh install.
 				if err := e.host.Bootstrap(ctx, g); err != nil && !errors.Is(err, multiraft.ErrHasState) {
 					return err
 				}

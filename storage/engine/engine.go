@@ -43,6 +43,10 @@ type Engine struct {
 
 	cluster  atomic.Pointer[ClusterDeps]
 	rejoined sync.Map // group → true: joined with a vote floor, awaiting rebuild
+	rebuilds sync.Map // rebuildKey → true: replicas to remove and add back
+	shedPeer atomic.Pointer[ShedPeer]
+	// commitStalls counts watchdog interventions.
+	commitStalls atomic.Uint64
 
 	bg       sync.WaitGroup
 	bgMu     sync.Mutex
@@ -112,9 +116,15 @@ func (e *Engine) Run(ctx context.Context) error {
 		defer close(sweepDone)
 		e.sweepLoop(ctx)
 	}()
+	leadDone := make(chan struct{})
+	go func() {
+		defer close(leadDone)
+		e.leadershipLoop(ctx)
+	}()
 	err := <-errc
 	cancel()
 	<-sweepDone
+	<-leadDone
 	e.stopOnce.Do(func() { close(e.stopping) })
 	e.bg.Wait()
 	return err
@@ -154,6 +164,9 @@ func (e *Engine) Sync() error { return e.host.Sync() }
 
 // Config returns the engine's configuration.
 func (e *Engine) Config() Config { return e.cfg }
+
+// CommitStalls counts commit-stall watchdog interventions.
+func (e *Engine) CommitStalls() uint64 { return e.commitStalls.Load() }
 
 // Host exposes the Raft host (for status and metrics).
 func (e *Engine) Host() *multiraft.Host { return e.host }

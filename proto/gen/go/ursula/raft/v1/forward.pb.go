@@ -21,6 +21,104 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type RequestRebuildRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       uint32                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	NodeId        uint64                 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestRebuildRequest) Reset() {
+	*x = RequestRebuildRequest{}
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestRebuildRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestRebuildRequest) ProtoMessage() {}
+
+func (x *RequestRebuildRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestRebuildRequest.ProtoReflect.Descriptor instead.
+func (*RequestRebuildRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RequestRebuildRequest) GetGroupId() uint32 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *RequestRebuildRequest) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+type RequestRebuildResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// done is set when the node is no longer a voter that lost its log (it
+	// was removed, or already re-added as a learner).
+	Done          bool `protobuf:"varint,1,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestRebuildResponse) Reset() {
+	*x = RequestRebuildResponse{}
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestRebuildResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestRebuildResponse) ProtoMessage() {}
+
+func (x *RequestRebuildResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestRebuildResponse.ProtoReflect.Descriptor instead.
+func (*RequestRebuildResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RequestRebuildResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
 type ForwardProposeRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	GroupId uint32                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
@@ -32,7 +130,7 @@ type ForwardProposeRequest struct {
 
 func (x *ForwardProposeRequest) Reset() {
 	*x = ForwardProposeRequest{}
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[0]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -44,7 +142,7 @@ func (x *ForwardProposeRequest) String() string {
 func (*ForwardProposeRequest) ProtoMessage() {}
 
 func (x *ForwardProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[0]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -57,7 +155,7 @@ func (x *ForwardProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardProposeRequest.ProtoReflect.Descriptor instead.
 func (*ForwardProposeRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{0}
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ForwardProposeRequest) GetGroupId() uint32 {
@@ -84,7 +182,7 @@ type ForwardProposeResponse struct {
 
 func (x *ForwardProposeResponse) Reset() {
 	*x = ForwardProposeResponse{}
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[1]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -96,7 +194,7 @@ func (x *ForwardProposeResponse) String() string {
 func (*ForwardProposeResponse) ProtoMessage() {}
 
 func (x *ForwardProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[1]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -109,7 +207,7 @@ func (x *ForwardProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardProposeResponse.ProtoReflect.Descriptor instead.
 func (*ForwardProposeResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{1}
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ForwardProposeResponse) GetResult() []byte {
@@ -123,14 +221,20 @@ var File_ursula_raft_v1_forward_proto protoreflect.FileDescriptor
 
 const file_ursula_raft_v1_forward_proto_rawDesc = "" +
 	"\n" +
-	"\x1cursula/raft/v1/forward.proto\x12\x0eursula.raft.v1\"L\n" +
+	"\x1cursula/raft/v1/forward.proto\x12\x0eursula.raft.v1\"K\n" +
+	"\x15RequestRebuildRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\rR\agroupId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\",\n" +
+	"\x16RequestRebuildResponse\x12\x12\n" +
+	"\x04done\x18\x01 \x01(\bR\x04done\"L\n" +
 	"\x15ForwardProposeRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\rR\agroupId\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\fR\acommand\"0\n" +
 	"\x16ForwardProposeResponse\x12\x16\n" +
-	"\x06result\x18\x01 \x01(\fR\x06result2j\n" +
+	"\x06result\x18\x01 \x01(\fR\x06result2\xcb\x01\n" +
 	"\x0eForwardService\x12X\n" +
-	"\aPropose\x12%.ursula.raft.v1.ForwardProposeRequest\x1a&.ursula.raft.v1.ForwardProposeResponseB\xb9\x01\n" +
+	"\aPropose\x12%.ursula.raft.v1.ForwardProposeRequest\x1a&.ursula.raft.v1.ForwardProposeResponse\x12_\n" +
+	"\x0eRequestRebuild\x12%.ursula.raft.v1.RequestRebuildRequest\x1a&.ursula.raft.v1.RequestRebuildResponseB\xb9\x01\n" +
 	"\x12com.ursula.raft.v1B\fForwardProtoP\x01Z;github.com/ursula/ursula/proto/gen/go/ursula/raft/v1;raftv1\xa2\x02\x03URX\xaa\x02\x0eUrsula.Raft.V1\xca\x02\x0eUrsula\\Raft\\V1\xe2\x02\x1aUrsula\\Raft\\V1\\GPBMetadata\xea\x02\x10Ursula::Raft::V1b\x06proto3"
 
 var (
@@ -145,16 +249,20 @@ func file_ursula_raft_v1_forward_proto_rawDescGZIP() []byte {
 	return file_ursula_raft_v1_forward_proto_rawDescData
 }
 
-var file_ursula_raft_v1_forward_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_ursula_raft_v1_forward_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_ursula_raft_v1_forward_proto_goTypes = []any{
-	(*ForwardProposeRequest)(nil),  // 0: ursula.raft.v1.ForwardProposeRequest
-	(*ForwardProposeResponse)(nil), // 1: ursula.raft.v1.ForwardProposeResponse
+	(*RequestRebuildRequest)(nil),  // 0: ursula.raft.v1.RequestRebuildRequest
+	(*RequestRebuildResponse)(nil), // 1: ursula.raft.v1.RequestRebuildResponse
+	(*ForwardProposeRequest)(nil),  // 2: ursula.raft.v1.ForwardProposeRequest
+	(*ForwardProposeResponse)(nil), // 3: ursula.raft.v1.ForwardProposeResponse
 }
 var file_ursula_raft_v1_forward_proto_depIdxs = []int32{
-	0, // 0: ursula.raft.v1.ForwardService.Propose:input_type -> ursula.raft.v1.ForwardProposeRequest
-	1, // 1: ursula.raft.v1.ForwardService.Propose:output_type -> ursula.raft.v1.ForwardProposeResponse
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
+	2, // 0: ursula.raft.v1.ForwardService.Propose:input_type -> ursula.raft.v1.ForwardProposeRequest
+	0, // 1: ursula.raft.v1.ForwardService.RequestRebuild:input_type -> ursula.raft.v1.RequestRebuildRequest
+	3, // 2: ursula.raft.v1.ForwardService.Propose:output_type -> ursula.raft.v1.ForwardProposeResponse
+	1, // 3: ursula.raft.v1.ForwardService.RequestRebuild:output_type -> ursula.raft.v1.RequestRebuildResponse
+	2, // [2:4] is the sub-list for method output_type
+	0, // [0:2] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
@@ -171,7 +279,7 @@ func file_ursula_raft_v1_forward_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_raft_v1_forward_proto_rawDesc), len(file_ursula_raft_v1_forward_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

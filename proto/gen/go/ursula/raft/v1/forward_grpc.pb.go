@@ -19,7 +19,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ForwardService_Propose_FullMethodName = "/ursula.raft.v1.ForwardService/Propose"
+	ForwardService_Propose_FullMethodName        = "/ursula.raft.v1.ForwardService/Propose"
+	ForwardService_RequestRebuild_FullMethodName = "/ursula.raft.v1.ForwardService/RequestRebuild"
 )
 
 // ForwardServiceClient is the client API for ForwardService service.
@@ -31,6 +32,10 @@ const (
 // served on the cluster plane and guarded like RaftService.
 type ForwardServiceClient interface {
 	Propose(ctx context.Context, in *ForwardProposeRequest, opts ...grpc.CallOption) (*ForwardProposeResponse, error)
+	// RequestRebuild asks a group's leader to rebuild the calling replica,
+	// which lost its log (a wiped disk): the leader removes it from the voter
+	// set, adds it back as a learner and promotes it once it caught up.
+	RequestRebuild(ctx context.Context, in *RequestRebuildRequest, opts ...grpc.CallOption) (*RequestRebuildResponse, error)
 }
 
 type forwardServiceClient struct {
@@ -51,6 +56,16 @@ func (c *forwardServiceClient) Propose(ctx context.Context, in *ForwardProposeRe
 	return out, nil
 }
 
+func (c *forwardServiceClient) RequestRebuild(ctx context.Context, in *RequestRebuildRequest, opts ...grpc.CallOption) (*RequestRebuildResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RequestRebuildResponse)
+	err := c.cc.Invoke(ctx, ForwardService_RequestRebuild_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ForwardServiceServer is the server API for ForwardService service.
 // All implementations must embed UnimplementedForwardServiceServer
 // for forward compatibility.
@@ -60,6 +75,10 @@ func (c *forwardServiceClient) Propose(ctx context.Context, in *ForwardProposeRe
 // served on the cluster plane and guarded like RaftService.
 type ForwardServiceServer interface {
 	Propose(context.Context, *ForwardProposeRequest) (*ForwardProposeResponse, error)
+	// RequestRebuild asks a group's leader to rebuild the calling replica,
+	// which lost its log (a wiped disk): the leader removes it from the voter
+	// set, adds it back as a learner and promotes it once it caught up.
+	RequestRebuild(context.Context, *RequestRebuildRequest) (*RequestRebuildResponse, error)
 	mustEmbedUnimplementedForwardServiceServer()
 }
 
@@ -72,6 +91,9 @@ type UnimplementedForwardServiceServer struct{}
 
 func (UnimplementedForwardServiceServer) Propose(context.Context, *ForwardProposeRequest) (*ForwardProposeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Propose not implemented")
+}
+func (UnimplementedForwardServiceServer) RequestRebuild(context.Context, *RequestRebuildRequest) (*RequestRebuildResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RequestRebuild not implemented")
 }
 func (UnimplementedForwardServiceServer) mustEmbedUnimplementedForwardServiceServer() {}
 func (UnimplementedForwardServiceServer) testEmbeddedByValue()                        {}
@@ -112,6 +134,24 @@ func _ForwardService_Propose_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ForwardService_RequestRebuild_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RequestRebuildRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ForwardServiceServer).RequestRebuild(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ForwardService_RequestRebuild_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ForwardServiceServer).RequestRebuild(ctx, req.(*RequestRebuildRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ForwardService_ServiceDesc is the grpc.ServiceDesc for ForwardService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -122,6 +162,10 @@ var ForwardService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Propose",
 			Handler:    _ForwardService_Propose_Handler,
+		},
+		{
+			MethodName: "RequestRebuild",
+			Handler:    _ForwardService_RequestRebuild_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
