@@ -262,3 +262,32 @@ func (e *Engine) ProposeForwarded(ctx context.Context, g uint32, data []byte) (*
 	}
 	return stream.EncodeResult(res), nil
 }
+
+// syncGroup makes this node's replica of group g at least as current as the
+// group's leader was when called (a read barrier): on a follower it runs a
+// barrier on the leader and waits until the local replica applied it.
+func (e *Engine) syncGroup(ctx context.Context, g uint32) error {
+	if !e.multiNode() || e.host.Status(g).IsLeader {
+		return nil
+	}
+	leader := e.host.Status(g).LeaderID
+	res, err := e.forward(ctx, leader, g, &storagev1.Command{NowMs: e.nowMs(), Op: &storagev1.Command_Barrier{Barrier: &storagev1.Barrier{}}})
+	if err != nil {
+		return err
+	}
+	return e.waitApplied(ctx, g, res.Index)
+}
+
+// waitApplied waits until the local replica of g applied index.
+func (e *Engine) waitApplied(ctx context.Context, g uint32, index uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for e.machines[g].Applied() < index {
+		select {
+		case <-ctx.Done():
+			return errcode.New(errcode.Unavailable, "replica of group %d is behind its leader", g).With(errcode.KeyRetryAfterMS, "500")
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	return nil
+}

@@ -94,7 +94,7 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 	var srcMeta stream.Meta
 	if f := req.GetFork(); f != nil {
 		var err error
-		if srcMeta, err = e.resolveFork(req, c); err != nil {
+		if srcMeta, err = e.resolveFork(ctx, req, c); err != nil {
 			return nil, err
 		}
 	} else if c.ContentType == "" {
@@ -146,10 +146,14 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 
 // resolveFork validates a fork request against its source (read locally)
 // and fills c's fork origin, content type and inherited expiry.
-func (e *Engine) resolveFork(req *streamv1.CreateStreamRequest, c *storagev1.CreateStream) (stream.Meta, error) {
+func (e *Engine) resolveFork(ctx context.Context, req *streamv1.CreateStreamRequest, c *storagev1.CreateStream) (stream.Meta, error) {
 	f := req.GetFork()
 	sk := keyOf(f.GetSource())
 	if err := validKey(sk); err != nil {
+		return stream.Meta{}, err
+	}
+	// Resolve the fork point against the source as its leader knows it.
+	if err := e.syncGroup(ctx, e.GroupOf(sk)); err != nil {
 		return stream.Meta{}, err
 	}
 	src, err := e.live(sk)

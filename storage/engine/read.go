@@ -194,9 +194,9 @@ func (e *Engine) readView(m stream.Meta, from, to, limit uint64, dst []byte, dep
 			return dst, from, errcode.New(errcode.Internal, "stream %s starts at %d but has no fork origin", m.Key.Stream, m.Base)
 		}
 		sk := stream.Key{Bucket: f.GetSourceBucket(), Stream: f.GetSourceStream()}
-		src, ok := e.machine(sk).Lookup(sk)
-		if !ok || src.Incarnation != f.GetSourceIncarnation() {
-			return dst, from, errcode.New(errcode.Internal, "fork source %s of %s is missing", sk.Stream, m.Key.Stream)
+		src, ok := e.sourceAtLeast(sk, f.GetSourceIncarnation(), min(to, m.Base))
+		if !ok {
+			return dst, from, errcode.New(errcode.Unavailable, "fork source %s of %s is not replicated here yet", sk.Stream, m.Key.Stream).With(errcode.KeyRetryAfterMS, "200")
 		}
 		before := len(dst)
 		var err error
@@ -218,4 +218,21 @@ func (e *Engine) readView(m stream.Meta, from, to, limit uint64, dst []byte, dep
 		return dst, from, errcode.New(errcode.StreamNotFound, "stream %s was deleted", m.Key.Stream)
 	}
 	return out, end, nil
+}
+
+// sourceAtLeast looks up a fork's source on this replica, waiting briefly
+// when the replica has not yet applied the source's bytes up to need (its
+// group may lag the fork's group on this node).
+func (e *Engine) sourceAtLeast(k stream.Key, inc, need uint64) (stream.Meta, bool) {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		src, ok := e.machine(k).Lookup(k)
+		if ok && src.Incarnation == inc && src.Tail >= need {
+			return src, true
+		}
+		if time.Now().After(deadline) {
+			return src, false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }

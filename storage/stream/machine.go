@@ -78,11 +78,19 @@ type Result struct {
 	// Release lists fork origins whose references the engine must drop in
 	// the sources' groups (a removed fork, cascading).
 	Release []*storagev1.ForkOrigin
+	// Index is the log index the command applied at.
+	Index uint64
 }
 
 // Apply applies one committed command. It never panics on a bad command:
 // an undecodable entry is answered with an error and changes nothing.
 func (m *Machine) Apply(index uint64, data []byte) any {
+	r := m.apply(index, data)
+	r.Index = index
+	return r
+}
+
+func (m *Machine) apply(index uint64, data []byte) *Result {
 	var cmd storagev1.Command
 	if err := proto.Unmarshal(data, &cmd); err != nil {
 		m.mu.Lock()

@@ -14,6 +14,7 @@ func EncodeResult(r *Result) *storagev1.ApplyResult {
 		ProducerSeq:   r.ProducerSeq,
 		Release:       r.Release,
 		Tail:          r.Meta.Tail,
+		Index:         r.Index,
 		Meta: &storagev1.StreamState{
 			Bucket:      r.Meta.Key.Bucket,
 			Stream:      r.Meta.Key.Stream,
@@ -49,6 +50,7 @@ func DecodeResult(a *storagev1.ApplyResult) *Result {
 		ProducerEpoch: a.GetProducerEpoch(),
 		ProducerSeq:   a.GetProducerSeq(),
 		Release:       a.GetRelease(),
+		Index:         a.GetIndex(),
 		Meta: Meta{
 			Key:           Key{m.GetBucket(), m.GetStream()},
 			Incarnation:   m.GetIncarnation(),

@@ -1389,9 +1389,11 @@ type ApplyResult struct {
 	ProducerEpoch uint64                 `protobuf:"varint,6,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
 	ProducerSeq   uint64                 `protobuf:"varint,7,opt,name=producer_seq,json=producerSeq,proto3" json:"producer_seq,omitempty"`
 	// meta is the stream's state after the command (data fields unset).
-	Meta          *StreamState  `protobuf:"bytes,8,opt,name=meta,proto3" json:"meta,omitempty"`
-	Tail          uint64        `protobuf:"varint,9,opt,name=tail,proto3" json:"tail,omitempty"`
-	Release       []*ForkOrigin `protobuf:"bytes,10,rep,name=release,proto3" json:"release,omitempty"`
+	Meta    *StreamState  `protobuf:"bytes,8,opt,name=meta,proto3" json:"meta,omitempty"`
+	Tail    uint64        `protobuf:"varint,9,opt,name=tail,proto3" json:"tail,omitempty"`
+	Release []*ForkOrigin `protobuf:"bytes,10,rep,name=release,proto3" json:"release,omitempty"`
+	// index is the log index the command applied at.
+	Index         uint64 `protobuf:"varint,11,opt,name=index,proto3" json:"index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1494,6 +1496,13 @@ func (x *ApplyResult) GetRelease() []*ForkOrigin {
 		return x.Release
 	}
 	return nil
+}
+
+func (x *ApplyResult) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
 }
 
 var File_ursula_storage_v1_storage_proto protoreflect.FileDescriptor
@@ -1621,7 +1630,7 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\fsoft_deleted\x18\x12 \x01(\bR\vsoftDeleted\x12\x12\n" +
 	"\x04base\x18\x13 \x01(\x04R\x04base\x12\x12\n" +
 	"\x04data\x18\x14 \x01(\fR\x04data\x12\x18\n" +
-	"\arecords\x18\x15 \x03(\x04R\arecords\"\xf0\x03\n" +
+	"\arecords\x18\x15 \x03(\x04R\arecords\"\x86\x04\n" +
 	"\vApplyResult\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\tR\terrorCode\x12#\n" +
@@ -1634,7 +1643,8 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x04meta\x18\b \x01(\v2\x1e.ursula.storage.v1.StreamStateR\x04meta\x12\x12\n" +
 	"\x04tail\x18\t \x01(\x04R\x04tail\x127\n" +
 	"\arelease\x18\n" +
-	" \x03(\v2\x1d.ursula.storage.v1.ForkOriginR\arelease\x1a@\n" +
+	" \x03(\v2\x1d.ursula.storage.v1.ForkOriginR\arelease\x12\x14\n" +
+	"\x05index\x18\v \x01(\x04R\x05index\x1a@\n" +
 	"\x12ErrorMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\xce\x01\n" +

@@ -1,0 +1,220 @@
+package upstream
+
+import (
+	"context"
+	"io"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+)
+
+// The StreamServiceClient methods. In single-node mode each is one atomic
+// load and a direct call.
+
+// CreateBucket goes to the leader of group 0, where buckets are recorded.
+func (r *Router) CreateBucket(ctx context.Context, in *streamv1.CreateBucketRequest, opts ...grpc.CallOption) (*streamv1.CreateBucketResponse, error) {
+	if v := r.view.Load(); v != nil && v.single != nil {
+		return v.single.client.CreateBucket(ctx, in, opts...)
+	}
+	return do(ctx, r, nil, modeWrite, func(nc *nodeConn) (*streamv1.CreateBucketResponse, error) {
+		return nc.client.CreateBucket(ctx, in, opts...)
+	})
+}
+
+// CreateStream goes to the leader of the stream's group.
+func (r *Router) CreateStream(ctx context.Context, in *streamv1.CreateStreamRequest, opts ...grpc.CallOption) (*streamv1.CreateStreamResponse, error) {
+	if v := r.view.Load(); v != nil && v.single != nil {
+		return v.single.client.CreateStream(ctx, in, opts...)
+	}
+	return do(ctx, r, in.GetRef(), modeWrite, func(nc *nodeConn) (*streamv1.CreateStreamResponse, error) {
+		return nc.client.CreateStream(ctx, in, opts...)
+	})
+}
+
+// Append goes to the leader of the stream's group.
+func (r *Router) Append(ctx context.Context, in *streamv1.AppendRequest, opts ...grpc.CallOption) (*streamv1.AppendResponse, error) {
+	if v := r.view.Load(); v != nil && v.single != nil {
+		return v.single.client.Append(ctx, in, opts...)
+	}
+	return do(ctx, r, in.GetRef(), modeWrite, func(nc *nodeConn) (*streamv1.AppendResponse, error) {
+		return nc.client.Append(ctx, in, opts...)
+	})
+}
+
+// DeleteStream goes to the leader of the stream's group.
+func (r *Router) DeleteStream(ctx context.Context, in *streamv1.DeleteStreamRequest, opts ...grpc.CallOption) (*streamv1.DeleteStreamResponse, error) {
+	if v := r.view.Load(); v != nil && v.single != nil {
+		return v.single.client.DeleteStream(ctx, in, opts...)
+	}
+	return do(ctx, r, in.GetRef(), modeWrite, func(nc *nodeConn) (*streamv1.DeleteStreamResponse, error) {
+		return nc.client.DeleteStream(ctx, in, opts...)
+	})
+}
+
+// Head goes to the leader: it reports the tail.
+func (r *Router) Head(ctx context.Context, in *streamv1.HeadRequest, opts ...grpc.CallOption) (*streamv1.HeadResponse, error) {
+	if v := r.view.Load(); v != nil && v.single != nil {
+		return v.single.client.Head(ctx, in, opts...)
+	}
+	return do(ctx, r, in.GetRef(), modeLeaderRead, func(nc *nodeConn) (*streamv1.HeadResponse, error) {
+		return nc.client.Head(ctx, in, opts...)
+	})
+}
+
+// OffsetNow is the read offset that means "the tail".
+const OffsetNow = "now"
+
+// readMode routes tail reads (offset "now", long-polls) to the leader and
+// history reads to any replica.
+func readMode(in *streamv1.ReadRequest) mode {
+	if in.GetOffset() == OffsetNow || in.GetWaitMs() > 0 {
+		return modeLeaderRead
+	}
+	return modeAnyRead
+}
+
+// Read goes to the leader when it must see the tail (offset "now" or a
+// wait), otherwise to any replica, the leader preferred.
+func (r *Router) Read(ctx context.Context, in *streamv1.ReadRequest, opts ...grpc.CallOption) (*streamv1.ReadResponse, error) {
+	if v := r.view.Load(); v != nil && v.single != nil {
+		return v.single.client.Read(ctx, in, opts...)
+	}
+	return do(ctx, r, in.GetRef(), readMode(in), func(nc *nodeConn) (*streamv1.ReadResponse, error) {
+		return nc.client.Read(ctx, in, opts...)
+	})
+}
+
+// GetClusterInfo asks any node (a node believed up first), retrying once at
+// another node after a transport failure.
+func (r *Router) GetClusterInfo(ctx context.Context, in *streamv1.GetClusterInfoRequest, opts ...grpc.CallOption) (*streamv1.GetClusterInfoResponse, error) {
+	v, err := r.currentView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if v.single != nil {
+		return v.single.client.GetClusterInfo(ctx, in, opts...)
+	}
+	nc := r.anyNode(v, nil)
+	if nc == nil {
+		return nil, r.unavailable("no storage node known")
+	}
+	resp, err := nc.client.GetClusterInfo(ctx, in, opts...)
+	if err == nil || ctx.Err() != nil {
+		return resp, err
+	}
+	if kind, _ := classify(err); kind != failTransport {
+		return nil, err
+	}
+	r.m.transportFailures.Add(1)
+	nc.up.Store(false)
+	r.requestRefresh()
+	other := r.anyNode(v, nc)
+	if other == nil {
+		return nil, err
+	}
+	r.m.retries.Add(1)
+	return other.client.GetClusterInfo(ctx, in, opts...)
+}
+
+// Subscribe goes to the leader. A NOT_LEADER or transport failure before the
+// first chunk (when opening the stream or on the first Recv) reopens the
+// subscription once at the re-learned leader; a failure after chunks were
+// delivered ends the stream with that error (the caller resubscribes from
+// its last offset).
+func (r *Router) Subscribe(ctx context.Context, in *streamv1.SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[streamv1.SubscribeResponse], error) {
+	if v := r.view.Load(); v != nil && v.single != nil {
+		return v.single.client.Subscribe(ctx, in, opts...)
+	}
+	v, err := r.currentView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if v.single != nil {
+		return v.single.client.Subscribe(ctx, in, opts...)
+	}
+	s := &subStream{r: r, ctx: ctx, in: in, opts: opts, g: placementGroup(v, in.GetRef())}
+	nc, err := r.first(ctx, v, r.gen.Load(), s.g, modeLeaderRead)
+	if err != nil {
+		return nil, err
+	}
+	s.gen = r.gen.Load()
+	if err := s.open(nc); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// subStream is a subscription that may be reopened once at another node
+// before its first chunk.
+type subStream struct {
+	r    *Router
+	ctx  context.Context //nolint:containedctx // a stream lives as long as its context
+	in   *streamv1.SubscribeRequest
+	opts []grpc.CallOption
+	gen  uint64
+	g    uint32
+
+	nc       *nodeConn
+	cur      grpc.ServerStreamingClient[streamv1.SubscribeResponse]
+	received bool
+	retried  bool
+}
+
+// open opens the stream at nc, retrying once elsewhere if that fails.
+func (s *subStream) open(nc *nodeConn) error {
+	for {
+		st, err := nc.client.Subscribe(s.ctx, s.in, s.opts...)
+		if err == nil {
+			s.nc, s.cur = nc, st
+			return nil
+		}
+		if s.retried {
+			return s.r.settle(s.g, nc, err)
+		}
+		next, err := s.r.next(s.ctx, s.gen, s.g, modeLeaderRead, nc, err)
+		if next == nil {
+			return err
+		}
+		s.retried = true
+		s.r.m.retries.Add(1)
+		nc = next
+	}
+}
+
+// Recv returns the next chunk, reopening the stream once if it fails
+// before the first one.
+func (s *subStream) Recv() (*streamv1.SubscribeResponse, error) {
+	m, err := s.cur.Recv()
+	if err == nil {
+		if !s.received {
+			s.received = true
+			s.nc.markUp()
+		}
+		return m, nil
+	}
+	if err == io.EOF || s.received {
+		return nil, err
+	}
+	if s.retried {
+		return nil, s.r.settle(s.g, s.nc, err)
+	}
+	next, nerr := s.r.next(s.ctx, s.gen, s.g, modeLeaderRead, s.nc, err)
+	if next == nil {
+		return nil, nerr
+	}
+	s.retried = true
+	s.r.m.retries.Add(1)
+	if err := s.open(next); err != nil {
+		return nil, err
+	}
+	return s.Recv()
+}
+
+func (s *subStream) Header() (metadata.MD, error) { return s.cur.Header() }
+func (s *subStream) Trailer() metadata.MD         { return s.cur.Trailer() }
+func (s *subStream) CloseSend() error             { return s.cur.CloseSend() }
+func (s *subStream) Context() context.Context     { return s.cur.Context() }
+func (s *subStream) SendMsg(m any) error          { return s.cur.SendMsg(m) }
+func (s *subStream) RecvMsg(m any) error          { return s.cur.RecvMsg(m) }

@@ -1,0 +1,85 @@
+package upstream
+
+import "sync/atomic"
+
+// metrics holds the router's counters, updated atomically without locks.
+type metrics struct {
+	cacheHits         atomic.Uint64
+	cacheMisses       atomic.Uint64
+	notLeader         atomic.Uint64
+	retries           atomic.Uint64
+	noLeader          atomic.Uint64
+	transportFailures atomic.Uint64
+	refreshes         atomic.Uint64
+	refreshFailures   atomic.Uint64
+}
+
+// Stats is a snapshot of the router's counters and of the nodes it knows.
+type Stats struct {
+	// SingleNode is set when every call goes to the one seed node.
+	SingleNode bool `json:"single_node"`
+	// ClusterID and GroupCount are as learned from the nodes.
+	ClusterID  string `json:"cluster_id"`
+	GroupCount int    `json:"group_count"`
+	// LeaderCacheHits and LeaderCacheMisses count calls whose group leader
+	// was, or was not, known when the call was routed.
+	LeaderCacheHits   uint64 `json:"leader_cache_hits"`
+	LeaderCacheMisses uint64 `json:"leader_cache_misses"`
+	// NotLeader counts NOT_LEADER answers from nodes.
+	NotLeader uint64 `json:"not_leader"`
+	// Retries counts second attempts.
+	Retries uint64 `json:"retries"`
+	// NoLeader counts calls answered Unavailable (with retry_after_ms)
+	// because their group had no known leader.
+	NoLeader uint64 `json:"no_leader"`
+	// TransportFailures counts calls that failed on the link to a node.
+	TransportFailures uint64 `json:"transport_failures"`
+	// Refreshes and RefreshFailures count cluster info polls.
+	Refreshes       uint64 `json:"refreshes"`
+	RefreshFailures uint64 `json:"refresh_failures"`
+	// Nodes are the known nodes, by id.
+	Nodes []NodeStats `json:"nodes"`
+}
+
+// NodeStats describes one node as the router sees it.
+type NodeStats struct {
+	ID   uint64 `json:"id"`
+	Addr string `json:"addr"`
+	// Up is false after a transport failure until the node answers again.
+	Up bool `json:"up"`
+	// Conn is the gRPC connection state (IDLE, CONNECTING, READY,
+	// TRANSIENT_FAILURE, SHUTDOWN).
+	Conn string `json:"conn"`
+	// Leads is the number of groups whose cached leader is this node.
+	Leads int `json:"leads"`
+}
+
+// Stats returns a snapshot of the counters and nodes.
+func (r *Router) Stats() Stats {
+	s := Stats{
+		LeaderCacheHits:   r.m.cacheHits.Load(),
+		LeaderCacheMisses: r.m.cacheMisses.Load(),
+		NotLeader:         r.m.notLeader.Load(),
+		Retries:           r.m.retries.Load(),
+		NoLeader:          r.m.noLeader.Load(),
+		TransportFailures: r.m.transportFailures.Load(),
+		Refreshes:         r.m.refreshes.Load(),
+		RefreshFailures:   r.m.refreshFailures.Load(),
+	}
+	v := r.view.Load()
+	if v == nil {
+		return s
+	}
+	s.SingleNode = v.single != nil
+	s.ClusterID = v.clusterID
+	s.GroupCount = v.groupCount
+	leads := make(map[uint64]int, len(v.nodes))
+	for g := range v.leaders {
+		leads[v.leaders[g].Load()]++
+	}
+	for _, nc := range v.order {
+		id := nc.id.Load()
+		s.Nodes = append(s.Nodes, NodeStats{ID: id, Addr: nc.addr, Up: nc.up.Load(), Conn: nc.conn.GetState().String(), Leads: leads[id]})
+	}
+	return s
+}
