@@ -188,7 +188,9 @@ func (c *raftCluster) leader(tb testing.TB, g uint32) *raftNode {
 	return c.nodes[lead]
 }
 
-func (c *raftCluster) proposeN(tb testing.TB, g uint32, count int) {
+// proposeN commits count proposals to group g and returns how many more
+// may have committed (proposals retried after ErrOutcomeUnknown).
+func (c *raftCluster) proposeN(tb testing.TB, g uint32, count int) (unknown uint64) {
 	tb.Helper()
 	for i := 0; i < count; {
 		l := c.leader(tb, g)
@@ -200,34 +202,52 @@ func (c *raftCluster) proposeN(tb testing.TB, g uint32, count int) {
 		case err == nil:
 			i++
 		case errors.As(err, &nl), errors.Is(err, multiraft.ErrProposalDropped):
+		case errors.Is(err, multiraft.ErrOutcomeUnknown):
+			// Leadership moved (a slow, shared test machine); the entry
+			// may or may not commit.
+			tb.Logf("group %d: proposal %d: %v; retrying", g, i, err)
+			unknown++
 		default:
 			tb.Fatalf("Propose: %v", err)
 		}
 	}
+	return unknown
 }
 
-func (c *raftCluster) converged(tb testing.TB, g uint32, wantCount uint64) {
+// converged waits until every running replica of g applied the same
+// entries, between want and want+slack of them.
+func (c *raftCluster) converged(tb testing.TB, g uint32, want, slack uint64) {
 	tb.Helper()
 	eventually(tb, fmt.Sprintf("group %d replicas to converge", g), func() bool {
+		var first [2]uint64
+		i := 0
 		for _, n := range c.nodes {
-			if _, count := n.sms[g].state(); count != wantCount {
+			sum, count := n.sms[g].state()
+			if count < want || count > want+slack || (i > 0 && first != [2]uint64{sum, count}) {
 				return false
 			}
+			first = [2]uint64{sum, count}
+			i++
 		}
 		return true
 	})
 }
 
 func TestRaftCluster(t *testing.T) {
-	c := newRaftCluster(t, 3, func(cfg *multiraft.Config) { cfg.SnapshotEntries = 50 })
+	c := newRaftCluster(t, 3, func(cfg *multiraft.Config) {
+		cfg.SnapshotEntries = 50
+		// 300ms election timeouts: the test machine is small and shared.
+		cfg.ElectionTicks = 30
+	})
+	slack := map[uint32]uint64{}
 	for g := range uint32(4) {
 		c.leader(t, g)
 	}
 
 	t.Run("replication", func(t *testing.T) {
 		for g := range uint32(4) {
-			c.proposeN(t, g, 20)
-			c.converged(t, g, 20)
+			slack[g] += c.proposeN(t, g, 20)
+			c.converged(t, g, 20, slack[g])
 		}
 		for id, n := range c.nodes {
 			st := n.tr.Stats()
@@ -252,12 +272,12 @@ func TestRaftCluster(t *testing.T) {
 			}
 		}
 		c.stop(follower)
-		c.proposeN(t, 0, 300) // several snapshots and compactions on the leader
+		slack[0] += c.proposeN(t, 0, 300) // several snapshots and compactions on the leader
 		if l.h.Status(0).SnapshotIndex == 0 {
 			t.Fatal("leader took no snapshot")
 		}
 		f := c.start(follower)
-		c.converged(t, 0, 320)
+		c.converged(t, 0, 320, slack[0])
 		if st := f.tr.Stats(); st.SnapshotsReceived == 0 || st.SnapshotBytesReceived < snapshotPadding {
 			t.Fatalf("follower caught up without receiving a snapshot: %+v", st)
 		}
@@ -270,7 +290,7 @@ func TestRaftCluster(t *testing.T) {
 		}
 		// The other groups caught up too.
 		for g := uint32(1); g < 4; g++ {
-			c.converged(t, g, 20)
+			c.converged(t, g, 20, slack[g])
 		}
 	})
 
@@ -280,8 +300,8 @@ func TestRaftCluster(t *testing.T) {
 		if nl := c.leader(t, 2); nl.id == old.id {
 			t.Fatal("stopped node still leads")
 		}
-		c.proposeN(t, 2, 20)
+		slack[2] += c.proposeN(t, 2, 20)
 		c.start(old.id)
-		c.converged(t, 2, 40)
+		c.converged(t, 2, 40, slack[2])
 	})
 }

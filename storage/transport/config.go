@@ -37,13 +37,13 @@ type Config struct {
 	// the entries' payload sizes); default 64 MiB.
 	QueueBytes int `yaml:"queue_bytes"`
 	// MaxBatchBytes bounds one MessageBatch on the wire; a single message
-	// larger than it is sent alone. Default 8 MiB.
+	// larger than it is sent alone. Default 8 MiB (at most MaxMessageBytes).
 	MaxBatchBytes int `yaml:"max_batch_bytes"`
 	// MaxMessageBytes is the largest gRPC message accepted or sent (the
 	// server's MaxRecvMsgSize and the client's call limits); default 64 MiB.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
 	// SnapshotChunkBytes is the data carried by one SnapshotChunk; default
-	// 1 MiB.
+	// 1 MiB (at most half of MaxMessageBytes).
 	SnapshotChunkBytes int `yaml:"snapshot_chunk_bytes"`
 	// MaxSnapshotsPerPeer bounds the snapshot sends in flight to one peer;
 	// a MsgSnap beyond it is reported failed at once (Raft retries).
@@ -86,14 +86,14 @@ func (c *Config) setDefaults() {
 	if c.QueueBytes <= 0 {
 		c.QueueBytes = 64 << 20
 	}
-	if c.MaxBatchBytes <= 0 {
-		c.MaxBatchBytes = 8 << 20
-	}
 	if c.MaxMessageBytes <= 0 {
 		c.MaxMessageBytes = 64 << 20
 	}
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = min(8<<20, c.MaxMessageBytes)
+	}
 	if c.SnapshotChunkBytes <= 0 {
-		c.SnapshotChunkBytes = 1 << 20
+		c.SnapshotChunkBytes = min(1<<20, c.MaxMessageBytes/2)
 	}
 	if c.MaxSnapshotsPerPeer <= 0 {
 		c.MaxSnapshotsPerPeer = 4

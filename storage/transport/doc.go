@@ -75,6 +75,14 @@
 // called with (*Transport).Probe and GetShedState. A shed state answer is
 // accepted only when it names this node's cluster id.
 //
+// # Peers
+//
+// Config.Peers is the initial peer set; AddPeer and RemovePeer change it
+// for membership changes (a re-addressed peer gets a new sender and
+// connection). Stats reports, per peer, whether its stream is connected
+// and whether it refuses this node (Refusal "peer_cluster_mismatch" or
+// "protocol_mismatch", the latter being another format epoch).
+//
 // # Lifecycle
 //
 // New starts nothing. Run starts the peer senders and blocks until its

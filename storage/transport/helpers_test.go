@@ -14,9 +14,9 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/grpc"
 )
 
 func TestMain(m *testing.M) {

@@ -38,15 +38,19 @@ type peer struct {
 	qbytes int
 	notify chan struct{} // capacity 1: the queue went non-empty
 
-	connMu sync.Mutex
-	conn   *grpc.ClientConn
+	connMu  sync.Mutex
+	conn    *grpc.ClientConn
+	retired bool // removed or replaced: no new connection
+
+	stop context.CancelFunc // ends run; set when started (under Transport.mu)
 
 	connected atomic.Bool
 	snaps     atomic.Int32 // snapshot sends in flight
 
 	// refusedMu guards the refusal state of the peer towards this node.
 	refusedMu sync.Mutex
-	refused   bool // the peer refuses this node; logged once until accepted
+	refused   bool   // the peer refuses this node; logged once until accepted
+	refusal   string // why: "peer_cluster_mismatch" or "protocol_mismatch"
 }
 
 func newPeer(t *Transport, id uint64, addr string) *peer {
@@ -114,6 +118,21 @@ func (p *peer) fail(q []queued) {
 		seen[x.group] = struct{}{}
 		p.t.reportUnreachable(x.group, p.id)
 	}
+}
+
+// retire stops p's sender and closes its connection, for a removed or
+// re-addressed peer; the caller holds Transport.mu.
+func (p *peer) retire() {
+	p.connMu.Lock()
+	p.retired = true
+	p.connMu.Unlock()
+	if p.stop != nil {
+		p.stop()
+	}
+	// Closing the connection ends the stream and any snapshot in flight;
+	// the sender fails what is queued as it exits.
+	p.closeConn()
+	p.fail(p.take())
 }
 
 func (p *peer) closeConn() {

@@ -166,12 +166,12 @@ func (r *refusals) seenUnidentified(host string) bool {
 	return true
 }
 
-func (r *refusals) list(now time.Time) []Mismatch {
+func (r *refusals) list(now time.Time, configured func(uint64) bool) []Mismatch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := []Mismatch{}
 	for _, m := range r.peers {
-		if now.Sub(m.At) <= r.window {
+		if now.Sub(m.At) <= r.window && (configured == nil || configured(m.NodeID)) {
 			out = append(out, m)
 		}
 	}
@@ -191,7 +191,7 @@ func (r *refusals) list(now time.Time) []Mismatch {
 // within the mismatch window (default one minute), ordered by node id.
 // Senders outside the configured peers are never listed.
 func (t *Transport) PeerClusterMismatches() []Mismatch {
-	return t.refusal.list(time.Now())
+	return t.refusal.list(time.Now(), func(id uint64) bool { return t.peer(id) != nil })
 }
 
 // outboundError classifies the error of an RPC to p: a refusal is counted,
@@ -211,6 +211,10 @@ func (t *Transport) outboundError(p *peer, err error) error {
 	p.refusedMu.Lock()
 	first := !p.refused
 	p.refused = true
+	p.refusal = "peer_cluster_mismatch"
+	if ref.Protocol {
+		p.refusal = "protocol_mismatch"
+	}
 	p.refusedMu.Unlock()
 	if first {
 		if ref.Protocol {
@@ -313,7 +317,7 @@ func (t *Transport) checkIdentity(ctx context.Context, md metadata.MD) error {
 
 	t.stats.peerClusterRefusals.Add(1)
 	now := time.Now()
-	if addr, ok := t.cfg.Peers[nodeID]; ok && nodeID != t.cfg.NodeID && sameHostIfIP(addr, host) {
+	if p := t.peer(nodeID); p != nil && sameHostIfIP(p.addr, host) {
 		t.refusal.record(Mismatch{NodeID: nodeID, ClusterID: clusterID, Address: remote, Direction: "inbound", At: now})
 	}
 	if t.refusal.seenInbound(host+"|"+nodeText+"|"+clusterID, now) {

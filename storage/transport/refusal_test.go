@@ -58,7 +58,7 @@ func TestPeerClusterMismatch(t *testing.T) {
 			t.Errorf("node %d logged refusing the peer %d times, want once", tc.n.id, got)
 		}
 		ps := tc.n.tr.Stats().Peers
-		if len(ps) != 1 || ps[0].Connected || !ps[0].Refused {
+		if len(ps) != 1 || ps[0].Connected || !ps[0].Refused || ps[0].Refusal != "peer_cluster_mismatch" {
 			t.Errorf("node %d peer stats %+v", tc.n.id, ps)
 		}
 	}
@@ -90,7 +90,13 @@ func TestPeerClusterMismatch(t *testing.T) {
 			t.Fatalf("Probe = %v", err)
 		}
 		if b.tr.Stats().PeerClusterRefusals <= before {
-			t.Fatal("refusal not counted")
+			t.Fatal("refusal not counted by the refusing node")
+		}
+		if got := c.Stats().PeerClusterRefusals; got != 1 {
+			t.Fatalf("refused sender counted %d refusals, want 1", got)
+		}
+		if ms := c.PeerClusterMismatches(); len(ms) != 1 || ms[0].NodeID != 2 || ms[0].ClusterID != "beta" || ms[0].Direction != "outbound" {
+			t.Fatalf("refused sender lists %+v", ms)
 		}
 		for _, m := range b.tr.PeerClusterMismatches() {
 			if m.NodeID == 9 {
@@ -230,7 +236,7 @@ func TestMismatchWindow(t *testing.T) {
 	now := time.Now()
 	r.record(Mismatch{NodeID: 3, ClusterID: "x", At: now.Add(-2 * time.Minute)})
 	r.record(Mismatch{NodeID: 2, ClusterID: "y", At: now.Add(-time.Second)})
-	got := r.list(now)
+	got := r.list(now, nil)
 	if !slices.EqualFunc(got, []Mismatch{{NodeID: 2, ClusterID: "y", At: now.Add(-time.Second)}}, func(a, b Mismatch) bool {
 		return a.NodeID == b.NodeID && a.ClusterID == b.ClusterID
 	}) {

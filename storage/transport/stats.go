@@ -63,8 +63,12 @@ type PeerStats struct {
 	Address string `json:"address"`
 	// Connected is set while a Stream to the peer is open and accepted.
 	Connected bool `json:"connected"`
-	// Refused is set while the peer refuses this node.
-	Refused bool `json:"refused"`
+	// Refused is set while the peer refuses this node, for the reason in
+	// Refusal: "peer_cluster_mismatch" (another cluster id) or
+	// "protocol_mismatch" (the peer found no cluster id: another format
+	// epoch).
+	Refused bool   `json:"refused"`
+	Refusal string `json:"refusal,omitempty"`
 	// Queued is the number of messages waiting.
 	Queued int `json:"queued"`
 	// SnapshotsInFlight is the number of snapshot sends in progress.
@@ -93,15 +97,16 @@ func (t *Transport) Stats() Stats {
 		SnapshotBytesSent:        c.snapshotBytesSent.Load(),
 		SnapshotBytesReceived:    c.snapshotBytesReceived.Load(),
 	}
-	for _, p := range t.peers {
+	for _, p := range t.peerList() {
 		p.refusedMu.Lock()
-		refused := p.refused
+		refused, refusal := p.refused, p.refusal
 		p.refusedMu.Unlock()
 		s.Peers = append(s.Peers, PeerStats{
 			NodeID:            p.id,
 			Address:           p.addr,
 			Connected:         p.connected.Load(),
 			Refused:           refused,
+			Refusal:           refusal,
 			Queued:            p.queueLen(),
 			SnapshotsInFlight: int(p.snaps.Load()),
 		})

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
@@ -61,7 +61,7 @@ type Transport struct {
 	probe  atomic.Pointer[ProbeFunc]
 	shed   atomic.Pointer[ShedStateFunc]
 
-	peers   map[uint64]*peer // fixed after New
+	peers   atomic.Pointer[map[uint64]*peer] // copy on write, under mu
 	stats   counters
 	refusal refusals
 
@@ -96,7 +96,6 @@ func New(cfg Config, host StepReporter, logger *slog.Logger) (*Transport, error)
 	t := &Transport{
 		cfg:     cfg,
 		logger:  logger.With("node_id", cfg.NodeID),
-		peers:   map[uint64]*peer{},
 		closing: make(chan struct{}),
 	}
 	t.life, t.stopLife = context.WithCancel(context.Background())
@@ -110,13 +109,76 @@ func New(cfg Config, host StepReporter, logger *slog.Logger) (*Transport, error)
 	if cfg.ShedState != nil {
 		t.SetShedStateFunc(cfg.ShedState)
 	}
+	peers := map[uint64]*peer{}
 	for id, addr := range cfg.Peers {
 		if id == cfg.NodeID {
 			continue
 		}
-		t.peers[id] = newPeer(t, id, addr)
+		peers[id] = newPeer(t, id, addr)
 	}
+	t.peers.Store(&peers)
 	return t, nil
+}
+
+func (t *Transport) peer(id uint64) *peer { return (*t.peers.Load())[id] }
+
+func (t *Transport) peerList() []*peer {
+	return slices.Collect(maps.Values(*t.peers.Load()))
+}
+
+// startPeer starts p's sender; t.mu is held and the transport is running.
+func (t *Transport) startPeer(p *peer) {
+	ctx, cancel := context.WithCancel(t.life)
+	p.stop = cancel
+	t.wg.Go(func() { p.run(ctx) })
+}
+
+// AddPeer adds (or re-addresses) peer id at the host:port addr of its
+// cluster plane, for a membership change. Re-addressing replaces the
+// peer's sender and connection.
+func (t *Transport) AddPeer(id uint64, addr string) error {
+	if id == 0 || id == t.cfg.NodeID {
+		return fmt.Errorf("%w: cannot add peer %d", ErrInvalidConfig, id)
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("%w: peer %d address %q: %v", ErrInvalidConfig, id, addr, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	old := *t.peers.Load()
+	if p := old[id]; p != nil && p.addr == addr {
+		return nil
+	}
+	peers := maps.Clone(old)
+	p := newPeer(t, id, addr)
+	peers[id] = p
+	t.peers.Store(&peers)
+	if prev := old[id]; prev != nil {
+		prev.retire()
+	}
+	if t.running {
+		t.startPeer(p)
+	}
+	return nil
+}
+
+// RemovePeer stops sending to peer id and closes its connection; messages
+// for it are then dropped and reported unreachable.
+func (t *Transport) RemovePeer(id uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.peers.Load()
+	p := old[id]
+	if p == nil {
+		return
+	}
+	peers := maps.Clone(old)
+	delete(peers, id)
+	t.peers.Store(&peers)
+	p.retire()
 }
 
 // SetHost sets the Raft host inbound messages are stepped into and
@@ -163,8 +225,8 @@ func (t *Transport) Run(ctx context.Context) error {
 	}
 	t.running = true
 	t.runDone = make(chan struct{})
-	for _, p := range t.peers {
-		t.wg.Go(func() { p.run(t.life) })
+	for _, p := range t.peerList() {
+		t.startPeer(p)
 	}
 	t.mu.Unlock()
 	defer close(t.runDone)
@@ -204,7 +266,7 @@ func (t *Transport) shutdown() {
 	t.mu.Unlock()
 	t.stopLife()
 	t.wg.Wait()
-	for _, p := range t.peers {
+	for _, p := range t.peerList() {
 		p.closeConn()
 	}
 }
@@ -228,7 +290,7 @@ func (t *Transport) Send(groupID uint32, msgs []*pb.Message) {
 	}
 	for _, m := range msgs {
 		to := m.GetTo()
-		p := t.peers[to]
+		p := t.peer(to)
 		if p == nil {
 			t.stats.dropped.Add(1)
 			t.logger.Debug("dropping raft message for an unknown peer", "group_id", groupID, "to", to, "type", m.GetType().String())
@@ -255,6 +317,9 @@ func (t *Transport) conn(p *peer) (*grpc.ClientConn, error) {
 	defer p.connMu.Unlock()
 	if t.isClosed() {
 		return nil, ErrClosed
+	}
+	if p.retired {
+		return nil, fmt.Errorf("%w: %d (removed)", ErrUnknownPeer, p.id)
 	}
 	if p.conn != nil {
 		return p.conn, nil
@@ -312,7 +377,7 @@ func (t *Transport) OutgoingContext(ctx context.Context) context.Context {
 }
 
 func (t *Transport) client(peerID uint64) (*peer, raftv1.RaftServiceClient, error) {
-	p := t.peers[peerID]
+	p := t.peer(peerID)
 	if p == nil {
 		return nil, nil, fmt.Errorf("%w: %d", ErrUnknownPeer, peerID)
 	}
@@ -351,16 +416,4 @@ func (t *Transport) GetShedState(ctx context.Context, peerID uint64) (*raftv1.Sh
 		return nil, fmt.Errorf("transport: get shed state of node %d: %w: answered with cluster id %q", peerID, ErrPeerClusterMismatch, resp.GetClusterId())
 	}
 	return resp, nil
-}
-
-// sleep waits d or until ctx ends; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-tm.C:
-		return true
-	}
 }

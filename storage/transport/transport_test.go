@@ -307,10 +307,46 @@ func TestLifecycle(t *testing.T) {
 			"no node id":    {ClusterID: "c"},
 			"no cluster id": {NodeID: 1},
 			"bad address":   {NodeID: 1, ClusterID: "c", Peers: map[uint64]string{2: "nohostport"}},
+			"batch too big": {NodeID: 1, ClusterID: "c", MaxMessageBytes: 1 << 20, MaxBatchBytes: 2 << 20},
 		} {
 			if _, err := New(cfg, nil, nil); !errors.Is(err, ErrInvalidConfig) {
 				t.Errorf("%s: New = %v, want ErrInvalidConfig", name, err)
 			}
 		}
+		// Defaults follow a small message limit instead of failing.
+		if _, err := New(Config{NodeID: 1, ClusterID: "c", MaxMessageBytes: 1 << 20}, nil, nil); err != nil {
+			t.Errorf("New with a 1 MiB message limit: %v", err)
+		}
 	})
+}
+
+func TestAddRemovePeer(t *testing.T) {
+	ns := startNodes(t, nil,
+		nodeSpec{id: 1, cluster: "c1"},
+		nodeSpec{id: 2, cluster: "c1"},
+	)
+	a, b := ns[0], ns[1]
+	a.tr.Send(0, []*pb.Message{msg(pb.MessageType_MsgHeartbeat, 1, 2)})
+	if a.host.unreachableCount(2) != 1 {
+		t.Fatal("message to a peer not yet added was not reported unreachable")
+	}
+	if err := a.tr.AddPeer(2, b.addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.tr.AddPeer(1, b.addr); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("AddPeer(self) = %v", err)
+	}
+	a.tr.Send(0, []*pb.Message{msg(pb.MessageType_MsgHeartbeat, 1, 2)})
+	eventually(t, "delivery to an added peer", func() bool { return len(b.host.stepped()) == 1 })
+	if ps := a.tr.Stats().Peers; len(ps) != 1 || ps[0].NodeID != 2 || !ps[0].Connected {
+		t.Fatalf("peers %+v", ps)
+	}
+	a.tr.RemovePeer(2)
+	a.tr.Send(0, []*pb.Message{msg(pb.MessageType_MsgHeartbeat, 1, 2)})
+	if a.host.unreachableCount(2) != 2 || len(a.tr.Stats().Peers) != 0 {
+		t.Fatalf("after RemovePeer: unreachable %d, peers %+v", a.host.unreachableCount(2), a.tr.Stats().Peers)
+	}
+	if _, err := a.tr.Probe(t.Context(), 2, nil); !errors.Is(err, ErrUnknownPeer) {
+		t.Fatalf("Probe of a removed peer = %v", err)
+	}
 }
