@@ -211,7 +211,7 @@ func (e *Engine) initializeGroups(ctx context.Context) error {
 						if err := e.host.SetVoteFloor(ctx, g, lt[1], lt[0]); err != nil && !errors.Is(err, multiraft.ErrHasState) {
 							return err
 						}
-						e.rejoined.Store(g, true)
+						e.rejoined.Store(g, lt[0])
 						break
 					}
 				}

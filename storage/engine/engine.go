@@ -42,7 +42,7 @@ type Engine struct {
 	now      func() time.Time
 
 	cluster  atomic.Pointer[ClusterDeps]
-	rejoined sync.Map // group → true: joined with a vote floor, awaiting rebuild
+	rejoined sync.Map // group → leader id: joined with a vote floor, awaiting rebuild
 	rebuilds sync.Map // rebuildKey → true: replicas to remove and add back
 	shedPeer atomic.Pointer[ShedPeer]
 	// commitStalls counts watchdog interventions.

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/storage/multiraft"
 )
 
@@ -203,7 +205,7 @@ func (e *Engine) RequestRebuild(ctx context.Context, g uint32, node uint64) (boo
 	}
 	st := e.host.Status(g)
 	if !st.IsLeader {
-		return false, &multiraft.NotLeaderError{LeaderID: st.LeaderID}
+		return false, raftError(&multiraft.NotLeaderError{LeaderID: st.LeaderID})
 	}
 	if !slices.Contains(st.Voters, node) {
 		return true, nil
@@ -264,24 +266,26 @@ func confChange(t pb.ConfChangeType, node uint64) *pb.ConfChangeV2 {
 }
 
 // requestRebuilds asks leaders to rebuild the groups this node rejoined
-// with a vote floor, until each leader has removed it as a voter.
+// with a vote floor; once a leader has dropped this node from the voters,
+// the replica starts accepting replication (it comes back as a learner).
 func (e *Engine) requestRebuilds(ctx context.Context) {
 	d := e.cluster.Load()
 	if d == nil || d.Rebuilder == nil {
 		return
 	}
-	e.rejoined.Range(func(k, _ any) bool {
-		g := k.(uint32)
-		st := e.host.Status(g)
-		if st.LeaderID == 0 || st.LeaderID == e.cfg.NodeID {
-			return true
-		}
-		if !slices.Contains(st.Voters, e.cfg.NodeID) && len(st.Voters) > 0 {
-			e.rejoined.Delete(g) // removed: the leader adds it back as a learner
-			return true
-		}
-		if done, err := d.Rebuilder.RequestRebuild(ctx, st.LeaderID, g, e.cfg.NodeID); err == nil && done {
-			e.rejoined.Delete(g)
+	e.rejoined.Range(func(k, v any) bool {
+		g, leader := k.(uint32), v.(uint64)
+		done, err := d.Rebuilder.RequestRebuild(ctx, leader, g, e.cfg.NodeID)
+		var de *errcode.Error
+		switch {
+		case err == nil && done:
+			if err := e.host.AcceptSteps(ctx, g); err == nil {
+				e.rejoined.Delete(g)
+			}
+		case errors.As(err, &de) && de.Code == errcode.NotLeader:
+			if id, perr := strconv.ParseUint(de.Metadata[errcode.KeyLeaderID], 10, 64); perr == nil && id != 0 {
+				e.rejoined.Store(g, id)
+			}
 		}
 		return true
 	})

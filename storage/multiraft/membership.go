@@ -61,10 +61,10 @@ func (h *Host) Bootstrap(ctx context.Context, groupID uint32) error {
 	})
 }
 
-// SetVoteFloor lets a group that holds no state (a wiped replica) take part
-// again: it records term and vote as its hard state, durably, before it
-// accepts any message, so it can never vote twice in a term it may have
-// voted in before its disk was lost. The engine calls it once a quorum of
+// SetVoteFloor prepares a group that holds no state (a wiped replica) to
+// take part again: it records term and vote as its hard state, durably, so
+// it can never vote twice in a term it may have voted in before its disk
+// was lost. It keeps refusing messages until AcceptSteps. The engine calls it once a quorum of
 // the other voters reported the same leader at term.
 func (h *Host) SetVoteFloor(ctx context.Context, groupID uint32, term, vote uint64) error {
 	return h.do(ctx, groupID, func(g *group) error {
@@ -82,8 +82,21 @@ func (h *Host) SetVoteFloor(ctx context.Context, groupID uint32, term, vote uint
 			return fmt.Errorf("multiraft: group %d: restart raft with vote floor: %w", g.id, err)
 		}
 		g.rn = rn
-		g.hasState, g.refuseSteps = true, false
-		g.logger.Info("vote floor set; accepting replication", "term", term, "vote", vote)
+		g.hasState = true
+		g.logger.Info("vote floor set; waiting for the leader to rebuild this replica", "term", term, "vote", vote)
+		return nil
+	})
+}
+
+// AcceptSteps opens a rejoining replica to its peers' messages once the
+// leader has dropped it from the voters (so no stale progress of the lost
+// log can reach it).
+func (h *Host) AcceptSteps(ctx context.Context, groupID uint32) error {
+	return h.do(ctx, groupID, func(g *group) error {
+		if g.refuseSteps {
+			g.refuseSteps = false
+			g.logger.Info("rebuilt by the leader: accepting replication")
+		}
 		return nil
 	})
 }
