@@ -245,6 +245,7 @@ func (s *Server) metricsSnapshot() map[string]any {
 	m["node_id"] = float64(s.eng.Config().NodeID)
 	m["peer_cluster_mismatches"] = s.mismatchList()
 	m["commit_stall_interventions"] = float64(s.eng.CommitStalls())
+	m["wal_recovery"] = s.eng.WALRecovery()
 	m["leadership_shed_state"] = shedState(s.eng, s.cfg.ClusterID, s.eng.Config().NodeID).GetState()
 	if s.tr != nil {
 		// The transport's counters carry their metric names as JSON tags.

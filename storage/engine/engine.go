@@ -45,6 +45,8 @@ type Engine struct {
 	rejoined sync.Map // group → leader id: joined with a vote floor, awaiting rebuild
 	rebuilds sync.Map // rebuildKey → true: replicas to remove and add back
 	shedPeer atomic.Pointer[ShedPeer]
+	// walRecovery is set when this run started after a crash.
+	walRecovery bool
 	// commitStalls counts watchdog interventions.
 	commitStalls atomic.Uint64
 
@@ -97,6 +99,22 @@ func New(cfg Config, tr multiraft.Transport, logger *slog.Logger) (*Engine, erro
 			return nil, err
 		}
 	}
+	hadState := false
+	for g := range e.machines {
+		if host.Status(uint32(g)).LastIndex > 0 {
+			hadState = true
+			break
+		}
+	}
+	crashed, err := readRunState(cfg.DataDir, hadState)
+	if err != nil {
+		_ = host.Close()
+		return nil, err
+	}
+	e.walRecovery = crashed
+	if crashed {
+		logger.Warn("previous run did not shut down cleanly: recovered the journals as they were on disk", "fsync", cfg.Fsync)
+	}
 	return e, nil
 }
 
@@ -127,6 +145,10 @@ func (e *Engine) Run(ctx context.Context) error {
 	<-leadDone
 	e.stopOnce.Do(func() { close(e.stopping) })
 	e.bg.Wait()
+	if err == nil {
+		// host.Run returned after flushing and syncing every journal.
+		err = recordCleanShutdown(e.cfg.DataDir)
+	}
 	return err
 }
 
@@ -164,6 +186,9 @@ func (e *Engine) Sync() error { return e.host.Sync() }
 
 // Config returns the engine's configuration.
 func (e *Engine) Config() Config { return e.cfg }
+
+// WALRecovery reports whether this run started after an unclean shutdown.
+func (e *Engine) WALRecovery() bool { return e.walRecovery }
 
 // CommitStalls counts commit-stall watchdog interventions.
 func (e *Engine) CommitStalls() uint64 { return e.commitStalls.Load() }
