@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -154,6 +155,8 @@ func newCluster(cfg Config, eng *engine.Engine, logger *slog.Logger) (*transport
 		ClusterID:       cfg.ClusterID,
 		Peers:           peers,
 		MaxMessageBytes: cfg.MaxMessageBytes,
+		// A restarted peer should hear from its leaders within a second.
+		BackoffMax: time.Second,
 		Probe:           eng.ProbeAnswer,
 		ShedState:       func() *raftv1.ShedState { return shedState(eng, cfg.ClusterID, ecfg.NodeID) },
 	}, eng.Host(), logger.With("component", "transport"))
