@@ -36,6 +36,8 @@ type config struct {
 	strict      bool
 	out         string
 	nullListen  string
+	clusterURL  string
+	clusterPIDs string
 }
 
 func main() {
@@ -57,6 +59,8 @@ func main() {
 	flag.BoolVar(&c.strict, "strict", false, "exit 1 when a target is missed")
 	flag.StringVar(&c.out, "out", "", "also write the JSON report to this file")
 	flag.StringVar(&c.nullListen, "null.listen", "", "run only the null server on this address (used internally)")
+	flag.StringVar(&c.clusterURL, "cluster-url", "", "also measure a running cluster's gateway (e.g. make run-cluster's http://127.0.0.1:4437) in the same run")
+	flag.StringVar(&c.clusterPIDs, "cluster-pids", "", "with -cluster-url: comma-separated pids of the cluster's processes, for RSS")
 	flag.Parse()
 
 	if c.nullListen != "" {
@@ -191,6 +195,21 @@ func run(ctx context.Context, c config) (*Report, error) {
 			return rep, err
 		}
 	}
+	if c.clusterURL != "" {
+		sr := &ServerRun{Name: "cluster", Command: c.clusterURL}
+		b := &bench{base: strings.TrimRight(c.clusterURL, "/"), root: e2e.StreamRoot, runID: runID(), logf: logf}
+		logf("cluster: measuring %s", c.clusterURL)
+		runWorkloads(ctx, c, b, sr, workloads)
+		for _, p := range splitList(c.clusterPIDs) {
+			var pid int
+			if _, err := fmt.Sscan(p, &pid); err == nil {
+				if v, err := procStatusMiB(pid, "VmHWM"); err == nil {
+					sr.RSSPeakMiB += v
+				}
+			}
+		}
+		rep.Servers = append(rep.Servers, sr)
+	}
 	evaluate(rep, c)
 	return rep, nil
 }
@@ -309,6 +328,19 @@ func evaluate(rep *Report, c config) {
 		if r := s.Workloads["replay"]; r != nil && c.replayCl == 100 {
 			add(fmt.Sprintf("replay 100 clients, fsync %s: p99 ms", mode), "<= 28",
 				r.Latency.P99MS, r.Latency.P99MS <= 28 && r.Latency.Count > 0)
+		}
+	}
+	if s := find("cluster"); s != nil {
+		if r, ok := ratio(s, "multi-stream"); ok {
+			rep.Ratios["multi_stream_ops_cluster"] = r
+			if c.streams == 500 {
+				add("multi-stream 500 streams, 3-node cluster through its gateway: ops/s vs null", ">= 0.45", r, r >= 0.45)
+			}
+		}
+		if f := s.Workloads["fan-out"]; f != nil && c.subscribers == 1000 {
+			all, _ := f.Extra["all_delivered"].(bool)
+			add("fan-out 1000 subscribers, 3-node cluster: p99 ms", "<= 25", f.Latency.P99MS, f.Latency.P99MS <= 25 && f.Latency.Count > 0)
+			add("fan-out 1000 subscribers, 3-node cluster: events missed", "0", f.Extra["missing"], all)
 		}
 	}
 	if c.streams != 500 || c.subscribers != 1000 || c.replayCl != 100 {
