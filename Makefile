@@ -32,9 +32,14 @@ CONFORMANCE_TEST_URL ?=
 CONFORMANCE_SUBSCRIPTIONS ?= 1
 # Flags for the load generator, e.g. BENCH_ARGS='-duration 30s -streams 500'.
 BENCH_ARGS ?=
+# How long make test-chaos injects faults, and its go test -timeout.
+CHAOS_DURATION ?= 10m
+CHAOS_TIMEOUT ?= 60m
+# The configuration files of make run-cluster.
+LOCAL_CLUSTER := deploy/local-cluster
 
-.PHONY: help build run generate verify lint test test-unit test-integration test-e2e \
-	test-conformance conformance conformance-deps bench clean
+.PHONY: help build run run-cluster generate verify lint test test-unit test-integration test-e2e \
+	test-chaos-short test-chaos test-conformance conformance conformance-deps bench clean
 
 help: ## Show this help
 	@printf 'Usage: make <target> [VAR=value]\n\nTargets:\n'
@@ -44,7 +49,9 @@ help: ## Show this help
 		"ARGS=..." "extra flags for bin/ursula in make run" \
 		"CONFORMANCE_TEST_URL=url" "make conformance runs against this server instead of spawning one" \
 		"BENCH_ARGS=..." "flags for the load generator (go run ./tests/bench -h)" \
-		"TEST_TIMEOUT=$(TEST_TIMEOUT)" "go test -timeout for each test step"
+		"TEST_TIMEOUT=$(TEST_TIMEOUT)" "go test -timeout for each test step" \
+		"CHAOS_DURATION=$(CHAOS_DURATION)" "how long make test-chaos injects faults" \
+		"CHAOS_TIMEOUT=$(CHAOS_TIMEOUT)" "go test -timeout of make test-chaos"
 
 build: ## Build every binary (ursula, ursula-node, ursula-gateway, ...) into bin/
 	@if [ -z "$(CMDS)" ]; then echo "build: no main packages under services/cmd or ops/cmd" >&2; exit 1; fi
@@ -52,6 +59,29 @@ build: ## Build every binary (ursula, ursula-node, ursula-gateway, ...) into bin
 
 run: build ## Build, then run bin/ursula (all roles, one node, ./data, gateway on 127.0.0.1:4437)
 	$(BIN)/ursula $(ARGS)
+
+# Each process's output is prefixed with its name. Ctrl-C reaches every
+# process (one terminal process group) and each shuts down gracefully (exit
+# status 0); a SIGTERM to make is passed on; when a process fails, the
+# others get SIGTERM.
+run-cluster: build ## Build, then run a local 3-node cluster (data under ./data/node{1,2,3}) behind ursula-gateway on 127.0.0.1:4437; Ctrl-C stops all
+	@mkdir -p data/node1 data/node2 data/node3
+	@pids=(); \
+	trap 'trap - EXIT INT TERM; wait; exit 130' INT; \
+	trap 'trap - EXIT INT TERM; kill -TERM "$${pids[@]}" 2>/dev/null || true; wait; exit 143' TERM; \
+	trap 'kill -TERM "$${pids[@]}" 2>/dev/null || true; wait' EXIT; \
+	for i in 1 2 3; do \
+		$(BIN)/ursula-node -config $(LOCAL_CLUSTER)/node$$i.toml > >(sed -u "s/^/[node$$i] /") 2>&1 & \
+		pids+=($$!); \
+	done; \
+	$(BIN)/ursula-gateway -config $(LOCAL_CLUSTER)/gateway.toml > >(sed -u 's/^/[gateway] /') 2>&1 & \
+	pids+=($$!); \
+	echo "run-cluster: nodes 1-3 on 127.0.0.1:4441-4443 (configs in $(LOCAL_CLUSTER), data in ./data/node{1,2,3});"; \
+	echo "run-cluster: gateway on http://127.0.0.1:4437; Ctrl-C stops everything"; \
+	status=0; wait -n || status=$$?; \
+	if [ $$status -eq 0 ]; then wait; exit 0; fi; \
+	echo "run-cluster: a process failed (exit status $$status); stopping the others" >&2; \
+	exit 1
 
 bin/buf: tests/tools/go.mod tests/tools/go.sum
 	$(GO) build $(TOOLS) -o $@ github.com/bufbuild/buf/cmd/buf
@@ -79,7 +109,7 @@ lint: bin/buf bin/staticcheck ## Lint the protos (buf lint) and the Go code (go 
 	$(GO) vet ./...
 	bin/staticcheck ./...
 
-test: test-unit test-integration test-e2e test-conformance ## Run every test: unit (race), integration, e2e, conformance
+test: test-unit test-integration test-e2e test-chaos-short test-conformance ## Run every test: unit (race), integration, e2e, short chaos, conformance
 	@echo "make test: all test tiers passed"
 
 test-unit: ## Unit tests and fuzz seed corpora; -race on storage/, gateway/, services/
@@ -101,10 +131,17 @@ test-integration: ## In-process cluster tests (tests/integration), with -race
 		echo "test-integration: tests/integration does not exist yet: no integration tests to run"; \
 	fi
 
-test-e2e: build ## Spawned-binary tests (tests/e2e): crash and restart durability under SIGKILL and SIGTERM
+test-e2e: build ## Spawned-binary tests (tests/e2e): durability under SIGKILL/SIGTERM, a wiped node rejoining, peers of another cluster
 	URSULA_BIN=$(BIN)/ursula URSULA_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout $(TEST_TIMEOUT) ./tests/e2e/...
 
-test-conformance: build conformance-deps ## Official conformance suite against a spawned bin/ursula: all 338 tests must pass
+test-chaos-short: build ## Short chaos run (about 90 s, part of make test): 3-node cluster, kills and partitions, history checked
+	URSULA_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout $(TEST_TIMEOUT) ./tests/chaos/...
+
+test-chaos: build ## Long chaos run: faults for CHAOS_DURATION (default 10m), then the same checks
+	URSULA_BIN_DIR=$(BIN) URSULA_CHAOS_DURATION=$(CHAOS_DURATION) \
+		$(GO) test -count=1 -v -timeout $(CHAOS_TIMEOUT) -run TestChaos ./tests/chaos/...
+
+test-conformance: build conformance-deps ## Official conformance suite (338 tests) against bin/ursula and against a 3-node cluster behind ursula-gateway
 	URSULA_BIN=$(BIN)/ursula URSULA_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout $(TEST_TIMEOUT) ./tests/conformance/...
 
 conformance: ## Conformance suite against CONFORMANCE_TEST_URL (a running server) if set, else as test-conformance

@@ -85,6 +85,10 @@ func (f *fakeClient) Subscribe(ctx context.Context, in *streamv1.SubscribeReques
 	return f.subscribe(ctx, in)
 }
 
+func (f *fakeClient) GetClusterInfo(context.Context, *streamv1.GetClusterInfoRequest, ...grpc.CallOption) (*streamv1.GetClusterInfoResponse, error) {
+	return nil, f.missing("GetClusterInfo")
+}
+
 // fakeSubscription replays chunks, then blocks until its context ends
 // (unless end is set, which makes it return io.EOF).
 type fakeSubscription struct {
@@ -172,6 +176,10 @@ func (c failingClient) Head(context.Context, *streamv1.HeadRequest, ...grpc.Call
 }
 
 func (c failingClient) DeleteStream(context.Context, *streamv1.DeleteStreamRequest, ...grpc.CallOption) (*streamv1.DeleteStreamResponse, error) {
+	return nil, c.err()
+}
+
+func (c failingClient) GetClusterInfo(context.Context, *streamv1.GetClusterInfoRequest, ...grpc.CallOption) (*streamv1.GetClusterInfoResponse, error) {
 	return nil, c.err()
 }
 

@@ -53,6 +53,9 @@ type Gateway struct {
 	stopCtx   context.Context
 	stop      context.CancelFunc
 	closeOnce sync.Once
+
+	// hubs are the shared upstream subscriptions of SSE clients.
+	hubs hubSet
 }
 
 // New validates cfg and returns a gateway; it starts nothing.
@@ -90,6 +93,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 	return g.Serve(ctx, ln)
 }
 
+// connContextKey keys the connection of a request in its context (set by
+// Serve).
+type connContextKey struct{}
+
 // shutdownTimeout bounds the graceful shutdown of the HTTP server.
 const shutdownTimeout = 10 * time.Second
 
@@ -100,6 +107,10 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(g.logger.Handler(), slog.LevelWarn),
+		// SSE hub writers look at the connection's send queue.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connContextKey{}, c)
+		},
 	}
 	g.logger.Info("gateway listening", "addr", ln.Addr().String(), "stream_root", g.cfg.StreamRoot)
 	errCh := make(chan error, 1)
@@ -130,6 +141,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 // Close ends live reads and makes Serve return. It is idempotent.
 func (g *Gateway) Close() {
 	g.closeOnce.Do(g.stop)
+	g.hubs.wg.Wait()
 }
 
 // Shared header values; never mutated (len == cap, so appends copy).
@@ -187,6 +199,9 @@ func (r *recorder) Flush() {
 func (r *recorder) FlushError() error {
 	if r.status == 0 {
 		r.status = http.StatusOK
+	}
+	if f, ok := r.ResponseWriter.(interface{ FlushError() error }); ok {
+		return f.FlushError()
 	}
 	return http.NewResponseController(r.ResponseWriter).Flush()
 }

@@ -353,28 +353,47 @@ func TestSSEHandler(t *testing.T) {
 	tests := []struct {
 		name     string
 		ct       string
-		chunks   []*streamv1.ReadResponse
+		read     *streamv1.ReadResponse   // the connection's own first read
+		chunks   []*streamv1.ReadResponse // then the hub's subscription
 		encoding string
 		want     string
 	}{
-		{"text closed", "text/plain", []*streamv1.ReadResponse{
-			{Data: []byte("a\nb"), NextOffset: "0_3", UpToDate: true, ContentType: "text/plain"},
-			{NextOffset: "0_3", UpToDate: true, ContentType: "text/plain"},
-			{NextOffset: "0_3", UpToDate: true, Closed: true, ContentType: "text/plain"},
-		}, "", "event: data\ndata:a\ndata:b\n\nevent: control\ndata:{\"streamNextOffset\":\"0_3\",\"streamCursor\":\"C\",\"upToDate\":true}\n\n" +
-			"event: control\ndata:{\"streamNextOffset\":\"0_3\",\"upToDate\":true,\"streamClosed\":true}\n\n"},
-		{"binary", "application/octet-stream", []*streamv1.ReadResponse{
-			{Data: []byte("Hello"), NextOffset: "0_5", UpToDate: true, Closed: true, ContentType: "application/octet-stream"},
-		}, "base64", "event: data\ndata:SGVsbG8=\n\nevent: control\ndata:{\"streamNextOffset\":\"0_5\",\"upToDate\":true,\"streamClosed\":true}\n\n"},
+		{"text closed", "text/plain",
+			&streamv1.ReadResponse{Data: []byte("a\nb"), StartOffset: "0_0", NextOffset: "0_3", UpToDate: true, ContentType: "text/plain"},
+			[]*streamv1.ReadResponse{
+				{NextOffset: "0_3", UpToDate: true, ContentType: "text/plain"},
+				{NextOffset: "0_3", UpToDate: true, Closed: true, ContentType: "text/plain"},
+			}, "", "event: data\ndata:a\ndata:b\n\nevent: control\ndata:{\"streamNextOffset\":\"0_3\",\"streamCursor\":\"C\",\"upToDate\":true}\n\n" +
+				"event: control\ndata:{\"streamNextOffset\":\"0_3\",\"upToDate\":true,\"streamClosed\":true}\n\n"},
+		{"binary", "application/octet-stream",
+			&streamv1.ReadResponse{Data: []byte("Hello"), NextOffset: "0_5", UpToDate: true, Closed: true, ContentType: "application/octet-stream"},
+			nil, "base64", "event: data\ndata:SGVsbG8=\n\nevent: control\ndata:{\"streamNextOffset\":\"0_5\",\"upToDate\":true,\"streamClosed\":true}\n\n"},
+		{"json live", "application/json",
+			&streamv1.ReadResponse{NextOffset: "0_0", UpToDate: true, ContentType: "application/json"},
+			[]*streamv1.ReadResponse{
+				{NextOffset: "0_0", UpToDate: true, ContentType: "application/json"},
+				{Data: []byte("{\"a\":1}\n2\n"), StartOffset: "0_0", NextOffset: "0_10", UpToDate: true, ContentType: "application/json"},
+				{StartOffset: "0_10", NextOffset: "0_10", UpToDate: true, Closed: true, ContentType: "application/json"},
+			}, "", "event: control\ndata:{\"streamNextOffset\":\"0_0\",\"streamCursor\":\"C\",\"upToDate\":true}\n\n" +
+				"event: data\ndata:[{\"a\":1},2]\n\nevent: control\ndata:{\"streamNextOffset\":\"0_10\",\"streamCursor\":\"C\",\"upToDate\":true}\n\n" +
+				"event: control\ndata:{\"streamNextOffset\":\"0_10\",\"upToDate\":true,\"streamClosed\":true}\n\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &fakeClient{subscribe: func(ctx context.Context, in *streamv1.SubscribeRequest) (grpc.ServerStreamingClient[streamv1.SubscribeResponse], error) {
-				if in.GetOffset() != "-1" {
-					t.Errorf("offset = %q", in.GetOffset())
-				}
-				return &fakeSubscription{ctx: ctx, chunks: tt.chunks}, nil
-			}}
+			f := &fakeClient{
+				read: func(ctx context.Context, in *streamv1.ReadRequest) (*streamv1.ReadResponse, error) {
+					if in.GetOffset() != "-1" {
+						t.Errorf("read offset = %q", in.GetOffset())
+					}
+					return tt.read, nil
+				},
+				subscribe: func(ctx context.Context, in *streamv1.SubscribeRequest) (grpc.ServerStreamingClient[streamv1.SubscribeResponse], error) {
+					if in.GetOffset() != tt.read.GetNextOffset() {
+						t.Errorf("subscribe offset = %q, want %q", in.GetOffset(), tt.read.GetNextOffset())
+					}
+					return &fakeSubscription{ctx: ctx, chunks: tt.chunks}, nil
+				},
+			}
 			g := newTestGateway(t, f, nil)
 			rec := do(t, g, "GET", "/v1/stream/s?offset=-1&live=sse", "", nil)
 			if rec.Code != 200 {
@@ -397,8 +416,8 @@ func TestSSEHandler(t *testing.T) {
 }
 
 func TestSSEErrorBeforeStart(t *testing.T) {
-	f := &fakeClient{subscribe: func(ctx context.Context, in *streamv1.SubscribeRequest) (grpc.ServerStreamingClient[streamv1.SubscribeResponse], error) {
-		return &errSubscription{err: grpcerr.ToStatus(errcode.New(errcode.StreamNotFound, "nope"))}, nil
+	f := &fakeClient{read: func(ctx context.Context, in *streamv1.ReadRequest) (*streamv1.ReadResponse, error) {
+		return nil, grpcerr.ToStatus(errcode.New(errcode.StreamNotFound, "nope"))
 	}}
 	g := newTestGateway(t, f, nil)
 	rec := do(t, g, "GET", "/v1/stream/s?offset=now&live=sse", "", nil)

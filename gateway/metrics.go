@@ -35,6 +35,8 @@ type metrics struct {
 	sseClients     atomic.Int64
 	longPolls      atomic.Int64
 	sseEvents      atomic.Uint64
+	sseDirect      atomic.Uint64 // SSE events written by hub writers
+	sseHubs        atomic.Int64
 	bytesAppended  atomic.Uint64
 	bytesServed    atomic.Uint64
 	upstreamErrors atomic.Uint64
@@ -85,6 +87,10 @@ func (m *metrics) appendJSON(dst []byte) []byte {
 	dst = strconv.AppendInt(dst, m.longPolls.Load(), 10)
 	dst = append(dst, `,"sse_events":`...)
 	dst = strconv.AppendUint(dst, m.sseEvents.Load(), 10)
+	dst = append(dst, `,"sse_events_direct":`...)
+	dst = strconv.AppendUint(dst, m.sseDirect.Load(), 10)
+	dst = append(dst, `,"sse_hubs":`...)
+	dst = strconv.AppendInt(dst, m.sseHubs.Load(), 10)
 	dst = append(dst, `,"bytes_appended":`...)
 	dst = strconv.AppendUint(dst, m.bytesAppended.Load(), 10)
 	dst = append(dst, `,"bytes_served":`...)

@@ -31,6 +31,9 @@ func TestServeSSEAndShutdown(t *testing.T) {
 			}}, nil
 		},
 		read: func(ctx context.Context, in *streamv1.ReadRequest) (*streamv1.ReadResponse, error) {
+			if in.GetWaitMs() == 0 { // the SSE connection's first read
+				return &streamv1.ReadResponse{NextOffset: "0_0", UpToDate: true, ContentType: "text/plain"}, nil
+			}
 			<-ctx.Done() // a long-poll that never gets data
 			return nil, ctx.Err()
 		},

@@ -94,9 +94,12 @@ func (s *localStream) Recv() (*streamv1.SubscribeResponse, error) {
 	s.mu.Lock()
 	err := s.err
 	s.mu.Unlock()
+	// Whether the caller cancelled must be read before this stream's own
+	// cancel, which would make every clean end look cancelled.
+	cerr := s.ctx.Err()
 	s.cancel()
 	if err == nil {
-		if cerr := s.ctx.Err(); cerr != nil {
+		if cerr != nil {
 			return nil, cerr
 		}
 		return nil, io.EOF

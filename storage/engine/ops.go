@@ -60,8 +60,16 @@ func validBucketName(b string) error {
 	return nil
 }
 
-func (e *Engine) checkBucket(b string) error {
+func (e *Engine) checkBucket(ctx context.Context, b string) error {
 	if builtinBucket(b) || e.machines[bucketGroup].HasBucket(b) {
+		return nil
+	}
+	// This node's replica of the bucket group may lag a bucket just created
+	// on its leader: look again after a read barrier before answering.
+	if err := e.syncGroup(ctx, bucketGroup); err != nil {
+		return err
+	}
+	if e.machines[bucketGroup].HasBucket(b) {
 		return nil
 	}
 	return errcode.New(errcode.BucketNotFound, "bucket %s not found", b)
@@ -73,7 +81,7 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 	if err := validKey(k); err != nil {
 		return nil, err
 	}
-	if err := e.checkBucket(k.Bucket); err != nil {
+	if err := e.checkBucket(ctx, k.Bucket); err != nil {
 		return nil, err
 	}
 	c := &storagev1.CreateStream{Bucket: k.Bucket, Stream: k.Stream, Closed: req.GetClosed()}

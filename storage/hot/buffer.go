@@ -1,16 +1,24 @@
 package hot
 
-// Chunks start small and double up to maxChunk, so that thousands of
-// mostly idle streams do not each hold a large, mostly empty chunk. Appends
-// larger than the next chunk get a chunk of their own, so one huge append is
-// one allocation.
+// Chunk sizes. The last chunk grows by reallocation (doubling from
+// firstChunk) up to maxChunk, so that thousands of mostly idle streams do
+// not each hold a large, mostly empty chunk, while a stream of up to
+// maxChunk bytes is contiguous and reads of it need no copy. An append
+// never straddles two chunks; one that does not fit starts a new chunk (of
+// maxChunk, or of its own size when larger).
 const (
 	firstChunk = 512
-	maxChunk   = 64 << 10
+	maxChunk   = 1 << 20
 	chunkSize  = maxChunk
 )
 
 // Buffer is an append-only byte sequence starting at a base position.
+//
+// Stored bytes are never modified: appends write only past the end of the
+// last chunk, and growing a chunk copies it to a new array, leaving the old
+// one untouched for readers that still hold slices of it. So slices
+// returned by Slice stay valid and unchanged after the lock that guarded
+// the call is released.
 type Buffer struct {
 	base   uint64
 	size   uint64
@@ -39,28 +47,29 @@ func (b *Buffer) Append(p []byte) {
 	if len(p) == 0 {
 		return
 	}
-	end := b.End()
+	b.size += uint64(len(p))
 	if n := len(b.chunks); n > 0 {
 		last := &b.chunks[n-1]
-		if free := cap(last.buf) - len(last.buf); free > 0 {
-			k := min(free, len(p))
-			last.buf = append(last.buf, p[:k]...)
-			p = p[k:]
-			b.size += uint64(k)
-			end += uint64(k)
+		l := len(last.buf)
+		switch {
+		case cap(last.buf)-l >= len(p):
+			last.buf = append(last.buf, p...)
+			return
+		case l+len(p) <= maxChunk:
+			grown := make([]byte, l+len(p), min(max(2*cap(last.buf), l+len(p)), maxChunk))
+			copy(grown, last.buf)
+			copy(grown[l:], p)
+			last.buf = grown
+			return
 		}
 	}
-	if len(p) == 0 {
-		return
+	size := firstChunk
+	if len(b.chunks) > 0 {
+		size = maxChunk
 	}
-	next := firstChunk
-	if n := len(b.chunks); n > 0 {
-		next = min(2*cap(b.chunks[n-1].buf), maxChunk)
-	}
-	c := make([]byte, len(p), max(len(p), next))
+	c := make([]byte, len(p), max(len(p), size))
 	copy(c, p)
-	b.chunks = append(b.chunks, chunk{start: end, buf: c})
-	b.size += uint64(len(p))
+	b.chunks = append(b.chunks, chunk{start: b.End() - uint64(len(p)), buf: c})
 }
 
 // ReadAt appends the bytes in [from, to) to dst and returns it. The range
@@ -68,6 +77,9 @@ func (b *Buffer) Append(p []byte) {
 func (b *Buffer) ReadAt(dst []byte, from, to uint64) []byte {
 	if from >= to {
 		return dst
+	}
+	if dst == nil {
+		dst = make([]byte, 0, to-from)
 	}
 	i := b.chunkIndex(from)
 	for ; i < len(b.chunks) && from < to; i++ {
@@ -78,6 +90,29 @@ func (b *Buffer) ReadAt(dst []byte, from, to uint64) []byte {
 		from = c.start + hi
 	}
 	return dst
+}
+
+// Slice returns the bytes in [from, to) without copying them when they lie
+// in one chunk (ok is false otherwise). The range must lie within
+// [Base, End). The result must not be modified; its capacity is its length,
+// so appending to it copies.
+func (b *Buffer) Slice(from, to uint64) ([]byte, bool) {
+	if from >= to {
+		return nil, true
+	}
+	c := b.chunks[b.chunkIndex(from)]
+	if to > c.start+uint64(len(c.buf)) {
+		return nil, false
+	}
+	lo, hi := from-c.start, to-c.start
+	return c.buf[lo:hi:hi], true
+}
+
+// ChunkEnd returns the end of the chunk holding pos (within [Base, End)):
+// always an append boundary.
+func (b *Buffer) ChunkEnd(pos uint64) uint64 {
+	c := b.chunks[b.chunkIndex(pos)]
+	return c.start + uint64(len(c.buf))
 }
 
 // ByteAt returns the byte at absolute position pos (within [Base, End)).

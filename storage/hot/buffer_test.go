@@ -46,3 +46,66 @@ func TestBufferMatchesContiguousCopy(t *testing.T) {
 		})
 	}
 }
+
+func TestBufferSliceIsStable(t *testing.T) {
+	b := NewBuffer(100)
+	var want []byte
+	type held struct {
+		from, to uint64
+		p        []byte
+	}
+	var slices []held
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 3000; i++ {
+		n := 1 + r.IntN(2000)
+		if i%500 == 0 {
+			n = maxChunk + 3 // an append larger than a chunk
+		}
+		p := make([]byte, n)
+		for j := range p {
+			p[j] = byte(r.Uint32())
+		}
+		start := b.End()
+		b.Append(p)
+		want = append(want, p...)
+		if b.ChunkEnd(start) < start+uint64(n) {
+			t.Fatalf("append %d straddles chunks", i)
+		}
+		from := 100 + uint64(r.IntN(len(want)))
+		to := from + uint64(r.IntN(int(b.End()-from)+1))
+		if s, ok := b.Slice(from, to); ok {
+			if cap(s) != len(s) {
+				t.Fatalf("Slice capacity %d > length %d", cap(s), len(s))
+			}
+			slices = append(slices, held{from, to, s})
+		} else if to <= b.ChunkEnd(from) {
+			t.Fatalf("Slice(%d, %d) within one chunk was refused", from, to)
+		}
+	}
+	for _, h := range slices {
+		if !bytes.Equal(h.p, want[h.from-100:h.to-100]) {
+			t.Fatalf("slice [%d, %d) changed after later appends", h.from, h.to)
+		}
+	}
+}
+
+func TestBufferGrowth(t *testing.T) {
+	b := NewBuffer(0)
+	for range 1000 {
+		b.Append(make([]byte, 200))
+	}
+	if len(b.chunks) != 1 {
+		t.Fatalf("200 kB of small appends use %d chunks, want 1", len(b.chunks))
+	}
+	if c := cap(b.chunks[0].buf); c > 2*200*1000 {
+		t.Fatalf("chunk capacity %d for 200 kB", c)
+	}
+	for range 5000 {
+		b.Append(make([]byte, 1000))
+	}
+	for i, c := range b.chunks {
+		if len(c.buf) > maxChunk {
+			t.Fatalf("chunk %d holds %d bytes", i, len(c.buf))
+		}
+	}
+}

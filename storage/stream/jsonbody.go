@@ -3,6 +3,8 @@ package stream
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/ursula/ursula/services/platform/errcode"
 )
@@ -65,10 +67,24 @@ func IsJSONContentType(ct string) bool {
 // MediaType returns the lower-cased media type of a content type, without
 // parameters.
 func MediaType(ct string) string {
-	if i := bytes.IndexByte([]byte(ct), ';'); i >= 0 {
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
 		ct = ct[:i]
 	}
-	return string(bytes.ToLower(bytes.TrimSpace([]byte(ct))))
+	// ASCII, the usual case, without allocating (every append compares
+	// content types): the same result as the general form below.
+	upper := false
+	for i := 0; i < len(ct); i++ {
+		c := ct[i]
+		if c >= utf8.RuneSelf {
+			return string(bytes.ToLower(bytes.TrimSpace([]byte(ct))))
+		}
+		upper = upper || ('A' <= c && c <= 'Z')
+	}
+	ct = strings.TrimSpace(ct)
+	if upper {
+		ct = strings.ToLower(ct)
+	}
+	return ct
 }
 
 // SameContentType compares two content types on their media type, case-

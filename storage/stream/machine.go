@@ -511,6 +511,12 @@ func (m *Machine) Changed(key Key, inc uint64) (<-chan struct{}, Meta, bool) {
 // (JSON: a message; text: a rune; any stream: an append). It returns the
 // bytes and the position they end at. ok is false when the stream (of that
 // incarnation) is gone.
+//
+// With an empty dst the bytes are usually not copied: the result is then a
+// slice of the stored bytes, which are immutable, and must not be
+// modified. A read that would cross the end of a storage chunk stops there
+// when that still returns at least half of what it would (the chunk end is
+// an append boundary); otherwise it is copied.
 func (m *Machine) ReadOwn(key Key, inc uint64, from, to, limit uint64, dst []byte) ([]byte, uint64, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -526,6 +532,14 @@ func (m *Machine) ReadOwn(key Key, inc uint64, from, to, limit uint64, dst []byt
 	end := to
 	if limit > 0 && to-from > limit {
 		end = s.cutPoint(from, from+limit)
+	}
+	if len(dst) == 0 {
+		if ce := s.buf.ChunkEnd(from); end > ce && ce-from >= (end-from)/2 {
+			end = ce
+		}
+		if p, ok := s.buf.Slice(from, end); ok {
+			return p, end, true
+		}
 	}
 	return s.buf.ReadAt(dst, from, end), end, true
 }
@@ -594,7 +608,10 @@ func (m *Machine) UnitEnd(key Key, inc uint64, pos, n, clip uint64) (uint64, boo
 		if p >= end {
 			return 0, false
 		}
-		seg := s.buf.ReadAt(nil, p, end)
+		seg, ok := s.buf.Slice(p, end)
+		if !ok {
+			seg = s.buf.ReadAt(nil, p, end)
+		}
 		j := bytes.IndexByte(seg, '\n')
 		if j < 0 {
 			return 0, false

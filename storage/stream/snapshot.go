@@ -32,7 +32,12 @@ func (m *Machine) Snapshot() ([]byte, error) {
 	for _, k := range keys {
 		s := m.streams[k]
 		st := proto.CloneOf(s.meta)
-		st.Data = s.buf.ReadAt(make([]byte, 0, s.buf.Len()), s.buf.Base(), s.buf.End())
+		// Marshal only reads Data, so stored bytes need no copy.
+		if p, ok := s.buf.Slice(s.buf.Base(), s.buf.End()); ok {
+			st.Data = p
+		} else {
+			st.Data = s.buf.ReadAt(make([]byte, 0, s.buf.Len()), s.buf.Base(), s.buf.End())
+		}
 		st.Records = append([]uint64(nil), s.records...)
 		ids := make([]string, 0, len(s.producers))
 		for id := range s.producers {

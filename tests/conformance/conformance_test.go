@@ -20,19 +20,48 @@ const wantTests = 338
 
 func TestMain(m *testing.M) { os.Exit(e2e.Main(m)) }
 
+// TestConformance runs the suite against bin/ursula (all roles in one
+// process), started as `make run` starts it.
 func TestConformance(t *testing.T) {
+	dir := suiteDir(t)
+
+	// As `make run` starts it: embedded defaults, ./data in the working
+	// directory. Only the listen addresses move to free loopback ports.
+	srv := e2e.StartServer(t, e2e.Options{})
+	t.Logf("ursula (pid %d) ready at %s, started as: %s %s", srv.PID(), srv.URL(), srv.Bin, strings.Join(srv.Args(), " "))
+	runSuite(t, dir, srv.URL(), []*e2e.Server{srv})
+}
+
+// TestConformanceCluster runs the suite against ursula-gateway in front of
+// a 3-node cluster of ursula-node processes: every request is routed to
+// the leader of its stream's group, and every write is replicated.
+func TestConformanceCluster(t *testing.T) {
+	dir := suiteDir(t)
+	c := e2e.StartCluster(t, e2e.ClusterOptions{Nodes: 3, Gateway: true})
+	procs := []*e2e.Server{c.Gateway}
+	for _, n := range c.Nodes {
+		procs = append(procs, n.Server)
+	}
+	runSuite(t, dir, c.GatewayURL(), procs)
+}
+
+// suiteDir checks for Node and installs the suite; it returns this
+// package's directory, where vitest runs.
+func suiteDir(t testing.TB) string {
+	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
 	requireNode(t)
 	installSuite(t, dir)
+	return dir
+}
 
-	// As `make run` starts it: embedded defaults, ./data in the working
-	// directory. Only the listen addresses move to free loopback ports.
-	srv := e2e.StartServer(t, e2e.Options{})
-	t.Logf("ursula (pid %d) ready at %s, started as: %s %s", srv.PID(), srv.URL(), srv.Bin, strings.Join(srv.Args(), " "))
-
+// runSuite runs the suite against url and requires every one of its tests
+// to run and pass, and every process in procs to survive it.
+func runSuite(t testing.TB, dir, url string, procs []*e2e.Server) {
+	t.Helper()
 	out := filepath.Join(t.TempDir(), "results.json")
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
@@ -40,7 +69,7 @@ func TestConformance(t *testing.T) {
 		"--reporter=default", "--reporter=json", "--outputFile.json="+out)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
-		"CONFORMANCE_TEST_URL="+srv.URL(),
+		"CONFORMANCE_TEST_URL="+url,
 		"CONFORMANCE_SUBSCRIPTIONS=1",
 		"NO_COLOR=1", "FORCE_COLOR=0")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
@@ -48,8 +77,10 @@ func TestConformance(t *testing.T) {
 	runErr := cmd.Run()
 	t.Logf("vitest finished in %v (%v)", time.Since(start).Round(time.Millisecond), runErr)
 
-	if !srv.Running() {
-		t.Errorf("ursula exited during the suite: %v", srv.ExitErr())
+	for _, p := range procs {
+		if !p.Running() {
+			t.Errorf("%s exited during the suite: %v", filepath.Base(p.Bin), p.ExitErr())
+		}
 	}
 	raw, err := os.ReadFile(out)
 	if err != nil {
@@ -112,7 +143,7 @@ type report struct {
 }
 
 // requireNode fails the test unless node (20 or newer) and npm are on PATH.
-func requireNode(t *testing.T) {
+func requireNode(t testing.TB) {
 	t.Helper()
 	for _, tool := range []string{"node", "npm", "npx"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -134,7 +165,7 @@ func requireNode(t *testing.T) {
 
 // installSuite runs `npm ci` unless node_modules is at least as new as
 // package-lock.json (npm ci writes node_modules/.package-lock.json).
-func installSuite(t *testing.T, dir string) {
+func installSuite(t testing.TB, dir string) {
 	t.Helper()
 	lock, err := os.Stat(filepath.Join(dir, "package-lock.json"))
 	if err != nil {

@@ -1,11 +1,13 @@
 // Package conformance runs the official Durable Streams server conformance
 // suite (npm @durable-streams/server-conformance-tests, pinned with its vitest
-// in package-lock.json) against Ursula.
+// in package-lock.json) against Ursula, in both deployments.
 //
 // TestConformance starts bin/ursula the way `make run` does: no config file
 // and no flags except loopback listen addresses on free ports, in a fresh
-// temporary working directory (so the data lands in its ./data). It waits for
-// /__ursula/ready, runs
+// temporary working directory (so the data lands in its ./data).
+// TestConformanceCluster starts a 3-node cluster of ursula-node processes
+// behind ursula-gateway with the tests/e2e harness (e2e.StartCluster). Each
+// waits for /__ursula/ready, runs
 //
 //	npx vitest run --reporter=json --outputFile=<tmp>/results.json
 //
@@ -21,6 +23,6 @@
 //
 //	make conformance CONFORMANCE_TEST_URL=http://127.0.0.1:4437
 //
-// Environment: URSULA_BIN (or URSULA_BIN_DIR) selects a prebuilt binary,
-// otherwise the test builds ./services/cmd/ursula.
+// Environment: URSULA_BIN (or URSULA_BIN_DIR) selects prebuilt binaries,
+// otherwise the tests build ./services/cmd/{ursula,ursula-node,ursula-gateway}.
 package conformance

@@ -4,16 +4,37 @@
 // restarted on the same data directory.
 //
 // The non-test files are the harness, shared with the other test tiers
-// (tests/conformance, tests/bench):
+// (tests/chaos, tests/conformance, tests/bench):
 //
 //   - Binary locates a server binary: $URSULA_BIN for ursula, else
 //     $URSULA_BIN_DIR/<name> (the Makefile sets both to bin/), else it runs
 //     go build once per test process into a temporary directory.
-//   - Server is one spawned process and the addresses it was given. Start,
-//     WaitReady, Kill (SIGKILL), Terminate (SIGTERM) and Restart act on that
-//     process only, by its pid; the data directory survives restarts.
+//   - Server is one spawned process and the addresses it was given (as
+//     flags, or fixed in a config file). Start, WaitReady, Kill (SIGKILL),
+//     Terminate (SIGTERM) and Restart act on that process only, by its pid;
+//     the data directory survives restarts.
 //   - Client speaks the Durable Streams protocol (PUT create, POST append with
 //     idempotent-producer headers, GET catch-up paged by Stream-Next-Offset).
+//   - Cluster (cluster.go) is N ursula-node processes (3 or 5) on free
+//     loopback ports, one TOML file per node (NodeConfig: server.cluster_id,
+//     listeners, raft.node_id, data_dir, group_count, [[raft.peers]]), and
+//     optionally an ursula-gateway in front of them. StartCluster waits until
+//     every node answers 200 on /__ursula/ready and every group has a
+//     leader all nodes agree on. Leader finds a group's leader from the
+//     nodes' /__ursula/metrics, WaitVoter waits until a node is a voter of
+//     every group again, Node.Wipe empties a stopped node's data directory,
+//     Node.Reconfigure rewrites its file (another cluster id, say) and
+//     AddNode prepares a node outside the voter set. Every process is killed
+//     at the end of the test, pass or fail; a failed test prints each
+//     node's configuration and the tail of its log, and copies them to
+//     $URSULA_TEST_ARTIFACTS when set.
+//   - Proxy (proxy.go) is a TCP proxy for one directed link that can
+//     blackhole, delay, cut or reset it. With ClusterOptions.Proxies every
+//     node's [[raft.peers]] cluster_url for another node names its own proxy
+//     of that link; Cluster.Isolate cuts a node off the cluster plane.
+//   - Metrics and Readiness (observe.go) decode /__ursula/metrics and
+//     /__ursula/ready; ReadRange and ReadAt read a stream's history from one
+//     node over gRPC (StreamService.Read on its client plane).
 //
 // The tests here:
 //
@@ -22,7 +43,25 @@
 //     retrying after the restart are deduplicated; in the all-in-one
 //     deployment, and in the split one (ursula-node behind ursula-gateway,
 //     the node killed while the gateway stays up);
-//   - TestExampleConfig: every binary accepts deploy/ursula.example.toml.
+//   - TestClusterWipedNodeRejoins: a voter of a 3-node cluster loses its
+//     data directory and starts again (seed: "Rejoining a wiped node"):
+//     every group promotes it back to voter by itself, it serves the old
+//     history, no acknowledged write is lost, no stream's incarnation
+//     changes, and once back it carries quorums with another node down;
+//   - TestClusterPeerOfAnotherCluster (seed: "Peers of another cluster"): a
+//     configured peer restarted with another server.cluster_id, and a node
+//     of another cluster that lists this cluster's nodes without being
+//     listed: refusals counted on both sides, a configured peer listed under
+//     peer_cluster_mismatches (node_id, cluster_id) in metrics and
+//     readiness, an unlisted sender never listed, the healthy nodes ready
+//     and serving throughout;
+//   - TestClusterFiveNodes: a 5-node cluster commits in every group with
+//     two voters down, and every node holds every acknowledged append once
+//     they are back;
+//   - TestProxy: the proxy's modes, without binaries;
+//   - TestExampleConfig, TestLocalClusterConfig: every binary accepts
+//     deploy/ursula.example.toml, and the files of make run-cluster
+//     (deploy/local-cluster) are valid and consistent.
 //
 // Run with `make test-e2e`, or `go test ./tests/e2e` (which builds the
 // binaries itself when URSULA_BIN / URSULA_BIN_DIR are unset).

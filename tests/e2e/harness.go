@@ -203,8 +203,12 @@ type Options struct {
 	// ListenFlags get a free loopback address each, passed as -flag=addr.
 	// Nil means those of DefaultListenFlags that the binary defines.
 	ListenFlags []string
-	// ReadyFlag names the listener serving /__ursula/ready; empty means
-	// gateway.listen.
+	// Addrs are listeners whose addresses the caller fixed elsewhere, for
+	// example in a config file: they are not passed as flags, but Addrs,
+	// URL and ReadyFlag know them. Keys are named like listen flags.
+	Addrs map[string]string
+	// ReadyFlag names the listener serving /__ursula/ready (a listen flag
+	// or a key of Addrs); empty means gateway.listen.
 	ReadyFlag string
 	// Args are extra flags, appended after the listen flags.
 	Args []string
@@ -278,12 +282,15 @@ func NewServer(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.Addrs = make(map[string]string, len(addrs))
+	s.Addrs = make(map[string]string, len(addrs)+len(s.opts.Addrs))
+	for k, a := range s.opts.Addrs {
+		s.Addrs[k] = a
+	}
 	for i, f := range s.opts.ListenFlags {
 		s.Addrs[f] = addrs[i]
 	}
 	if _, ok := s.Addrs[s.opts.ReadyFlag]; !ok {
-		return nil, fmt.Errorf("ready flag %q is not among the listen flags %v", s.opts.ReadyFlag, s.opts.ListenFlags)
+		return nil, fmt.Errorf("ready flag %q is not among the listen flags %v or the fixed addresses", s.opts.ReadyFlag, s.opts.ListenFlags)
 	}
 	s.LogPath = filepath.Join(s.WorkDir, filepath.Base(s.Bin)+".log")
 	return s, nil

@@ -1,0 +1,157 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ursula/ursula/storage/engine"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const testClusterID = "test-cluster"
+
+func testLogger(tb testing.TB) *slog.Logger {
+	tb.Helper()
+	level := slog.LevelError
+	if os.Getenv("NODE_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// startEngine runs a ready single-node engine on a fresh directory until the
+// test ends.
+func startEngine(tb testing.TB) *engine.Engine {
+	tb.Helper()
+	eng, err := engine.New(engine.Config{
+		DataDir:             tb.TempDir(),
+		NodeID:              1,
+		GroupCount:          8,
+		ShardCount:          2,
+		Fsync:               "never",
+		ReadChunkBytes:      1 << 20,
+		SnapshotEntries:     64,
+		SnapshotBytes:       64 << 10,
+		TickInterval:        100 * time.Millisecond,
+		ExpirySweepInterval: 100 * time.Millisecond,
+	}, nil, testLogger(tb))
+	if err != nil {
+		tb.Fatalf("engine.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("engine Run: %v", err)
+		}
+	})
+	rctx, rcancel := context.WithTimeout(tb.Context(), 20*time.Second)
+	defer rcancel()
+	if err := eng.WaitReady(rctx); err != nil {
+		tb.Fatalf("engine WaitReady: %v", err)
+	}
+	return eng
+}
+
+func testConfig(listen, admin string) Config {
+	return Config{Listen: listen, AdminListen: admin, ClusterID: testClusterID, MaxMessageBytes: 4 << 20}
+}
+
+// newServer builds a node server on a running engine (listening on
+// nothing).
+func newServer(tb testing.TB, eng *engine.Engine) *Server {
+	tb.Helper()
+	s, err := New(testConfig("127.0.0.1:0", "127.0.0.1:0"), eng, testLogger(tb))
+	if err != nil {
+		tb.Fatalf("node.New: %v", err)
+	}
+	return s
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	return addr
+}
+
+// do sends one request and decodes its JSON answer.
+func do(tb testing.TB, client *http.Client, method, url string, header http.Header) (int, map[string]any) {
+	tb.Helper()
+	code, body, err := tryDo(tb.Context(), client, method, url, header)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, url, err)
+	}
+	return code, body
+}
+
+// tryDo is do for requests that may fail.
+func tryDo(ctx context.Context, client *http.Client, method, url string, header http.Header) (int, map[string]any, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	for k, vs := range header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, nil, err
+	}
+	var body map[string]any
+	if len(strings.TrimSpace(string(raw))) > 0 {
+		if err := json.Unmarshal(raw, &body); err != nil {
+			return resp.StatusCode, nil, fmt.Errorf("%d answer is not a JSON object: %q", resp.StatusCode, raw)
+		}
+	}
+	return resp.StatusCode, body, nil
+}
+
+func incarnation(v string) http.Header {
+	if v == "" {
+		return nil
+	}
+	return http.Header{IncarnationHeader: []string{v}}
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
