@@ -36,9 +36,11 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 	}
 	limit := e.limit(req.GetMaxBytes())
 	resp, err := e.readAt(m, pos, limit)
-	if err == nil && !leader && resp.GetUpToDate() {
-		// A follower cannot know that its tail is the stream's tail.
-		return nil, e.notLeader(k)
+	if err == nil && !leader {
+		// A follower serves history, but it cannot know that its tail is
+		// the stream's tail: it never claims to be up to date or closed,
+		// so a client continues at the leader.
+		resp.UpToDate, resp.Closed = false, false
 	}
 	if err != nil || len(resp.GetData()) > 0 || resp.GetClosed() || req.GetWaitMs() == 0 {
 		return resp, err

@@ -244,12 +244,20 @@ func subscribe(tb testing.TB, e *testEngine, req *streamv1.SubscribeRequest) *su
 	return s
 }
 
+// next returns the next chunk. Chunks sent before Subscribe returned come
+// first, whichever channel is ready.
 func (s *subscription) next(tb testing.TB) *streamv1.ReadResponse {
 	tb.Helper()
 	select {
 	case r := <-s.chunks:
 		return r
 	case err := <-s.done:
+		s.done <- err // for end and the cleanup
+		select {
+		case r := <-s.chunks:
+			return r
+		default:
+		}
 		tb.Fatalf("subscription ended early: %v", err)
 	case <-time.After(5 * time.Second):
 		tb.Fatal("no chunk within 5s")
@@ -257,14 +265,20 @@ func (s *subscription) next(tb testing.TB) *streamv1.ReadResponse {
 	return nil
 }
 
+// end waits for Subscribe to return, with no chunk left unread.
 func (s *subscription) end(tb testing.TB) error {
 	tb.Helper()
 	select {
-	case r := <-s.chunks:
-		tb.Fatalf("unexpected chunk %v", r)
 	case err := <-s.done:
 		s.done <- err // for the cleanup
+		select {
+		case r := <-s.chunks:
+			tb.Fatalf("unexpected chunk %v", r)
+		default:
+		}
 		return err
+	case r := <-s.chunks:
+		tb.Fatalf("unexpected chunk %v", r)
 	case <-time.After(5 * time.Second):
 		tb.Fatal("subscription did not end within 5s")
 	}
