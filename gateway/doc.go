@@ -31,6 +31,24 @@
 // followed by a control event whose data is a flat JSON object
 // {"streamNextOffset", "streamCursor" | "streamClosed", "upToDate"}.
 //
+// # Live reads
+//
+// SSE: a connection reads history itself (Read) until it is up to date,
+// then follows its stream's hub, the gateway's one upstream Subscribe per
+// stream (and incarnation), shared by every SSE connection of that stream.
+// The hub encodes each chunk once (data and control event bytes) and keeps
+// the events its slowest connection has not taken, plus a few recent ones,
+// within fixed bounds. A connection that falls behind what the hub retains
+// reads again itself and rejoins: it never loses events and never holds up
+// the others. A caught-up connection whose socket has room (its unacked
+// send queue, read with SIOCOUTQ on Linux, is small) is written by one of
+// the hub's writer goroutines instead of waking its own goroutine for every
+// event; a writer hands the connection back to its own goroutine whenever a
+// write could block. Control events carry the cursor of the moment the hub
+// encoded them, or the connection's own when the client's cursor is ahead.
+//
+// Long-poll reads are Read calls with wait_ms.
+//
 // ETags have the form "<incarnation>:<start offset>:<next offset>[:c]" where
 // ":c" marks a read that reached the final offset of a closed stream.
 package gateway

@@ -104,7 +104,7 @@ type hub struct {
 	done    bool
 	scratch []byte // payload encoding buffer of the hub's goroutine
 
-	ctx     context.Context // ends with the hub; stops the writers
+	stopped <-chan struct{} // closed when the hub stops; ends the writers
 	writers []*hubWriter    // started on demand; guarded by mu
 }
 
@@ -133,7 +133,7 @@ func (g *Gateway) acquireHub(t target, inc uint64, mode sseMode, offset string, 
 	}
 	ctx, cancel := context.WithCancel(g.stopCtx)
 	h := &hub{
-		key: k, inc: inc, mode: mode, cancel: cancel, refs: 1, ctx: ctx,
+		key: k, inc: inc, mode: mode, cancel: cancel, refs: 1, stopped: ctx.Done(),
 		first: 0, tail: pos, clients: map[*hubClient]struct{}{}, changed: make(chan struct{}), ended: make(chan struct{}),
 	}
 	if hs.m == nil {
@@ -404,7 +404,7 @@ func (h *hub) runWriter(w *hubWriter) {
 	for {
 		select {
 		case <-w.wake:
-		case <-h.ctx.Done():
+		case <-h.stopped:
 			return
 		}
 		h.mu.RLock()

@@ -95,7 +95,7 @@ type sseConn struct {
 
 	dmu      sync.Mutex
 	direct   bool
-	writer   *hubWriter    // guarded by the hub's mu
+	writer   *hubWriter    // set and cleared by the connection's own goroutine
 	wake     chan struct{} // buffered 1: handed back
 	ended    bool          // the response must end (written under dmu)
 	deadline time.Time     // the write deadline set by hub writers
@@ -173,14 +173,14 @@ func (c *sseConn) followHub(ctx context.Context) bool {
 				case <-c.wake:
 				default:
 				}
-				if c.ended || ctx.Err() != nil {
-					return true
-				}
 				if !c.deadline.IsZero() {
 					c.deadline = time.Time{}
 					if c.rc.SetWriteDeadline(c.deadline) != nil {
 						return true
 					}
+				}
+				if c.ended || ctx.Err() != nil {
+					return true
 				}
 				continue
 			}

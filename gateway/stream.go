@@ -239,14 +239,24 @@ func (g *Gateway) appendStream(w http.ResponseWriter, r *http.Request, t target)
 		return
 	}
 	out := w.Header()
-	out[hStreamNextOffset] = []string{resp.GetNextOffset()}
+	// One allocation for the header values (each gets a full slice, so an
+	// append to one cannot overwrite the next).
+	n := 1
+	if hasProd {
+		n = 3
+	}
+	vals := make([]string, n)
+	vals[0] = resp.GetNextOffset()
+	out[hStreamNextOffset] = vals[0:1:1]
 	if resp.GetClosed() {
 		out[hStreamClosed] = valTrue
 	}
 	status := http.StatusNoContent
 	if hasProd {
-		out[hProducerEpoch] = []string{strconv.FormatUint(resp.GetProducerEpoch(), 10)}
-		out[hProducerSeq] = []string{strconv.FormatUint(resp.GetProducerSeq(), 10)}
+		vals[1] = echoUint(h, hProducerEpoch, prod.Epoch, resp.GetProducerEpoch())
+		vals[2] = echoUint(h, hProducerSeq, prod.Seq, resp.GetProducerSeq())
+		out[hProducerEpoch] = vals[1:2:2]
+		out[hProducerSeq] = vals[2:3:3]
 		if len(body) > 0 && !resp.GetDuplicate() {
 			status = http.StatusOK
 		}
@@ -258,6 +268,15 @@ func (g *Gateway) appendStream(w http.ResponseWriter, r *http.Request, t target)
 			g.cfg.Observer.StreamWritten(r.Context(), t.path)
 		}
 	}
+}
+
+// echoUint returns v in decimal, reusing the request's spelling of header
+// key when it says the same (the usual answer echoes the request).
+func echoUint(h http.Header, key string, parsed, v uint64) string {
+	if raw, _ := headerValue(h, key); parsed == v && raw != "" && (raw == "0" || raw[0] != '0') {
+		return raw
+	}
+	return strconv.FormatUint(v, 10)
 }
 
 // headStream serves HEAD on a stream.

@@ -157,8 +157,8 @@ func newCluster(cfg Config, eng *engine.Engine, logger *slog.Logger) (*transport
 		MaxMessageBytes: cfg.MaxMessageBytes,
 		// A restarted peer should hear from its leaders within a second.
 		BackoffMax: time.Second,
-		Probe:           eng.ProbeAnswer,
-		ShedState:       func() *raftv1.ShedState { return shedState(eng, cfg.ClusterID, ecfg.NodeID) },
+		Probe:      eng.ProbeAnswer,
+		ShedState:  func() *raftv1.ShedState { return shedState(eng, cfg.ClusterID, ecfg.NodeID) },
 	}, eng.Host(), logger.With("component", "transport"))
 	if err != nil {
 		return nil, nil, err

@@ -1,7 +1,7 @@
 package hot
 
-// Chunk sizes. The last chunk grows by reallocation (doubling from
-// firstChunk) up to maxChunk, so that thousands of mostly idle streams do
+// Chunk sizes. The last chunk grows by reallocation (from firstChunk, see
+// grownCap) up to maxChunk, so that thousands of mostly idle streams do
 // not each hold a large, mostly empty chunk, while a stream of up to
 // maxChunk bytes is contiguous and reads of it need no copy. An append
 // never straddles two chunks; one that does not fit starts a new chunk (of
@@ -56,7 +56,7 @@ func (b *Buffer) Append(p []byte) {
 			last.buf = append(last.buf, p...)
 			return
 		case l+len(p) <= maxChunk:
-			grown := make([]byte, l+len(p), min(max(2*cap(last.buf), l+len(p)), maxChunk))
+			grown := make([]byte, l+len(p), grownCap(cap(last.buf), l+len(p)))
 			copy(grown, last.buf)
 			copy(grown[l:], p)
 			last.buf = grown
@@ -71,6 +71,25 @@ func (b *Buffer) Append(p []byte) {
 	copy(c, p)
 	b.chunks = append(b.chunks, chunk{start: b.End() - uint64(len(p)), buf: c})
 }
+
+// grownCap is the capacity a chunk of capacity c grows to when it must
+// hold need bytes: double while small, then a quarter more (like append),
+// so that the spare room of a stream's last chunk stays a small part of
+// it; rounded up to whole pages, which a large allocation takes anyway.
+func grownCap(c, need int) int {
+	n := 2 * c
+	if c >= 16<<10 {
+		n = c + c/4
+	}
+	n = max(n, need)
+	if n > 32<<10 {
+		n = (n + pageSize - 1) &^ (pageSize - 1)
+	}
+	return min(n, maxChunk)
+}
+
+// pageSize is the Go runtime's page: large allocations are whole pages.
+const pageSize = 8 << 10
 
 // ReadAt appends the bytes in [from, to) to dst and returns it. The range
 // must lie within [Base, End).
