@@ -18,6 +18,7 @@ import (
 	"github.com/ursula/ursula/gateway/upstream"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/node"
+	"github.com/ursula/ursula/services/platform/memlimit"
 	"github.com/ursula/ursula/storage/engine"
 )
 
@@ -92,6 +93,20 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 		srv *node.Server
 		err error
 	)
+	lim, err := memlimit.New(cfg.Runtime.Config, logger.With("component", "memlimit"))
+	if err != nil {
+		return err
+	}
+	limCtx, stopLim := context.WithCancel(context.Background())
+	limDone := make(chan struct{})
+	go func() {
+		defer close(limDone)
+		_ = lim.Run(limCtx)
+	}()
+	defer func() {
+		stopLim()
+		<-limDone
+	}()
 	if cfg.Target != TargetGateway {
 		if eng, err = engine.New(cfg.Engine, nil, logger.With("component", "engine")); err != nil {
 			return err

@@ -15,6 +15,7 @@ import (
 	"github.com/ursula/ursula/gateway/subscription"
 	"github.com/ursula/ursula/gateway/upstream"
 	"github.com/ursula/ursula/services/node"
+	"github.com/ursula/ursula/services/platform/memlimit"
 	"github.com/ursula/ursula/storage/engine"
 )
 
@@ -45,10 +46,13 @@ type Config struct {
 	Log LogConfig `toml:"log"`
 }
 
-// RuntimeConfig configures the process's workers.
+// RuntimeConfig configures the process's workers and memory.
 type RuntimeConfig struct {
 	// CoreCount is the number of shard workers (S); bound to the WAL.
 	CoreCount int `toml:"core_count"`
+	// Config bounds the Go heap's growth between collections
+	// (gc_headroom; see services/platform/memlimit).
+	memlimit.Config
 }
 
 // UpstreamConfig tells a gateway where the nodes are. Nodes empty in the
@@ -74,6 +78,7 @@ func (c *Config) registerFlags(fs *flag.FlagSet, target string) {
 	fs.StringVar(&c.Target, "target", target, "roles to run: all, node or gateway")
 	c.Engine.RegisterFlags(fs)
 	fs.IntVar(&c.Runtime.CoreCount, "runtime.core-count", runtime.NumCPU(), "number of shard workers (bound to the WAL)")
+	c.Runtime.Config.RegisterFlags(fs, "runtime.")
 	nodeListen, clusterListen := "127.0.0.1:4447", "127.0.0.1:4439"
 	if target == TargetNode {
 		nodeListen, clusterListen = ":4437", ":4439"
@@ -103,6 +108,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, errors.New("upstream.nodes is required for the gateway target"))
 		}
 	}
+	errs = append(errs, c.Runtime.Config.Validate())
 	if _, err := parseLevel(c.Log.Level); err != nil {
 		errs = append(errs, err)
 	}

@@ -207,8 +207,22 @@ func (e *Engine) RequestRebuild(ctx context.Context, g uint32, node uint64) (boo
 	if !st.IsLeader {
 		return false, raftError(&multiraft.NotLeaderError{LeaderID: st.LeaderID})
 	}
+	// The replica is rebuilt once the leader holds no progress of its lost
+	// log: it is not a voter, and it is either no member at all or a
+	// learner added back afresh (match 0; it acknowledges nothing until it
+	// accepts replication). A learner that had caught up before the loss is
+	// removed and added back too.
 	if !slices.Contains(st.Voters, node) {
-		return true, nil
+		if !slices.Contains(st.Learners, node) {
+			return true, nil
+		}
+		prog, err := e.host.Progress(ctx, g)
+		if err != nil {
+			return false, raftError(err)
+		}
+		if prog[node] == 0 {
+			return true, nil
+		}
 	}
 	e.rebuilds.Store(rebuildKey{g, node}, true)
 	return false, nil
@@ -223,8 +237,8 @@ func (e *Engine) reconcileMembership(ctx context.Context) {
 			continue
 		}
 		var cc *pb.ConfChangeV2
-		// 1. Remove a voter that lost its log (one change at a time).
-		for _, v := range st.Voters {
+		// 1. Remove a replica that lost its log (one change at a time).
+		for _, v := range append(slices.Clone(st.Voters), st.Learners...) {
 			if _, ok := e.rebuilds.Load(rebuildKey{uint32(g), v}); ok && v != e.cfg.NodeID {
 				cc = confChange(pb.ConfChangeRemoveNode, v)
 				e.rebuilds.Delete(rebuildKey{uint32(g), v})

@@ -25,7 +25,12 @@ func (h *Host) do(ctx context.Context, groupID uint32, fn func(g *group) error) 
 	}
 	g := h.groups[groupID]
 	done := make(chan error, 1)
-	if err := g.shard.enqueue(op{kind: opFunc, g: g, fn: fn, done: done}); err != nil {
+	wrapped := func(g *group) error {
+		err := fn(g)
+		g.updateStatus()
+		return err
+	}
+	if err := g.shard.enqueue(op{kind: opFunc, g: g, fn: wrapped, done: done}); err != nil {
 		return err
 	}
 	select {

@@ -1,0 +1,13 @@
+// Package memlimit bounds how far the Go heap grows past its live part
+// between collections.
+//
+// With the default GOGC=100 the heap grows to twice the live heap before a
+// collection. A node's live heap is mostly stream bytes held in memory:
+// large, pointer-free buffers the collector marks at almost no cost, so
+// doubling them buys nothing but memory. Once the live heap passes the
+// headroom, Run keeps a soft memory limit (runtime/debug.SetMemoryLimit) of
+// the runtime's other memory plus the live heap plus the headroom,
+// recomputed after every collection, so the heap's growth between
+// collections stays within the headroom. Below it, GOGC paces the collector
+// as usual. An explicit GOMEMLIMIT in the environment turns this off.
+package memlimit

@@ -1,0 +1,115 @@
+package memlimit
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"runtime/debug"
+	"runtime/metrics"
+	"time"
+)
+
+// DefaultHeadroom is Config.Headroom's default.
+const DefaultHeadroom = 64 << 20
+
+// pollInterval is how often Run looks for a finished collection.
+const pollInterval = 100 * time.Millisecond
+
+// Config configures the limit.
+type Config struct {
+	// Headroom is how many bytes the heap may grow past the live heap
+	// between collections once the live heap is larger than that; 0 leaves
+	// the collector to GOGC alone.
+	Headroom int64 `toml:"gc_headroom"`
+}
+
+// RegisterFlags registers the flag with the given prefix ("runtime.").
+func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
+	fs.Int64Var(&c.Headroom, prefix+"gc-headroom", DefaultHeadroom,
+		"bytes the Go heap may grow past its live part between collections once the live part is larger (0: GOGC alone)")
+}
+
+// Validate reports an invalid field.
+func (c *Config) Validate() error {
+	if c.Headroom < 0 {
+		return fmt.Errorf("runtime.gc_headroom %d must not be negative", c.Headroom)
+	}
+	return nil
+}
+
+// Limiter keeps the soft memory limit.
+type Limiter struct {
+	cfg    Config
+	logger *slog.Logger
+}
+
+// New validates cfg; it starts nothing.
+func New(cfg Config, logger *slog.Logger) (*Limiter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Limiter{cfg: cfg, logger: logger}, nil
+}
+
+// Run keeps the limit up to date until ctx ends, then lifts it.
+func (l *Limiter) Run(ctx context.Context) error {
+	if l.cfg.Headroom == 0 || os.Getenv("GOMEMLIMIT") != "" {
+		<-ctx.Done()
+		return nil
+	}
+	defer debug.SetMemoryLimit(math.MaxInt64)
+	samples := []metrics.Sample{
+		{Name: "/gc/cycles/total:gc-cycles"},
+		{Name: "/gc/heap/live:bytes"},
+		{Name: "/memory/classes/total:bytes"},
+		{Name: "/memory/classes/heap/released:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/heap/unused:bytes"},
+	}
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	var cycles uint64
+	var set int64 = math.MaxInt64
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		metrics.Read(samples)
+		if c := samples[0].Value.Uint64(); c == cycles {
+			continue
+		} else {
+			cycles = c
+		}
+		u := func(i int) int64 { return int64(samples[i].Value.Uint64()) }
+		live := u(1)
+		// What the runtime holds besides the heap proper (its objects,
+		// the unused room in its spans, its free and released pages):
+		// stacks, metadata and the like. The heap, fragmentation
+		// included, gets live plus headroom.
+		other := u(2) - u(3) - u(4) - u(5) - u(6)
+		limit := Limit(live, other, l.cfg.Headroom)
+		if limit != set {
+			debug.SetMemoryLimit(limit)
+			set = limit
+		}
+	}
+}
+
+// Limit is the soft memory limit for a live heap of live bytes and other
+// bytes of runtime memory: none (math.MaxInt64) while the live heap is
+// within the headroom, else other + live + headroom.
+func Limit(live, other, headroom int64) int64 {
+	if live <= headroom || other < 0 {
+		return math.MaxInt64
+	}
+	return other + live + headroom
+}

@@ -1,0 +1,65 @@
+package memlimit
+
+import (
+	"context"
+	"math"
+	"runtime"
+	"runtime/debug"
+	"testing"
+	"time"
+)
+
+func TestLimit(t *testing.T) {
+	tests := []struct {
+		name                  string
+		live, other, headroom int64
+		want                  int64
+	}{
+		{"live within headroom: GOGC alone", 60 << 20, 20 << 20, 64 << 20, math.MaxInt64},
+		{"live past headroom", 100 << 20, 20 << 20, 64 << 20, 184 << 20},
+		{"inconsistent reading", 100 << 20, -1, 64 << 20, math.MaxInt64},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Limit(tt.live, tt.other, tt.headroom); got != tt.want {
+				t.Fatalf("Limit = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRunSetsAndLifts: with a live heap past the headroom, Run sets a limit
+// after a collection and lifts it when it returns.
+func TestRunSetsAndLifts(t *testing.T) {
+	t.Setenv("GOMEMLIMIT", "")
+	l, err := New(Config{Headroom: 1 << 20}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep := make([]byte, 8<<20) // a live heap past the headroom
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for debug.SetMemoryLimit(-1) == math.MaxInt64 {
+		if time.Now().After(deadline) {
+			t.Fatal("no limit set")
+		}
+		runtime.GC()
+		time.Sleep(pollInterval)
+	}
+	runtime.KeepAlive(keep)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+		t.Fatalf("limit %d left after Run", got)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	if _, err := New(Config{Headroom: -1}, nil); err == nil {
+		t.Fatal("negative headroom accepted")
+	}
+}
