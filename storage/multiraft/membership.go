@@ -57,9 +57,17 @@ func (h *Host) Bootstrap(ctx context.Context, groupID uint32) error {
 			return fmt.Errorf("multiraft: group %d: bootstrap: %w", g.id, err)
 		}
 		g.hasState, g.refuseSteps = true, false
-		if !g.wantCampaign {
+		// A single voter campaigns at once. Several voters wait for an
+		// election timeout instead: peers still probing then see a group
+		// that holds only its initial membership (term 1, no leader) and
+		// initialize it too, rather than joining a group whose election
+		// already completed without them.
+		if len(h.cfg.Voters) == 1 && !g.wantCampaign {
 			g.wantCampaign = true
 			g.shard.campaigning++
+		} else if len(h.cfg.Voters) > 1 && g.wantCampaign {
+			g.wantCampaign = false
+			g.shard.campaigning--
 		}
 		g.logger.Info("initialized group", "voters", h.cfg.Voters)
 		return nil

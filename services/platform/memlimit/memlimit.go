@@ -13,7 +13,7 @@ import (
 )
 
 // DefaultHeadroom is Config.Headroom's default.
-const DefaultHeadroom = 64 << 20
+const DefaultHeadroom = 48 << 20
 
 // pollInterval is how often Run looks for a finished collection.
 const pollInterval = 100 * time.Millisecond
