@@ -316,10 +316,31 @@ func validKey(k stream.Key) error {
 // family).
 func builtinBucket(b string) bool { return strings.HasPrefix(b, "__") }
 
+// settle waits, on a freshly elected leader of k's group, until its state
+// machine has applied everything committed before its term, so it never
+// answers from a state that lacks acknowledged writes.
+func (e *Engine) settle(k stream.Key) error {
+	g := e.GroupOf(k)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := e.host.Status(g)
+		if !st.IsLeader || st.Applied >= st.LeaderSince {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errcode.New(errcode.Unavailable, "the new leader of group %d is still applying its log", g).With(errcode.KeyRetryAfterMS, "200")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // live looks a stream up as a client sees it: missing and expired streams
 // are STREAM_NOT_FOUND, soft-deleted ones STREAM_GONE. An expired stream
 // found here is expired in the background.
 func (e *Engine) live(k stream.Key) (stream.Meta, error) {
+	if err := e.settle(k); err != nil {
+		return stream.Meta{}, err
+	}
 	m, ok := e.machine(k).Lookup(k)
 	if !ok {
 		return m, errcode.New(errcode.StreamNotFound, "stream %s not found", k.Stream)

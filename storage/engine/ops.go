@@ -84,6 +84,9 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 	if err := e.checkBucket(ctx, k.Bucket); err != nil {
 		return nil, err
 	}
+	if err := e.settle(k); err != nil {
+		return nil, err
+	}
 	c := &storagev1.CreateStream{Bucket: k.Bucket, Stream: k.Stream, Closed: req.GetClosed()}
 	if req.TtlSeconds != nil && req.GetExpiresAt() != "" {
 		return nil, errcode.New(errcode.InvalidArgument, "Stream-TTL and Stream-Expires-At are mutually exclusive")

@@ -95,6 +95,9 @@ type GroupStatus struct {
 	HasState bool
 	// LastIndex is the last index of the group's log on this node.
 	LastIndex uint64
+	// LeaderSince is the log index of this node's latest leadership start;
+	// a leader serves from its state machine only once Applied reaches it.
+	LeaderSince uint64
 }
 
 const (

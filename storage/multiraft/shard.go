@@ -434,6 +434,8 @@ type group struct {
 	refuseSteps bool
 	// hasState is set once the group holds any Raft state.
 	hasState bool
+	// leaderSince is the last log index when this node last became leader.
+	leaderSince uint64
 
 	statusMu sync.Mutex
 	status   GroupStatus
@@ -498,6 +500,12 @@ func (g *group) apply(rd *raft.Ready) error {
 		if was && !g.isLeader {
 			g.failPending(ErrOutcomeUnknown)
 		}
+		if !was && g.isLeader {
+			// The new leader's empty entry is in the log by now; until it
+			// applies, the state machine may lack entries committed in
+			// earlier terms.
+			g.leaderSince, _ = g.st.LastIndex()
+		}
 	}
 	return nil
 }
@@ -551,6 +559,7 @@ func (g *group) updateStatus() {
 	st.IsLeader = bs.RaftState == raft.StateLeader
 	st.SnapshotIndex = g.snapIndex
 	st.HasState = g.hasState
+	st.LeaderSince = g.leaderSince
 	st.LastIndex, _ = g.st.LastIndex()
 	if !slices.Equal(st.Voters, g.cs.GetVoters()) {
 		st.Voters = slices.Clone(g.cs.GetVoters())
