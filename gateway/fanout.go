@@ -53,9 +53,19 @@ type hubKey struct{ bucket, stream string }
 
 // hubSet holds the gateway's hubs: at most one live one per stream.
 type hubSet struct {
-	mu sync.Mutex
-	m  map[hubKey]*hub
-	wg sync.WaitGroup // running hubs
+	mu     sync.Mutex
+	m      map[hubKey]*hub
+	closed bool           // no hub starts any more
+	wg     sync.WaitGroup // running hubs and their writers
+}
+
+// close stops new hubs from starting and waits for the running ones, which
+// end with the gateway's stop context.
+func (hs *hubSet) close() {
+	hs.mu.Lock()
+	hs.closed = true
+	hs.mu.Unlock()
+	hs.wg.Wait()
 }
 
 // sseEvent is one chunk of a stream as SSE, encoded once and written as is
@@ -135,6 +145,13 @@ func (g *Gateway) acquireHub(t target, inc uint64, mode sseMode, offset string, 
 	h := &hub{
 		key: k, inc: inc, mode: mode, cancel: cancel, refs: 1, stopped: ctx.Done(),
 		first: 0, tail: pos, clients: map[*hubClient]struct{}{}, changed: make(chan struct{}), ended: make(chan struct{}),
+	}
+	if hs.closed {
+		// The gateway is closing: a hub that has already ended.
+		cancel()
+		h.done = true
+		close(h.ended)
+		return h
 	}
 	if hs.m == nil {
 		hs.m = map[hubKey]*hub{}

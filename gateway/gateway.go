@@ -141,7 +141,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 // Close ends live reads and makes Serve return. It is idempotent.
 func (g *Gateway) Close() {
 	g.closeOnce.Do(g.stop)
-	g.hubs.wg.Wait()
+	g.hubs.close()
 }
 
 // Shared header values; never mutated (len == cap, so appends copy).

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
@@ -32,6 +33,12 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 	}
 	pos, err := startPosition(req.GetOffset(), m)
 	if err != nil {
+		var de *errcode.Error
+		if !leader && errors.As(err, &de) && de.Code == errcode.OffsetOutOfRange {
+			// A lagging follower has not applied that far yet: the
+			// leader can answer.
+			return nil, e.notLeader(k)
+		}
 		return nil, err
 	}
 	limit := e.limit(req.GetMaxBytes())
