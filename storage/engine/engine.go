@@ -277,18 +277,16 @@ func raftError(err error) error {
 
 // release drops fork references, following cascades up fork chains.
 func (e *Engine) release(ctx context.Context, origins []*storagev1.ForkOrigin) {
-	for len(origins) > 0 {
-		o := origins[0]
-		origins = origins[1:]
+	// propose follows the cascade itself: a release that removes a
+	// soft-deleted fork releases that fork's own source in turn.
+	for _, o := range origins {
 		k := stream.Key{Bucket: o.GetSourceBucket(), Stream: o.GetSourceStream()}
-		res, err := e.propose(context.WithoutCancel(ctx), e.GroupOf(k), &storagev1.Command{Op: &storagev1.Command_ReleaseForkRef{
+		_, err := e.propose(context.WithoutCancel(ctx), e.GroupOf(k), &storagev1.Command{Op: &storagev1.Command_ReleaseForkRef{
 			ReleaseForkRef: &storagev1.ReleaseForkRef{Bucket: k.Bucket, Stream: k.Stream, Incarnation: o.GetSourceIncarnation()},
 		}})
 		if err != nil {
 			e.logger.Warn("release fork reference failed", "bucket", k.Bucket, "stream", k.Stream, "err", err)
-			continue
 		}
-		_ = res // further releases were already followed by propose
 	}
 }
 

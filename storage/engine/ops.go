@@ -128,8 +128,7 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 		c.ReplaceIncarnation = cur.Incarnation
 	}
 	if c.Fork != nil {
-		if cur, ok := e.machines[g].Lookup(k); !ok || c.ReplaceIncarnation != 0 {
-			_ = cur
+		if _, exists := e.machines[g].Lookup(k); !exists || c.ReplaceIncarnation != 0 {
 			// A new fork: take the reference first, release it if the
 			// create does not go through.
 			srcKey := stream.Key{Bucket: c.Fork.GetSourceBucket(), Stream: c.Fork.GetSourceStream()}
