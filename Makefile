@@ -89,6 +89,10 @@ bin/buf: tests/tools/go.mod tests/tools/go.sum
 bin/staticcheck: tests/tools/go.mod tests/tools/go.sum
 	$(GO) build $(TOOLS) -o $@ honnef.co/go/tools/cmd/staticcheck
 
+# The S3-compatible server the object-store tests run against (storage/objstore/objstoretest).
+bin/versitygw: tests/tools/go.mod tests/tools/go.sum
+	$(GO) build $(TOOLS) -o $@ github.com/versity/versitygw/cmd/versitygw
+
 generate: bin/buf ## Regenerate proto/gen from proto/ (offline: buf and the protoc plugins are pinned Go tools)
 	bin/buf generate
 	bin/buf generate --template buf.gen.admin.yaml --path proto/ursula/admin
@@ -109,10 +113,16 @@ lint: bin/buf bin/staticcheck ## Lint the protos (buf lint) and the Go code (go 
 	$(GO) vet ./...
 	bin/staticcheck ./...
 
+# Every target that runs Go tests: they depend on bin/versitygw, and the
+# object-store test harness (storage/objstore/objstoretest) finds it through
+# VERSITYGW.
+GO_TEST_TARGETS := test-unit test-integration test-e2e test-chaos-short test-chaos test-conformance
+$(GO_TEST_TARGETS): export VERSITYGW := $(BIN)/versitygw
+
 test: test-unit test-integration test-e2e test-chaos-short test-conformance ## Run every test: unit (race), integration, e2e, short chaos, conformance
 	@echo "make test: all test tiers passed"
 
-test-unit: ## Unit tests and fuzz seed corpora; -race on storage/, gateway/, services/
+test-unit: bin/versitygw ## Unit tests and fuzz seed corpora; -race on storage/, gateway/, services/
 	@if [ -n "$(RACE_PKGS)" ]; then \
 		echo "$(GO) test -race $(RACE_PKGS)"; \
 		$(GO) test -race -timeout $(TEST_TIMEOUT) $(RACE_PKGS); \
@@ -123,7 +133,7 @@ test-unit: ## Unit tests and fuzz seed corpora; -race on storage/, gateway/, ser
 		$(GO) test -timeout $(TEST_TIMEOUT) $$pkgs; \
 	fi
 
-test-integration: ## In-process cluster tests (tests/integration), with -race
+test-integration: bin/versitygw ## In-process cluster tests (tests/integration), with -race
 	@if [ -d tests/integration ]; then \
 		echo "$(GO) test -race ./tests/integration/..."; \
 		$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./tests/integration/...; \
@@ -131,17 +141,17 @@ test-integration: ## In-process cluster tests (tests/integration), with -race
 		echo "test-integration: tests/integration does not exist yet: no integration tests to run"; \
 	fi
 
-test-e2e: build ## Spawned-binary tests (tests/e2e): durability under SIGKILL/SIGTERM, a wiped node rejoining, peers of another cluster
+test-e2e: build bin/versitygw ## Spawned-binary tests (tests/e2e): durability under SIGKILL/SIGTERM, a wiped node rejoining, peers of another cluster
 	URSULA_BIN=$(BIN)/ursula URSULA_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout $(TEST_TIMEOUT) ./tests/e2e/...
 
-test-chaos-short: build ## Short chaos run (about 90 s, part of make test): 3-node cluster, kills and partitions, history checked
+test-chaos-short: build bin/versitygw ## Short chaos run (about 90 s, part of make test): 3-node cluster, kills and partitions, history checked
 	URSULA_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout $(TEST_TIMEOUT) ./tests/chaos/...
 
-test-chaos: build ## Long chaos run: faults for CHAOS_DURATION (default 10m), then the same checks
+test-chaos: build bin/versitygw ## Long chaos run: faults for CHAOS_DURATION (default 10m), then the same checks
 	URSULA_BIN_DIR=$(BIN) URSULA_CHAOS_DURATION=$(CHAOS_DURATION) \
 		$(GO) test -count=1 -v -timeout $(CHAOS_TIMEOUT) -run TestChaos ./tests/chaos/...
 
-test-conformance: build conformance-deps ## Official conformance suite (338 tests) against bin/ursula and against a 3-node cluster behind ursula-gateway
+test-conformance: build bin/versitygw conformance-deps ## Official conformance suite (338 tests) against bin/ursula and against a 3-node cluster behind ursula-gateway
 	URSULA_BIN=$(BIN)/ursula URSULA_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout $(TEST_TIMEOUT) ./tests/conformance/...
 
 conformance: ## Conformance suite against CONFORMANCE_TEST_URL (a running server) if set, else as test-conformance

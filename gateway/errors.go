@@ -33,6 +33,8 @@ var httpStatus = map[errcode.Code]int{
 	errcode.OutcomeUnknown:      http.StatusServiceUnavailable,
 	errcode.Unavailable:         http.StatusServiceUnavailable,
 	errcode.Overloaded:          http.StatusServiceUnavailable,
+	errcode.ColdStoreFailed:     http.StatusBadGateway,
+	errcode.OffsetTrimmed:       http.StatusGone,
 	errcode.Internal:            http.StatusInternalServerError,
 }
 

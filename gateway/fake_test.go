@@ -26,6 +26,7 @@ type fakeClient struct {
 	appendFn     func(*streamv1.AppendRequest) (*streamv1.AppendResponse, error)
 	read         func(context.Context, *streamv1.ReadRequest) (*streamv1.ReadResponse, error)
 	head         func(*streamv1.HeadRequest) (*streamv1.HeadResponse, error)
+	setRetention func(*streamv1.SetRetentionRequest) (*streamv1.SetRetentionResponse, error)
 	deleteStream func(*streamv1.DeleteStreamRequest) (*streamv1.DeleteStreamResponse, error)
 	subscribe    func(context.Context, *streamv1.SubscribeRequest) (grpc.ServerStreamingClient[streamv1.SubscribeResponse], error)
 }
@@ -76,6 +77,13 @@ func (f *fakeClient) DeleteStream(_ context.Context, in *streamv1.DeleteStreamRe
 		return nil, f.missing("DeleteStream")
 	}
 	return f.deleteStream(in)
+}
+
+func (f *fakeClient) SetRetention(_ context.Context, in *streamv1.SetRetentionRequest, _ ...grpc.CallOption) (*streamv1.SetRetentionResponse, error) {
+	if f.setRetention == nil {
+		return nil, f.missing("SetRetention")
+	}
+	return f.setRetention(in)
 }
 
 func (f *fakeClient) Subscribe(ctx context.Context, in *streamv1.SubscribeRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[streamv1.SubscribeResponse], error) {
@@ -184,5 +192,9 @@ func (c failingClient) GetClusterInfo(context.Context, *streamv1.GetClusterInfoR
 }
 
 func (c failingClient) Subscribe(context.Context, *streamv1.SubscribeRequest, ...grpc.CallOption) (grpc.ServerStreamingClient[streamv1.SubscribeResponse], error) {
+	return nil, c.err()
+}
+
+func (c failingClient) SetRetention(context.Context, *streamv1.SetRetentionRequest, ...grpc.CallOption) (*streamv1.SetRetentionResponse, error) {
 	return nil, c.err()
 }

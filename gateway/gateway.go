@@ -312,15 +312,26 @@ func (g *Gateway) serveUrsula(w http.ResponseWriter, r *http.Request, path strin
 		g.createBucket(w, r, bucket)
 		return
 	}
-	if strings.Contains(stream, "/") {
-		notFound(w, "no such resource")
-		return
-	}
+	stream, sub, hasSub := strings.Cut(stream, "/")
 	if err := ValidateStreamID(stream); err != nil {
 		badRequest(w, err)
 		return
 	}
-	g.serveStream(w, r, target{ref: &streamv1.StreamRef{Bucket: bucket, Stream: stream}})
+	t := target{ref: &streamv1.StreamRef{Bucket: bucket, Stream: stream}}
+	if !hasSub {
+		g.serveStream(w, r, t)
+		return
+	}
+	switch res, arg, _ := strings.Cut(sub, "/"); {
+	case res == "retention" && arg != "" && !strings.Contains(arg, "/"):
+		if r.Method != http.MethodPut {
+			methodNotAllowed(w, "PUT, OPTIONS")
+			return
+		}
+		g.setRetention(w, r, t, arg)
+	default:
+		notFound(w, "no such resource")
+	}
 }
 
 // serveStream dispatches a stream operation by method.

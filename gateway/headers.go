@@ -13,6 +13,7 @@ import (
 const (
 	hContentType         = "Content-Type"
 	hStreamNextOffset    = "Stream-Next-Offset"
+	hRetainedOffset      = "Stream-Retained-Offset"
 	hStreamUpToDate      = "Stream-Up-To-Date"
 	hStreamClosed        = "Stream-Closed"
 	hStreamCursor        = "Stream-Cursor"

@@ -474,3 +474,16 @@ func (g *Gateway) longPoll(w http.ResponseWriter, r *http.Request, t target, p r
 	w.Header()[hCacheControl] = valCacheable
 	g.writeReadResponse(w, r, resp, cursor)
 }
+
+// setRetention serves PUT /{bucket}/{stream}/retention/{offset}: reads
+// below the offset answer 410 from then on. The answer carries the
+// stream's retention (which only moves forward) as Stream-Retained-Offset.
+func (g *Gateway) setRetention(w http.ResponseWriter, r *http.Request, t target, offset string) {
+	resp, err := g.client.SetRetention(r.Context(), &streamv1.SetRetentionRequest{Ref: t.ref, Offset: offset})
+	if err != nil {
+		g.upstreamError(w, r, err)
+		return
+	}
+	w.Header().Set(hRetainedOffset, resp.GetRetainedOffset())
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -53,6 +53,16 @@ func (r *Router) DeleteStream(ctx context.Context, in *streamv1.DeleteStreamRequ
 	})
 }
 
+// SetRetention goes to the leader of the stream's group.
+func (r *Router) SetRetention(ctx context.Context, in *streamv1.SetRetentionRequest, opts ...grpc.CallOption) (*streamv1.SetRetentionResponse, error) {
+	if v := r.view.Load(); v != nil && v.single != nil {
+		return v.single.client.SetRetention(ctx, in, opts...)
+	}
+	return do(ctx, r, in.GetRef(), modeWrite, func(nc *nodeConn) (*streamv1.SetRetentionResponse, error) {
+		return nc.client.SetRetention(ctx, in, opts...)
+	})
+}
+
 // Head goes to the leader: it reports the tail.
 func (r *Router) Head(ctx context.Context, in *streamv1.HeadRequest, opts ...grpc.CallOption) (*streamv1.HeadResponse, error) {
 	if v := r.view.Load(); v != nil && v.single != nil {

@@ -48,6 +48,10 @@ func (c *localClient) Head(ctx context.Context, in *streamv1.HeadRequest, _ ...g
 	return c.svc.Head(ctx, in)
 }
 
+func (c *localClient) SetRetention(ctx context.Context, in *streamv1.SetRetentionRequest, _ ...grpc.CallOption) (*streamv1.SetRetentionResponse, error) {
+	return c.svc.SetRetention(ctx, in)
+}
+
 func (c *localClient) DeleteStream(ctx context.Context, in *streamv1.DeleteStreamRequest, _ ...grpc.CallOption) (*streamv1.DeleteStreamResponse, error) {
 	return c.svc.DeleteStream(ctx, in)
 }

@@ -78,6 +78,11 @@ func (s *streamService) DeleteStream(ctx context.Context, req *streamv1.DeleteSt
 	return resp, s.status(err)
 }
 
+func (s *streamService) SetRetention(ctx context.Context, req *streamv1.SetRetentionRequest) (*streamv1.SetRetentionResponse, error) {
+	resp, err := s.eng.SetRetention(ctx, req)
+	return resp, s.status(err)
+}
+
 func (s *streamService) Subscribe(req *streamv1.SubscribeRequest, srv streamv1.StreamService_SubscribeServer) error {
 	s.metrics.subscribers.Add(1)
 	defer s.metrics.subscribers.Add(-1)

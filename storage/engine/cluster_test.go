@@ -542,7 +542,7 @@ func readOwn(tb testing.TB, e *testEngine, name string) []byte {
 	if !ok {
 		tb.Fatalf("%s not on this replica", name)
 	}
-	data, _, ok := e.machine(key(name)).ReadOwn(key(name), m.Incarnation, 0, m.Tail, 0, nil)
+	data, _, _, ok := e.machine(key(name)).ReadOwn(key(name), m.Incarnation, 0, m.Tail, 0, nil)
 	if !ok {
 		tb.Fatalf("%s vanished", name)
 	}

@@ -41,6 +41,9 @@ type Config struct {
 	TickInterval time.Duration `toml:"tick_interval"`
 	// ExpirySweepInterval is how often a leader looks for expired streams.
 	ExpirySweepInterval time.Duration `toml:"expiry_sweep_interval"`
+	// Cold configures the cold tier (set from the [cold] section; the zero
+	// value means DefaultColdConfig).
+	Cold ColdConfig `toml:"-"`
 }
 
 // Peer is one voter of the cluster.
@@ -119,6 +122,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TickInterval <= 0 || c.ExpirySweepInterval <= 0 {
 		errs = append(errs, errors.New("tick and sweep intervals must be positive"))
+	}
+	if c.Cold != (ColdConfig{}) {
+		errs = append(errs, c.Cold.Validate())
 	}
 	return errors.Join(errs...)
 }

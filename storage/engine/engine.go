@@ -41,6 +41,7 @@ type Engine struct {
 	logger   *slog.Logger
 	now      func() time.Time
 
+	cold     *coldTier // nil without a cold store
 	cluster  atomic.Pointer[ClusterDeps]
 	rejoined sync.Map // group → leader id: joined with a vote floor, awaiting rebuild
 	rebuilds sync.Map // rebuildKey → true: replicas to remove and add back
@@ -129,6 +130,13 @@ func (e *Engine) Run(ctx context.Context) error {
 			e.logger.Error("group initializer stopped", "err", err)
 		}
 	}()
+	flushDone := make(chan struct{})
+	go func() {
+		defer close(flushDone)
+		if e.cold != nil {
+			e.flushLoop(ctx)
+		}
+	}()
 	sweepDone := make(chan struct{})
 	go func() {
 		defer close(sweepDone)
@@ -143,6 +151,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	cancel()
 	<-sweepDone
 	<-leadDone
+	<-flushDone
 	e.stopOnce.Do(func() { close(e.stopping) })
 	e.bg.Wait()
 	if err == nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
@@ -200,7 +201,10 @@ func (e *Engine) resolveFork(ctx context.Context, req *streamv1.CreateStreamRequ
 		if f.GetOffset() == "" {
 			return src, errcode.New(errcode.InvalidArgument, "Stream-Fork-Sub-Offset needs an explicit Stream-Fork-Offset")
 		}
-		end, ok := e.unitEnd(src, pos, n, src.Tail)
+		end, ok, err := e.unitEnd(ctx, src, pos, n, src.Tail)
+		if err != nil {
+			return src, err
+		}
 		if !ok {
 			return src, errcode.New(errcode.InvalidArgument, "Stream-Fork-Sub-Offset %d is past the next append after the fork offset", n)
 		}
@@ -219,24 +223,28 @@ func (e *Engine) resolveFork(ctx context.Context, req *streamv1.CreateStreamRequ
 
 // unitEnd resolves a sub-offset through a fork chain: the append starting
 // at pos may live in an ancestor, clipped at each descendant's base.
-func (e *Engine) unitEnd(m stream.Meta, pos, n, clip uint64) (uint64, bool) {
+func (e *Engine) unitEnd(ctx context.Context, m stream.Meta, pos, n, clip uint64) (uint64, bool, error) {
 	for depth := 0; depth < 1024; depth++ {
 		if pos >= m.Base {
-			return e.machine(m.Key).UnitEnd(m.Key, m.Incarnation, pos, n, clip)
+			if ref := e.machine(m.Key).ColdRefAt(m.Key, m.Incarnation, pos); ref != nil {
+				return e.coldUnitEnd(ctx, m, ref, pos, n, clip)
+			}
+			end, ok := e.machine(m.Key).UnitEnd(m.Key, m.Incarnation, pos, n, clip)
+			return end, ok, nil
 		}
 		clip = min(clip, m.Base)
 		f := m.Fork
 		if f == nil {
-			return 0, false
+			return 0, false, nil
 		}
 		sk := stream.Key{Bucket: f.GetSourceBucket(), Stream: f.GetSourceStream()}
 		parent, ok := e.machine(sk).Lookup(sk)
 		if !ok || parent.Incarnation != f.GetSourceIncarnation() {
-			return 0, false
+			return 0, false, nil
 		}
 		m = parent
 	}
-	return 0, false
+	return 0, false, nil
 }
 
 // Append appends to, appends to and closes, or closes a stream.
@@ -275,6 +283,10 @@ func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*stre
 		}
 		body = stored
 	}
+	g := e.GroupOf(k)
+	if err := e.admitWrite(g); err != nil && len(body) > 0 {
+		return nil, err
+	}
 	a := &storagev1.Append{
 		Bucket: k.Bucket, Stream: k.Stream, ContentType: req.GetContentType(), Body: body,
 		Close: req.GetClose(), StreamSeq: req.GetStreamSeq(),
@@ -282,7 +294,22 @@ func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*stre
 	if p := req.GetProducer(); p != nil {
 		a.Producer = &storagev1.ProducerRef{Id: p.GetId(), Epoch: p.GetEpoch(), Seq: p.GetSeq()}
 	}
-	res, err := e.propose(ctx, e.GroupOf(k), &storagev1.Command{Op: &storagev1.Command_Append{Append: a}})
+	if e.cold != nil && e.cold.cfg.ExternalMinBytes > 0 && uint64(len(body)) >= e.cold.cfg.ExternalMinBytes && !m.Closed {
+		// Large bodies go to the object store before they are proposed:
+		// the log and every replica's memory hold only the locator.
+		ext, err := e.storeExternal(ctx, m, body)
+		if err != nil {
+			return nil, err
+		}
+		a.Body, a.External, a.Incarnation = nil, ext, m.Incarnation
+	}
+	res, err := e.propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_Append{Append: a}})
+	if a.External != nil && (err != nil || res.Duplicate) {
+		var de *errcode.Error
+		if res != nil || (errors.As(err, &de) && de.Code != errcode.OutcomeUnknown) {
+			e.discard(a.External.GetKey()) // not committed: nothing names it
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -328,4 +355,46 @@ func (e *Engine) DeleteStream(ctx context.Context, req *streamv1.DeleteStreamReq
 		return nil, err
 	}
 	return &streamv1.DeleteStreamResponse{}, nil
+}
+
+// SetRetention moves a stream's retention forward and retires the cold
+// objects wholly below it (deleted after the GC grace).
+func (e *Engine) SetRetention(ctx context.Context, req *streamv1.SetRetentionRequest) (*streamv1.SetRetentionResponse, error) {
+	k := keyOf(req.GetRef())
+	if err := validKey(k); err != nil {
+		return nil, err
+	}
+	m, err := e.live(k)
+	if err != nil {
+		return nil, err
+	}
+	off, err := stream.ParseOffset(req.GetOffset())
+	if err != nil {
+		return nil, err
+	}
+	pos := off.Pos
+	switch {
+	case off.Start:
+		pos = 0
+	case off.Now:
+		pos = m.Tail
+	}
+	g := e.GroupOf(k)
+	res, err := e.propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_SetRetention{SetRetention: &storagev1.SetRetention{
+		Bucket: k.Bucket, Stream: k.Stream, Incarnation: m.Incarnation, Position: pos,
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	grace := DefaultColdConfig().GCGrace
+	if e.cold != nil {
+		grace = e.cold.cfg.GCGrace
+	}
+	if _, err := e.propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_ColdRetire{ColdRetire: &storagev1.ColdRetire{
+		Bucket: k.Bucket, Stream: k.Stream, Incarnation: m.Incarnation, GraceMs: grace.Milliseconds(),
+	}}}); err != nil {
+		// The retention holds; the next flush of the stream retires.
+		e.logger.Warn("retire cold objects below retention", "stream", k.Stream, "err", err)
+	}
+	return &streamv1.SetRetentionResponse{RetainedOffset: stream.FormatOffset(res.Meta.Retained)}, nil
 }

@@ -42,7 +42,7 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 		return nil, err
 	}
 	limit := e.limit(req.GetMaxBytes())
-	resp, err := e.readAt(m, pos, limit)
+	resp, err := e.readAt(ctx, m, pos, limit)
 	if err == nil && !leader {
 		// A follower serves history, but it cannot know that its tail is
 		// the stream's tail: it never claims to be up to date or closed,
@@ -64,7 +64,7 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 			if cur.SoftDeleted {
 				return nil, errcode.New(errcode.StreamGone, "stream %s is deleted", k.Stream)
 			}
-			return e.readAt(cur, pos, limit)
+			return e.readAt(ctx, cur, pos, limit)
 		}
 		select {
 		case <-ch:
@@ -101,7 +101,7 @@ func (e *Engine) Subscribe(ctx context.Context, req *streamv1.SubscribeRequest, 
 	announced := false
 	for {
 		e.touch(m)
-		resp, err := e.readAt(m, pos, limit)
+		resp, err := e.readAt(ctx, m, pos, limit)
 		if err != nil {
 			return err
 		}
@@ -163,7 +163,7 @@ func startPosition(raw string, m stream.Meta) (uint64, error) {
 	}
 	switch {
 	case off.Start:
-		return 0, nil
+		return m.Retained, nil
 	case off.Now:
 		return m.Tail, nil
 	case off.Pos > m.Tail:
@@ -174,8 +174,11 @@ func startPosition(raw string, m stream.Meta) (uint64, error) {
 
 // readAt reads up to limit bytes of m's view (inherited history, then its
 // own bytes) from pos.
-func (e *Engine) readAt(m stream.Meta, pos, limit uint64) (*streamv1.ReadResponse, error) {
-	data, end, err := e.readView(m, pos, m.Tail, limit, nil, 0)
+func (e *Engine) readAt(ctx context.Context, m stream.Meta, pos, limit uint64) (*streamv1.ReadResponse, error) {
+	if pos < m.Retained {
+		return nil, trimmed(m, pos)
+	}
+	data, end, err := e.readView(ctx, m, pos, m.Tail, limit, nil, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +196,7 @@ func (e *Engine) readAt(m stream.Meta, pos, limit uint64) (*streamv1.ReadRespons
 
 // readView reads [from, to) of a stream's view into dst, following its fork
 // chain for positions below its base.
-func (e *Engine) readView(m stream.Meta, from, to, limit uint64, dst []byte, depth int) ([]byte, uint64, error) {
+func (e *Engine) readView(ctx context.Context, m stream.Meta, from, to, limit uint64, dst []byte, depth int) ([]byte, uint64, error) {
 	if depth > 1024 {
 		return dst, from, errcode.New(errcode.Internal, "fork chain too deep")
 	}
@@ -209,7 +212,7 @@ func (e *Engine) readView(m stream.Meta, from, to, limit uint64, dst []byte, dep
 		}
 		before := len(dst)
 		var err error
-		dst, from, err = e.readView(src, from, min(to, m.Base), limit, dst, depth+1)
+		dst, from, err = e.readView(ctx, src, from, min(to, m.Base), limit, dst, depth+1)
 		if err != nil {
 			return dst, from, err
 		}
@@ -219,14 +222,35 @@ func (e *Engine) readView(m stream.Meta, from, to, limit uint64, dst []byte, dep
 		}
 		limit -= got
 	}
-	if from >= to {
-		return dst, from, nil
+	// Own bytes: cold parts (index entries, external payloads) are read
+	// from the object store, and the read goes on past each of them; a
+	// read of hot bytes returns as the machine cut it.
+	for from < to && limit > 0 {
+		out, end, ref, ok := e.machine(m.Key).ReadOwn(m.Key, m.Incarnation, from, to, limit, dst)
+		if !ok {
+			return dst, from, errcode.New(errcode.StreamNotFound, "stream %s was deleted", m.Key.Stream)
+		}
+		if ref == nil {
+			return out, end, nil
+		}
+		data, cend, err := e.readCold(ctx, m, ref, from, to, limit)
+		if err == nil && cend <= from {
+			err = errcode.New(errcode.Internal, "cold read of %s at %d made no progress", m.Key.Stream, from)
+		}
+		if err != nil {
+			if len(dst) > 0 {
+				return dst, from, nil // serve what was read; the next read reports the failure
+			}
+			return dst, from, err
+		}
+		if len(dst) == 0 && (cend >= to || uint64(len(data)) >= limit) {
+			return data, cend, nil // one part: no copy
+		}
+		dst = append(dst, data...)
+		limit -= min(limit, uint64(len(data)))
+		from = cend
 	}
-	out, end, ok := e.machine(m.Key).ReadOwn(m.Key, m.Incarnation, from, to, limit, dst)
-	if !ok {
-		return dst, from, errcode.New(errcode.StreamNotFound, "stream %s was deleted", m.Key.Stream)
-	}
-	return out, end, nil
+	return dst, from, nil
 }
 
 // sourceAtLeast looks up a fork's source on this replica, waiting briefly

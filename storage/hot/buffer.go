@@ -19,15 +19,30 @@ const (
 // one untouched for readers that still hold slices of it. So slices
 // returned by Slice stay valid and unchanged after the lock that guarded
 // the call is released.
+//
+// A buffer may also hold holes: ranges whose bytes live elsewhere (an
+// external payload object), recorded with a caller's tag. Holes count
+// towards positions but not towards Bytes; reads of bytes must not cross
+// one (NextHole finds them).
 type Buffer struct {
 	base   uint64
-	size   uint64
+	size   uint64 // positions covered, holes included
+	bytes  uint64 // bytes held in memory
 	chunks []chunk
 }
 
 type chunk struct {
 	start uint64 // absolute position of buf[0]
 	buf   []byte
+	hole  uint64 // length of a hole chunk (buf is nil)
+	tag   any
+}
+
+func (c *chunk) length() uint64 {
+	if c.hole > 0 {
+		return c.hole
+	}
+	return uint64(len(c.buf))
 }
 
 // NewBuffer returns an empty buffer whose first byte will be at base.
@@ -39,8 +54,11 @@ func (b *Buffer) Base() uint64 { return b.base }
 // End is the absolute position just past the last byte.
 func (b *Buffer) End() uint64 { return b.base + b.size }
 
-// Len is the number of bytes held.
+// Len is the number of positions covered, holes included.
 func (b *Buffer) Len() uint64 { return b.size }
+
+// Bytes is the number of bytes held in memory (holes excluded).
+func (b *Buffer) Bytes() uint64 { return b.bytes }
 
 // Append copies p to the end of the buffer.
 func (b *Buffer) Append(p []byte) {
@@ -48,7 +66,8 @@ func (b *Buffer) Append(p []byte) {
 		return
 	}
 	b.size += uint64(len(p))
-	if n := len(b.chunks); n > 0 {
+	b.bytes += uint64(len(p))
+	if n := len(b.chunks); n > 0 && b.chunks[n-1].hole == 0 {
 		last := &b.chunks[n-1]
 		l := len(last.buf)
 		switch {
@@ -64,12 +83,97 @@ func (b *Buffer) Append(p []byte) {
 		}
 	}
 	size := firstChunk
-	if len(b.chunks) > 0 {
+	if len(b.chunks) > 0 && b.chunks[len(b.chunks)-1].hole == 0 {
 		size = maxChunk
 	}
 	c := make([]byte, len(p), max(len(p), size))
 	copy(c, p)
 	b.chunks = append(b.chunks, chunk{start: b.End() - uint64(len(p)), buf: c})
+}
+
+// AppendHole adds n positions whose bytes are held elsewhere, described
+// by tag.
+func (b *Buffer) AppendHole(n uint64, tag any) {
+	if n == 0 {
+		return
+	}
+	b.chunks = append(b.chunks, chunk{start: b.End(), hole: n, tag: tag})
+	b.size += n
+}
+
+// Hole reports the hole holding pos, if any.
+func (b *Buffer) Hole(pos uint64) (start, end uint64, tag any, ok bool) {
+	if pos < b.base || pos >= b.End() {
+		return 0, 0, nil, false
+	}
+	c := b.chunks[b.chunkIndex(pos)]
+	if c.hole == 0 {
+		return 0, 0, nil, false
+	}
+	return c.start, c.start + c.hole, c.tag, true
+}
+
+// NextHole returns the start of the first hole at or after from and before
+// to, or to when there is none.
+func (b *Buffer) NextHole(from, to uint64) uint64 {
+	if from >= to || from >= b.End() {
+		return to
+	}
+	for i := b.chunkIndex(max(from, b.base)); i < len(b.chunks); i++ {
+		c := &b.chunks[i]
+		if c.start >= to {
+			break
+		}
+		if c.hole > 0 {
+			return max(c.start, from)
+		}
+	}
+	return to
+}
+
+// Holes calls fn for every hole, in position order.
+func (b *Buffer) Holes(fn func(start, end uint64, tag any)) {
+	for i := range b.chunks {
+		if c := &b.chunks[i]; c.hole > 0 {
+			fn(c.start, c.start+c.hole, c.tag)
+		}
+	}
+}
+
+// TrimTo drops everything before pos (Base <= pos <= End) and returns the
+// number of bytes it freed. A chunk that straddles pos is copied, so that
+// slices handed out before stay unchanged; a hole must not straddle pos.
+func (b *Buffer) TrimTo(pos uint64) uint64 {
+	if pos <= b.base {
+		return 0
+	}
+	var freed uint64
+	i := 0
+	for ; i < len(b.chunks); i++ {
+		c := &b.chunks[i]
+		end := c.start + c.length()
+		if end > pos {
+			break
+		}
+		freed += uint64(len(c.buf))
+	}
+	rest := b.chunks[i:]
+	if len(rest) > 0 && rest[0].start < pos {
+		c := rest[0]
+		if c.hole > 0 {
+			panic("hot: TrimTo inside a hole")
+		}
+		cut := pos - c.start
+		tail := make([]byte, uint64(len(c.buf))-cut, max(uint64(len(c.buf))-cut, firstChunk))
+		copy(tail, c.buf[cut:])
+		rest[0] = chunk{start: pos, buf: tail}
+		freed += cut
+	}
+	b.chunks = append([]chunk(nil), rest...)
+	b.size -= pos - b.base
+	b.bytes -= freed
+	b.base = pos
+	return freed
 }
 
 // grownCap is the capacity a chunk of capacity c grows to when it must
@@ -92,7 +196,7 @@ func grownCap(c, need int) int {
 const pageSize = 8 << 10
 
 // ReadAt appends the bytes in [from, to) to dst and returns it. The range
-// must lie within [Base, End).
+// must lie within [Base, End) and hold no hole.
 func (b *Buffer) ReadAt(dst []byte, from, to uint64) []byte {
 	if from >= to {
 		return dst
@@ -103,12 +207,33 @@ func (b *Buffer) ReadAt(dst []byte, from, to uint64) []byte {
 	i := b.chunkIndex(from)
 	for ; i < len(b.chunks) && from < to; i++ {
 		c := b.chunks[i]
+		if c.hole > 0 {
+			panic("hot: ReadAt across a hole")
+		}
 		lo := from - c.start
 		hi := min(to-c.start, uint64(len(c.buf)))
 		dst = append(dst, c.buf[lo:hi]...)
 		from = c.start + hi
 	}
 	return dst
+}
+
+// Segments returns the bytes in [from, to) as slices of the stored chunks,
+// without copying. The range must lie within [Base, End) and hold no hole;
+// the slices must not be modified.
+func (b *Buffer) Segments(from, to uint64) [][]byte {
+	var out [][]byte
+	for i := b.chunkIndex(from); i < len(b.chunks) && from < to; i++ {
+		c := b.chunks[i]
+		if c.hole > 0 {
+			panic("hot: Segments across a hole")
+		}
+		lo := from - c.start
+		hi := min(to-c.start, uint64(len(c.buf)))
+		out = append(out, c.buf[lo:hi:hi])
+		from = c.start + hi
+	}
+	return out
 }
 
 // Slice returns the bytes in [from, to) without copying them when they lie
@@ -120,7 +245,7 @@ func (b *Buffer) Slice(from, to uint64) ([]byte, bool) {
 		return nil, true
 	}
 	c := b.chunks[b.chunkIndex(from)]
-	if to > c.start+uint64(len(c.buf)) {
+	if c.hole > 0 || to > c.start+uint64(len(c.buf)) {
 		return nil, false
 	}
 	lo, hi := from-c.start, to-c.start
@@ -131,7 +256,7 @@ func (b *Buffer) Slice(from, to uint64) ([]byte, bool) {
 // always an append boundary.
 func (b *Buffer) ChunkEnd(pos uint64) uint64 {
 	c := b.chunks[b.chunkIndex(pos)]
-	return c.start + uint64(len(c.buf))
+	return c.start + c.length()
 }
 
 // ByteAt returns the byte at absolute position pos (within [Base, End)).
@@ -145,8 +270,8 @@ func (b *Buffer) chunkIndex(pos uint64) int {
 	lo, hi := 0, len(b.chunks)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		c := b.chunks[mid]
-		if pos >= c.start+uint64(len(c.buf)) {
+		c := &b.chunks[mid]
+		if pos >= c.start+c.length() {
 			lo = mid + 1
 		} else {
 			hi = mid

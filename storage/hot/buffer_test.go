@@ -109,3 +109,48 @@ func TestBufferGrowth(t *testing.T) {
 		}
 	}
 }
+
+func TestBufferHolesAndTrim(t *testing.T) {
+	b := NewBuffer(10)
+	b.Append([]byte("abcdef"))
+	b.AppendHole(100, "ext")
+	b.Append([]byte("xyz"))
+	if b.End() != 119 || b.Bytes() != 9 || b.Len() != 109 {
+		t.Fatalf("end %d bytes %d len %d", b.End(), b.Bytes(), b.Len())
+	}
+	if got := b.NextHole(10, 200); got != 16 {
+		t.Fatalf("NextHole = %d, want 16", got)
+	}
+	if got := b.NextHole(116, 119); got != 119 {
+		t.Fatalf("NextHole past the hole = %d, want 119", got)
+	}
+	if s, e, tag, ok := b.Hole(50); !ok || s != 16 || e != 116 || tag != "ext" {
+		t.Fatalf("Hole(50) = %d %d %v %v", s, e, tag, ok)
+	}
+	if _, _, _, ok := b.Hole(12); ok {
+		t.Fatal("Hole(12) found a hole in bytes")
+	}
+	old, _ := b.Slice(12, 16)
+	if freed := b.TrimTo(12); freed != 2 {
+		t.Fatalf("TrimTo(12) freed %d, want 2", freed)
+	}
+	if string(old) != "cdef" {
+		t.Fatalf("a slice taken before the trim changed: %q", old)
+	}
+	if got := string(b.ReadAt(nil, 12, 16)); got != "cdef" {
+		t.Fatalf("after trim ReadAt = %q", got)
+	}
+	if freed := b.TrimTo(116); freed != 4 {
+		t.Fatalf("TrimTo(116) freed %d, want 4", freed)
+	}
+	if b.Base() != 116 || b.Bytes() != 3 || string(b.ReadAt(nil, 116, 119)) != "xyz" {
+		t.Fatalf("after trimming the hole: base %d bytes %d", b.Base(), b.Bytes())
+	}
+	b.Append([]byte("!"))
+	if got := string(b.ReadAt(nil, 116, 120)); got != "xyz!" {
+		t.Fatalf("append after trim: %q", got)
+	}
+	if freed := b.TrimTo(120); freed != 4 || b.Len() != 0 {
+		t.Fatalf("TrimTo(End) freed %d, len %d", freed, b.Len())
+	}
+}

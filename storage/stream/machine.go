@@ -16,7 +16,7 @@ import (
 )
 
 // snapshotFormat is the version of the Snapshot encoding.
-const snapshotFormat = 1
+const snapshotFormat = 2
 
 // Producer state bounds: a stream keeps at most MaxProducers producers and
 // forgets one idle for longer than ProducerTTLMs (as the protocol allows).
@@ -54,11 +54,18 @@ type Machine struct {
 	buckets map[string]struct{}
 	streams map[Key]*stream
 	hotSize atomic.Int64
+	// fenced buckets were purged; nothing creates or writes them again.
+	fenced map[string]struct{}
+	// gc is the replicated cold-GC queue, in seq order.
+	gc          []*storagev1.GCEntry
+	gcNextSeq   uint64
+	gcReclaimed map[string]uint64
 }
 
 // NewMachine returns an empty state machine for a group.
 func NewMachine(group uint32) *Machine {
-	return &Machine{group: group, buckets: map[string]struct{}{}, streams: map[Key]*stream{}}
+	return &Machine{group: group, buckets: map[string]struct{}{}, streams: map[Key]*stream{},
+		fenced: map[string]struct{}{}, gcNextSeq: 1, gcReclaimed: map[string]uint64{}}
 }
 
 // Group is the group this machine belongs to.
@@ -80,6 +87,8 @@ type Result struct {
 	Release []*storagev1.ForkOrigin
 	// Index is the log index the command applied at.
 	Index uint64
+	// Removed, GCPending and GCReclaimed answer a PurgeBucket.
+	Removed, GCPending, GCReclaimed uint64
 }
 
 // Apply applies one committed command. It never panics on a bad command:
@@ -111,14 +120,26 @@ func (m *Machine) apply(index uint64, data []byte) *Result {
 		return m.applyAppend(now, op.Append)
 	case *storagev1.Command_DeleteStream:
 		c := op.DeleteStream
-		return m.applyRemove(Key{c.GetBucket(), c.GetStream()}, c.GetIncarnation(), false)
+		return m.applyRemove(now, Key{c.GetBucket(), c.GetStream()}, c.GetIncarnation(), false)
 	case *storagev1.Command_Expire:
 		c := op.Expire
-		return m.applyRemove(Key{c.GetBucket(), c.GetStream()}, c.GetIncarnation(), true)
+		return m.applyRemove(now, Key{c.GetBucket(), c.GetStream()}, c.GetIncarnation(), true)
 	case *storagev1.Command_AddForkRef:
 		return m.applyAddForkRef(op.AddForkRef)
 	case *storagev1.Command_ReleaseForkRef:
-		return m.applyReleaseForkRef(op.ReleaseForkRef)
+		return m.applyReleaseForkRef(now, op.ReleaseForkRef)
+	case *storagev1.Command_ColdFlush:
+		return m.applyColdFlush(now, op.ColdFlush)
+	case *storagev1.Command_SetRetention:
+		return m.applySetRetention(op.SetRetention)
+	case *storagev1.Command_ColdRetire:
+		return m.applyColdRetire(now, op.ColdRetire)
+	case *storagev1.Command_ColdSwap:
+		return m.applyColdSwap(now, op.ColdSwap)
+	case *storagev1.Command_GcAck:
+		return m.applyGCAck(op.GcAck)
+	case *storagev1.Command_PurgeBucket:
+		return m.applyPurgeBucket(now, op.PurgeBucket)
 	case *storagev1.Command_Barrier:
 		return &Result{}
 	case *storagev1.Command_Touch:
@@ -133,6 +154,9 @@ func (m *Machine) apply(index uint64, data []byte) *Result {
 }
 
 func (m *Machine) applyCreateBucket(c *storagev1.CreateBucket) *Result {
+	if _, ok := m.fenced[c.GetBucket()]; ok {
+		return &Result{Err: errcode.New(errcode.BucketNotFound, "bucket %s was purged", c.GetBucket())}
+	}
 	if _, ok := m.buckets[c.GetBucket()]; ok {
 		return &Result{}
 	}
@@ -142,10 +166,13 @@ func (m *Machine) applyCreateBucket(c *storagev1.CreateBucket) *Result {
 
 func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream) *Result {
 	key := Key{c.GetBucket(), c.GetStream()}
+	if _, ok := m.fenced[key.Bucket]; ok {
+		return &Result{Err: errcode.New(errcode.BucketNotFound, "bucket %s was purged", key.Bucket)}
+	}
 	var release []*storagev1.ForkOrigin
 	if s := m.streams[key]; s != nil {
 		if inc := c.GetReplaceIncarnation(); inc != 0 && s.meta.GetIncarnation() == inc && !s.meta.GetSoftDeleted() {
-			release = m.remove(key, s, true)
+			release = m.remove(now, key, s)
 		}
 	}
 	if s := m.streams[key]; s != nil {
@@ -176,9 +203,10 @@ func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream
 		Closed:      c.GetClosed(),
 		Fork:        c.GetFork(),
 		Base:        base,
+		ColdEnd:     base,
 	}
 	s := &stream{meta: st, buf: hot.NewBuffer(base), producers: map[string]*storagev1.ProducerState{}}
-	s.appendStored(c.GetBody(), c.GetBodyRecords(), &m.hotSize)
+	s.appendStored(now, c.GetBody(), nil, c.GetBodyRecords(), &m.hotSize)
 	m.streams[key] = s
 	return &Result{Created: true, Meta: s.metaView(), Release: release}
 }
@@ -226,17 +254,19 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 	}
 	p := c.GetProducer()
 	body := c.GetBody()
+	ext := c.GetExternal()
+	size := uint64(len(body)) + ext.GetSize()
 	if st.GetClosed() {
 		if p != nil {
 			if cb := st.GetClosedBy(); cb != nil && cb.GetId() == p.GetId() && cb.GetEpoch() == p.GetEpoch() && cb.GetSeq() == p.GetSeq() {
 				return &Result{Meta: s.metaView(), Duplicate: true, ProducerEpoch: p.GetEpoch(), ProducerSeq: p.GetSeq()}
 			}
-		} else if len(body) == 0 && c.GetClose() {
+		} else if size == 0 && c.GetClose() {
 			return &Result{Meta: s.metaView()} // closing a closed stream is idempotent
 		}
 		return &Result{Err: closedErr(s)}
 	}
-	if len(body) > 0 && !SameContentType(st.GetContentType(), c.GetContentType()) {
+	if size > 0 && !SameContentType(st.GetContentType(), c.GetContentType()) {
 		return &Result{Err: errcode.New(errcode.ContentTypeMismatch, "content type %q does not match the stream's %q", c.GetContentType(), st.GetContentType())}
 	}
 	var ps *storagev1.ProducerState
@@ -271,7 +301,7 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 		}
 		st.LastStreamSeq = seq
 	}
-	s.appendStored(body, c.GetRecords(), &m.hotSize)
+	s.appendStored(now, body, ext, c.GetRecords(), &m.hotSize)
 	if ps != nil {
 		s.putProducer(ps)
 	}
@@ -318,17 +348,31 @@ func (s *stream) putProducer(ps *storagev1.ProducerState) {
 	s.producers[ps.GetId()] = ps
 }
 
-// appendStored adds stored-form bytes and their record ends (relative to
-// body) to the stream. A body with no records counts as one record.
-func (s *stream) appendStored(body []byte, rel []uint64, hotSize *atomic.Int64) {
-	if len(body) == 0 {
+// appendStored adds stored-form bytes (or an external payload holding
+// them) and their record ends (relative to body) to the stream. A body
+// with no records counts as one record.
+func (s *stream) appendStored(now int64, body []byte, ext *storagev1.ColdRef, rel []uint64, hotSize *atomic.Int64) {
+	n := uint64(len(body))
+	if ext != nil {
+		n = ext.GetSize()
+	}
+	if n == 0 {
 		return
 	}
 	start := s.buf.End()
-	s.buf.Append(body)
-	hotSize.Add(int64(len(body)))
+	if s.buf.Len() == 0 {
+		s.meta.HotSinceMs = now
+	}
+	if ext != nil {
+		ref := proto.CloneOf(ext)
+		ref.Start, ref.End, ref.Kind = start, start+n, storagev1.ColdKind_COLD_KIND_EXTERNAL
+		s.buf.AppendHole(n, ref)
+	} else {
+		s.buf.Append(body)
+		hotSize.Add(int64(n))
+	}
 	if len(rel) == 0 {
-		s.records = append(s.records, start+uint64(len(body)))
+		s.records = append(s.records, start+n)
 		return
 	}
 	for _, r := range rel {
@@ -338,7 +382,7 @@ func (s *stream) appendStored(body []byte, rel []uint64, hotSize *atomic.Int64) 
 
 // applyRemove deletes (or, for expiry, expires) a stream. With forks still
 // referencing it, the stream is only soft-deleted.
-func (m *Machine) applyRemove(key Key, inc uint64, expiry bool) *Result {
+func (m *Machine) applyRemove(now int64, key Key, inc uint64, expiry bool) *Result {
 	s := m.streams[key]
 	if s == nil || (inc != 0 && s.meta.GetIncarnation() != inc) {
 		if expiry {
@@ -352,19 +396,25 @@ func (m *Machine) applyRemove(key Key, inc uint64, expiry bool) *Result {
 		}
 		return &Result{Err: errcode.New(errcode.StreamGone, "stream %s is already deleted", key.Stream)}
 	}
-	return &Result{Release: m.remove(key, s, expiry)}
+	return &Result{Release: m.remove(now, key, s)}
 }
 
 // remove drops a stream, or soft-deletes it when forks reference it, and
 // returns the fork origin to release (if it was removed and is a fork).
-func (m *Machine) remove(key Key, s *stream, _ bool) []*storagev1.ForkOrigin {
+func (m *Machine) remove(now int64, key Key, s *stream) []*storagev1.ForkOrigin {
 	defer s.signal.Notify()
 	if s.meta.GetForkRefs() > 0 {
 		s.meta.SoftDeleted = true
 		return nil
 	}
+	return m.drop(now, key, s)
+}
+
+// drop removes a stream for good and queues its cold objects for GC.
+func (m *Machine) drop(now int64, key Key, s *stream) []*storagev1.ForkOrigin {
 	delete(m.streams, key)
-	m.hotSize.Add(-int64(s.buf.Len()))
+	m.hotSize.Add(-int64(s.buf.Bytes()))
+	m.enqueueGC(key.Bucket, storagev1.GCKind_GC_KIND_PREFIX, ColdPrefix(key.Bucket, key.Stream, s.meta.GetIncarnation()), now)
 	if f := s.meta.GetFork(); f != nil {
 		return []*storagev1.ForkOrigin{f}
 	}
@@ -387,7 +437,7 @@ func (m *Machine) applyAddForkRef(c *storagev1.AddForkRef) *Result {
 	return &Result{Meta: s.metaView()}
 }
 
-func (m *Machine) applyReleaseForkRef(c *storagev1.ReleaseForkRef) *Result {
+func (m *Machine) applyReleaseForkRef(now int64, c *storagev1.ReleaseForkRef) *Result {
 	key := Key{c.GetBucket(), c.GetStream()}
 	s := m.streams[key]
 	if s == nil || s.meta.GetIncarnation() != c.GetIncarnation() || s.meta.GetForkRefs() == 0 {
@@ -395,7 +445,7 @@ func (m *Machine) applyReleaseForkRef(c *storagev1.ReleaseForkRef) *Result {
 	}
 	s.meta.ForkRefs--
 	if s.meta.GetForkRefs() == 0 && s.meta.GetSoftDeleted() {
-		return &Result{Release: m.remove(key, s, false)}
+		return &Result{Release: m.remove(now, key, s)}
 	}
 	return &Result{}
 }
@@ -417,7 +467,13 @@ type Meta struct {
 	ReplTouchedMs int64
 	Closed        bool
 	SoftDeleted   bool
-	Base          uint64
+	// Base is where the stream's own bytes start (a fork's divergence
+	// point); below it reads go to the fork's source.
+	Base uint64
+	// ColdEnd: own bytes [Base, ColdEnd) are in the cold index.
+	ColdEnd uint64
+	// Retained: reads below it answer 410.
+	Retained      uint64
 	Tail          uint64
 	Fork          *storagev1.ForkOrigin
 	ForkRefs      uint64
@@ -446,7 +502,9 @@ func (s *stream) metaView() Meta {
 		ReplTouchedMs: st.GetTouchedMs(),
 		Closed:        st.GetClosed(),
 		SoftDeleted:   st.GetSoftDeleted(),
-		Base:          s.buf.Base(),
+		Base:          st.GetBase(),
+		ColdEnd:       st.GetColdEnd(),
+		Retained:      st.GetRetained(),
 		Tail:          s.buf.End(),
 		Fork:          st.GetFork(),
 		ForkRefs:      st.GetForkRefs(),
@@ -510,42 +568,53 @@ func (m *Machine) Changed(key Key, inc uint64) (<-chan struct{}, Meta, bool) {
 // limit bytes but not past to, cut on a unit boundary where one exists
 // (JSON: a message; text: a rune; any stream: an append). It returns the
 // bytes and the position they end at. ok is false when the stream (of that
-// incarnation) is gone.
+// incarnation) is gone. When from lies in the cold range or in an external
+// payload, it returns no bytes but the cold reference covering from (a
+// chunk, an external payload or an index page to descend), and the caller
+// reads it from the object store; a read of hot bytes stops before the
+// next external payload.
 //
 // With an empty dst the bytes are usually not copied: the result is then a
 // slice of the stored bytes, which are immutable, and must not be
 // modified. A read that would cross the end of a storage chunk stops there
 // when that still returns at least half of what it would (the chunk end is
 // an append boundary); otherwise it is copied.
-func (m *Machine) ReadOwn(key Key, inc uint64, from, to, limit uint64, dst []byte) ([]byte, uint64, bool) {
+func (m *Machine) ReadOwn(key Key, inc uint64, from, to, limit uint64, dst []byte) ([]byte, uint64, *storagev1.ColdRef, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	s := m.streams[key]
 	if s == nil || s.meta.GetIncarnation() != inc {
-		return dst, from, false
+		return dst, from, nil, false
 	}
 	to = min(to, s.buf.End())
-	from = max(from, s.buf.Base())
 	if from >= to {
-		return dst, from, true
+		return dst, from, nil, true
 	}
+	if from < s.buf.Base() {
+		return dst, from, s.coldRef(from), true
+	}
+	if _, _, tag, ok := s.buf.Hole(from); ok {
+		return dst, from, tag.(*storagev1.ColdRef), true
+	}
+	to = s.buf.NextHole(from, to)
 	end := to
 	if limit > 0 && to-from > limit {
-		end = s.cutPoint(from, from+limit)
+		end = s.cutPoint(from, from+limit, to)
 	}
 	if len(dst) == 0 {
 		if ce := s.buf.ChunkEnd(from); end > ce && ce-from >= (end-from)/2 {
 			end = ce
 		}
 		if p, ok := s.buf.Slice(from, end); ok {
-			return p, end, true
+			return p, end, nil, true
 		}
 	}
-	return s.buf.ReadAt(dst, from, end), end, true
+	return s.buf.ReadAt(dst, from, end), end, nil, true
 }
 
-// cutPoint picks where a read limited to [from, want) ends.
-func (s *stream) cutPoint(from, want uint64) uint64 {
+// cutPoint picks where a read limited to [from, want) ends, given that
+// the bytes it may look at end at stop.
+func (s *stream) cutPoint(from, want, stop uint64) uint64 {
 	// The last append boundary within the limit.
 	i := sort.Search(len(s.records), func(i int) bool { return s.records[i] > want })
 	if i > 0 && s.records[i-1] > from {
@@ -558,22 +627,31 @@ func (s *stream) cutPoint(from, want uint64) uint64 {
 				return p
 			}
 		}
-		for p := want; p < s.buf.End(); p++ {
+		for p := want; p < stop; p++ {
 			if s.buf.ByteAt(p) == '\n' {
 				return p + 1
 			}
 		}
-		return s.buf.End()
+		return stop
 	}
-	if isText(s.meta.GetContentType()) {
+	if isText(s.meta.GetContentType()) && want < stop {
 		for p := want; p > from && want-p < utf8.UTFMax; p-- {
 			if utf8.RuneStart(s.buf.ByteAt(p)) {
 				return p
 			}
 		}
+		// A limit inside the first rune: return that rune whole.
+		p := from + 1
+		for p < stop && p-from < utf8.UTFMax && !utf8.RuneStart(s.buf.ByteAt(p)) {
+			p++
+		}
+		return p
 	}
 	return want
 }
+
+// IsText reports a text/* content type (reads never split a rune).
+func IsText(ct string) bool { return isText(ct) }
 
 func isText(ct string) bool {
 	mt := MediaType(ct)
@@ -592,11 +670,14 @@ func (m *Machine) UnitEnd(key Key, inc uint64, pos, n, clip uint64) (uint64, boo
 	if s == nil || s.meta.GetIncarnation() != inc || pos < s.buf.Base() || pos >= s.buf.End() {
 		return 0, false
 	}
+	if _, _, _, hole := s.buf.Hole(pos); hole {
+		return 0, false
+	}
 	i := sort.Search(len(s.records), func(i int) bool { return s.records[i] > pos })
 	if i == len(s.records) {
 		return 0, false
 	}
-	end := min(s.records[i], clip)
+	end := min(s.records[i], clip, s.buf.NextHole(pos, s.buf.End()))
 	if !s.meta.GetJson() {
 		if pos+n > end {
 			return 0, false

@@ -145,7 +145,7 @@ func TestForkLifecycle(t *testing.T) {
 	if m, _ := a.m.Lookup(Key{"b", "src"}); !m.SoftDeleted {
 		t.Fatal("source with a fork must be soft-deleted")
 	}
-	if got, _, _ := a.m.ReadOwn(Key{"b", "src"}, inc, 0, 4, 0, nil); string(got) != "abcd" {
+	if got, _, _, _ := a.m.ReadOwn(Key{"b", "src"}, inc, 0, 4, 0, nil); string(got) != "abcd" {
 		t.Fatalf("soft-deleted source data = %q", got)
 	}
 	r := a.apply(4, &storagev1.DeleteStream{Bucket: "b", Stream: "fork", Incarnation: fork.Meta.Incarnation})

@@ -14,11 +14,19 @@ import (
 func (m *Machine) Snapshot() ([]byte, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	snap := &storagev1.Snapshot{Format: snapshotFormat, AppliedIndex: m.applied}
+	snap := &storagev1.Snapshot{Format: snapshotFormat, AppliedIndex: m.applied, GcNextSeq: m.gcNextSeq}
 	for b := range m.buckets {
 		snap.Buckets = append(snap.Buckets, b)
 	}
 	sort.Strings(snap.Buckets)
+	for b := range m.fenced {
+		snap.FencedBuckets = append(snap.FencedBuckets, b)
+	}
+	sort.Strings(snap.FencedBuckets)
+	snap.GcQueue = m.gc
+	if len(m.gcReclaimed) > 0 {
+		snap.GcReclaimed = m.gcReclaimed
+	}
 	keys := make([]Key, 0, len(m.streams))
 	for k := range m.streams {
 		keys = append(keys, k)
@@ -33,11 +41,10 @@ func (m *Machine) Snapshot() ([]byte, error) {
 		s := m.streams[k]
 		st := proto.CloneOf(s.meta)
 		// Marshal only reads Data, so stored bytes need no copy.
-		if p, ok := s.buf.Slice(s.buf.Base(), s.buf.End()); ok {
-			st.Data = p
-		} else {
-			st.Data = s.buf.ReadAt(make([]byte, 0, s.buf.Len()), s.buf.Base(), s.buf.End())
-		}
+		st.Data = hotBytes(s)
+		s.buf.Holes(func(_, _ uint64, tag any) {
+			st.HotExternal = append(st.HotExternal, &storagev1.HotExternal{Ref: tag.(*storagev1.ColdRef)})
+		})
 		st.Records = append([]uint64(nil), s.records...)
 		ids := make([]string, 0, len(s.producers))
 		for id := range s.producers {
@@ -59,7 +66,7 @@ func (m *Machine) Restore(data []byte) error {
 	if err := proto.Unmarshal(data, &snap); err != nil {
 		return fmt.Errorf("stream: decode snapshot of group %d: %w", m.group, err)
 	}
-	if f := snap.GetFormat(); f != snapshotFormat {
+	if f := snap.GetFormat(); f != snapshotFormat && f != 1 {
 		return fmt.Errorf("stream: snapshot of group %d has format %d, want %d", m.group, f, snapshotFormat)
 	}
 	buckets := make(map[string]struct{}, len(snap.GetBuckets()))
@@ -69,16 +76,28 @@ func (m *Machine) Restore(data []byte) error {
 	streams := make(map[Key]*stream, len(snap.GetStreams()))
 	var hotBytes int64
 	for _, st := range snap.GetStreams() {
-		s := &stream{buf: hot.NewBuffer(st.GetBase()), producers: make(map[string]*storagev1.ProducerState, len(st.GetProducers()))}
-		s.buf.Append(st.GetData())
+		// Format 1 had no cold tier: every byte from base was hot.
+		st.ColdEnd = max(st.GetColdEnd(), st.GetBase())
+		s := &stream{buf: hot.NewBuffer(st.GetColdEnd()), producers: make(map[string]*storagev1.ProducerState, len(st.GetProducers()))}
+		if err := fillHot(s.buf, st.GetData(), st.GetHotExternal()); err != nil {
+			return fmt.Errorf("stream: snapshot of group %d, stream %q: %w", m.group, st.GetStream(), err)
+		}
 		hotBytes += int64(len(st.GetData()))
 		s.records = st.GetRecords()
 		for _, p := range st.GetProducers() {
 			s.producers[p.GetId()] = p
 		}
-		st.Data, st.Records, st.Producers = nil, nil, nil
+		st.Data, st.Records, st.Producers, st.HotExternal = nil, nil, nil, nil
 		s.meta = st
 		streams[Key{st.GetBucket(), st.GetStream()}] = s
+	}
+	fenced := make(map[string]struct{}, len(snap.GetFencedBuckets()))
+	for _, b := range snap.GetFencedBuckets() {
+		fenced[b] = struct{}{}
+	}
+	reclaimed := snap.GetGcReclaimed()
+	if reclaimed == nil {
+		reclaimed = map[string]uint64{}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -86,9 +105,55 @@ func (m *Machine) Restore(data []byte) error {
 	m.applied = snap.GetAppliedIndex()
 	m.buckets = buckets
 	m.streams = streams
+	m.fenced = fenced
+	m.gc = snap.GetGcQueue()
+	m.gcNextSeq = max(snap.GetGcNextSeq(), 1)
+	m.gcReclaimed = reclaimed
 	m.hotSize.Store(hotBytes)
 	for _, s := range old {
 		s.signal.Notify() // wake readers of the replaced state
 	}
+	return nil
+}
+
+// hotBytes returns the bytes of a stream's hot window, holes left out.
+func hotBytes(s *stream) []byte {
+	b := s.buf
+	if b.Bytes() == 0 {
+		return nil
+	}
+	if p, ok := b.Slice(b.Base(), b.End()); ok {
+		return p
+	}
+	out := make([]byte, 0, b.Bytes())
+	pos := b.Base()
+	for pos < b.End() {
+		if _, he, _, hole := b.Hole(pos); hole {
+			pos = he
+			continue
+		}
+		stop := b.NextHole(pos, b.End())
+		out = b.ReadAt(out, pos, stop)
+		pos = stop
+	}
+	return out
+}
+
+// fillHot rebuilds a hot window from its bytes and its external payloads.
+func fillHot(b *hot.Buffer, data []byte, exts []*storagev1.HotExternal) error {
+	for _, x := range exts {
+		r := x.GetRef()
+		if r.GetStart() < b.End() || r.GetEnd() <= r.GetStart() {
+			return fmt.Errorf("external payload [%d, %d) out of order", r.GetStart(), r.GetEnd())
+		}
+		n := r.GetStart() - b.End()
+		if n > uint64(len(data)) {
+			return fmt.Errorf("external payload at %d lies past the hot bytes", r.GetStart())
+		}
+		b.Append(data[:n])
+		data = data[n:]
+		b.AppendHole(r.GetEnd()-r.GetStart(), r)
+	}
+	b.Append(data)
 	return nil
 }

@@ -31,6 +31,8 @@ const (
 	OutcomeUnknown      Code = "OUTCOME_UNKNOWN"
 	Unavailable         Code = "UNAVAILABLE"
 	Overloaded          Code = "OVERLOADED"
+	ColdStoreFailed     Code = "COLD_STORE_FAILED" // the object store failed a read of cold bytes
+	OffsetTrimmed       Code = "OFFSET_TRIMMED"    // below the stream's retention
 	Internal            Code = "INTERNAL"
 )
 

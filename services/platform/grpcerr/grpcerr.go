@@ -36,6 +36,8 @@ var grpcCodes = map[errcode.Code]codes.Code{
 	errcode.OutcomeUnknown:      codes.Unavailable,
 	errcode.Unavailable:         codes.Unavailable,
 	errcode.Overloaded:          codes.Unavailable,
+	errcode.ColdStoreFailed:     codes.Unavailable,
+	errcode.OffsetTrimmed:       codes.OutOfRange,
 	errcode.Internal:            codes.Internal,
 }
 

@@ -21,6 +21,109 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ColdKind says what a cold object holds.
+type ColdKind int32
+
+const (
+	// COLD_KIND_CHUNK: stream bytes followed by a trailer of record ends.
+	ColdKind_COLD_KIND_CHUNK ColdKind = 0
+	// COLD_KIND_EXTERNAL: the body of one large append, nothing else.
+	ColdKind_COLD_KIND_EXTERNAL ColdKind = 1
+	// COLD_KIND_PAGE: an encoded ColdPage of a sealed cold-index page.
+	ColdKind_COLD_KIND_PAGE ColdKind = 2
+)
+
+// Enum value maps for ColdKind.
+var (
+	ColdKind_name = map[int32]string{
+		0: "COLD_KIND_CHUNK",
+		1: "COLD_KIND_EXTERNAL",
+		2: "COLD_KIND_PAGE",
+	}
+	ColdKind_value = map[string]int32{
+		"COLD_KIND_CHUNK":    0,
+		"COLD_KIND_EXTERNAL": 1,
+		"COLD_KIND_PAGE":     2,
+	}
+)
+
+func (x ColdKind) Enum() *ColdKind {
+	p := new(ColdKind)
+	*p = x
+	return p
+}
+
+func (x ColdKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ColdKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_ursula_storage_v1_storage_proto_enumTypes[0].Descriptor()
+}
+
+func (ColdKind) Type() protoreflect.EnumType {
+	return &file_ursula_storage_v1_storage_proto_enumTypes[0]
+}
+
+func (x ColdKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ColdKind.Descriptor instead.
+func (ColdKind) EnumDescriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{0}
+}
+
+// GCKind says how the GC worker reclaims an entry.
+type GCKind int32
+
+const (
+	GCKind_GC_KIND_OBJECT GCKind = 0 // delete key
+	GCKind_GC_KIND_PREFIX GCKind = 1 // delete every object under key (a stream incarnation)
+	GCKind_GC_KIND_PAGE   GCKind = 2 // delete a sealed index page, everything it indexes (recursively), then the page
+)
+
+// Enum value maps for GCKind.
+var (
+	GCKind_name = map[int32]string{
+		0: "GC_KIND_OBJECT",
+		1: "GC_KIND_PREFIX",
+		2: "GC_KIND_PAGE",
+	}
+	GCKind_value = map[string]int32{
+		"GC_KIND_OBJECT": 0,
+		"GC_KIND_PREFIX": 1,
+		"GC_KIND_PAGE":   2,
+	}
+)
+
+func (x GCKind) Enum() *GCKind {
+	p := new(GCKind)
+	*p = x
+	return p
+}
+
+func (x GCKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (GCKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_ursula_storage_v1_storage_proto_enumTypes[1].Descriptor()
+}
+
+func (GCKind) Type() protoreflect.EnumType {
+	return &file_ursula_storage_v1_storage_proto_enumTypes[1]
+}
+
+func (x GCKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use GCKind.Descriptor instead.
+func (GCKind) EnumDescriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{1}
+}
+
 // Command is one entry of a group's replicated log, as applied by the stream
 // state machine. It is a durable format: fields are only ever added.
 type Command struct {
@@ -39,6 +142,12 @@ type Command struct {
 	//	*Command_Expire
 	//	*Command_Touch
 	//	*Command_Barrier
+	//	*Command_ColdFlush
+	//	*Command_SetRetention
+	//	*Command_ColdRetire
+	//	*Command_ColdSwap
+	//	*Command_GcAck
+	//	*Command_PurgeBucket
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -169,6 +278,60 @@ func (x *Command) GetBarrier() *Barrier {
 	return nil
 }
 
+func (x *Command) GetColdFlush() *ColdFlush {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ColdFlush); ok {
+			return x.ColdFlush
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetRetention() *SetRetention {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetRetention); ok {
+			return x.SetRetention
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetColdRetire() *ColdRetire {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ColdRetire); ok {
+			return x.ColdRetire
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetColdSwap() *ColdSwap {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ColdSwap); ok {
+			return x.ColdSwap
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetGcAck() *GCAck {
+	if x != nil {
+		if x, ok := x.Op.(*Command_GcAck); ok {
+			return x.GcAck
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetPurgeBucket() *PurgeBucket {
+	if x != nil {
+		if x, ok := x.Op.(*Command_PurgeBucket); ok {
+			return x.PurgeBucket
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -209,6 +372,30 @@ type Command_Barrier struct {
 	Barrier *Barrier `protobuf:"bytes,18,opt,name=barrier,proto3,oneof"`
 }
 
+type Command_ColdFlush struct {
+	ColdFlush *ColdFlush `protobuf:"bytes,19,opt,name=cold_flush,json=coldFlush,proto3,oneof"`
+}
+
+type Command_SetRetention struct {
+	SetRetention *SetRetention `protobuf:"bytes,20,opt,name=set_retention,json=setRetention,proto3,oneof"`
+}
+
+type Command_ColdRetire struct {
+	ColdRetire *ColdRetire `protobuf:"bytes,21,opt,name=cold_retire,json=coldRetire,proto3,oneof"`
+}
+
+type Command_ColdSwap struct {
+	ColdSwap *ColdSwap `protobuf:"bytes,22,opt,name=cold_swap,json=coldSwap,proto3,oneof"`
+}
+
+type Command_GcAck struct {
+	GcAck *GCAck `protobuf:"bytes,23,opt,name=gc_ack,json=gcAck,proto3,oneof"`
+}
+
+type Command_PurgeBucket struct {
+	PurgeBucket *PurgeBucket `protobuf:"bytes,24,opt,name=purge_bucket,json=purgeBucket,proto3,oneof"`
+}
+
 func (*Command_CreateBucket) isCommand_Op() {}
 
 func (*Command_CreateStream) isCommand_Op() {}
@@ -226,6 +413,18 @@ func (*Command_Expire) isCommand_Op() {}
 func (*Command_Touch) isCommand_Op() {}
 
 func (*Command_Barrier) isCommand_Op() {}
+
+func (*Command_ColdFlush) isCommand_Op() {}
+
+func (*Command_SetRetention) isCommand_Op() {}
+
+func (*Command_ColdRetire) isCommand_Op() {}
+
+func (*Command_ColdSwap) isCommand_Op() {}
+
+func (*Command_GcAck) isCommand_Op() {}
+
+func (*Command_PurgeBucket) isCommand_Op() {}
 
 // Barrier changes nothing; once it applies, everything before it has
 // applied (a new leader uses it before it reports ready).
@@ -613,7 +812,11 @@ type Append struct {
 	StreamSeq string       `protobuf:"bytes,7,opt,name=stream_seq,json=streamSeq,proto3" json:"stream_seq,omitempty"`
 	Producer  *ProducerRef `protobuf:"bytes,8,opt,name=producer,proto3" json:"producer,omitempty"`
 	// incarnation, when not zero, must match the stream's.
-	Incarnation   uint64 `protobuf:"varint,9,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Incarnation uint64 `protobuf:"varint,9,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// external, when set, stands for the body: the leader stored the body as
+	// one object before proposing (key and size set), and apply places it at
+	// the tail.
+	External      *ColdRef `protobuf:"bytes,10,opt,name=external,proto3" json:"external,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -709,6 +912,13 @@ func (x *Append) GetIncarnation() uint64 {
 		return x.Incarnation
 	}
 	return 0
+}
+
+func (x *Append) GetExternal() *ColdRef {
+	if x != nil {
+		return x.External
+	}
+	return nil
 }
 
 type DeleteStream struct {
@@ -1035,11 +1245,17 @@ func (x *Touch) GetTouchedMs() int64 {
 // Snapshot is the deterministic encoding of one group's state machine:
 // buckets and streams sorted by name, producers sorted by id.
 type Snapshot struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Format        uint32                 `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
-	AppliedIndex  uint64                 `protobuf:"varint,2,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	Buckets       []string               `protobuf:"bytes,3,rep,name=buckets,proto3" json:"buckets,omitempty"`
-	Streams       []*StreamState         `protobuf:"bytes,4,rep,name=streams,proto3" json:"streams,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Format       uint32                 `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
+	AppliedIndex uint64                 `protobuf:"varint,2,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	Buckets      []string               `protobuf:"bytes,3,rep,name=buckets,proto3" json:"buckets,omitempty"`
+	Streams      []*StreamState         `protobuf:"bytes,4,rep,name=streams,proto3" json:"streams,omitempty"`
+	// fenced_buckets were purged: nothing can create them or write to them.
+	FencedBuckets []string   `protobuf:"bytes,5,rep,name=fenced_buckets,json=fencedBuckets,proto3" json:"fenced_buckets,omitempty"`
+	GcQueue       []*GCEntry `protobuf:"bytes,6,rep,name=gc_queue,json=gcQueue,proto3" json:"gc_queue,omitempty"`
+	GcNextSeq     uint64     `protobuf:"varint,7,opt,name=gc_next_seq,json=gcNextSeq,proto3" json:"gc_next_seq,omitempty"`
+	// gc_reclaimed counts, per bucket, GC entries acknowledged as done.
+	GcReclaimed   map[string]uint64 `protobuf:"bytes,8,rep,name=gc_reclaimed,json=gcReclaimed,proto3" json:"gc_reclaimed,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1102,6 +1318,830 @@ func (x *Snapshot) GetStreams() []*StreamState {
 	return nil
 }
 
+func (x *Snapshot) GetFencedBuckets() []string {
+	if x != nil {
+		return x.FencedBuckets
+	}
+	return nil
+}
+
+func (x *Snapshot) GetGcQueue() []*GCEntry {
+	if x != nil {
+		return x.GcQueue
+	}
+	return nil
+}
+
+func (x *Snapshot) GetGcNextSeq() uint64 {
+	if x != nil {
+		return x.GcNextSeq
+	}
+	return 0
+}
+
+func (x *Snapshot) GetGcReclaimed() map[string]uint64 {
+	if x != nil {
+		return x.GcReclaimed
+	}
+	return nil
+}
+
+// ColdRef locates stream bytes [start, end) in one object (for a page: the
+// range its entries cover).
+type ColdRef struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Start uint64                 `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	End   uint64                 `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	// key is the object key relative to the cold root.
+	Key  string   `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Kind ColdKind `protobuf:"varint,4,opt,name=kind,proto3,enum=ursula.storage.v1.ColdKind" json:"kind,omitempty"`
+	// size is the object's length in bytes.
+	Size uint64 `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
+	// records is the number of record ends in a chunk's trailer; for a page,
+	// the number of its entries.
+	Records uint32 `protobuf:"varint,6,opt,name=records,proto3" json:"records,omitempty"`
+	// level is 0 for chunks and external payloads, k >= 1 for a page whose
+	// entries are of level k-1.
+	Level         uint32 `protobuf:"varint,7,opt,name=level,proto3" json:"level,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ColdRef) Reset() {
+	*x = ColdRef{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ColdRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ColdRef) ProtoMessage() {}
+
+func (x *ColdRef) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ColdRef.ProtoReflect.Descriptor instead.
+func (*ColdRef) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ColdRef) GetStart() uint64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *ColdRef) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *ColdRef) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ColdRef) GetKind() ColdKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ColdKind_COLD_KIND_CHUNK
+}
+
+func (x *ColdRef) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ColdRef) GetRecords() uint32 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *ColdRef) GetLevel() uint32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+// ColdPage is the body of a page object: a sealed run of index entries.
+type ColdPage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*ColdRef             `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ColdPage) Reset() {
+	*x = ColdPage{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ColdPage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ColdPage) ProtoMessage() {}
+
+func (x *ColdPage) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ColdPage.ProtoReflect.Descriptor instead.
+func (*ColdPage) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ColdPage) GetEntries() []*ColdRef {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// ColdLevel is the unsealed tail of one level of a stream's cold index.
+type ColdLevel struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*ColdRef             `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ColdLevel) Reset() {
+	*x = ColdLevel{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ColdLevel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ColdLevel) ProtoMessage() {}
+
+func (x *ColdLevel) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ColdLevel.ProtoReflect.Descriptor instead.
+func (*ColdLevel) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ColdLevel) GetEntries() []*ColdRef {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// HotExternal is an external payload committed into the hot window and not
+// yet indexed by a flush.
+type HotExternal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ref           *ColdRef               `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HotExternal) Reset() {
+	*x = HotExternal{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HotExternal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HotExternal) ProtoMessage() {}
+
+func (x *HotExternal) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HotExternal.ProtoReflect.Descriptor instead.
+func (*HotExternal) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *HotExternal) GetRef() *ColdRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+// ColdSeal seals the first count entries of a cold-index level into a page
+// object the leader uploaded; digest is the CRC-32C of the page body, which
+// apply recomputes from its own state.
+type ColdSeal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Level         uint32                 `protobuf:"varint,1,opt,name=level,proto3" json:"level,omitempty"`
+	Count         uint32                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	Key           string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	Digest        uint32                 `protobuf:"varint,5,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ColdSeal) Reset() {
+	*x = ColdSeal{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ColdSeal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ColdSeal) ProtoMessage() {}
+
+func (x *ColdSeal) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ColdSeal.ProtoReflect.Descriptor instead.
+func (*ColdSeal) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ColdSeal) GetLevel() uint32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *ColdSeal) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ColdSeal) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ColdSeal) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ColdSeal) GetDigest() uint32 {
+	if x != nil {
+		return x.Digest
+	}
+	return 0
+}
+
+// ColdFlush moves a stream's committed hot bytes [start, end) into the cold
+// index (chunks packed and uploaded by the leader, or external payloads
+// already in the hot window), then seals full index levels.
+type ColdFlush struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Bucket      string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Stream      string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Incarnation uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Chunks      []*ColdRef             `protobuf:"bytes,4,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	Seals       []*ColdSeal            `protobuf:"bytes,5,rep,name=seals,proto3" json:"seals,omitempty"`
+	// grace_ms delays GC of entries the flush retires (below retention).
+	GraceMs       int64 `protobuf:"varint,6,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ColdFlush) Reset() {
+	*x = ColdFlush{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ColdFlush) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ColdFlush) ProtoMessage() {}
+
+func (x *ColdFlush) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ColdFlush.ProtoReflect.Descriptor instead.
+func (*ColdFlush) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ColdFlush) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *ColdFlush) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *ColdFlush) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *ColdFlush) GetChunks() []*ColdRef {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+func (x *ColdFlush) GetSeals() []*ColdSeal {
+	if x != nil {
+		return x.Seals
+	}
+	return nil
+}
+
+func (x *ColdFlush) GetGraceMs() int64 {
+	if x != nil {
+		return x.GraceMs
+	}
+	return 0
+}
+
+// SetRetention makes bytes below position unreadable (410) and their cold
+// objects garbage once the grace has passed.
+type SetRetention struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Incarnation   uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Position      uint64                 `protobuf:"varint,4,opt,name=position,proto3" json:"position,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRetention) Reset() {
+	*x = SetRetention{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRetention) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRetention) ProtoMessage() {}
+
+func (x *SetRetention) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRetention.ProtoReflect.Descriptor instead.
+func (*SetRetention) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SetRetention) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *SetRetention) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *SetRetention) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *SetRetention) GetPosition() uint64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+// ColdRetire drops the cold-index entries that lie wholly below the
+// stream's retention and queues their objects for GC.
+type ColdRetire struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Incarnation   uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	GraceMs       int64                  `protobuf:"varint,4,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ColdRetire) Reset() {
+	*x = ColdRetire{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ColdRetire) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ColdRetire) ProtoMessage() {}
+
+func (x *ColdRetire) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ColdRetire.ProtoReflect.Descriptor instead.
+func (*ColdRetire) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ColdRetire) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *ColdRetire) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *ColdRetire) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *ColdRetire) GetGraceMs() int64 {
+	if x != nil {
+		return x.GraceMs
+	}
+	return 0
+}
+
+// ColdSwap replaces a run of adjacent level-0 entries by one compacted
+// chunk; the replaced objects are queued for GC after grace_ms.
+type ColdSwap struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Incarnation   uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Replaced      []*ColdRef             `protobuf:"bytes,4,rep,name=replaced,proto3" json:"replaced,omitempty"`
+	Chunk         *ColdRef               `protobuf:"bytes,5,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	GraceMs       int64                  `protobuf:"varint,6,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ColdSwap) Reset() {
+	*x = ColdSwap{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ColdSwap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ColdSwap) ProtoMessage() {}
+
+func (x *ColdSwap) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ColdSwap.ProtoReflect.Descriptor instead.
+func (*ColdSwap) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ColdSwap) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *ColdSwap) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *ColdSwap) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *ColdSwap) GetReplaced() []*ColdRef {
+	if x != nil {
+		return x.Replaced
+	}
+	return nil
+}
+
+func (x *ColdSwap) GetChunk() *ColdRef {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+func (x *ColdSwap) GetGraceMs() int64 {
+	if x != nil {
+		return x.GraceMs
+	}
+	return 0
+}
+
+// GCEntry is one item of a group's replicated cold-GC queue.
+type GCEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Bucket        string                 `protobuf:"bytes,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Kind          GCKind                 `protobuf:"varint,3,opt,name=kind,proto3,enum=ursula.storage.v1.GCKind" json:"kind,omitempty"`
+	Key           string                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	NotBeforeMs   int64                  `protobuf:"varint,5,opt,name=not_before_ms,json=notBeforeMs,proto3" json:"not_before_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GCEntry) Reset() {
+	*x = GCEntry{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GCEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GCEntry) ProtoMessage() {}
+
+func (x *GCEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GCEntry.ProtoReflect.Descriptor instead.
+func (*GCEntry) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GCEntry) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *GCEntry) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *GCEntry) GetKind() GCKind {
+	if x != nil {
+		return x.Kind
+	}
+	return GCKind_GC_KIND_OBJECT
+}
+
+func (x *GCEntry) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *GCEntry) GetNotBeforeMs() int64 {
+	if x != nil {
+		return x.NotBeforeMs
+	}
+	return 0
+}
+
+// GCAck removes queue entries the worker reclaimed.
+type GCAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seqs          []uint64               `protobuf:"varint,1,rep,packed,name=seqs,proto3" json:"seqs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GCAck) Reset() {
+	*x = GCAck{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GCAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GCAck) ProtoMessage() {}
+
+func (x *GCAck) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GCAck.ProtoReflect.Descriptor instead.
+func (*GCAck) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GCAck) GetSeqs() []uint64 {
+	if x != nil {
+		return x.Seqs
+	}
+	return nil
+}
+
+// PurgeBucket erases a bucket in this group and fences it for good.
+type PurgeBucket struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeBucket) Reset() {
+	*x = PurgeBucket{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeBucket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeBucket) ProtoMessage() {}
+
+func (x *PurgeBucket) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeBucket.ProtoReflect.Descriptor instead.
+func (*PurgeBucket) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *PurgeBucket) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
 type ProducerState struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1114,7 +2154,7 @@ type ProducerState struct {
 
 func (x *ProducerState) Reset() {
 	*x = ProducerState{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[13]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +2166,7 @@ func (x *ProducerState) String() string {
 func (*ProducerState) ProtoMessage() {}
 
 func (x *ProducerState) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[13]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +2179,7 @@ func (x *ProducerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
 func (*ProducerState) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{13}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ProducerState) GetId() string {
@@ -1195,14 +2235,24 @@ type StreamState struct {
 	Base uint64 `protobuf:"varint,19,opt,name=base,proto3" json:"base,omitempty"`
 	Data []byte `protobuf:"bytes,20,opt,name=data,proto3" json:"data,omitempty"`
 	// records are absolute end positions of the stream's own units.
-	Records       []uint64 `protobuf:"varint,21,rep,packed,name=records,proto3" json:"records,omitempty"`
+	Records []uint64 `protobuf:"varint,21,rep,packed,name=records,proto3" json:"records,omitempty"`
+	// cold_end: bytes [base, cold_end) are in the cold index, [cold_end,
+	// tail) in the hot window (data holds them, minus hot_external ranges).
+	ColdEnd uint64 `protobuf:"varint,22,opt,name=cold_end,json=coldEnd,proto3" json:"cold_end,omitempty"`
+	// cold_index holds the unsealed tail of each index level, level 0 first.
+	ColdIndex   []*ColdLevel   `protobuf:"bytes,23,rep,name=cold_index,json=coldIndex,proto3" json:"cold_index,omitempty"`
+	HotExternal []*HotExternal `protobuf:"bytes,24,rep,name=hot_external,json=hotExternal,proto3" json:"hot_external,omitempty"`
+	// retained: reads below it answer 410.
+	Retained uint64 `protobuf:"varint,25,opt,name=retained,proto3" json:"retained,omitempty"`
+	// hot_since_ms is when the oldest hot byte was committed.
+	HotSinceMs    int64 `protobuf:"varint,26,opt,name=hot_since_ms,json=hotSinceMs,proto3" json:"hot_since_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamState) Reset() {
 	*x = StreamState{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[14]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +2264,7 @@ func (x *StreamState) String() string {
 func (*StreamState) ProtoMessage() {}
 
 func (x *StreamState) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[14]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +2277,7 @@ func (x *StreamState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamState.ProtoReflect.Descriptor instead.
 func (*StreamState) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{14}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StreamState) GetBucket() string {
@@ -1377,6 +2427,41 @@ func (x *StreamState) GetRecords() []uint64 {
 	return nil
 }
 
+func (x *StreamState) GetColdEnd() uint64 {
+	if x != nil {
+		return x.ColdEnd
+	}
+	return 0
+}
+
+func (x *StreamState) GetColdIndex() []*ColdLevel {
+	if x != nil {
+		return x.ColdIndex
+	}
+	return nil
+}
+
+func (x *StreamState) GetHotExternal() []*HotExternal {
+	if x != nil {
+		return x.HotExternal
+	}
+	return nil
+}
+
+func (x *StreamState) GetRetained() uint64 {
+	if x != nil {
+		return x.Retained
+	}
+	return 0
+}
+
+func (x *StreamState) GetHotSinceMs() int64 {
+	if x != nil {
+		return x.HotSinceMs
+	}
+	return 0
+}
+
 // ApplyResult is the outcome of applying one command, as sent back to a
 // node that forwarded the command to the group's leader.
 type ApplyResult struct {
@@ -1393,14 +2478,19 @@ type ApplyResult struct {
 	Tail    uint64        `protobuf:"varint,9,opt,name=tail,proto3" json:"tail,omitempty"`
 	Release []*ForkOrigin `protobuf:"bytes,10,rep,name=release,proto3" json:"release,omitempty"`
 	// index is the log index the command applied at.
-	Index         uint64 `protobuf:"varint,11,opt,name=index,proto3" json:"index,omitempty"`
+	Index uint64 `protobuf:"varint,11,opt,name=index,proto3" json:"index,omitempty"`
+	// For PurgeBucket: streams removed by this command, GC entries of the
+	// bucket still queued in the group, and GC entries of it reclaimed so far.
+	Removed       uint64 `protobuf:"varint,12,opt,name=removed,proto3" json:"removed,omitempty"`
+	GcPending     uint64 `protobuf:"varint,13,opt,name=gc_pending,json=gcPending,proto3" json:"gc_pending,omitempty"`
+	GcReclaimed   uint64 `protobuf:"varint,14,opt,name=gc_reclaimed,json=gcReclaimed,proto3" json:"gc_reclaimed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApplyResult) Reset() {
 	*x = ApplyResult{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[15]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +2502,7 @@ func (x *ApplyResult) String() string {
 func (*ApplyResult) ProtoMessage() {}
 
 func (x *ApplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[15]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +2515,7 @@ func (x *ApplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResult.ProtoReflect.Descriptor instead.
 func (*ApplyResult) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{15}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ApplyResult) GetErrorCode() string {
@@ -1505,11 +2595,32 @@ func (x *ApplyResult) GetIndex() uint64 {
 	return 0
 }
 
+func (x *ApplyResult) GetRemoved() uint64 {
+	if x != nil {
+		return x.Removed
+	}
+	return 0
+}
+
+func (x *ApplyResult) GetGcPending() uint64 {
+	if x != nil {
+		return x.GcPending
+	}
+	return 0
+}
+
+func (x *ApplyResult) GetGcReclaimed() uint64 {
+	if x != nil {
+		return x.GcReclaimed
+	}
+	return 0
+}
+
 var File_ursula_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"\x1fursula/storage/v1/storage.proto\x12\x11ursula.storage.v1\"\xe4\x04\n" +
+	"\x1fursula/storage/v1/storage.proto\x12\x11ursula.storage.v1\"\xe1\a\n" +
 	"\aCommand\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12F\n" +
 	"\rcreate_bucket\x18\n" +
@@ -1522,7 +2633,15 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x10release_fork_ref\x18\x0f \x01(\v2!.ursula.storage.v1.ReleaseForkRefH\x00R\x0ereleaseForkRef\x123\n" +
 	"\x06expire\x18\x10 \x01(\v2\x19.ursula.storage.v1.ExpireH\x00R\x06expire\x120\n" +
 	"\x05touch\x18\x11 \x01(\v2\x18.ursula.storage.v1.TouchH\x00R\x05touch\x126\n" +
-	"\abarrier\x18\x12 \x01(\v2\x1a.ursula.storage.v1.BarrierH\x00R\abarrierB\x04\n" +
+	"\abarrier\x18\x12 \x01(\v2\x1a.ursula.storage.v1.BarrierH\x00R\abarrier\x12=\n" +
+	"\n" +
+	"cold_flush\x18\x13 \x01(\v2\x1c.ursula.storage.v1.ColdFlushH\x00R\tcoldFlush\x12F\n" +
+	"\rset_retention\x18\x14 \x01(\v2\x1f.ursula.storage.v1.SetRetentionH\x00R\fsetRetention\x12@\n" +
+	"\vcold_retire\x18\x15 \x01(\v2\x1d.ursula.storage.v1.ColdRetireH\x00R\n" +
+	"coldRetire\x12:\n" +
+	"\tcold_swap\x18\x16 \x01(\v2\x1b.ursula.storage.v1.ColdSwapH\x00R\bcoldSwap\x121\n" +
+	"\x06gc_ack\x18\x17 \x01(\v2\x18.ursula.storage.v1.GCAckH\x00R\x05gcAck\x12C\n" +
+	"\fpurge_bucket\x18\x18 \x01(\v2\x1e.ursula.storage.v1.PurgeBucketH\x00R\vpurgeBucketB\x04\n" +
 	"\x02op\"\t\n" +
 	"\aBarrier\"&\n" +
 	"\fCreateBucket\x12\x16\n" +
@@ -1557,7 +2676,7 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\vProducerRef\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x10\n" +
-	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\x9c\x02\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\xd4\x02\n" +
 	"\x06Append\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12!\n" +
@@ -1568,7 +2687,9 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
 	"stream_seq\x18\a \x01(\tR\tstreamSeq\x12:\n" +
 	"\bproducer\x18\b \x01(\v2\x1e.ursula.storage.v1.ProducerRefR\bproducer\x12 \n" +
-	"\vincarnation\x18\t \x01(\x04R\vincarnation\"`\n" +
+	"\vincarnation\x18\t \x01(\x04R\vincarnation\x126\n" +
+	"\bexternal\x18\n" +
+	" \x01(\v2\x1a.ursula.storage.v1.ColdRefR\bexternal\"`\n" +
 	"\fDeleteStream\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
@@ -1592,18 +2713,80 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12\x1d\n" +
 	"\n" +
-	"touched_ms\x18\x04 \x01(\x03R\ttouchedMs\"\x9b\x01\n" +
+	"touched_ms\x18\x04 \x01(\x03R\ttouchedMs\"\xaa\x03\n" +
 	"\bSnapshot\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12\x18\n" +
 	"\abuckets\x18\x03 \x03(\tR\abuckets\x128\n" +
-	"\astreams\x18\x04 \x03(\v2\x1e.ursula.storage.v1.StreamStateR\astreams\"f\n" +
+	"\astreams\x18\x04 \x03(\v2\x1e.ursula.storage.v1.StreamStateR\astreams\x12%\n" +
+	"\x0efenced_buckets\x18\x05 \x03(\tR\rfencedBuckets\x125\n" +
+	"\bgc_queue\x18\x06 \x03(\v2\x1a.ursula.storage.v1.GCEntryR\agcQueue\x12\x1e\n" +
+	"\vgc_next_seq\x18\a \x01(\x04R\tgcNextSeq\x12O\n" +
+	"\fgc_reclaimed\x18\b \x03(\v2,.ursula.storage.v1.Snapshot.GcReclaimedEntryR\vgcReclaimed\x1a>\n" +
+	"\x10GcReclaimedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xb8\x01\n" +
+	"\aColdRef\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12/\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\x1b.ursula.storage.v1.ColdKindR\x04kind\x12\x12\n" +
+	"\x04size\x18\x05 \x01(\x04R\x04size\x12\x18\n" +
+	"\arecords\x18\x06 \x01(\rR\arecords\x12\x14\n" +
+	"\x05level\x18\a \x01(\rR\x05level\"@\n" +
+	"\bColdPage\x124\n" +
+	"\aentries\x18\x01 \x03(\v2\x1a.ursula.storage.v1.ColdRefR\aentries\"A\n" +
+	"\tColdLevel\x124\n" +
+	"\aentries\x18\x01 \x03(\v2\x1a.ursula.storage.v1.ColdRefR\aentries\";\n" +
+	"\vHotExternal\x12,\n" +
+	"\x03ref\x18\x01 \x01(\v2\x1a.ursula.storage.v1.ColdRefR\x03ref\"t\n" +
+	"\bColdSeal\x12\x14\n" +
+	"\x05level\x18\x01 \x01(\rR\x05level\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\rR\x05count\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x16\n" +
+	"\x06digest\x18\x05 \x01(\rR\x06digest\"\xdf\x01\n" +
+	"\tColdFlush\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x122\n" +
+	"\x06chunks\x18\x04 \x03(\v2\x1a.ursula.storage.v1.ColdRefR\x06chunks\x121\n" +
+	"\x05seals\x18\x05 \x03(\v2\x1b.ursula.storage.v1.ColdSealR\x05seals\x12\x19\n" +
+	"\bgrace_ms\x18\x06 \x01(\x03R\agraceMs\"|\n" +
+	"\fSetRetention\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12\x1a\n" +
+	"\bposition\x18\x04 \x01(\x04R\bposition\"y\n" +
+	"\n" +
+	"ColdRetire\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12\x19\n" +
+	"\bgrace_ms\x18\x04 \x01(\x03R\agraceMs\"\xe1\x01\n" +
+	"\bColdSwap\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x126\n" +
+	"\breplaced\x18\x04 \x03(\v2\x1a.ursula.storage.v1.ColdRefR\breplaced\x120\n" +
+	"\x05chunk\x18\x05 \x01(\v2\x1a.ursula.storage.v1.ColdRefR\x05chunk\x12\x19\n" +
+	"\bgrace_ms\x18\x06 \x01(\x03R\agraceMs\"\x98\x01\n" +
+	"\aGCEntry\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
+	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12-\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x19.ursula.storage.v1.GCKindR\x04kind\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\x12\"\n" +
+	"\rnot_before_ms\x18\x05 \x01(\x03R\vnotBeforeMs\"\x1b\n" +
+	"\x05GCAck\x12\x12\n" +
+	"\x04seqs\x18\x01 \x03(\x04R\x04seqs\"%\n" +
+	"\vPurgeBucket\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"f\n" +
 	"\rProducerState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
-	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs\"\xc3\x05\n" +
+	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs\"\x9c\a\n" +
 	"\vStreamState\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
@@ -1630,7 +2813,14 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\fsoft_deleted\x18\x12 \x01(\bR\vsoftDeleted\x12\x12\n" +
 	"\x04base\x18\x13 \x01(\x04R\x04base\x12\x12\n" +
 	"\x04data\x18\x14 \x01(\fR\x04data\x12\x18\n" +
-	"\arecords\x18\x15 \x03(\x04R\arecords\"\x86\x04\n" +
+	"\arecords\x18\x15 \x03(\x04R\arecords\x12\x19\n" +
+	"\bcold_end\x18\x16 \x01(\x04R\acoldEnd\x12;\n" +
+	"\n" +
+	"cold_index\x18\x17 \x03(\v2\x1c.ursula.storage.v1.ColdLevelR\tcoldIndex\x12A\n" +
+	"\fhot_external\x18\x18 \x03(\v2\x1e.ursula.storage.v1.HotExternalR\vhotExternal\x12\x1a\n" +
+	"\bretained\x18\x19 \x01(\x04R\bretained\x12 \n" +
+	"\fhot_since_ms\x18\x1a \x01(\x03R\n" +
+	"hotSinceMs\"\xe2\x04\n" +
 	"\vApplyResult\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\tR\terrorCode\x12#\n" +
@@ -1644,10 +2834,22 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x04tail\x18\t \x01(\x04R\x04tail\x127\n" +
 	"\arelease\x18\n" +
 	" \x03(\v2\x1d.ursula.storage.v1.ForkOriginR\arelease\x12\x14\n" +
-	"\x05index\x18\v \x01(\x04R\x05index\x1a@\n" +
+	"\x05index\x18\v \x01(\x04R\x05index\x12\x18\n" +
+	"\aremoved\x18\f \x01(\x04R\aremoved\x12\x1d\n" +
+	"\n" +
+	"gc_pending\x18\r \x01(\x04R\tgcPending\x12!\n" +
+	"\fgc_reclaimed\x18\x0e \x01(\x04R\vgcReclaimed\x1a@\n" +
 	"\x12ErrorMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\xce\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*K\n" +
+	"\bColdKind\x12\x13\n" +
+	"\x0fCOLD_KIND_CHUNK\x10\x00\x12\x16\n" +
+	"\x12COLD_KIND_EXTERNAL\x10\x01\x12\x12\n" +
+	"\x0eCOLD_KIND_PAGE\x10\x02*B\n" +
+	"\x06GCKind\x12\x12\n" +
+	"\x0eGC_KIND_OBJECT\x10\x00\x12\x12\n" +
+	"\x0eGC_KIND_PREFIX\x10\x01\x12\x10\n" +
+	"\fGC_KIND_PAGE\x10\x02B\xce\x01\n" +
 	"\x15com.ursula.storage.v1B\fStorageProtoP\x01ZAgithub.com/ursula/ursula/proto/gen/go/ursula/storage/v1;storagev1\xa2\x02\x03USX\xaa\x02\x11Ursula.Storage.V1\xca\x02\x11Ursula\\Storage\\V1\xe2\x02\x1dUrsula\\Storage\\V1\\GPBMetadata\xea\x02\x13Ursula::Storage::V1b\x06proto3"
 
 var (
@@ -1662,50 +2864,86 @@ func file_ursula_storage_v1_storage_proto_rawDescGZIP() []byte {
 	return file_ursula_storage_v1_storage_proto_rawDescData
 }
 
-var file_ursula_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_ursula_storage_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_ursula_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_ursula_storage_v1_storage_proto_goTypes = []any{
-	(*Command)(nil),        // 0: ursula.storage.v1.Command
-	(*Barrier)(nil),        // 1: ursula.storage.v1.Barrier
-	(*CreateBucket)(nil),   // 2: ursula.storage.v1.CreateBucket
-	(*ForkOrigin)(nil),     // 3: ursula.storage.v1.ForkOrigin
-	(*CreateStream)(nil),   // 4: ursula.storage.v1.CreateStream
-	(*ProducerRef)(nil),    // 5: ursula.storage.v1.ProducerRef
-	(*Append)(nil),         // 6: ursula.storage.v1.Append
-	(*DeleteStream)(nil),   // 7: ursula.storage.v1.DeleteStream
-	(*AddForkRef)(nil),     // 8: ursula.storage.v1.AddForkRef
-	(*ReleaseForkRef)(nil), // 9: ursula.storage.v1.ReleaseForkRef
-	(*Expire)(nil),         // 10: ursula.storage.v1.Expire
-	(*Touch)(nil),          // 11: ursula.storage.v1.Touch
-	(*Snapshot)(nil),       // 12: ursula.storage.v1.Snapshot
-	(*ProducerState)(nil),  // 13: ursula.storage.v1.ProducerState
-	(*StreamState)(nil),    // 14: ursula.storage.v1.StreamState
-	(*ApplyResult)(nil),    // 15: ursula.storage.v1.ApplyResult
-	nil,                    // 16: ursula.storage.v1.ApplyResult.ErrorMetadataEntry
+	(ColdKind)(0),          // 0: ursula.storage.v1.ColdKind
+	(GCKind)(0),            // 1: ursula.storage.v1.GCKind
+	(*Command)(nil),        // 2: ursula.storage.v1.Command
+	(*Barrier)(nil),        // 3: ursula.storage.v1.Barrier
+	(*CreateBucket)(nil),   // 4: ursula.storage.v1.CreateBucket
+	(*ForkOrigin)(nil),     // 5: ursula.storage.v1.ForkOrigin
+	(*CreateStream)(nil),   // 6: ursula.storage.v1.CreateStream
+	(*ProducerRef)(nil),    // 7: ursula.storage.v1.ProducerRef
+	(*Append)(nil),         // 8: ursula.storage.v1.Append
+	(*DeleteStream)(nil),   // 9: ursula.storage.v1.DeleteStream
+	(*AddForkRef)(nil),     // 10: ursula.storage.v1.AddForkRef
+	(*ReleaseForkRef)(nil), // 11: ursula.storage.v1.ReleaseForkRef
+	(*Expire)(nil),         // 12: ursula.storage.v1.Expire
+	(*Touch)(nil),          // 13: ursula.storage.v1.Touch
+	(*Snapshot)(nil),       // 14: ursula.storage.v1.Snapshot
+	(*ColdRef)(nil),        // 15: ursula.storage.v1.ColdRef
+	(*ColdPage)(nil),       // 16: ursula.storage.v1.ColdPage
+	(*ColdLevel)(nil),      // 17: ursula.storage.v1.ColdLevel
+	(*HotExternal)(nil),    // 18: ursula.storage.v1.HotExternal
+	(*ColdSeal)(nil),       // 19: ursula.storage.v1.ColdSeal
+	(*ColdFlush)(nil),      // 20: ursula.storage.v1.ColdFlush
+	(*SetRetention)(nil),   // 21: ursula.storage.v1.SetRetention
+	(*ColdRetire)(nil),     // 22: ursula.storage.v1.ColdRetire
+	(*ColdSwap)(nil),       // 23: ursula.storage.v1.ColdSwap
+	(*GCEntry)(nil),        // 24: ursula.storage.v1.GCEntry
+	(*GCAck)(nil),          // 25: ursula.storage.v1.GCAck
+	(*PurgeBucket)(nil),    // 26: ursula.storage.v1.PurgeBucket
+	(*ProducerState)(nil),  // 27: ursula.storage.v1.ProducerState
+	(*StreamState)(nil),    // 28: ursula.storage.v1.StreamState
+	(*ApplyResult)(nil),    // 29: ursula.storage.v1.ApplyResult
+	nil,                    // 30: ursula.storage.v1.Snapshot.GcReclaimedEntry
+	nil,                    // 31: ursula.storage.v1.ApplyResult.ErrorMetadataEntry
 }
 var file_ursula_storage_v1_storage_proto_depIdxs = []int32{
-	2,  // 0: ursula.storage.v1.Command.create_bucket:type_name -> ursula.storage.v1.CreateBucket
-	4,  // 1: ursula.storage.v1.Command.create_stream:type_name -> ursula.storage.v1.CreateStream
-	6,  // 2: ursula.storage.v1.Command.append:type_name -> ursula.storage.v1.Append
-	7,  // 3: ursula.storage.v1.Command.delete_stream:type_name -> ursula.storage.v1.DeleteStream
-	8,  // 4: ursula.storage.v1.Command.add_fork_ref:type_name -> ursula.storage.v1.AddForkRef
-	9,  // 5: ursula.storage.v1.Command.release_fork_ref:type_name -> ursula.storage.v1.ReleaseForkRef
-	10, // 6: ursula.storage.v1.Command.expire:type_name -> ursula.storage.v1.Expire
-	11, // 7: ursula.storage.v1.Command.touch:type_name -> ursula.storage.v1.Touch
-	1,  // 8: ursula.storage.v1.Command.barrier:type_name -> ursula.storage.v1.Barrier
-	3,  // 9: ursula.storage.v1.CreateStream.fork:type_name -> ursula.storage.v1.ForkOrigin
-	5,  // 10: ursula.storage.v1.Append.producer:type_name -> ursula.storage.v1.ProducerRef
-	14, // 11: ursula.storage.v1.Snapshot.streams:type_name -> ursula.storage.v1.StreamState
-	5,  // 12: ursula.storage.v1.StreamState.closed_by:type_name -> ursula.storage.v1.ProducerRef
-	13, // 13: ursula.storage.v1.StreamState.producers:type_name -> ursula.storage.v1.ProducerState
-	3,  // 14: ursula.storage.v1.StreamState.fork:type_name -> ursula.storage.v1.ForkOrigin
-	16, // 15: ursula.storage.v1.ApplyResult.error_metadata:type_name -> ursula.storage.v1.ApplyResult.ErrorMetadataEntry
-	14, // 16: ursula.storage.v1.ApplyResult.meta:type_name -> ursula.storage.v1.StreamState
-	3,  // 17: ursula.storage.v1.ApplyResult.release:type_name -> ursula.storage.v1.ForkOrigin
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	4,  // 0: ursula.storage.v1.Command.create_bucket:type_name -> ursula.storage.v1.CreateBucket
+	6,  // 1: ursula.storage.v1.Command.create_stream:type_name -> ursula.storage.v1.CreateStream
+	8,  // 2: ursula.storage.v1.Command.append:type_name -> ursula.storage.v1.Append
+	9,  // 3: ursula.storage.v1.Command.delete_stream:type_name -> ursula.storage.v1.DeleteStream
+	10, // 4: ursula.storage.v1.Command.add_fork_ref:type_name -> ursula.storage.v1.AddForkRef
+	11, // 5: ursula.storage.v1.Command.release_fork_ref:type_name -> ursula.storage.v1.ReleaseForkRef
+	12, // 6: ursula.storage.v1.Command.expire:type_name -> ursula.storage.v1.Expire
+	13, // 7: ursula.storage.v1.Command.touch:type_name -> ursula.storage.v1.Touch
+	3,  // 8: ursula.storage.v1.Command.barrier:type_name -> ursula.storage.v1.Barrier
+	20, // 9: ursula.storage.v1.Command.cold_flush:type_name -> ursula.storage.v1.ColdFlush
+	21, // 10: ursula.storage.v1.Command.set_retention:type_name -> ursula.storage.v1.SetRetention
+	22, // 11: ursula.storage.v1.Command.cold_retire:type_name -> ursula.storage.v1.ColdRetire
+	23, // 12: ursula.storage.v1.Command.cold_swap:type_name -> ursula.storage.v1.ColdSwap
+	25, // 13: ursula.storage.v1.Command.gc_ack:type_name -> ursula.storage.v1.GCAck
+	26, // 14: ursula.storage.v1.Command.purge_bucket:type_name -> ursula.storage.v1.PurgeBucket
+	5,  // 15: ursula.storage.v1.CreateStream.fork:type_name -> ursula.storage.v1.ForkOrigin
+	7,  // 16: ursula.storage.v1.Append.producer:type_name -> ursula.storage.v1.ProducerRef
+	15, // 17: ursula.storage.v1.Append.external:type_name -> ursula.storage.v1.ColdRef
+	28, // 18: ursula.storage.v1.Snapshot.streams:type_name -> ursula.storage.v1.StreamState
+	24, // 19: ursula.storage.v1.Snapshot.gc_queue:type_name -> ursula.storage.v1.GCEntry
+	30, // 20: ursula.storage.v1.Snapshot.gc_reclaimed:type_name -> ursula.storage.v1.Snapshot.GcReclaimedEntry
+	0,  // 21: ursula.storage.v1.ColdRef.kind:type_name -> ursula.storage.v1.ColdKind
+	15, // 22: ursula.storage.v1.ColdPage.entries:type_name -> ursula.storage.v1.ColdRef
+	15, // 23: ursula.storage.v1.ColdLevel.entries:type_name -> ursula.storage.v1.ColdRef
+	15, // 24: ursula.storage.v1.HotExternal.ref:type_name -> ursula.storage.v1.ColdRef
+	15, // 25: ursula.storage.v1.ColdFlush.chunks:type_name -> ursula.storage.v1.ColdRef
+	19, // 26: ursula.storage.v1.ColdFlush.seals:type_name -> ursula.storage.v1.ColdSeal
+	15, // 27: ursula.storage.v1.ColdSwap.replaced:type_name -> ursula.storage.v1.ColdRef
+	15, // 28: ursula.storage.v1.ColdSwap.chunk:type_name -> ursula.storage.v1.ColdRef
+	1,  // 29: ursula.storage.v1.GCEntry.kind:type_name -> ursula.storage.v1.GCKind
+	7,  // 30: ursula.storage.v1.StreamState.closed_by:type_name -> ursula.storage.v1.ProducerRef
+	27, // 31: ursula.storage.v1.StreamState.producers:type_name -> ursula.storage.v1.ProducerState
+	5,  // 32: ursula.storage.v1.StreamState.fork:type_name -> ursula.storage.v1.ForkOrigin
+	17, // 33: ursula.storage.v1.StreamState.cold_index:type_name -> ursula.storage.v1.ColdLevel
+	18, // 34: ursula.storage.v1.StreamState.hot_external:type_name -> ursula.storage.v1.HotExternal
+	31, // 35: ursula.storage.v1.ApplyResult.error_metadata:type_name -> ursula.storage.v1.ApplyResult.ErrorMetadataEntry
+	28, // 36: ursula.storage.v1.ApplyResult.meta:type_name -> ursula.storage.v1.StreamState
+	5,  // 37: ursula.storage.v1.ApplyResult.release:type_name -> ursula.storage.v1.ForkOrigin
+	38, // [38:38] is the sub-list for method output_type
+	38, // [38:38] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_ursula_storage_v1_storage_proto_init() }
@@ -1723,19 +2961,26 @@ func file_ursula_storage_v1_storage_proto_init() {
 		(*Command_Expire)(nil),
 		(*Command_Touch)(nil),
 		(*Command_Barrier)(nil),
+		(*Command_ColdFlush)(nil),
+		(*Command_SetRetention)(nil),
+		(*Command_ColdRetire)(nil),
+		(*Command_ColdSwap)(nil),
+		(*Command_GcAck)(nil),
+		(*Command_PurgeBucket)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_storage_v1_storage_proto_rawDesc), len(file_ursula_storage_v1_storage_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   17,
+			NumEnums:      2,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_ursula_storage_v1_storage_proto_goTypes,
 		DependencyIndexes: file_ursula_storage_v1_storage_proto_depIdxs,
+		EnumInfos:         file_ursula_storage_v1_storage_proto_enumTypes,
 		MessageInfos:      file_ursula_storage_v1_storage_proto_msgTypes,
 	}.Build()
 	File_ursula_storage_v1_storage_proto = out.File

@@ -1052,6 +1052,105 @@ func (*DeleteStreamResponse) Descriptor() ([]byte, []int) {
 	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{15}
 }
 
+type SetRetentionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ref   *StreamRef             `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// offset is a stream offset at or below the tail.
+	Offset        string `protobuf:"bytes,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRetentionRequest) Reset() {
+	*x = SetRetentionRequest{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRetentionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRetentionRequest) ProtoMessage() {}
+
+func (x *SetRetentionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRetentionRequest.ProtoReflect.Descriptor instead.
+func (*SetRetentionRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SetRetentionRequest) GetRef() *StreamRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *SetRetentionRequest) GetOffset() string {
+	if x != nil {
+		return x.Offset
+	}
+	return ""
+}
+
+type SetRetentionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// retained_offset is the stream's retention after the call (it may be
+	// above the request's when retention was already higher).
+	RetainedOffset string `protobuf:"bytes,1,opt,name=retained_offset,json=retainedOffset,proto3" json:"retained_offset,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SetRetentionResponse) Reset() {
+	*x = SetRetentionResponse{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRetentionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRetentionResponse) ProtoMessage() {}
+
+func (x *SetRetentionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRetentionResponse.ProtoReflect.Descriptor instead.
+func (*SetRetentionResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SetRetentionResponse) GetRetainedOffset() string {
+	if x != nil {
+		return x.RetainedOffset
+	}
+	return ""
+}
+
 type SubscribeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ref           *StreamRef             `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
@@ -1063,7 +1162,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[16]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +1174,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[16]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +1187,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{16}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SubscribeRequest) GetRef() *StreamRef {
@@ -1123,7 +1222,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[17]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1234,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[17]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1247,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{17}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SubscribeResponse) GetChunk() *ReadResponse {
@@ -1166,7 +1265,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[18]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1277,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[18]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1290,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{18}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{20}
 }
 
 // NodeInfo names a storage node and the address of its client plane.
@@ -1205,7 +1304,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[19]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1316,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[19]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1329,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{19}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NodeInfo) GetId() uint64 {
@@ -1263,7 +1362,7 @@ type GetClusterInfoResponse struct {
 
 func (x *GetClusterInfoResponse) Reset() {
 	*x = GetClusterInfoResponse{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[20]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1374,7 @@ func (x *GetClusterInfoResponse) String() string {
 func (*GetClusterInfoResponse) ProtoMessage() {}
 
 func (x *GetClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[20]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1387,7 @@ func (x *GetClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{20}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetClusterInfoResponse) GetClusterId() string {
@@ -1412,7 +1511,12 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"\x04info\x18\x01 \x01(\v2\x1c.ursula.stream.v1.StreamInfoR\x04info\"D\n" +
 	"\x13DeleteStreamRequest\x12-\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1b.ursula.stream.v1.StreamRefR\x03ref\"\x16\n" +
-	"\x14DeleteStreamResponse\"v\n" +
+	"\x14DeleteStreamResponse\"\\\n" +
+	"\x13SetRetentionRequest\x12-\n" +
+	"\x03ref\x18\x01 \x01(\v2\x1b.ursula.stream.v1.StreamRefR\x03ref\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\tR\x06offset\"?\n" +
+	"\x14SetRetentionResponse\x12'\n" +
+	"\x0fretained_offset\x18\x01 \x01(\tR\x0eretainedOffset\"v\n" +
 	"\x10SubscribeRequest\x12-\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1b.ursula.stream.v1.StreamRefR\x03ref\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\tR\x06offset\x12\x1b\n" +
@@ -1431,14 +1535,15 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"\vgroup_count\x18\x03 \x01(\rR\n" +
 	"groupCount\x120\n" +
 	"\x05nodes\x18\x04 \x03(\v2\x1a.ursula.stream.v1.NodeInfoR\x05nodes\x12#\n" +
-	"\rgroup_leaders\x18\x05 \x03(\x04R\fgroupLeaders2\xc4\x05\n" +
+	"\rgroup_leaders\x18\x05 \x03(\x04R\fgroupLeaders2\xa3\x06\n" +
 	"\rStreamService\x12]\n" +
 	"\fCreateBucket\x12%.ursula.stream.v1.CreateBucketRequest\x1a&.ursula.stream.v1.CreateBucketResponse\x12]\n" +
 	"\fCreateStream\x12%.ursula.stream.v1.CreateStreamRequest\x1a&.ursula.stream.v1.CreateStreamResponse\x12K\n" +
 	"\x06Append\x12\x1f.ursula.stream.v1.AppendRequest\x1a .ursula.stream.v1.AppendResponse\x12E\n" +
 	"\x04Read\x12\x1d.ursula.stream.v1.ReadRequest\x1a\x1e.ursula.stream.v1.ReadResponse\x12E\n" +
 	"\x04Head\x12\x1d.ursula.stream.v1.HeadRequest\x1a\x1e.ursula.stream.v1.HeadResponse\x12]\n" +
-	"\fDeleteStream\x12%.ursula.stream.v1.DeleteStreamRequest\x1a&.ursula.stream.v1.DeleteStreamResponse\x12V\n" +
+	"\fDeleteStream\x12%.ursula.stream.v1.DeleteStreamRequest\x1a&.ursula.stream.v1.DeleteStreamResponse\x12]\n" +
+	"\fSetRetention\x12%.ursula.stream.v1.SetRetentionRequest\x1a&.ursula.stream.v1.SetRetentionResponse\x12V\n" +
 	"\tSubscribe\x12\".ursula.stream.v1.SubscribeRequest\x1a#.ursula.stream.v1.SubscribeResponse0\x01\x12c\n" +
 	"\x0eGetClusterInfo\x12'.ursula.stream.v1.GetClusterInfoRequest\x1a(.ursula.stream.v1.GetClusterInfoResponseB\xc6\x01\n" +
 	"\x14com.ursula.stream.v1B\vStreamProtoP\x01Z?github.com/ursula/ursula/proto/gen/go/ursula/stream/v1;streamv1\xa2\x02\x03USX\xaa\x02\x10Ursula.Stream.V1\xca\x02\x10Ursula\\Stream\\V1\xe2\x02\x1cUrsula\\Stream\\V1\\GPBMetadata\xea\x02\x12Ursula::Stream::V1b\x06proto3"
@@ -1455,7 +1560,7 @@ func file_ursula_stream_v1_stream_proto_rawDescGZIP() []byte {
 	return file_ursula_stream_v1_stream_proto_rawDescData
 }
 
-var file_ursula_stream_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_ursula_stream_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_ursula_stream_v1_stream_proto_goTypes = []any{
 	(*StreamRef)(nil),              // 0: ursula.stream.v1.StreamRef
 	(*CreateBucketRequest)(nil),    // 1: ursula.stream.v1.CreateBucketRequest
@@ -1473,11 +1578,13 @@ var file_ursula_stream_v1_stream_proto_goTypes = []any{
 	(*HeadResponse)(nil),           // 13: ursula.stream.v1.HeadResponse
 	(*DeleteStreamRequest)(nil),    // 14: ursula.stream.v1.DeleteStreamRequest
 	(*DeleteStreamResponse)(nil),   // 15: ursula.stream.v1.DeleteStreamResponse
-	(*SubscribeRequest)(nil),       // 16: ursula.stream.v1.SubscribeRequest
-	(*SubscribeResponse)(nil),      // 17: ursula.stream.v1.SubscribeResponse
-	(*GetClusterInfoRequest)(nil),  // 18: ursula.stream.v1.GetClusterInfoRequest
-	(*NodeInfo)(nil),               // 19: ursula.stream.v1.NodeInfo
-	(*GetClusterInfoResponse)(nil), // 20: ursula.stream.v1.GetClusterInfoResponse
+	(*SetRetentionRequest)(nil),    // 16: ursula.stream.v1.SetRetentionRequest
+	(*SetRetentionResponse)(nil),   // 17: ursula.stream.v1.SetRetentionResponse
+	(*SubscribeRequest)(nil),       // 18: ursula.stream.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),      // 19: ursula.stream.v1.SubscribeResponse
+	(*GetClusterInfoRequest)(nil),  // 20: ursula.stream.v1.GetClusterInfoRequest
+	(*NodeInfo)(nil),               // 21: ursula.stream.v1.NodeInfo
+	(*GetClusterInfoResponse)(nil), // 22: ursula.stream.v1.GetClusterInfoResponse
 }
 var file_ursula_stream_v1_stream_proto_depIdxs = []int32{
 	0,  // 0: ursula.stream.v1.ForkSpec.source:type_name -> ursula.stream.v1.StreamRef
@@ -1490,30 +1597,33 @@ var file_ursula_stream_v1_stream_proto_depIdxs = []int32{
 	0,  // 7: ursula.stream.v1.HeadRequest.ref:type_name -> ursula.stream.v1.StreamRef
 	5,  // 8: ursula.stream.v1.HeadResponse.info:type_name -> ursula.stream.v1.StreamInfo
 	0,  // 9: ursula.stream.v1.DeleteStreamRequest.ref:type_name -> ursula.stream.v1.StreamRef
-	0,  // 10: ursula.stream.v1.SubscribeRequest.ref:type_name -> ursula.stream.v1.StreamRef
-	11, // 11: ursula.stream.v1.SubscribeResponse.chunk:type_name -> ursula.stream.v1.ReadResponse
-	19, // 12: ursula.stream.v1.GetClusterInfoResponse.nodes:type_name -> ursula.stream.v1.NodeInfo
-	1,  // 13: ursula.stream.v1.StreamService.CreateBucket:input_type -> ursula.stream.v1.CreateBucketRequest
-	4,  // 14: ursula.stream.v1.StreamService.CreateStream:input_type -> ursula.stream.v1.CreateStreamRequest
-	8,  // 15: ursula.stream.v1.StreamService.Append:input_type -> ursula.stream.v1.AppendRequest
-	10, // 16: ursula.stream.v1.StreamService.Read:input_type -> ursula.stream.v1.ReadRequest
-	12, // 17: ursula.stream.v1.StreamService.Head:input_type -> ursula.stream.v1.HeadRequest
-	14, // 18: ursula.stream.v1.StreamService.DeleteStream:input_type -> ursula.stream.v1.DeleteStreamRequest
-	16, // 19: ursula.stream.v1.StreamService.Subscribe:input_type -> ursula.stream.v1.SubscribeRequest
-	18, // 20: ursula.stream.v1.StreamService.GetClusterInfo:input_type -> ursula.stream.v1.GetClusterInfoRequest
-	2,  // 21: ursula.stream.v1.StreamService.CreateBucket:output_type -> ursula.stream.v1.CreateBucketResponse
-	6,  // 22: ursula.stream.v1.StreamService.CreateStream:output_type -> ursula.stream.v1.CreateStreamResponse
-	9,  // 23: ursula.stream.v1.StreamService.Append:output_type -> ursula.stream.v1.AppendResponse
-	11, // 24: ursula.stream.v1.StreamService.Read:output_type -> ursula.stream.v1.ReadResponse
-	13, // 25: ursula.stream.v1.StreamService.Head:output_type -> ursula.stream.v1.HeadResponse
-	15, // 26: ursula.stream.v1.StreamService.DeleteStream:output_type -> ursula.stream.v1.DeleteStreamResponse
-	17, // 27: ursula.stream.v1.StreamService.Subscribe:output_type -> ursula.stream.v1.SubscribeResponse
-	20, // 28: ursula.stream.v1.StreamService.GetClusterInfo:output_type -> ursula.stream.v1.GetClusterInfoResponse
-	21, // [21:29] is the sub-list for method output_type
-	13, // [13:21] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	0,  // 10: ursula.stream.v1.SetRetentionRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	0,  // 11: ursula.stream.v1.SubscribeRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	11, // 12: ursula.stream.v1.SubscribeResponse.chunk:type_name -> ursula.stream.v1.ReadResponse
+	21, // 13: ursula.stream.v1.GetClusterInfoResponse.nodes:type_name -> ursula.stream.v1.NodeInfo
+	1,  // 14: ursula.stream.v1.StreamService.CreateBucket:input_type -> ursula.stream.v1.CreateBucketRequest
+	4,  // 15: ursula.stream.v1.StreamService.CreateStream:input_type -> ursula.stream.v1.CreateStreamRequest
+	8,  // 16: ursula.stream.v1.StreamService.Append:input_type -> ursula.stream.v1.AppendRequest
+	10, // 17: ursula.stream.v1.StreamService.Read:input_type -> ursula.stream.v1.ReadRequest
+	12, // 18: ursula.stream.v1.StreamService.Head:input_type -> ursula.stream.v1.HeadRequest
+	14, // 19: ursula.stream.v1.StreamService.DeleteStream:input_type -> ursula.stream.v1.DeleteStreamRequest
+	16, // 20: ursula.stream.v1.StreamService.SetRetention:input_type -> ursula.stream.v1.SetRetentionRequest
+	18, // 21: ursula.stream.v1.StreamService.Subscribe:input_type -> ursula.stream.v1.SubscribeRequest
+	20, // 22: ursula.stream.v1.StreamService.GetClusterInfo:input_type -> ursula.stream.v1.GetClusterInfoRequest
+	2,  // 23: ursula.stream.v1.StreamService.CreateBucket:output_type -> ursula.stream.v1.CreateBucketResponse
+	6,  // 24: ursula.stream.v1.StreamService.CreateStream:output_type -> ursula.stream.v1.CreateStreamResponse
+	9,  // 25: ursula.stream.v1.StreamService.Append:output_type -> ursula.stream.v1.AppendResponse
+	11, // 26: ursula.stream.v1.StreamService.Read:output_type -> ursula.stream.v1.ReadResponse
+	13, // 27: ursula.stream.v1.StreamService.Head:output_type -> ursula.stream.v1.HeadResponse
+	15, // 28: ursula.stream.v1.StreamService.DeleteStream:output_type -> ursula.stream.v1.DeleteStreamResponse
+	17, // 29: ursula.stream.v1.StreamService.SetRetention:output_type -> ursula.stream.v1.SetRetentionResponse
+	19, // 30: ursula.stream.v1.StreamService.Subscribe:output_type -> ursula.stream.v1.SubscribeResponse
+	22, // 31: ursula.stream.v1.StreamService.GetClusterInfo:output_type -> ursula.stream.v1.GetClusterInfoResponse
+	23, // [23:32] is the sub-list for method output_type
+	14, // [14:23] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_ursula_stream_v1_stream_proto_init() }
@@ -1529,7 +1639,7 @@ func file_ursula_stream_v1_stream_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_stream_v1_stream_proto_rawDesc), len(file_ursula_stream_v1_stream_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	StreamService_Read_FullMethodName           = "/ursula.stream.v1.StreamService/Read"
 	StreamService_Head_FullMethodName           = "/ursula.stream.v1.StreamService/Head"
 	StreamService_DeleteStream_FullMethodName   = "/ursula.stream.v1.StreamService/DeleteStream"
+	StreamService_SetRetention_FullMethodName   = "/ursula.stream.v1.StreamService/SetRetention"
 	StreamService_Subscribe_FullMethodName      = "/ursula.stream.v1.StreamService/Subscribe"
 	StreamService_GetClusterInfo_FullMethodName = "/ursula.stream.v1.StreamService/GetClusterInfo"
 )
@@ -52,6 +53,10 @@ type StreamServiceClient interface {
 	Head(ctx context.Context, in *HeadRequest, opts ...grpc.CallOption) (*HeadResponse, error)
 	// DeleteStream deletes a stream (soft-deletes it while forks reference it).
 	DeleteStream(ctx context.Context, in *DeleteStreamRequest, opts ...grpc.CallOption) (*DeleteStreamResponse, error)
+	// SetRetention makes reads below an offset answer 410 and lets the cold
+	// objects wholly below it be collected after a grace period. Retention
+	// only moves forward.
+	SetRetention(ctx context.Context, in *SetRetentionRequest, opts ...grpc.CallOption) (*SetRetentionResponse, error)
 	// Subscribe streams catch-up chunks from an offset and then every new
 	// chunk as it commits, until the stream is closed and fully delivered or
 	// the caller goes away.
@@ -130,6 +135,16 @@ func (c *streamServiceClient) DeleteStream(ctx context.Context, in *DeleteStream
 	return out, nil
 }
 
+func (c *streamServiceClient) SetRetention(ctx context.Context, in *SetRetentionRequest, opts ...grpc.CallOption) (*SetRetentionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetRetentionResponse)
+	err := c.cc.Invoke(ctx, StreamService_SetRetention_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *streamServiceClient) Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &StreamService_ServiceDesc.Streams[0], StreamService_Subscribe_FullMethodName, cOpts...)
@@ -182,6 +197,10 @@ type StreamServiceServer interface {
 	Head(context.Context, *HeadRequest) (*HeadResponse, error)
 	// DeleteStream deletes a stream (soft-deletes it while forks reference it).
 	DeleteStream(context.Context, *DeleteStreamRequest) (*DeleteStreamResponse, error)
+	// SetRetention makes reads below an offset answer 410 and lets the cold
+	// objects wholly below it be collected after a grace period. Retention
+	// only moves forward.
+	SetRetention(context.Context, *SetRetentionRequest) (*SetRetentionResponse, error)
 	// Subscribe streams catch-up chunks from an offset and then every new
 	// chunk as it commits, until the stream is closed and fully delivered or
 	// the caller goes away.
@@ -217,6 +236,9 @@ func (UnimplementedStreamServiceServer) Head(context.Context, *HeadRequest) (*He
 }
 func (UnimplementedStreamServiceServer) DeleteStream(context.Context, *DeleteStreamRequest) (*DeleteStreamResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteStream not implemented")
+}
+func (UnimplementedStreamServiceServer) SetRetention(context.Context, *SetRetentionRequest) (*SetRetentionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetRetention not implemented")
 }
 func (UnimplementedStreamServiceServer) Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error {
 	return status.Error(codes.Unimplemented, "method Subscribe not implemented")
@@ -353,6 +375,24 @@ func _StreamService_DeleteStream_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _StreamService_SetRetention_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetRetentionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).SetRetention(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_SetRetention_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).SetRetention(ctx, req.(*SetRetentionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _StreamService_Subscribe_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(SubscribeRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -412,6 +452,10 @@ var StreamService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteStream",
 			Handler:    _StreamService_DeleteStream_Handler,
+		},
+		{
+			MethodName: "SetRetention",
+			Handler:    _StreamService_SetRetention_Handler,
 		},
 		{
 			MethodName: "GetClusterInfo",

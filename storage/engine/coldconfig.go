@@ -1,0 +1,95 @@
+package engine
+
+import (
+	"errors"
+	"flag"
+	"time"
+)
+
+// ColdConfig sets when hot bytes move to the cold store and how much
+// memory they may take meanwhile.
+type ColdConfig struct {
+	// FlushBytes flushes a stream once it holds this many hot bytes.
+	FlushBytes uint64 `toml:"flush_bytes"`
+	// FlushAge flushes a stream whose oldest hot byte is this old.
+	FlushAge time.Duration `toml:"flush_age"`
+	// GroupFlushBytes flushes a group's largest streams while the group
+	// holds more hot bytes than this.
+	GroupFlushBytes uint64 `toml:"group_flush_bytes"`
+	// HotCapBytes is the most hot bytes a group holds: above it, writes
+	// answer 503 with Retry-After until flushes catch up.
+	HotCapBytes uint64 `toml:"hot_cap_bytes"`
+	// ExternalMinBytes stores an append of at least this many bytes as an
+	// object of its own before it is proposed (0: never).
+	ExternalMinBytes uint64 `toml:"external_min_bytes"`
+	// MaxChunkBytes bounds the bytes of one chunk object.
+	MaxChunkBytes uint64 `toml:"max_chunk_bytes"`
+	// CacheBytes bounds the block cache of cold reads.
+	CacheBytes uint64 `toml:"cache_bytes"`
+	// BlockBytes is the block size of the cache (one ranged GET).
+	BlockBytes uint64 `toml:"block_bytes"`
+	// FlushInterval is how often a leader looks for streams to flush.
+	FlushInterval time.Duration `toml:"flush_interval"`
+	// FlushConcurrency bounds the uploads a node runs at once.
+	FlushConcurrency int `toml:"flush_concurrency"`
+	// GCGrace delays the deletion of objects retention or compaction
+	// retired, so reads planned before still complete.
+	GCGrace time.Duration `toml:"gc_grace"`
+}
+
+// DefaultColdConfig is the cold tier's default configuration.
+func DefaultColdConfig() ColdConfig {
+	return ColdConfig{
+		FlushBytes:       1 << 20,
+		FlushAge:         5 * time.Second,
+		GroupFlushBytes:  8 << 20,
+		HotCapBytes:      64 << 20,
+		ExternalMinBytes: 1 << 20,
+		MaxChunkBytes:    4 << 20,
+		CacheBytes:       64 << 20,
+		BlockBytes:       256 << 10,
+		FlushInterval:    100 * time.Millisecond,
+		FlushConcurrency: 4,
+		GCGrace:          5 * time.Minute,
+	}
+}
+
+// RegisterFlags registers the cold tier's flags with defaults.
+func (c *ColdConfig) RegisterFlags(fs *flag.FlagSet) {
+	d := DefaultColdConfig()
+	fs.Uint64Var(&c.FlushBytes, "cold.flush-bytes", d.FlushBytes, "flush a stream once it holds this many hot bytes")
+	fs.DurationVar(&c.FlushAge, "cold.flush-age", d.FlushAge, "flush a stream whose oldest hot byte is this old")
+	fs.Uint64Var(&c.GroupFlushBytes, "cold.group-flush-bytes", d.GroupFlushBytes, "flush a group's largest streams while it holds more hot bytes than this")
+	fs.Uint64Var(&c.HotCapBytes, "cold.hot-cap-bytes", d.HotCapBytes, "hot bytes per group above which writes answer 503")
+	fs.Uint64Var(&c.ExternalMinBytes, "cold.external-min-bytes", d.ExternalMinBytes, "store appends of at least this many bytes as objects of their own (0: never)")
+	fs.Uint64Var(&c.MaxChunkBytes, "cold.max-chunk-bytes", d.MaxChunkBytes, "largest chunk object")
+	fs.Uint64Var(&c.CacheBytes, "cold.cache-bytes", d.CacheBytes, "block cache of cold reads")
+	fs.Uint64Var(&c.BlockBytes, "cold.block-bytes", d.BlockBytes, "block size of the cold read cache")
+	fs.DurationVar(&c.FlushInterval, "cold.flush-interval", d.FlushInterval, "how often a leader looks for streams to flush")
+	fs.IntVar(&c.FlushConcurrency, "cold.flush-concurrency", d.FlushConcurrency, "uploads a node runs at once")
+	fs.DurationVar(&c.GCGrace, "cold.gc-grace", d.GCGrace, "delay before retired cold objects are deleted")
+}
+
+// Validate checks the cold tier's settings.
+func (c *ColdConfig) Validate() error {
+	var errs []error
+	if c.FlushBytes == 0 || c.MaxChunkBytes == 0 || c.HotCapBytes == 0 || c.GroupFlushBytes == 0 {
+		errs = append(errs, errors.New("cold: flush_bytes, group_flush_bytes, hot_cap_bytes and max_chunk_bytes must be positive"))
+	}
+	if c.GroupFlushBytes > c.HotCapBytes {
+		errs = append(errs, errors.New("cold: group_flush_bytes must not exceed hot_cap_bytes"))
+	}
+	if c.FlushAge <= 0 || c.FlushInterval <= 0 {
+		errs = append(errs, errors.New("cold: flush_age and flush_interval must be positive"))
+	}
+	if c.CacheBytes == 0 || c.BlockBytes == 0 || c.BlockBytes > c.CacheBytes {
+		errs = append(errs, errors.New("cold: cache_bytes and block_bytes must be positive, block_bytes at most cache_bytes"))
+	}
+	if c.FlushConcurrency < 1 {
+		errs = append(errs, errors.New("cold: flush_concurrency must be at least 1"))
+	}
+	if c.GCGrace < 0 {
+		errs = append(errs, errors.New("cold: gc_grace must not be negative"))
+	}
+	return errors.Join(errs...)
+}

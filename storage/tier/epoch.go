@@ -1,0 +1,63 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ursula/ursula/storage/objstore"
+)
+
+// FormatEpochKey is the marker at the cold root.
+const FormatEpochKey = "URSULA_FORMAT_EPOCH"
+
+// FormatEpoch is the layout version of the objects this build writes.
+const FormatEpoch = "1"
+
+var errFound = errors.New("found")
+
+// CheckFormatEpoch makes sure the cold root is ours: it holds the marker of
+// this format, or it is empty and gets the marker. A root holding objects
+// without the marker, or another epoch, is refused: it belongs to something
+// else, and our GC would delete its objects.
+func CheckFormatEpoch(ctx context.Context, store objstore.Store) error {
+	body, err := store.Get(ctx, FormatEpochKey)
+	switch {
+	case err == nil:
+		if got := strings.TrimSpace(string(body)); got != FormatEpoch {
+			return fmt.Errorf("cold store: format epoch %q, this build writes %q", got, FormatEpoch)
+		}
+		return nil
+	case !errors.Is(err, objstore.ErrNotFound):
+		return fmt.Errorf("cold store: read the format epoch: %w", err)
+	}
+	var first string
+	err = store.List(ctx, "", func(in objstore.Info) error {
+		first = in.Key
+		return errFound
+	})
+	if err != nil && !errors.Is(err, errFound) {
+		return fmt.Errorf("cold store: list the root: %w", err)
+	}
+	if first != "" {
+		return fmt.Errorf("cold store: the root holds objects (such as %q) but no %s marker: refusing a prefix that is not Ursula's", first, FormatEpochKey)
+	}
+	if _, err := store.PutIfAbsent(ctx, FormatEpochKey, []byte(FormatEpoch+"\n")); err != nil {
+		return fmt.Errorf("cold store: write the format epoch: %w", err)
+	}
+	return CheckFormatEpochWritten(ctx, store)
+}
+
+// CheckFormatEpochWritten re-reads the marker (another node may have
+// written it first).
+func CheckFormatEpochWritten(ctx context.Context, store objstore.Store) error {
+	body, err := store.Get(ctx, FormatEpochKey)
+	if err != nil {
+		return fmt.Errorf("cold store: read the format epoch: %w", err)
+	}
+	if got := strings.TrimSpace(string(body)); got != FormatEpoch {
+		return fmt.Errorf("cold store: format epoch %q, this build writes %q", got, FormatEpoch)
+	}
+	return nil
+}
