@@ -473,10 +473,10 @@ type Meta struct {
 	// ColdEnd: own bytes [Base, ColdEnd) are in the cold index.
 	ColdEnd uint64
 	// Retained: reads below it answer 410.
-	Retained      uint64
-	Tail          uint64
-	Fork          *storagev1.ForkOrigin
-	ForkRefs      uint64
+	Retained uint64
+	Tail     uint64
+	Fork     *storagev1.ForkOrigin
+	ForkRefs uint64
 }
 
 // ExpiredAt reports whether the stream's TTL or expiry has passed at nowMs.
