@@ -12,14 +12,20 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ursula/ursula/gateway"
 	"github.com/ursula/ursula/gateway/subscription"
 	"github.com/ursula/ursula/gateway/upstream"
+	coldgcv1 "github.com/ursula/ursula/proto/gen/go/ursula/coldgc/v1"
+	"github.com/ursula/ursula/services/coldgc"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/node"
 	"github.com/ursula/ursula/services/platform/memlimit"
 	"github.com/ursula/ursula/storage/engine"
+	"github.com/ursula/ursula/storage/objstore"
+	"github.com/ursula/ursula/storage/tier"
 )
 
 // shutdownDeadline bounds a graceful shutdown; past it the process exits.
@@ -107,10 +113,18 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 		stopLim()
 		<-limDone
 	}()
+	if cfg.Target == TargetColdGC {
+		return runColdGC(ctx, cfg, logger)
+	}
+	var store objstore.Store
 	if cfg.Target != TargetGateway {
 		if eng, err = engine.New(cfg.Engine, nil, logger.With("component", "engine")); err != nil {
 			return err
 		}
+		if store, err = openColdStore(ctx, cfg.Cold.Config); err != nil {
+			return err
+		}
+		eng.SetColdStore(store)
 		if srv, err = node.New(cfg.Node, eng, logger.With("component", "node")); err != nil {
 			return err
 		}
@@ -125,6 +139,23 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 	if eng != nil {
 		go func() { engErr <- eng.Run(engCtx) }()
 		go func() { nodeErr <- srv.Run(nodeCtx) }()
+	}
+
+	gcCtx, stopGC := context.WithCancel(context.Background())
+	defer stopGC()
+	gcDone := make(chan struct{})
+	if cfg.Target == TargetAll {
+		worker, err := coldgc.New(cfg.ColdGC, srv.ColdGCClient(), store, logger.With("component", "coldgc"))
+		if err != nil {
+			return err
+		}
+		srv.AddMetrics(worker.AddMetrics)
+		go func() {
+			defer close(gcDone)
+			_ = worker.Run(gcCtx)
+		}()
+	} else {
+		close(gcDone)
 	}
 
 	var gwErr error
@@ -146,6 +177,8 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 	if eng == nil {
 		return gwErr
 	}
+	stopGC()
+	<-gcDone
 	stopNode()
 	nErr := <-nodeErr
 	stopEngine()
@@ -200,4 +233,39 @@ func runGateway(ctx context.Context, cfg *Config, client streamv1.StreamServiceC
 	err = gw.Run(ctx)
 	stopSubs()
 	return errors.Join(err, <-subErr)
+}
+
+// openColdStore opens the cold store and checks that its root is ours
+// (the format epoch marker), before the node serves anything.
+func openColdStore(ctx context.Context, cfg objstore.Config) (objstore.Store, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	store, err := objstore.Open(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cold store: %w", err)
+	}
+	if err := tier.CheckFormatEpoch(ctx, store); err != nil {
+		return nil, err
+	}
+	return store, nil
+}
+
+// runColdGC runs the cold-GC worker of a split deployment against a
+// storage node's ColdGCService until ctx ends.
+func runColdGC(ctx context.Context, cfg *Config, logger *slog.Logger) error {
+	store, err := openColdStore(ctx, cfg.Cold.Config)
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient(cfg.Upstream.Nodes[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("coldgc: dial %s: %w", cfg.Upstream.Nodes[0], err)
+	}
+	defer conn.Close()
+	worker, err := coldgc.New(cfg.ColdGC, coldgcv1.NewColdGCServiceClient(conn), store, logger.With("component", "coldgc"))
+	if err != nil {
+		return err
+	}
+	logger.Info("cold GC worker started", "node", cfg.Upstream.Nodes[0])
+	return worker.Run(ctx)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 
@@ -14,9 +15,11 @@ import (
 	"github.com/ursula/ursula/gateway"
 	"github.com/ursula/ursula/gateway/subscription"
 	"github.com/ursula/ursula/gateway/upstream"
+	"github.com/ursula/ursula/services/coldgc"
 	"github.com/ursula/ursula/services/node"
 	"github.com/ursula/ursula/services/platform/memlimit"
 	"github.com/ursula/ursula/storage/engine"
+	"github.com/ursula/ursula/storage/objstore"
 )
 
 // Targets a process can run.
@@ -24,6 +27,7 @@ const (
 	TargetAll     = "all"
 	TargetNode    = "node"
 	TargetGateway = "gateway"
+	TargetColdGC  = "coldgc"
 )
 
 // Config is the root configuration of every role.
@@ -44,6 +48,18 @@ type Config struct {
 	Subscriptions subscription.Config `toml:"subscriptions"`
 	// Log configures logging.
 	Log LogConfig `toml:"log"`
+	// Cold configures the cold tier: where committed bytes go, and when.
+	Cold ColdConfig `toml:"cold"`
+	// ColdGC configures the cold-GC and compaction worker (run by the all
+	// and coldgc targets).
+	ColdGC coldgc.Config `toml:"coldgc"`
+}
+
+// ColdConfig is the [cold] section: the object store (backend, dir, s3)
+// and the flush thresholds, side by side.
+type ColdConfig struct {
+	objstore.Config
+	engine.ColdConfig
 }
 
 // RuntimeConfig configures the process's workers and memory.
@@ -75,7 +91,7 @@ type LogConfig struct {
 
 // registerFlags registers every flag on fs, writing defaults into c.
 func (c *Config) registerFlags(fs *flag.FlagSet, target string) {
-	fs.StringVar(&c.Target, "target", target, "roles to run: all, node or gateway")
+	fs.StringVar(&c.Target, "target", target, "roles to run: all, node, gateway or coldgc")
 	c.Engine.RegisterFlags(fs)
 	fs.IntVar(&c.Runtime.CoreCount, "runtime.core-count", runtime.NumCPU(), "number of shard workers (bound to the WAL)")
 	c.Runtime.Config.RegisterFlags(fs, "runtime.")
@@ -87,6 +103,15 @@ func (c *Config) registerFlags(fs *flag.FlagSet, target string) {
 	c.Gateway.RegisterFlags(fs)
 	c.Upstream.Config.RegisterFlags(fs)
 	fs.BoolVar(&c.Upstream.InProcess, "upstream.in-process", true, "all-in-one: call the local node in-process instead of over loopback gRPC")
+	fs.StringVar(&c.Cold.Backend, "cold.backend", objstore.BackendFS, "cold store: fs (a local directory), s3 or memory (tests only)")
+	fs.StringVar(&c.Cold.Dir, "cold.dir", "", "fs cold store directory (default: <data-dir>/cold)")
+	fs.StringVar(&c.Cold.S3.Bucket, "cold.s3.bucket", "", "s3 cold store: bucket")
+	fs.StringVar(&c.Cold.S3.Prefix, "cold.s3.prefix", "", "s3 cold store: key prefix (the cold root)")
+	fs.StringVar(&c.Cold.S3.Endpoint, "cold.s3.endpoint", "", "s3 cold store: endpoint URL of an S3-compatible service")
+	fs.StringVar(&c.Cold.S3.Region, "cold.s3.region", "", "s3 cold store: region")
+	fs.BoolVar(&c.Cold.S3.PathStyle, "cold.s3.path-style", false, "s3 cold store: path-style addressing")
+	c.Cold.ColdConfig.RegisterFlags(fs)
+	c.ColdGC.RegisterFlags(fs)
 	fs.StringVar(&c.Log.Level, "log.level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.Log.Format, "log.format", "text", "log format: text or json")
 }
@@ -96,11 +121,24 @@ func (c *Config) Validate() error {
 	var errs []error
 	switch c.Target {
 	case TargetAll, TargetNode, TargetGateway:
+	case TargetColdGC:
+		errs = append(errs, c.Cold.Config.Validate(), c.ColdGC.Validate())
+		if len(c.Upstream.Nodes) == 0 {
+			errs = append(errs, errors.New("upstream.nodes (a storage node's client plane) is required for the coldgc target"))
+		}
+		errs = append(errs, c.Runtime.Config.Validate())
+		if _, err := parseLevel(c.Log.Level); err != nil {
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
 	default:
-		errs = append(errs, fmt.Errorf("target %q: want all, node or gateway", c.Target))
+		errs = append(errs, fmt.Errorf("target %q: want all, node, gateway or coldgc", c.Target))
+	}
+	if c.Target == TargetAll {
+		errs = append(errs, c.ColdGC.Validate())
 	}
 	if c.Target != TargetGateway {
-		errs = append(errs, c.Engine.Validate(), c.Node.Validate())
+		errs = append(errs, c.Engine.Validate(), c.Node.Validate(), c.Cold.Config.Validate())
 	}
 	if c.Target != TargetNode {
 		errs = append(errs, c.Gateway.Validate(), c.Subscriptions.Validate())
@@ -148,6 +186,10 @@ func Load(args []string, target string) (*Config, *Flags, error) {
 		return nil, nil, err
 	}
 	cfg.Engine.ShardCount = cfg.Runtime.CoreCount
+	if cfg.Cold.Backend == objstore.BackendFS && cfg.Cold.Dir == "" {
+		cfg.Cold.Dir = filepath.Join(cfg.Engine.DataDir, "cold")
+	}
+	cfg.Engine.Cold = cfg.Cold.ColdConfig
 	cfg.Engine.ClusterID = cfg.Node.ClusterID
 	return &cfg, f, nil
 }

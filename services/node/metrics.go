@@ -48,9 +48,10 @@ func (m *metrics) snapshot(eng *engine.Engine, clusterID, incarnation string) ma
 			"learners":      learners,
 			"streams":       float64(st.Streams),
 			"hot_bytes":     float64(st.HotBytes),
+			"gc_pending":    float64(mach.GCPending("")),
 		})
 	}
-	return map[string]any{
+	out := map[string]any{
 		"cluster_id":               clusterID,
 		"process_incarnation":      incarnation,
 		"append_requests":          float64(m.appends.Load()),
@@ -65,5 +66,42 @@ func (m *metrics) snapshot(eng *engine.Engine, clusterID, incarnation string) ma
 		"raft_groups_led":          float64(leaders),
 		"raft_groups":              groups,
 		"peer_cluster_mismatches":  []any{},
+	}
+	coldMetrics(eng, out)
+	return out
+}
+
+// coldMetrics adds the cold tier's counters: flushes and uploads, their
+// errors, cold-write backpressure, cold reads and the GC queue.
+func coldMetrics(eng *engine.Engine, out map[string]any) {
+	cs := eng.ColdStats()
+	if cs == nil {
+		return
+	}
+	var pending uint64
+	for _, m := range eng.Machines() {
+		pending += m.GCPending("")
+	}
+	cache := eng.ColdCacheStats()
+	for k, v := range map[string]uint64{
+		"cold_flushes":                 cs.Flushes.Load(),
+		"cold_flush_rejected":          cs.FlushRejected.Load(),
+		"cold_uploads":                 cs.Uploads.Load(),
+		"cold_upload_bytes":            cs.UploadBytes.Load(),
+		"cold_upload_errors":           cs.UploadErrors.Load(),
+		"cold_external_payloads":       cs.ExternalPayloads.Load(),
+		"cold_read_errors":             cs.ReadErrors.Load(),
+		"cold_backpressure_writes":     cs.BackpressureWrites.Load(),
+		"cold_sealed_pages":            cs.SealedPages.Load(),
+		"cold_compactions":             cs.Compactions.Load(),
+		"cold_gc_acked_entries":        cs.GCAcked.Load(),
+		"cold_gc_pending_entries":      pending,
+		"cold_cache_hits":              cache.Hits,
+		"cold_cache_misses":            cache.Misses,
+		"cold_cache_fetch_errors":      cache.FetchErrors,
+		"cold_cache_bytes":             uint64(cache.Bytes),
+		"cold_hot_cap_bytes_per_group": eng.ColdConfig().HotCapBytes,
+	} {
+		out[k] = float64(v)
 	}
 }

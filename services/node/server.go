@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	adminv1 "github.com/ursula/ursula/proto/gen/go/ursula/admin/v1"
+	coldgcv1 "github.com/ursula/ursula/proto/gen/go/ursula/coldgc/v1"
 	raftv1 "github.com/ursula/ursula/proto/gen/go/ursula/raft/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/listenmux"
@@ -35,6 +37,10 @@ type Server struct {
 
 	grpcServer *grpc.Server
 	streams    *streamService
+	coldgc     *coldGCService
+	// extraMetrics adds the metrics of roles running beside the node in
+	// this process (the cold-GC worker).
+	extraMetrics atomic.Pointer[func(map[string]any)]
 	// tr and peers exist on a multi-node cluster only.
 	tr      *transport.Transport
 	peers   *peerClient
@@ -70,6 +76,8 @@ func New(cfg Config, eng *engine.Engine, logger *slog.Logger) (*Server, error) {
 		s.tr, s.peers = tr, pc
 	}
 	streamv1.RegisterStreamServiceServer(s.grpcServer, s.streams)
+	s.coldgc = &coldGCService{eng: eng}
+	coldgcv1.RegisterColdGCServiceServer(s.grpcServer, s.coldgc)
 	adminv1.RegisterAdminServiceServer(s.grpcServer, &adminService{srv: s})
 	return s, nil
 }
@@ -240,11 +248,18 @@ func (s *Server) readiness() *adminv1.GetReadyResponse {
 	return r
 }
 
+// AddMetrics sets a function that adds metrics of another role of this
+// process to /__ursula/metrics.
+func (s *Server) AddMetrics(f func(map[string]any)) { s.extraMetrics.Store(&f) }
+
 func (s *Server) metricsSnapshot() map[string]any {
 	m := s.metrics.snapshot(s.eng, s.cfg.ClusterID, s.incarnation)
 	m["node_id"] = float64(s.eng.Config().NodeID)
 	m["peer_cluster_mismatches"] = s.mismatchList()
 	m["commit_stall_interventions"] = float64(s.eng.CommitStalls())
+	if f := s.extraMetrics.Load(); f != nil {
+		(*f)(m)
+	}
 	m["wal_recovery"] = s.eng.WALRecovery()
 	m["leadership_shed_state"] = shedState(s.eng, s.cfg.ClusterID, s.eng.Config().NodeID).GetState()
 	if s.tr != nil {
@@ -300,6 +315,7 @@ func (s *Server) adminHandler(ctx context.Context) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /__ursula/ready", s.serveReady)
 	s.registerAdmin(mux)
+	s.registerCold(mux)
 	// Profiles are served on the loopback admin plane only.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -252,12 +252,15 @@ func (e *Engine) propose(ctx context.Context, g uint32, cmd *storagev1.Command) 
 	return res, nil
 }
 
-// forwardable reports commands the engine issues on its own behalf in
-// another group (fork references, expiry, touches, barriers are local);
-// client commands are routed to the leader by the gateway instead.
+// forwardable reports commands the engine issues on its own behalf in a
+// group it may not lead (fork references, bucket purges, cold-GC
+// acknowledgements and compaction swaps); client commands are routed to
+// the leader by the gateway instead, and expiry, touches, barriers and
+// flushes run only on the leader.
 func forwardable(cmd *storagev1.Command) bool {
 	switch cmd.GetOp().(type) {
-	case *storagev1.Command_AddForkRef, *storagev1.Command_ReleaseForkRef:
+	case *storagev1.Command_AddForkRef, *storagev1.Command_ReleaseForkRef,
+		*storagev1.Command_PurgeBucket, *storagev1.Command_GcAck, *storagev1.Command_ColdSwap:
 		return true
 	}
 	return false

@@ -32,6 +32,13 @@ type StateMachine interface {
 	Restore(data []byte) error
 }
 
+// SnapshotCoster is implemented by state machines that can tell about how
+// many bytes their snapshot takes; the host then snapshots less often when
+// the state is large compared with the log since the last snapshot.
+type SnapshotCoster interface {
+	SnapshotCost() uint64
+}
+
 // Transport carries Raft messages to other nodes. Send is called from shard
 // workers after the messages' preconditions are durable; it must not block
 // and may keep msgs. A MsgSnap's delivery should be reported back with

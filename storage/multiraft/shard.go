@@ -317,7 +317,7 @@ func (s *shard) processReady() error {
 				return err
 			}
 			g.rn.Advance(*rd)
-			if g.sinceSnapEntries >= h.cfg.SnapshotEntries || g.sinceSnapBytes >= h.cfg.SnapshotBytes {
+			if g.snapshotDue(h.cfg) {
 				if err := s.snapshot(g); err != nil {
 					return err
 				}
@@ -582,4 +582,18 @@ func (g *group) leaderID() uint64 {
 	g.statusMu.Lock()
 	defer g.statusMu.Unlock()
 	return g.status.LeaderID
+}
+
+// snapshotDue decides whether the group takes a snapshot now: after the
+// configured entries or bytes, but never before the log since the last
+// snapshot is a good part of what a snapshot would write, so that a group
+// holding much state (hot bytes not yet flushed) does not rewrite it for
+// every few appends.
+func (g *group) snapshotDue(cfg Config) bool {
+	var cost uint64
+	if c, ok := g.sm.(SnapshotCoster); ok {
+		cost = c.SnapshotCost()
+	}
+	return g.sinceSnapBytes >= max(cfg.SnapshotBytes, cost) ||
+		(g.sinceSnapEntries >= cfg.SnapshotEntries && g.sinceSnapBytes >= cost/4)
 }

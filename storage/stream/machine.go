@@ -71,6 +71,15 @@ func NewMachine(group uint32) *Machine {
 // Group is the group this machine belongs to.
 func (m *Machine) Group() uint32 { return m.group }
 
+// SnapshotCost estimates the size of a snapshot: the hot bytes, plus a
+// few hundred bytes of metadata per stream.
+func (m *Machine) SnapshotCost() uint64 {
+	m.mu.RLock()
+	n := len(m.streams) + len(m.gc)
+	m.mu.RUnlock()
+	return uint64(m.hotSize.Load()) + 256*uint64(n)
+}
+
 // HotBytes is the number of stream bytes held in memory.
 func (m *Machine) HotBytes() int64 { return m.hotSize.Load() }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ursula/ursula/storage/objstore/objstoretest"
 	"github.com/ursula/ursula/tests/e2e"
 )
 
@@ -30,6 +31,26 @@ func TestConformance(t *testing.T) {
 	srv := e2e.StartServer(t, e2e.Options{})
 	t.Logf("ursula (pid %d) ready at %s, started as: %s %s", srv.PID(), srv.URL(), srv.Bin, strings.Join(srv.Args(), " "))
 	runSuite(t, dir, srv.URL(), []*e2e.Server{srv})
+}
+
+// TestConformanceColdS3 runs the suite against bin/ursula whose cold tier
+// is a real S3-compatible server (versitygw) and which flushes every
+// stream within milliseconds into chunks of a few KiB: reads constantly
+// cross from cold objects into the hot window.
+func TestConformanceColdS3(t *testing.T) {
+	dir := suiteDir(t)
+	s3 := objstoretest.NewS3Server(t)
+	args, env := e2e.ColdS3Args(t, s3, "conformance", "cold-"+time.Now().UTC().Format("20060102T150405Z"))
+	srv := e2e.StartServer(t, e2e.Options{Args: append(args, e2e.TinyFlushArgs...), Env: env})
+	runSuite(t, dir, srv.URL(), []*e2e.Server{srv})
+	m := srv.NodeMetrics(t)
+	for _, k := range []string{"cold_flushes", "cold_cache_misses"} {
+		if v, _ := m[k].(float64); v == 0 {
+			t.Errorf("metric %s = %v after the suite: the cold tier was not exercised", k, m[k])
+		}
+	}
+	t.Logf("cold tier during the suite: flushes %v, uploads %v, cache misses %v, cache hits %v, external payloads %v",
+		m["cold_flushes"], m["cold_uploads"], m["cold_cache_misses"], m["cold_cache_hits"], m["cold_external_payloads"])
 }
 
 // TestConformanceCluster runs the suite against ursula-gateway in front of

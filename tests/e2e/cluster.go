@@ -46,6 +46,11 @@ type NodeConfig struct {
 	Fsync         string
 	LogLevel      string
 	Peers         []PeerConfig
+	// Cold is the [cold] section's body; empty means an fs store in
+	// ColdDir, which every node of a cluster shares (a cold store is shared
+	// by all replicas, as S3 is in production).
+	Cold    string
+	ColdDir string
 	// Extra is appended to the file verbatim (further keys or sections).
 	Extra string
 }
@@ -72,6 +77,12 @@ func (c NodeConfig) TOML() string {
 	}
 	if c.LogLevel != "" {
 		fmt.Fprintf(&b, "[log]\nlevel = %s\n\n", q(c.LogLevel))
+	}
+	switch {
+	case c.Cold != "":
+		fmt.Fprintf(&b, "[cold]\n%s\n\n", c.Cold)
+	case c.ColdDir != "":
+		fmt.Fprintf(&b, "[cold]\nbackend = \"fs\"\ndir = %s\n\n", q(c.ColdDir))
 	}
 	if c.Extra != "" {
 		b.WriteString(c.Extra)
@@ -102,6 +113,9 @@ type ClusterOptions struct {
 	Gateway bool
 	// LogLevel is every node's log.level; empty leaves the default.
 	LogLevel string
+	// Cold is every node's [cold] section body; empty means an fs store in
+	// a directory of the cluster that every node shares.
+	Cold string
 	// Extra is appended to every node's configuration file.
 	Extra string
 	// ReadyTimeout bounds the wait for readiness at start; zero means 120 s.
@@ -248,6 +262,8 @@ func NewCluster(tb testing.TB, opts ClusterOptions) *Cluster {
 			CoreCount:     opts.CoreCount,
 			Fsync:         opts.Fsync,
 			LogLevel:      opts.LogLevel,
+			Cold:          opts.Cold,
+			ColdDir:       filepath.Join(c.Dir, "cold"),
 			Extra:         opts.Extra,
 		}
 		for j := range ps {

@@ -47,6 +47,7 @@ func TestLocalClusterConfig(t *testing.T) {
 		{"ursula-node", "node2.toml"},
 		{"ursula-node", "node3.toml"},
 		{"ursula-gateway", "gateway.toml"},
+		{"ursula-coldgc", "coldgc.toml"},
 	}
 	for _, f := range files {
 		t.Run(f.file, func(t *testing.T) {

@@ -1,0 +1,222 @@
+package engine
+
+import (
+	"context"
+	"sort"
+
+	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/stream"
+)
+
+// The engine's side of cold GC: the queue, acknowledgements, compaction
+// and purge, as the GC worker (services/coldgc) and the admin plane use
+// them. Reads run on this node's replica after a read barrier; commands
+// are forwarded to the group's leader, so a worker can talk to any node.
+
+// checkGroup validates a group id.
+func (e *Engine) checkGroup(g uint32) error {
+	if int(g) >= len(e.machines) {
+		return errcode.New(errcode.InvalidArgument, "group %d out of range [0, %d)", g, len(e.machines))
+	}
+	return nil
+}
+
+// GroupCount is the number of Raft groups.
+func (e *Engine) GroupCount() int { return len(e.machines) }
+
+// GCQueue returns up to limit entries of group g's cold-GC queue and its
+// length, as current as the group's leader when called.
+func (e *Engine) GCQueue(ctx context.Context, g uint32, limit int) ([]*storagev1.GCEntry, int, error) {
+	if err := e.checkGroup(g); err != nil {
+		return nil, 0, err
+	}
+	if err := e.syncGroup(ctx, g); err != nil {
+		return nil, 0, err
+	}
+	q, n := e.machines[g].GCQueue(limit)
+	return q, n, nil
+}
+
+// AckGC removes reclaimed entries from group g's cold-GC queue.
+func (e *Engine) AckGC(ctx context.Context, g uint32, seqs []uint64) error {
+	if err := e.checkGroup(g); err != nil {
+		return err
+	}
+	if len(seqs) == 0 {
+		return nil
+	}
+	_, err := e.propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_GcAck{GcAck: &storagev1.GCAck{Seqs: seqs}}})
+	if err == nil && e.cold != nil {
+		e.cold.stats.GCAcked.Add(uint64(len(seqs)))
+	}
+	return err
+}
+
+// Compaction is a run of adjacent small chunks of one stream's newest
+// index level that one chunk could replace.
+type Compaction struct {
+	Key         stream.Key
+	Incarnation uint64
+	Run         []*storagev1.ColdRef
+}
+
+// CompactionCandidates lists runs of at least two adjacent chunks of
+// group g, each below small bytes and together at most max bytes.
+func (e *Engine) CompactionCandidates(ctx context.Context, g uint32, small, max uint64) ([]Compaction, error) {
+	if err := e.checkGroup(g); err != nil {
+		return nil, err
+	}
+	if err := e.syncGroup(ctx, g); err != nil {
+		return nil, err
+	}
+	var out []Compaction
+	for k, s := range e.machines[g].StreamsWithColdIndex(2) {
+		var run []*storagev1.ColdRef
+		var size uint64
+		flush := func() {
+			if len(run) >= 2 {
+				out = append(out, Compaction{Key: k, Incarnation: s.Incarnation, Run: run})
+			}
+			run, size = nil, 0
+		}
+		for _, r := range s.Level0 {
+			n := r.GetEnd() - r.GetStart()
+			if r.GetKind() != storagev1.ColdKind_COLD_KIND_CHUNK || n >= small {
+				flush()
+				continue
+			}
+			if size+n > max {
+				flush()
+			}
+			run = append(run, r)
+			size += n
+		}
+		flush()
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Key != out[j].Key {
+			return out[i].Key.Bucket+"/"+out[i].Key.Stream < out[j].Key.Bucket+"/"+out[j].Key.Stream
+		}
+		return out[i].Run[0].GetStart() < out[j].Run[0].GetStart()
+	})
+	return out, nil
+}
+
+// CommitCompaction swaps a run of chunks for the compacted chunk that
+// replaces them; the replaced objects are deleted after the GC grace.
+func (e *Engine) CommitCompaction(ctx context.Context, g uint32, swap *storagev1.ColdSwap) error {
+	if err := e.checkGroup(g); err != nil {
+		return err
+	}
+	if swap.GetGraceMs() == 0 {
+		swap.GraceMs = e.ColdConfig().GCGrace.Milliseconds()
+	}
+	_, err := e.propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_ColdSwap{ColdSwap: swap}})
+	if err == nil && e.cold != nil {
+		e.cold.stats.Compactions.Add(1)
+	}
+	return err
+}
+
+// LivePrefixes returns the cold prefix of every stream incarnation of
+// every group on this replica.
+func (e *Engine) LivePrefixes() map[string]bool {
+	out := map[string]bool{}
+	for _, m := range e.machines {
+		for p := range m.LivePrefixes() {
+			out[p] = true
+		}
+	}
+	return out
+}
+
+// ColdReferences returns every object key the stream incarnation under
+// prefix references: its index (walking sealed pages) and the external
+// payloads in its hot window. live is false when no such stream exists.
+func (e *Engine) ColdReferences(ctx context.Context, prefix string) (keys []string, live bool, err error) {
+	for g, m := range e.machines {
+		k, ok := m.LivePrefixes()[prefix]
+		if !ok {
+			continue
+		}
+		if err := e.syncGroup(ctx, uint32(g)); err != nil {
+			return nil, true, err
+		}
+		meta, ok := m.Lookup(k)
+		if !ok {
+			return nil, false, nil
+		}
+		levels, ok := m.ColdLevels(k, meta.Incarnation)
+		if !ok {
+			return nil, false, nil
+		}
+		keys = append(keys, m.HotExternalKeys(k, meta.Incarnation)...)
+		var walk func(refs []*storagev1.ColdRef) error
+		walk = func(refs []*storagev1.ColdRef) error {
+			for _, r := range refs {
+				keys = append(keys, r.GetKey())
+				if r.GetKind() != storagev1.ColdKind_COLD_KIND_PAGE {
+					continue
+				}
+				if e.cold == nil {
+					return errcode.New(errcode.Internal, "no cold store")
+				}
+				body, err := e.cold.store.Get(ctx, r.GetKey())
+				if err != nil {
+					return errcode.New(errcode.ColdStoreFailed, "read index page %s: %v", r.GetKey(), err)
+				}
+				entries, err := stream.DecodePage(body)
+				if err != nil {
+					return errcode.New(errcode.ColdStoreFailed, "index page %s: %v", r.GetKey(), err)
+				}
+				if err := walk(entries); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		for _, lv := range levels {
+			if err := walk(lv.GetEntries()); err != nil {
+				return nil, true, err
+			}
+		}
+		return keys, true, nil
+	}
+	return nil, false, nil
+}
+
+// PurgeReport is the replicated part of a bucket purge.
+type PurgeReport struct {
+	// Removed counts the streams this round removed.
+	Removed uint64
+	// GroupsWithStreams lists the groups where this round removed streams.
+	GroupsWithStreams []uint32
+	// GCPending counts the bucket's GC entries still queued, all groups.
+	GCPending uint64
+	// GCReclaimed counts the bucket's GC entries reclaimed so far.
+	GCReclaimed uint64
+}
+
+// PurgeBucket erases a bucket in every group and fences it for good:
+// idempotent, so an interrupted purge converges when sent again. A group
+// without a reachable leader fails the call with 503 (retry it).
+func (e *Engine) PurgeBucket(ctx context.Context, bucket string) (PurgeReport, error) {
+	var r PurgeReport
+	if err := validBucketName(bucket); err != nil {
+		return r, err
+	}
+	for g := range e.machines {
+		res, err := e.propose(ctx, uint32(g), &storagev1.Command{Op: &storagev1.Command_PurgeBucket{PurgeBucket: &storagev1.PurgeBucket{Bucket: bucket}}})
+		if err != nil {
+			return r, err
+		}
+		r.Removed += res.Removed
+		if res.Removed > 0 {
+			r.GroupsWithStreams = append(r.GroupsWithStreams, uint32(g))
+		}
+		r.GCPending += res.GCPending
+		r.GCReclaimed += res.GCReclaimed
+	}
+	return r, nil
+}

@@ -1,0 +1,56 @@
+package e2e
+
+import (
+	"testing"
+
+	"github.com/ursula/ursula/storage/objstore/objstoretest"
+)
+
+// ColdS3Args are the flags and environment that make a spawned server keep
+// its cold tier in bucket (created here) of a test S3 server, under prefix.
+// Credentials go through the environment, as the SDK's default chain
+// reads them in production.
+func ColdS3Args(t testing.TB, s3 *objstoretest.S3Server, bucket, prefix string) (args, env []string) {
+	s3.CreateBucket(t, bucket)
+	args = []string{
+		"-cold.backend=s3",
+		"-cold.s3.bucket=" + bucket,
+		"-cold.s3.endpoint=" + s3.Endpoint,
+		"-cold.s3.region=us-east-1",
+		"-cold.s3.path-style",
+	}
+	if prefix != "" {
+		args = append(args, "-cold.s3.prefix="+prefix)
+	}
+	env = []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey}
+	return args, env
+}
+
+// TinyFlushArgs make a server flush every stream within milliseconds into
+// chunks of a few KiB and read them back through a tiny cache, so that
+// reads constantly cross the cold/hot boundary.
+var TinyFlushArgs = []string{
+	"-cold.flush-bytes=2048",
+	"-cold.flush-age=20ms",
+	"-cold.group-flush-bytes=4096",
+	"-cold.max-chunk-bytes=4096",
+	"-cold.external-min-bytes=32768",
+	"-cold.flush-interval=10ms",
+	"-cold.block-bytes=1024",
+	"-cold.cache-bytes=16384",
+}
+
+// NodeMetrics fetches the /__ursula/metrics document of the server's node
+// (the node.listen listener of an all-in-one or node process) as a map.
+func (s *Server) NodeMetrics(tb testing.TB) map[string]any {
+	tb.Helper()
+	addr := s.Addrs["node.listen"]
+	if addr == "" {
+		tb.Fatalf("server %s has no node.listen listener", s.Bin)
+	}
+	var m map[string]any
+	if _, err := getJSON(tb.Context(), "http://"+addr+"/__ursula/metrics", &m); err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
