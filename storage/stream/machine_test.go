@@ -34,6 +34,20 @@ func (a *applier) apply(now int64, op any) *Result {
 		cmd.Op = &storagev1.Command_AddForkRef{AddForkRef: o}
 	case *storagev1.ReleaseForkRef:
 		cmd.Op = &storagev1.Command_ReleaseForkRef{ReleaseForkRef: o}
+	case *storagev1.ColdFlush:
+		cmd.Op = &storagev1.Command_ColdFlush{ColdFlush: o}
+	case *storagev1.SetRetention:
+		cmd.Op = &storagev1.Command_SetRetention{SetRetention: o}
+	case *storagev1.ColdRetire:
+		cmd.Op = &storagev1.Command_ColdRetire{ColdRetire: o}
+	case *storagev1.ColdSwap:
+		cmd.Op = &storagev1.Command_ColdSwap{ColdSwap: o}
+	case *storagev1.GCAck:
+		cmd.Op = &storagev1.Command_GcAck{GcAck: o}
+	case *storagev1.PurgeBucket:
+		cmd.Op = &storagev1.Command_PurgeBucket{PurgeBucket: o}
+	case *storagev1.CreateBucket:
+		cmd.Op = &storagev1.Command_CreateBucket{CreateBucket: o}
 	default:
 		a.t.Fatalf("unsupported op %T", op)
 	}

@@ -1,0 +1,139 @@
+package tier
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	"github.com/ursula/ursula/storage/objstore"
+	"github.com/ursula/ursula/storage/stream"
+)
+
+func TestChunkRoundTrip(t *testing.T) {
+	body := EncodeChunk(100, [][]byte{[]byte("abc"), []byte("defgh")}, []uint64{103, 108})
+	if !bytes.HasPrefix(body, []byte("abcdefgh")) || uint64(len(body)) != ChunkSize(8, 2) {
+		t.Fatalf("chunk layout: %q", body)
+	}
+	recs, err := DecodeRecords(100, body[8:])
+	if err != nil || len(recs) != 2 || recs[0] != 103 || recs[1] != 108 {
+		t.Fatalf("records %v, %v", recs, err)
+	}
+	if _, err := DecodeRecords(100, body[9:]); err == nil {
+		t.Fatal("a truncated trailer decoded")
+	}
+}
+
+// putChunk stores a chunk of appends starting at start and returns its ref.
+func putChunk(t *testing.T, s objstore.Store, key string, start uint64, appends ...string) *storagev1.ColdRef {
+	t.Helper()
+	var segs [][]byte
+	var recs []uint64
+	pos := start
+	for _, a := range appends {
+		segs = append(segs, []byte(a))
+		pos += uint64(len(a))
+		recs = append(recs, pos)
+	}
+	body := EncodeChunk(start, segs, recs)
+	if err := s.Put(context.Background(), key, body); err != nil {
+		t.Fatal(err)
+	}
+	return &storagev1.ColdRef{Start: start, End: pos, Key: key, Size: uint64(len(body)), Records: uint32(len(recs))}
+}
+
+func TestReaderCutsOnBoundaries(t *testing.T) {
+	ctx := context.Background()
+	s := objstore.NewMemory()
+	r := NewReader(NewCache(s, 4, 64)) // tiny blocks: reads span many
+	bin := putChunk(t, s, "b/c/1", 10, "aaaa", "bbbbbb", "cc")
+	data, end, err := r.Read(ctx, bin, 10, 22, 7, Unit{})
+	if err != nil || string(data) != "aaaa" || end != 14 {
+		t.Fatalf("limit 7 from 10: %q end %d err %v (want the first append)", data, end, err)
+	}
+	data, end, _ = r.Read(ctx, bin, 14, 22, 3, Unit{})
+	if string(data) != "bbb" || end != 17 {
+		t.Fatalf("an append larger than the limit is cut at the limit: %q %d", data, end)
+	}
+	data, end, _ = r.Read(ctx, bin, 12, 100, 100, Unit{})
+	if string(data) != "aabbbbbbcc" || end != 22 {
+		t.Fatalf("read to the chunk end: %q %d", data, end)
+	}
+	js := putChunk(t, s, "b/c/2", 0, "{\"a\":1}\n{\"b\":2}\n", "{\"c\":3}\n")
+	data, end, _ = r.Read(ctx, js, 0, 24, 10, Unit{JSON: true})
+	if string(data) != "{\"a\":1}\n" || end != 8 {
+		t.Fatalf("JSON cut: %q %d", data, end)
+	}
+	data, _, _ = r.Read(ctx, js, 0, 24, 3, Unit{JSON: true})
+	if string(data) != "{\"a\":1}\n" {
+		t.Fatalf("JSON message larger than the limit is returned whole: %q", data)
+	}
+	txt := putChunk(t, s, "b/c/3", 0, "é✓é")
+	data, end, _ = r.Read(ctx, txt, 0, 7, 4, Unit{Text: true})
+	if string(data) != "é" || end != 2 {
+		t.Fatalf("text cut inside a rune: %q %d", data, end)
+	}
+	data, end, _ = r.Read(ctx, txt, 2, 7, 1, Unit{Text: true})
+	if string(data) != "✓" || end != 5 {
+		t.Fatalf("limit inside the first rune returns it whole: %q %d", data, end)
+	}
+}
+
+func TestReaderDescendsPages(t *testing.T) {
+	ctx := context.Background()
+	s := objstore.NewMemory()
+	r := NewReader(NewCache(s, 1024, 1<<20))
+	var leaves []*storagev1.ColdRef
+	var want strings.Builder
+	for i := range 5 {
+		a := strings.Repeat(string(rune('a'+i)), 3)
+		leaves = append(leaves, putChunk(t, s, "b/c/"+a, uint64(3*i), a))
+		want.WriteString(a)
+	}
+	body, _ := stream.EncodePage(leaves)
+	if err := s.Put(ctx, "b/p/1", body); err != nil {
+		t.Fatal(err)
+	}
+	page := &storagev1.ColdRef{Start: 0, End: 15, Key: "b/p/1", Kind: storagev1.ColdKind_COLD_KIND_PAGE, Size: uint64(len(body)), Level: 1}
+	var got strings.Builder
+	for pos := uint64(0); pos < 15; {
+		leaf, err := r.Leaf(ctx, page, pos)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, end, err := r.Read(ctx, leaf, pos, 15, 100, Unit{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Write(data)
+		pos = end
+	}
+	if got.String() != want.String() {
+		t.Fatalf("through the page: %q", got.String())
+	}
+	if _, err := r.Leaf(ctx, page, 99); err == nil {
+		t.Fatal("a position outside the page resolved")
+	}
+}
+
+func TestCheckFormatEpoch(t *testing.T) {
+	ctx := context.Background()
+	s := objstore.NewMemory()
+	if err := CheckFormatEpoch(ctx, s); err != nil {
+		t.Fatalf("empty root: %v", err)
+	}
+	if err := CheckFormatEpoch(ctx, s); err != nil {
+		t.Fatalf("root with our marker: %v", err)
+	}
+	foreign := objstore.NewMemory()
+	_ = foreign.Put(ctx, "someone/else.txt", []byte("x"))
+	if err := CheckFormatEpoch(ctx, foreign); err == nil || !strings.Contains(err.Error(), "no URSULA_FORMAT_EPOCH") {
+		t.Fatalf("foreign root: %v", err)
+	}
+	other := objstore.NewMemory()
+	_ = other.Put(ctx, FormatEpochKey, []byte("7\n"))
+	if err := CheckFormatEpoch(ctx, other); err == nil {
+		t.Fatal("another format epoch was accepted")
+	}
+}
