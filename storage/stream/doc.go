@@ -27,7 +27,19 @@
 // # Snapshot encoding
 //
 // Snapshot() is storagev1.Snapshot marshalled with deterministic protobuf
-// encoding: format 1, buckets sorted, streams sorted by (bucket, stream),
-// producers sorted by id, data the stream's own bytes from base to tail.
-// The same state always yields the same bytes.
+// encoding: format 2, buckets sorted, streams sorted by (bucket, stream),
+// producers sorted by id, data the bytes of the stream's hot window (from
+// cold_end to the tail, external payloads left out and listed in
+// hot_external), its cold index, the GC queue and the purge fences. The
+// same state always yields the same bytes. Format 1 (no cold tier: data
+// from base) is still restored.
+//
+// # Cold tier
+//
+// A stream's own bytes [base, tail) are split at cold_end: below it they
+// are in the cold index (chunks, external payloads and sealed pages, see
+// cold.go and storage/tier), above it in the hot window. Commands that
+// move the split (ColdFlush), retire index entries (SetRetention,
+// ColdRetire, ColdSwap) or remove streams queue the objects that become
+// garbage in the group's replicated GC queue.
 package stream
