@@ -172,9 +172,9 @@ tests/conformance/node_modules/.package-lock.json: tests/conformance/package.jso
 	cd tests/conformance && npm ci --no-audit --no-fund
 	@touch $@
 
-bench: build ## Load benchmarks (not in make test): bin/ursula with fsync never and always, against a null server
+bench: build bin/versitygw ## Load benchmarks (not in make test): bin/ursula with fsync never and always (local-directory cold store), then with S3 (versitygw), against a null server
 	$(GO) build -o $(BIN)/ursula-bench ./tests/bench
-	$(BIN)/ursula-bench -server $(BIN)/ursula $(BENCH_ARGS)
+	VERSITYGW=$(BIN)/versitygw $(BIN)/ursula-bench -server $(BIN)/ursula $(BENCH_ARGS)
 
 clean: ## Remove bin/ and the conformance suite's node_modules (never ./data)
 	rm -rf $(BIN) tests/conformance/node_modules

@@ -3,7 +3,7 @@
 //
 //	go run ./tests/bench -server bin/ursula [-duration 10s] [-streams 500] ...
 //
-// For each server it runs three workloads, each for -duration:
+// For each server it runs these workloads, the first three for -duration:
 //
 //   - multi-stream: -streams streams, 256-byte appends (-payload), one
 //     request in flight per stream, idempotent-producer headers
@@ -14,7 +14,11 @@
 //     event each subscriber misses;
 //   - replay: -replay-clients clients, each with its own stream pre-filled
 //     with -replay-events appends of -replay-event-bytes, reading it from
-//     offset -1 to the tail all at once, round after round.
+//     offset -1 to the tail all at once, round after round;
+//   - memory (fsync=never servers only): 16 writers append 64 KiB bodies to
+//     8 streams, -memory-warmup bytes (20 MiB) first, then up to
+//     -memory-total (2 GiB), retrying 503s (cold-write backpressure); the
+//     server's VmRSS is sampled after each part once the flushes settled.
 //
 // The servers, each a separate process on loopback and started fresh:
 //
@@ -23,8 +27,12 @@
 //     the client and the loopback can do on this machine; Ursula's numbers
 //     are reported as ratios to it;
 //   - ursula with -raft.fsync=never, then with -raft.fsync=always, each
-//     started as `make run` starts it (embedded defaults, a fresh temporary
-//     working and data directory) except for free loopback listen ports.
+//     started as `make run` starts it (embedded defaults: the cold store is
+//     a local directory; a fresh temporary working and data directory)
+//     except for free loopback listen ports and -hot-cap;
+//   - with -cold s3 (the default), ursula with -raft.fsync=never once more,
+//     its cold tier on a versitygw S3 server the bench starts (bin/versitygw
+//     or $VERSITYGW), under a date-stamped prefix.
 //
 // While a workload runs, the server's VmRSS is sampled from /proc every
 // 100 ms; VmHWM (peak RSS) is read before the server is stopped.
@@ -35,7 +43,11 @@
 //
 //   - multi-stream at 500 streams: ≥ 0.68 × null with fsync never,
 //     ≥ 0.50 × null with fsync always;
-//   - server peak RSS ≤ 165 MiB;
+//   - server peak RSS ≤ 165 MiB (before the memory workload);
+//   - with S3 as the cold store, multi-stream and replay ops/s at least
+//     0.90 × the local-directory run's;
+//   - RSS after appending 2 GiB ≤ RSS after 20 MiB + the hot cap, for the
+//     local directory and for S3;
 //   - fan-out to 1000 subscribers: p99 ≤ 25 ms, every event delivered;
 //   - replay of 100 clients: p99 ≤ 28 ms.
 //

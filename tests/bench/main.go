@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	s3api "github.com/aws/aws-sdk-go-v2/service/s3"
 	"io"
 	"net/http"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ursula/ursula/storage/objstore/objstoretest"
 	"github.com/ursula/ursula/tests/e2e"
 )
 
@@ -38,6 +40,10 @@ type config struct {
 	nullListen  string
 	clusterURL  string
 	clusterPIDs string
+	cold        string
+	memWarmup   int64
+	memTotal    int64
+	hotCap      int64
 }
 
 func main() {
@@ -46,7 +52,11 @@ func main() {
 	flag.StringVar(&c.target, "target", "", "measure this running server (origin URL) instead of starting one")
 	flag.IntVar(&c.pid, "pid", 0, "with -target: the server's pid, for RSS")
 	flag.StringVar(&c.fsyncModes, "fsync", "never,always", "raft.fsync modes to start ursula with, in order")
-	flag.StringVar(&c.workloads, "workloads", "multi-stream,fan-out,replay", "workloads to run, in order")
+	flag.StringVar(&c.workloads, "workloads", "multi-stream,fan-out,replay,memory", "workloads to run, in order (memory runs only against fsync=never servers)")
+	flag.StringVar(&c.cold, "cold", "s3", `also run the fsync=never server with this cold store ("s3": a versitygw the bench starts; "" for none) and compare it with the local-directory run`)
+	flag.Int64Var(&c.memWarmup, "memory-warmup", 20<<20, "memory: bytes appended before the first RSS sample")
+	flag.Int64Var(&c.memTotal, "memory-total", 2<<30, "memory: bytes appended before the second RSS sample")
+	flag.Int64Var(&c.hotCap, "hot-cap", 64<<20, "cold.hot-cap-bytes of the servers the bench starts")
 	flag.DurationVar(&c.duration, "duration", 10*time.Second, "how long each workload runs")
 	flag.IntVar(&c.streams, "streams", 500, "multi-stream: number of streams (one append in flight each)")
 	flag.IntVar(&c.payload, "payload", 256, "multi-stream and fan-out: payload bytes")
@@ -115,7 +125,8 @@ type ServerRun struct {
 	Name    string `json:"name"`
 	Command string `json:"command,omitempty"`
 	PID     int    `json:"pid,omitempty"`
-	// RSSPeakMiB is VmHWM before the server was stopped: its peak RSS.
+	// RSSPeakMiB is VmHWM before the server was stopped, or before the
+	// memory workload started when it ran: its peak RSS.
 	RSSPeakMiB float64            `json:"rss_peak_mib,omitempty"`
 	Workloads  map[string]*Result `json:"workloads"`
 	Errors     map[string]string  `json:"errors,omitempty"`
@@ -142,7 +153,7 @@ func run(ctx context.Context, c config) (*Report, error) {
 	workloads := splitList(c.workloads)
 	for _, w := range workloads {
 		switch w {
-		case "multi-stream", "fan-out", "replay":
+		case "multi-stream", "fan-out", "replay", "memory":
 		default:
 			return nil, fmt.Errorf("unknown workload %q", w)
 		}
@@ -184,9 +195,34 @@ func run(ctx context.Context, c config) (*Report, error) {
 			return rep, err
 		}
 	}
+	hotCap := fmt.Sprintf("-cold.hot-cap-bytes=%d", c.hotCap)
 	for _, mode := range splitList(c.fsyncModes) {
 		sr, err := measure(ctx, c, "ursula fsync="+mode, e2e.Options{
-			Binary: bin, Args: []string{"-raft.fsync=" + mode},
+			Binary: bin, Args: []string{"-raft.fsync=" + mode, hotCap},
+		}, false, workloads, logf)
+		if sr != nil {
+			rep.Servers = append(rep.Servers, sr)
+		}
+		if err != nil {
+			return rep, err
+		}
+	}
+	if c.cold == "s3" {
+		s3, err := objstoretest.StartS3Server()
+		if err != nil {
+			return rep, fmt.Errorf("start the S3 server: %w", err)
+		}
+		defer s3.Close()
+		bucket := "ursula-bench"
+		if _, err := s3.Client().CreateBucket(ctx, &s3api.CreateBucketInput{Bucket: &bucket}); err != nil {
+			return rep, fmt.Errorf("create the S3 bucket: %w", err)
+		}
+		prefix := "ursula-bench-" + time.Now().UTC().Format("20060102T150405Z")
+		sr, err := measure(ctx, c, "ursula fsync=never cold=s3", e2e.Options{
+			Binary: bin,
+			Args: []string{"-raft.fsync=never", hotCap, "-cold.backend=s3", "-cold.s3.bucket=" + bucket, "-cold.s3.prefix=" + prefix,
+				"-cold.s3.endpoint=" + s3.Endpoint, "-cold.s3.region=us-east-1", "-cold.s3.path-style"},
+			Env: []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey},
 		}, false, workloads, logf)
 		if sr != nil {
 			rep.Servers = append(rep.Servers, sr)
@@ -231,7 +267,7 @@ func measure(ctx context.Context, c config, name string, opts e2e.Options, isNul
 	logf("%s: pid %d ready at %s", name, srv.PID(), srv.URL())
 	b := &bench{base: srv.URL(), root: e2e.StreamRoot, runID: runID(), pid: srv.PID(), isNull: isNull, logf: logf}
 	runWorkloads(ctx, c, b, sr, workloads)
-	if v, err := procStatusMiB(srv.PID(), "VmHWM"); err == nil {
+	if v, err := procStatusMiB(srv.PID(), "VmHWM"); err == nil && sr.RSSPeakMiB == 0 {
 		sr.RSSPeakMiB = v
 	}
 	if srv.Running() {
@@ -260,6 +296,16 @@ func runWorkloads(ctx context.Context, c config, b *bench, sr *ServerRun, worklo
 			res, err = b.fanOut(ctx, c.subscribers, c.writerRate, c.payload, c.duration)
 		case "replay":
 			res, err = b.replay(ctx, c.replayCl, c.replayEv, c.replayBytes, c.duration)
+		case "memory":
+			if b.isNull || !strings.Contains(sr.Name, "never") {
+				continue
+			}
+			// The peak RSS target is about the other workloads: record
+			// it before this one fills the hot windows on purpose.
+			if v, err := procStatusMiB(b.pid, "VmHWM"); err == nil {
+				sr.RSSPeakMiB = v
+			}
+			res, err = b.memoryGrowth(ctx, c.memWarmup, c.memTotal)
 		}
 		if err != nil {
 			sr.addErr(w, err)
@@ -329,6 +375,27 @@ func evaluate(rep *Report, c config) {
 			add(fmt.Sprintf("replay 100 clients, fsync %s: p99 ms", mode), "<= 28",
 				r.Latency.P99MS, r.Latency.P99MS <= 28 && r.Latency.Count > 0)
 		}
+	}
+	fs, s3 := find("ursula fsync=never"), find("ursula fsync=never cold=s3")
+	if fs != nil && s3 != nil {
+		for _, w := range []string{"multi-stream", "replay"} {
+			if fs.Workloads[w] != nil && s3.Workloads[w] != nil && fs.Workloads[w].OpsPerSec > 0 {
+				r := round3(s3.Workloads[w].OpsPerSec / fs.Workloads[w].OpsPerSec)
+				rep.Ratios[w+"_ops_s3_vs_local_dir"] = r
+				add(w+", fsync never: S3 cold store vs local directory, ops/s", ">= 0.90", r, r >= 0.90)
+			}
+		}
+	}
+	for _, s := range []*ServerRun{fs, s3} {
+		if s == nil || s.Workloads["memory"] == nil {
+			continue
+		}
+		x := s.Workloads["memory"].Extra
+		warm, _ := x["rss_after_warmup_mib"].(float64)
+		tot, _ := x["rss_after_total_mib"].(float64)
+		bound := warm + float64(c.hotCap)/(1<<20)
+		add(fmt.Sprintf("%s: RSS after %v <= RSS after %v + hot cap (MiB)", s.Name, x["total_label"], x["warmup_label"]),
+			fmt.Sprintf("<= %.1f", bound), tot, tot > 0 && tot <= bound)
 	}
 	if s := find("cluster"); s != nil {
 		if r, ok := ratio(s, "multi-stream"); ok {
