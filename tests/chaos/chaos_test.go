@@ -75,6 +75,10 @@ func TestChaos(t *testing.T) {
 		GroupCount: chaosGroups,
 		Proxies:    nodes > 1,
 		Gateway:    true,
+		// Flush within milliseconds: leaders move bytes to the shared
+		// cold store while they are killed and cut off, and reads of
+		// every node cross cold objects.
+		ColdTuning: e2e.TinyFlushTOML,
 	})
 	client := c.Client()
 	h := NewHistory()

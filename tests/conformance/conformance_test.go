@@ -58,7 +58,9 @@ func TestConformanceColdS3(t *testing.T) {
 // the leader of its stream's group, and every write is replicated.
 func TestConformanceCluster(t *testing.T) {
 	dir := suiteDir(t)
-	c := e2e.StartCluster(t, e2e.ClusterOptions{Nodes: 3, Gateway: true})
+	// The nodes flush within milliseconds into their shared cold store, so
+	// history reads on followers cross cold objects too.
+	c := e2e.StartCluster(t, e2e.ClusterOptions{Nodes: 3, Gateway: true, ColdTuning: e2e.TinyFlushTOML})
 	procs := []*e2e.Server{c.Gateway}
 	for _, n := range c.Nodes {
 		procs = append(procs, n.Server)

@@ -51,6 +51,9 @@ type NodeConfig struct {
 	// by all replicas, as S3 is in production).
 	Cold    string
 	ColdDir string
+	// ColdTuning is added to the [cold] section of an fs store in ColdDir
+	// (thresholds, one "key = value" per line).
+	ColdTuning string
 	// Extra is appended to the file verbatim (further keys or sections).
 	Extra string
 }
@@ -82,7 +85,7 @@ func (c NodeConfig) TOML() string {
 	case c.Cold != "":
 		fmt.Fprintf(&b, "[cold]\n%s\n\n", c.Cold)
 	case c.ColdDir != "":
-		fmt.Fprintf(&b, "[cold]\nbackend = \"fs\"\ndir = %s\n\n", q(c.ColdDir))
+		fmt.Fprintf(&b, "[cold]\nbackend = \"fs\"\ndir = %s\n%s\n\n", q(c.ColdDir), c.ColdTuning)
 	}
 	if c.Extra != "" {
 		b.WriteString(c.Extra)
@@ -114,8 +117,10 @@ type ClusterOptions struct {
 	// LogLevel is every node's log.level; empty leaves the default.
 	LogLevel string
 	// Cold is every node's [cold] section body; empty means an fs store in
-	// a directory of the cluster that every node shares.
-	Cold string
+	// a directory of the cluster that every node shares, tuned by
+	// ColdTuning.
+	Cold       string
+	ColdTuning string
 	// Extra is appended to every node's configuration file.
 	Extra string
 	// ReadyTimeout bounds the wait for readiness at start; zero means 120 s.
@@ -263,6 +268,7 @@ func NewCluster(tb testing.TB, opts ClusterOptions) *Cluster {
 			Fsync:         opts.Fsync,
 			LogLevel:      opts.LogLevel,
 			Cold:          opts.Cold,
+			ColdTuning:    opts.ColdTuning,
 			ColdDir:       filepath.Join(c.Dir, "cold"),
 			Extra:         opts.Extra,
 		}
