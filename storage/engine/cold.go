@@ -109,7 +109,7 @@ func (e *Engine) admitWrite(g uint32) error {
 	case c.kick <- struct{}{}:
 	default:
 	}
-	return errcode.New(errcode.Overloaded, "group %d holds %d hot bytes, above its cap of %d: waiting for cold flushes", g, e.machines[g].HotBytes(), c.cfg.HotCapBytes).
+	return errcode.New(errcode.Overloaded, "group %d holds %d hot bytes, at or above its cap of %d: waiting for cold flushes", g, e.machines[g].HotBytes(), c.cfg.HotCapBytes).
 		With(errcode.KeyRetryAfterMS, "1000")
 }
 

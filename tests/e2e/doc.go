@@ -58,11 +58,36 @@
 //   - TestClusterFiveNodes: a 5-node cluster commits in every group with
 //     two voters down, and every node holds every acknowledged append once
 //     they are back;
+//   - TestColdMemoryBounded: 2 GiB of 64 KiB appends from 8 producers
+//     into 4 streams of one group, through bin/ursula with the S3 cold
+//     store (a versitygw process), a 64 MiB hot cap and the default flush
+//     thresholds; every append retried on 503 until accepted; the
+//     server's resident set (sampled every 100 ms, and VmHWM) stays
+//     within the hot cap plus 256 MiB, the group's hot bytes within the
+//     cap, cold flushes happen, and every byte reads back at the offset
+//     its append was acknowledged at;
+//   - TestColdStoreOutage: with the S3 server killed, a read of flushed
+//     (uncached) bytes answers 502 COLD_STORE_FAILED, appends are accepted
+//     up to the group's hot cap and then refused with 503 OVERLOADED and
+//     Retry-After, while the hot window still reads back and another group
+//     still takes writes; once S3 is back every hot byte is flushed, the
+//     refused append is accepted on retry, and both streams read back as
+//     exactly their acknowledged appends;
+//   - TestColdBucketPurge: DELETE /__ursula/purge/{bucket} on the admin
+//     listener answers 428 without and 412 with a wrong process
+//     incarnation (changing nothing), then 200 with a complete report; the
+//     bucket's S3 prefix lists empty, another bucket keeps every object
+//     and byte, the purged bucket's streams answer 404 and it is fenced
+//     (creating it or a stream in it: 404); purging again answers the
+//     same proof with nothing removed; the client listeners answer 404;
 //   - TestProxy: the proxy's modes, without binaries;
 //   - TestExampleConfig, TestLocalClusterConfig: every binary accepts
 //     deploy/ursula.example.toml, and the files of make run-cluster
 //     (deploy/local-cluster) are valid and consistent.
 //
 // Run with `make test-e2e`, or `go test ./tests/e2e` (which builds the
-// binaries itself when URSULA_BIN / URSULA_BIN_DIR are unset).
+// binaries itself when URSULA_BIN / URSULA_BIN_DIR are unset). The cold-tier
+// tests need a versitygw binary (see storage/objstore/objstoretest: $VERSITYGW,
+// which make test-e2e sets, else bin/versitygw); TestColdMemoryBounded takes
+// about 80 s on 2 cores and is not shortened by -short.
 package e2e
