@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
@@ -607,3 +609,40 @@ func (o *recordingObserver) events() string {
 func (o *recordingObserver) StreamCreated(_ context.Context, p string) { o.add("created:" + p) }
 func (o *recordingObserver) StreamWritten(_ context.Context, p string) { o.add("written:" + p) }
 func (o *recordingObserver) StreamDeleted(_ context.Context, p string) { o.add("deleted:" + p) }
+
+func TestRetention(t *testing.T) {
+	var got *streamv1.SetRetentionRequest
+	f := &fakeClient{
+		setRetention: func(in *streamv1.SetRetentionRequest) (*streamv1.SetRetentionResponse, error) {
+			got = in
+			if in.GetOffset() == "0000000000000000_0000000000000099" {
+				return nil, status.Error(codes.OutOfRange, "beyond the tail")
+			}
+			return &streamv1.SetRetentionResponse{RetainedOffset: "0000000000000000_0000000000000010"}, nil
+		},
+	}
+	g := newTestGateway(t, f, nil)
+	rec := do(t, g, "PUT", "/tenant-a/events/retention/0000000000000000_0000000000000004", "", nil)
+	if rec.Code != 204 || rec.Header().Get("Stream-Retained-Offset") != "0000000000000000_0000000000000010" {
+		t.Fatalf("PUT retention: %d %v", rec.Code, rec.Header())
+	}
+	if got.GetRef().GetBucket() != "tenant-a" || got.GetRef().GetStream() != "events" || got.GetOffset() != "0000000000000000_0000000000000004" {
+		t.Fatalf("node saw %v", got)
+	}
+	if rec := do(t, g, "PUT", "/tenant-a/events/retention/0000000000000000_0000000000000099", "", nil); rec.Code/100 != 4 {
+		t.Fatalf("retention beyond the tail: %d", rec.Code)
+	}
+	for _, c := range []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/tenant-a/events/retention/0000000000000000_0000000000000004", 405},
+		{"PUT", "/tenant-a/events/retention/", 404},
+		{"PUT", "/tenant-a/events/retention/a/b", 404},
+		{"PUT", "/tenant-a/events/nothing/x", 404},
+	} {
+		if rec := do(t, g, c.method, c.path, "", nil); rec.Code != c.want {
+			t.Errorf("%s %s: %d, want %d", c.method, c.path, rec.Code, c.want)
+		}
+	}
+}

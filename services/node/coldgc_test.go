@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -32,20 +31,7 @@ func startColdEngine(tb testing.TB, store objstore.Store) *engine.Engine {
 		tb.Fatal(err)
 	}
 	eng.SetColdStore(store)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- eng.Run(ctx) }()
-	tb.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			tb.Errorf("engine Run: %v", err)
-		}
-	})
-	rctx, rcancel := context.WithTimeout(tb.Context(), 20*time.Second)
-	defer rcancel()
-	if err := eng.WaitReady(rctx); err != nil {
-		tb.Fatal(err)
-	}
+	runEngine(tb, eng)
 	return eng
 }
 

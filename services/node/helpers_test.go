@@ -52,6 +52,13 @@ func startEngine(tb testing.TB) *engine.Engine {
 	if err != nil {
 		tb.Fatalf("engine.New: %v", err)
 	}
+	runEngine(tb, eng)
+	return eng
+}
+
+// runEngine runs eng until the test ends and waits until it is ready.
+func runEngine(tb testing.TB, eng *engine.Engine) {
+	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- eng.Run(ctx) }()
@@ -66,7 +73,6 @@ func startEngine(tb testing.TB) *engine.Engine {
 	if err := eng.WaitReady(rctx); err != nil {
 		tb.Fatalf("engine WaitReady: %v", err)
 	}
-	return eng
 }
 
 func testConfig(listen, admin string) Config {

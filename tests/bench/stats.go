@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bufio"
-	"fmt"
+	"github.com/ursula/ursula/tests/e2e"
 	"math"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -73,27 +69,11 @@ func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
 
 // procStatusMiB reads a "Vm…: N kB" field of /proc/<pid>/status in MiB.
 func procStatusMiB(pid int, field string) (float64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	v, err := e2e.ProcStatusBytes(pid, field)
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		name, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok || name != field {
-			continue
-		}
-		kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", field, err)
-		}
-		return round3(kb / 1024), nil
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
+	return round3(float64(v) / (1 << 20)), nil
 }
 
 // rssSampler records the highest VmRSS of a process, sampled every 100 ms.

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -10,7 +9,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -123,7 +121,7 @@ func TestColdMemoryBounded(t *testing.T) {
 	m := srv.NodeMetrics(t)
 	sampler.stop()
 	st := sampler.snapshot()
-	hwm, err := procStatusBytes(srv.PID(), "VmHWM")
+	hwm, err := ProcStatusBytes(srv.PID(), "VmHWM")
 	if err != nil {
 		t.Fatalf("read the server's VmHWM: %v", err)
 	}
@@ -426,7 +424,7 @@ func startMemSampler(srv *Server, interval time.Duration) *memSampler {
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		for n := 0; ; n++ {
-			rss, err := procStatusBytes(pid, "VmRSS")
+			rss, err := ProcStatusBytes(pid, "VmRSS")
 			s.mu.Lock()
 			if err != nil {
 				s.st.err = err
@@ -480,31 +478,6 @@ func (s *memSampler) snapshot() memStats {
 func (s *memSampler) stop() {
 	s.once.Do(func() { close(s.done) })
 	s.wg.Wait()
-}
-
-// procStatusBytes reads a "kB" field (VmRSS, VmHWM) of /proc/<pid>/status.
-func procStatusBytes(pid int, field string) (uint64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		name, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok || name != field {
-			continue
-		}
-		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/status: %s: %w", pid, field, err)
-		}
-		return kb << 10, nil
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
 }
 
 // TestColdStoreOutage (the issue: "the S3 server is stopped; cold reads

@@ -1,12 +1,16 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
@@ -204,4 +208,29 @@ func clip(b []byte) []byte {
 		return append(b[:120:120], "…"...)
 	}
 	return b
+}
+
+// ProcStatusBytes reads a "kB" field (VmRSS, VmHWM) of /proc/<pid>/status.
+func ProcStatusBytes(pid int, field string) (uint64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok || name != field {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/status: %s: %w", pid, field, err)
+		}
+		return kb << 10, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
 }
