@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
@@ -616,7 +614,7 @@ func TestRetention(t *testing.T) {
 		setRetention: func(in *streamv1.SetRetentionRequest) (*streamv1.SetRetentionResponse, error) {
 			got = in
 			if in.GetOffset() == "0000000000000000_0000000000000099" {
-				return nil, status.Error(codes.OutOfRange, "beyond the tail")
+				return nil, grpcerr.ToStatus(errcode.New(errcode.OffsetOutOfRange, "beyond the tail"))
 			}
 			return &streamv1.SetRetentionResponse{RetainedOffset: "0000000000000000_0000000000000010"}, nil
 		},
@@ -629,7 +627,7 @@ func TestRetention(t *testing.T) {
 	if got.GetRef().GetBucket() != "tenant-a" || got.GetRef().GetStream() != "events" || got.GetOffset() != "0000000000000000_0000000000000004" {
 		t.Fatalf("node saw %v", got)
 	}
-	if rec := do(t, g, "PUT", "/tenant-a/events/retention/0000000000000000_0000000000000099", "", nil); rec.Code/100 != 4 {
+	if rec := do(t, g, "PUT", "/tenant-a/events/retention/0000000000000000_0000000000000099", "", nil); rec.Code != 400 {
 		t.Fatalf("retention beyond the tail: %d", rec.Code)
 	}
 	for _, c := range []struct {
