@@ -1,9 +1,11 @@
 package node
 
 import (
+	"encoding/json"
 	"sync/atomic"
 
 	"github.com/ursula/ursula/storage/engine"
+	"github.com/ursula/ursula/storage/wal"
 )
 
 // metrics are the node's counters; snapshot renders the JSON document
@@ -15,6 +17,13 @@ type metrics struct {
 	reads            atomic.Uint64
 	subscribers      atomic.Int64
 	liveReadsWaiting atomic.Int64
+	// Cumulative time in Append and in reads that do not wait, and the
+	// live-subscription (SSE upstream) counters.
+	appendNs        atomic.Uint64
+	readNs          atomic.Uint64
+	subscriptions   atomic.Uint64
+	subscribeChunks atomic.Uint64
+	subscribeBytes  atomic.Uint64
 }
 
 func (m *metrics) snapshot(eng *engine.Engine, clusterID, incarnation string) map[string]any {
@@ -39,16 +48,19 @@ func (m *metrics) snapshot(eng *engine.Engine, clusterID, incarnation string) ma
 			learners = append(learners, float64(v))
 		}
 		groups = append(groups, map[string]any{
-			"raft_group_id": float64(g),
-			"leader_id":     float64(rs.LeaderID),
-			"term":          float64(rs.Term),
-			"commit_index":  float64(rs.Commit),
-			"applied_index": float64(rs.Applied),
-			"voters":        voters,
-			"learners":      learners,
-			"streams":       float64(st.Streams),
-			"hot_bytes":     float64(st.HotBytes),
-			"gc_pending":    float64(mach.GCPending("")),
+			"raft_group_id":  float64(g),
+			"leader_id":      float64(rs.LeaderID),
+			"term":           float64(rs.Term),
+			"commit_index":   float64(rs.Commit),
+			"applied_index":  float64(rs.Applied),
+			"voters":         voters,
+			"learners":       learners,
+			"streams":        float64(st.Streams),
+			"hot_bytes":      float64(st.HotBytes),
+			"gc_pending":     float64(mach.GCPending("")),
+			"last_log_index": float64(rs.LastIndex),
+			"snapshot_index": float64(rs.SnapshotIndex),
+			"is_leader":      rs.IsLeader,
 		})
 	}
 	out := map[string]any{
@@ -58,6 +70,11 @@ func (m *metrics) snapshot(eng *engine.Engine, clusterID, incarnation string) ma
 		"append_errors":            float64(m.appendErrors.Load()),
 		"append_bytes":             float64(m.appendBytes.Load()),
 		"read_requests":            float64(m.reads.Load()),
+		"append_ns":                float64(m.appendNs.Load()),
+		"read_ns":                  float64(m.readNs.Load()),
+		"sse_subscriptions_total":  float64(m.subscriptions.Load()),
+		"sse_chunks_sent":          float64(m.subscribeChunks.Load()),
+		"sse_bytes_sent":           float64(m.subscribeBytes.Load()),
 		"sse_subscribers":          float64(m.subscribers.Load()),
 		"live_read_waiters":        float64(m.liveReadsWaiting.Load()),
 		"streams":                  float64(streams),
@@ -68,7 +85,70 @@ func (m *metrics) snapshot(eng *engine.Engine, clusterID, incarnation string) ma
 		"peer_cluster_mismatches":  []any{},
 	}
 	coldMetrics(eng, out)
+	shardMetrics(eng, out)
 	return out
+}
+
+// shardMetrics adds each shard worker's mailbox depth, counters and
+// cumulative *_ns timings (its WAL's included) under "shards", and their
+// sums at the top level.
+func shardMetrics(eng *engine.Engine, out map[string]any) {
+	var sum struct {
+		proposals, batches, applied, applyNs, persistNs, snaps, snapBytes, snapNs uint64
+		mailbox                                                                   int
+		wal                                                                       wal.Stats
+	}
+	var shards []any
+	for _, st := range eng.Host().ShardStats() {
+		raw, err := json.Marshal(st)
+		if err != nil {
+			continue
+		}
+		var m map[string]any
+		if json.Unmarshal(raw, &m) == nil {
+			shards = append(shards, m)
+		}
+		sum.mailbox += st.MailboxDepth
+		sum.proposals += st.Proposals
+		sum.batches += st.ReadyBatches
+		sum.applied += st.AppliedEntries
+		sum.applyNs += st.ApplyNs
+		sum.persistNs += st.PersistNs
+		sum.snaps += st.Snapshots
+		sum.snapBytes += st.SnapshotBytes
+		sum.snapNs += st.SnapshotNs
+		w := st.WAL
+		sum.wal.Writes += w.Writes
+		sum.wal.BytesWritten += w.BytesWritten
+		sum.wal.Fsyncs += w.Fsyncs
+		sum.wal.WriteNs += w.WriteNs
+		sum.wal.FsyncNs += w.FsyncNs
+		sum.wal.SegmentsMade += w.SegmentsMade
+		sum.wal.SegmentsFreed += w.SegmentsFreed
+		sum.wal.Segments += w.Segments
+	}
+	out["shards"] = shards
+	for k, v := range map[string]uint64{
+		"mailbox_depth":          uint64(sum.mailbox),
+		"raft_proposals":         sum.proposals,
+		"raft_ready_batches":     sum.batches,
+		"raft_applied_entries":   sum.applied,
+		"raft_apply_ns":          sum.applyNs,
+		"raft_persist_ns":        sum.persistNs,
+		"raft_snapshots":         sum.snaps,
+		"raft_snapshot_bytes":    sum.snapBytes,
+		"raft_snapshot_ns":       sum.snapNs,
+		"wal_writes":             sum.wal.Writes,
+		"wal_bytes_written":      sum.wal.BytesWritten,
+		"wal_fsyncs":             sum.wal.Fsyncs,
+		"wal_write_ns":           sum.wal.WriteNs,
+		"wal_fsync_ns":           sum.wal.FsyncNs,
+		"wal_segments":           sum.wal.Segments,
+		"wal_segments_started":   sum.wal.SegmentsMade,
+		"wal_segments_reclaimed": sum.wal.SegmentsFreed,
+	} {
+		out[k] = float64(v)
+	}
 }
 
 // coldMetrics adds the cold tier's counters: flushes and uploads, their

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -45,7 +46,9 @@ type Server struct {
 	tr      *transport.Transport
 	peers   *peerClient
 	readyMu sync.Mutex
-	ready   bool
+	// stopping is set when a graceful shutdown begins.
+	stopping atomic.Bool
+	ready    bool
 }
 
 // New builds the server; it listens on nothing until Run.
@@ -179,6 +182,7 @@ func (s *Server) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case runErr = <-errc:
 	}
+	s.stopping.Store(true)
 	s.setReady(false)
 	if s.tr != nil {
 		s.handOff()
@@ -234,18 +238,58 @@ func (s *Server) setReady(v bool) {
 	s.readyMu.Unlock()
 }
 
+// Readiness reasons: why this node does not serve (GET /__ursula/ready
+// answers 503 with one of them, on the client and admin planes alike). A
+// refused peer of another cluster never changes readiness.
+const (
+	// ReasonStarting: the engine has not yet recovered its journals, seen
+	// a leader in every group, or applied what its led groups committed.
+	ReasonStarting = "starting"
+	// ReasonShuttingDown: a graceful shutdown began.
+	ReasonShuttingDown = "shutting_down"
+	// ReasonAwaitingRebuild: this node lost its data and waits for group
+	// leaders to rebuild it (see Rejoining a wiped node).
+	ReasonAwaitingRebuild = "awaiting_rebuild"
+	// ReasonLearner: this node is a learner (catching up) in some group.
+	ReasonLearner = "learner_catching_up"
+	// ReasonNoLeader: some group has no leader this node knows of.
+	ReasonNoLeader = "group_without_leader"
+)
+
 func (s *Server) readiness() *adminv1.GetReadyResponse {
 	s.readyMu.Lock()
 	ready := s.ready
 	s.readyMu.Unlock()
-	r := &adminv1.GetReadyResponse{Ready: ready, ClusterId: s.cfg.ClusterID, ProcessIncarnation: s.incarnation, PeerClusterMismatches: []string{}}
+	r := &adminv1.GetReadyResponse{ClusterId: s.cfg.ClusterID, ProcessIncarnation: s.incarnation, PeerClusterMismatches: []string{}}
 	for _, m := range s.mismatches() {
 		r.PeerClusterMismatches = append(r.PeerClusterMismatches, fmt.Sprintf("node %d cluster %s", m.NodeID, m.ClusterID))
 	}
-	if !ready {
-		r.Reason = "groups_not_ready"
-	}
+	r.Reason = s.notReadyReason(ready)
+	r.Ready = r.Reason == ""
 	return r
+}
+
+// notReadyReason returns why the node does not serve, or "".
+func (s *Server) notReadyReason(started bool) string {
+	switch {
+	case s.stopping.Load():
+		return ReasonShuttingDown
+	case !started:
+		return ReasonStarting
+	case len(s.eng.RejoinPending()) > 0:
+		return ReasonAwaitingRebuild
+	}
+	self := s.eng.Config().NodeID
+	for g := range s.eng.GroupCount() {
+		st := s.eng.Host().Status(uint32(g))
+		if slices.Contains(st.Learners, self) {
+			return ReasonLearner
+		}
+		if st.LeaderID == 0 {
+			return ReasonNoLeader
+		}
+	}
+	return ""
 }
 
 // AddMetrics sets a function that adds metrics of another role of this

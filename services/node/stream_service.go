@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
@@ -48,7 +49,9 @@ func (s *streamService) CreateStream(ctx context.Context, req *streamv1.CreateSt
 }
 
 func (s *streamService) Append(ctx context.Context, req *streamv1.AppendRequest) (*streamv1.AppendResponse, error) {
+	start := time.Now()
 	resp, err := s.eng.Append(ctx, req)
+	s.metrics.appendNs.Add(uint64(time.Since(start)))
 	s.metrics.appends.Add(1)
 	if err != nil {
 		s.metrics.appendErrors.Add(1)
@@ -63,7 +66,11 @@ func (s *streamService) Read(ctx context.Context, req *streamv1.ReadRequest) (*s
 		s.metrics.liveReadsWaiting.Add(1)
 		defer s.metrics.liveReadsWaiting.Add(-1)
 	}
+	start := time.Now()
 	resp, err := s.eng.Read(ctx, req)
+	if req.GetWaitMs() == 0 {
+		s.metrics.readNs.Add(uint64(time.Since(start)))
+	}
 	s.metrics.reads.Add(1)
 	return resp, s.status(err)
 }
@@ -86,7 +93,10 @@ func (s *streamService) SetRetention(ctx context.Context, req *streamv1.SetReten
 func (s *streamService) Subscribe(req *streamv1.SubscribeRequest, srv streamv1.StreamService_SubscribeServer) error {
 	s.metrics.subscribers.Add(1)
 	defer s.metrics.subscribers.Add(-1)
+	s.metrics.subscriptions.Add(1)
 	err := s.eng.Subscribe(srv.Context(), req, func(r *streamv1.ReadResponse) error {
+		s.metrics.subscribeChunks.Add(1)
+		s.metrics.subscribeBytes.Add(uint64(len(r.GetData())))
 		return srv.Send(&streamv1.SubscribeResponse{Chunk: r})
 	})
 	if srv.Context().Err() != nil {

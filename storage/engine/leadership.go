@@ -304,3 +304,16 @@ func (e *Engine) requestRebuilds(ctx context.Context) {
 		return true
 	})
 }
+
+// RejoinPending lists the groups this node joined as a wiped replica and
+// that their leader has not rebuilt yet (it must not count as a healthy
+// voter of them).
+func (e *Engine) RejoinPending() []uint32 {
+	var out []uint32
+	e.rejoined.Range(func(k, _ any) bool {
+		out = append(out, k.(uint32))
+		return true
+	})
+	slices.Sort(out)
+	return out
+}

@@ -75,6 +75,8 @@ type shard struct {
 	// campaigning counts groups still waiting for their membership before
 	// deciding whether to campaign at once.
 	campaigning int
+
+	stats shardStats
 }
 
 // campaign lets the groups waiting to campaign do so; it reports whether any
@@ -189,6 +191,7 @@ func (s *shard) drain() {
 		g := o.g
 		switch o.kind {
 		case opPropose:
+			s.stats.proposals.Add(1)
 			if !g.isLeader {
 				o.p.finish(nil, &NotLeaderError{LeaderID: g.leader})
 				break
@@ -279,9 +282,11 @@ func (s *shard) processReady() error {
 			}
 		}
 		if write {
+			flushStart := time.Now()
 			if err := s.journal.Flush(sync); err != nil {
 				return fmt.Errorf("multiraft: shard %d: %w", s.id, err)
 			}
+			s.stats.persistNs.Add(uint64(time.Since(flushStart)))
 			if sync {
 				s.lastSync = time.Now()
 			}
@@ -311,11 +316,15 @@ func (s *shard) processReady() error {
 			}
 		}
 		// 3. Apply, then Advance.
+		s.stats.readyBatches.Add(1)
 		for i := range s.readies {
 			g, rd := s.readies[i].g, &s.readies[i].rd
+			applyStart := time.Now()
 			if err := g.apply(rd); err != nil {
 				return err
 			}
+			s.stats.applyNs.Add(uint64(time.Since(applyStart)))
+			s.stats.appliedEntries.Add(uint64(len(rd.CommittedEntries)))
 			g.rn.Advance(*rd)
 			if g.snapshotDue(h.cfg) {
 				if err := s.snapshot(g); err != nil {
@@ -378,6 +387,8 @@ func (s *shard) snapshot(g *group) error {
 	if index <= g.snapIndex {
 		return nil
 	}
+	snapStart := time.Now()
+	defer func() { s.stats.snapshotNs.Add(uint64(time.Since(snapStart))) }()
 	data, err := g.sm.Snapshot()
 	if err != nil {
 		g.logger.Error("state machine snapshot failed", "index", index, "err", err)
@@ -393,6 +404,8 @@ func (s *shard) snapshot(g *group) error {
 	if err := s.h.snaps.Save(g.id, snap); err != nil {
 		return fmt.Errorf("multiraft: group %d: %w", g.id, err)
 	}
+	s.stats.snapshots.Add(1)
+	s.stats.snapshotBytes.Add(uint64(len(data)))
 	s.journal.SetSnapshot(g.id, wal.SnapshotMarker{Index: index, Term: term, ConfState: cs})
 	if err := s.journal.Flush(true); err != nil {
 		return fmt.Errorf("multiraft: shard %d: %w", s.id, err)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 )
@@ -82,6 +83,28 @@ type Journal struct {
 	meta     map[uint32]*groupMeta
 	err      error // sticky: a failed write or fsync is never retried
 	closed   bool
+	stats    Stats
+}
+
+// Stats are a journal's cumulative counters (for metrics).
+type Stats struct {
+	Writes        uint64 // write calls
+	BytesWritten  uint64
+	Fsyncs        uint64
+	WriteNs       uint64 // time in write calls
+	FsyncNs       uint64 // time in fsync calls
+	SegmentsMade  uint64 // segments started
+	SegmentsFreed uint64 // segments deleted by Purge
+	Segments      uint64 // segment files now
+}
+
+// Stats returns the journal's counters.
+func (j *Journal) Stats() Stats {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	st := j.stats
+	st.Segments = uint64(len(j.segs))
+	return st
 }
 
 // OpenJournal recovers the journal of a shard and starts a new active
@@ -364,6 +387,7 @@ func (j *Journal) startSegment() error {
 	j.segs = append(j.segs, seg)
 	j.f = f
 	j.unsynced = false
+	j.stats.SegmentsMade++
 	j.logger.Debug("started wal segment", "file", seg.path)
 	return nil
 }
@@ -472,10 +496,14 @@ func (j *Journal) flushLocked(sync bool) error {
 	}
 	seg := j.segs[len(j.segs)-1]
 	if len(j.buf) > 0 {
+		start := time.Now()
 		if _, err := j.f.Write(j.buf); err != nil {
 			j.err = fmt.Errorf("wal: write %s: %w", seg.path, err)
 			return j.err
 		}
+		j.stats.Writes++
+		j.stats.BytesWritten += uint64(len(j.buf))
+		j.stats.WriteNs += uint64(time.Since(start))
 		seg.size += int64(len(j.buf))
 		j.unsynced = true
 		if cap(j.buf) > 4<<20 {
@@ -485,10 +513,13 @@ func (j *Journal) flushLocked(sync bool) error {
 		}
 	}
 	if sync && j.unsynced {
+		start := time.Now()
 		if err := j.f.Sync(); err != nil {
 			j.err = fmt.Errorf("wal: sync %s: %w", seg.path, err)
 			return j.err
 		}
+		j.stats.Fsyncs++
+		j.stats.FsyncNs += uint64(time.Since(start))
 		j.unsynced = false
 	}
 	if seg.size >= j.segBytes {
@@ -566,6 +597,7 @@ func (j *Journal) Purge() (int, error) {
 		}
 		j.logger.Debug("purged wal segment", "file", j.segs[0].path)
 		j.segs = j.segs[1:]
+		j.stats.SegmentsFreed++
 		n++
 	}
 	if n > 0 {

@@ -82,8 +82,14 @@ func TestClusterWipedNodeRejoins(t *testing.T) {
 	}()
 	rctx, cancel := context.WithTimeout(ctx, rejoinBudget)
 	defer cancel()
-	// Readiness: the rebuilt node stays unready while it is a learner.
-	err = victim.WaitReady(rctx)
+	// Readiness: the rebuilt node stays unready, with a typed reason, until
+	// every group has rebuilt it and promoted it back to voter.
+	var seen map[string]int
+	seen, err = waitReadyReasons(rctx, victim)
+	t.Logf("node %d readiness while rejoining: %v", victim.ID, seen)
+	if err == nil && seen["awaiting_rebuild"] == 0 && seen["learner_catching_up"] == 0 {
+		t.Errorf("the wiped node never reported awaiting_rebuild or learner_catching_up while it was rebuilt: %v", seen)
+	}
 	if err == nil {
 		err = c.WaitVoter(rctx, victim.ID)
 	}
@@ -602,4 +608,29 @@ func verifyNodes(ctx context.Context, t testing.TB, nodes []*Node, logs []*strea
 		}
 	}
 	return seen
+}
+
+// waitReadyReasons polls a node's /__ursula/ready until it answers 200 and
+// counts the reasons of its 503 answers, each of which must be one a
+// rejoining node may give.
+func waitReadyReasons(ctx context.Context, n *Node) (map[string]int, error) {
+	allowed := map[string]bool{"starting": true, "awaiting_rebuild": true, "learner_catching_up": true, "group_without_leader": true}
+	seen := map[string]int{}
+	for {
+		r, err := n.Readiness(ctx)
+		if err == nil {
+			if r.Status == 200 {
+				return seen, nil
+			}
+			seen[r.Reason]++
+			if !allowed[r.Reason] {
+				return seen, fmt.Errorf("node %d unready with reason %q", n.ID, r.Reason)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return seen, fmt.Errorf("node %d not ready: %w (reasons seen %v)", n.ID, ctx.Err(), seen)
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
 }

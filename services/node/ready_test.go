@@ -1,0 +1,50 @@
+package node
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ursula/ursula/storage/engine"
+)
+
+// TestReadinessReasons covers each reason a node can give on its own;
+// awaiting_rebuild and learner_catching_up are produced by a wiped voter
+// of a real cluster (tests/e2e TestClusterWipedNodeRejoins checks them).
+func TestReadinessReasons(t *testing.T) {
+	eng := startEngine(t)
+	s := newServer(t, eng)
+	if r := s.readiness(); r.GetReady() || r.GetReason() != ReasonStarting {
+		t.Fatalf("before the engine reported ready: %+v", r)
+	}
+	s.setReady(true)
+	if r := s.readiness(); !r.GetReady() || r.GetReason() != "" || r.GetClusterId() != testClusterID {
+		t.Fatalf("ready single node: %+v", r)
+	}
+	s.stopping.Store(true)
+	if r := s.readiness(); r.GetReady() || r.GetReason() != ReasonShuttingDown {
+		t.Fatalf("shutting down: %+v", r)
+	}
+}
+
+// TestReadinessWithoutLeader: a voter of a 3-node cluster whose peers never
+// answer has no leader in any group.
+func TestReadinessWithoutLeader(t *testing.T) {
+	eng, err := engine.New(engine.Config{
+		DataDir: t.TempDir(), NodeID: 1, GroupCount: 2, ShardCount: 1, Fsync: "never",
+		ReadChunkBytes: 1 << 20, SnapshotEntries: 64, SnapshotBytes: 64 << 10,
+		TickInterval: 100 * time.Millisecond, ExpirySweepInterval: 100 * time.Millisecond,
+		Peers: []engine.Peer{
+			{ID: 1, ClusterURL: "127.0.0.1:1", ClientURL: "127.0.0.1:1"},
+			{ID: 2, ClusterURL: "127.0.0.1:2", ClientURL: "127.0.0.1:2"},
+			{ID: 3, ClusterURL: "127.0.0.1:3", ClientURL: "127.0.0.1:3"},
+		},
+	}, nil, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newServer(t, eng)
+	s.setReady(true) // as if it had been ready before its peers went away
+	if r := s.readiness(); r.GetReady() || r.GetReason() != ReasonNoLeader {
+		t.Fatalf("no leader anywhere: %+v", r)
+	}
+}
