@@ -26,7 +26,7 @@ func flushAll(t *testing.T, a *applier, name string, inc uint64) *Result {
 			chunks = append(chunks, proto.CloneOf(p.External))
 			continue
 		}
-		chunks = append(chunks, &storagev1.ColdRef{Start: p.Start, End: p.End, Key: fmt.Sprintf("%s/c/%d-%d", name, p.Start, i), Size: p.End - p.Start + 8})
+		chunks = append(chunks, &storagev1.ColdRef{Start: p.Start, End: p.End, Key: fmt.Sprintf("%s/c/%d-%d", name, p.Start, i), Kind: storagev1.ColdKind_COLD_KIND_CHUNK, Size: p.End - p.Start + 8})
 	}
 	if len(levels) == 0 {
 		levels = []*storagev1.ColdLevel{{}}
@@ -103,7 +103,7 @@ func TestColdFlushRefusals(t *testing.T) {
 	inc := a.apply(1, &storagev1.CreateStream{Bucket: "b", Stream: "s", ContentType: "application/octet-stream"}).Meta.Incarnation
 	a.apply(1, &storagev1.Append{Bucket: "b", Stream: "s", ContentType: "application/octet-stream", Body: []byte("0123456789")})
 	chunk := func(start, end uint64) *storagev1.ColdRef {
-		return &storagev1.ColdRef{Start: start, End: end, Key: fmt.Sprintf("k%d-%d", start, end), Size: end - start + 8}
+		return &storagev1.ColdRef{Start: start, End: end, Key: fmt.Sprintf("k%d-%d", start, end), Kind: storagev1.ColdKind_COLD_KIND_CHUNK, Size: end - start + 8}
 	}
 	state := func() *storagev1.Snapshot {
 		raw, _ := a.m.Snapshot()
@@ -191,7 +191,7 @@ func TestColdRetentionSwapGCAndPurge(t *testing.T) {
 	levels, _ := a.m.ColdLevels(Key{"b", "s"}, inc)
 	run := levels[0].Entries[2:5]
 	swap := &storagev1.ColdSwap{Bucket: "b", Stream: "s", Incarnation: inc, Replaced: run, GraceMs: 100,
-		Chunk: &storagev1.ColdRef{Start: run[0].GetStart(), End: run[2].GetEnd(), Key: "merged", Size: 20}}
+		Chunk: &storagev1.ColdRef{Start: run[0].GetStart(), End: run[2].GetEnd(), Key: "merged", Kind: storagev1.ColdKind_COLD_KIND_CHUNK, Size: 20}}
 	if r := a.apply(1000, swap); r.Err != nil {
 		t.Fatalf("swap: %v", r.Err)
 	}

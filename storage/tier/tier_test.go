@@ -40,7 +40,7 @@ func putChunk(t *testing.T, s objstore.Store, key string, start uint64, appends 
 	if err := s.Put(context.Background(), key, body); err != nil {
 		t.Fatal(err)
 	}
-	return &storagev1.ColdRef{Start: start, End: pos, Key: key, Size: uint64(len(body)), Records: uint32(len(recs))}
+	return &storagev1.ColdRef{Start: start, End: pos, Key: key, Kind: storagev1.ColdKind_COLD_KIND_CHUNK, Size: uint64(len(body)), Records: uint32(len(recs))}
 }
 
 func TestReaderCutsOnBoundaries(t *testing.T) {

@@ -25,25 +25,29 @@ const (
 type ColdKind int32
 
 const (
+	// COLD_KIND_UNSPECIFIED is never valid in an index.
+	ColdKind_COLD_KIND_UNSPECIFIED ColdKind = 0
 	// COLD_KIND_CHUNK: stream bytes followed by a trailer of record ends.
-	ColdKind_COLD_KIND_CHUNK ColdKind = 0
+	ColdKind_COLD_KIND_CHUNK ColdKind = 1
 	// COLD_KIND_EXTERNAL: the body of one large append, nothing else.
-	ColdKind_COLD_KIND_EXTERNAL ColdKind = 1
+	ColdKind_COLD_KIND_EXTERNAL ColdKind = 2
 	// COLD_KIND_PAGE: an encoded ColdPage of a sealed cold-index page.
-	ColdKind_COLD_KIND_PAGE ColdKind = 2
+	ColdKind_COLD_KIND_PAGE ColdKind = 3
 )
 
 // Enum value maps for ColdKind.
 var (
 	ColdKind_name = map[int32]string{
-		0: "COLD_KIND_CHUNK",
-		1: "COLD_KIND_EXTERNAL",
-		2: "COLD_KIND_PAGE",
+		0: "COLD_KIND_UNSPECIFIED",
+		1: "COLD_KIND_CHUNK",
+		2: "COLD_KIND_EXTERNAL",
+		3: "COLD_KIND_PAGE",
 	}
 	ColdKind_value = map[string]int32{
-		"COLD_KIND_CHUNK":    0,
-		"COLD_KIND_EXTERNAL": 1,
-		"COLD_KIND_PAGE":     2,
+		"COLD_KIND_UNSPECIFIED": 0,
+		"COLD_KIND_CHUNK":       1,
+		"COLD_KIND_EXTERNAL":    2,
+		"COLD_KIND_PAGE":        3,
 	}
 )
 
@@ -78,22 +82,25 @@ func (ColdKind) EnumDescriptor() ([]byte, []int) {
 type GCKind int32
 
 const (
-	GCKind_GC_KIND_OBJECT GCKind = 0 // delete key
-	GCKind_GC_KIND_PREFIX GCKind = 1 // delete every object under key (a stream incarnation)
-	GCKind_GC_KIND_PAGE   GCKind = 2 // delete a sealed index page, everything it indexes (recursively), then the page
+	GCKind_GC_KIND_UNSPECIFIED GCKind = 0 // never queued
+	GCKind_GC_KIND_OBJECT      GCKind = 1 // delete key
+	GCKind_GC_KIND_PREFIX      GCKind = 2 // delete every object under key (a stream incarnation)
+	GCKind_GC_KIND_PAGE        GCKind = 3 // delete a sealed index page, everything it indexes (recursively), then the page
 )
 
 // Enum value maps for GCKind.
 var (
 	GCKind_name = map[int32]string{
-		0: "GC_KIND_OBJECT",
-		1: "GC_KIND_PREFIX",
-		2: "GC_KIND_PAGE",
+		0: "GC_KIND_UNSPECIFIED",
+		1: "GC_KIND_OBJECT",
+		2: "GC_KIND_PREFIX",
+		3: "GC_KIND_PAGE",
 	}
 	GCKind_value = map[string]int32{
-		"GC_KIND_OBJECT": 0,
-		"GC_KIND_PREFIX": 1,
-		"GC_KIND_PAGE":   2,
+		"GC_KIND_UNSPECIFIED": 0,
+		"GC_KIND_OBJECT":      1,
+		"GC_KIND_PREFIX":      2,
+		"GC_KIND_PAGE":        3,
 	}
 )
 
@@ -1422,7 +1429,7 @@ func (x *ColdRef) GetKind() ColdKind {
 	if x != nil {
 		return x.Kind
 	}
-	return ColdKind_COLD_KIND_CHUNK
+	return ColdKind_COLD_KIND_UNSPECIFIED
 }
 
 func (x *ColdRef) GetSize() uint64 {
@@ -2035,7 +2042,7 @@ func (x *GCEntry) GetKind() GCKind {
 	if x != nil {
 		return x.Kind
 	}
-	return GCKind_GC_KIND_OBJECT
+	return GCKind_GC_KIND_UNSPECIFIED
 }
 
 func (x *GCEntry) GetKey() string {
@@ -2841,15 +2848,17 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\fgc_reclaimed\x18\x0e \x01(\x04R\vgcReclaimed\x1a@\n" +
 	"\x12ErrorMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*K\n" +
-	"\bColdKind\x12\x13\n" +
-	"\x0fCOLD_KIND_CHUNK\x10\x00\x12\x16\n" +
-	"\x12COLD_KIND_EXTERNAL\x10\x01\x12\x12\n" +
-	"\x0eCOLD_KIND_PAGE\x10\x02*B\n" +
-	"\x06GCKind\x12\x12\n" +
-	"\x0eGC_KIND_OBJECT\x10\x00\x12\x12\n" +
-	"\x0eGC_KIND_PREFIX\x10\x01\x12\x10\n" +
-	"\fGC_KIND_PAGE\x10\x02B\xce\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*f\n" +
+	"\bColdKind\x12\x19\n" +
+	"\x15COLD_KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fCOLD_KIND_CHUNK\x10\x01\x12\x16\n" +
+	"\x12COLD_KIND_EXTERNAL\x10\x02\x12\x12\n" +
+	"\x0eCOLD_KIND_PAGE\x10\x03*[\n" +
+	"\x06GCKind\x12\x17\n" +
+	"\x13GC_KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eGC_KIND_OBJECT\x10\x01\x12\x12\n" +
+	"\x0eGC_KIND_PREFIX\x10\x02\x12\x10\n" +
+	"\fGC_KIND_PAGE\x10\x03B\xce\x01\n" +
 	"\x15com.ursula.storage.v1B\fStorageProtoP\x01ZAgithub.com/ursula/ursula/proto/gen/go/ursula/storage/v1;storagev1\xa2\x02\x03USX\xaa\x02\x11Ursula.Storage.V1\xca\x02\x11Ursula\\Storage\\V1\xe2\x02\x1dUrsula\\Storage\\V1\\GPBMetadata\xea\x02\x13Ursula::Storage::V1b\x06proto3"
 
 var (
