@@ -44,6 +44,9 @@ type Config struct {
 	// streams in the Durable Streams family; nil means none. Set by the
 	// application.
 	Observer StreamObserver `yaml:"-" toml:"-"`
+	// Prometheus serves GET /__ursula/prometheus (the process's metrics in
+	// the Prometheus text format); nil answers 404. Set by the application.
+	Prometheus http.Handler `yaml:"-" toml:"-"`
 }
 
 // RegisterFlags registers the gateway flags on fs with "gateway." prefixes,

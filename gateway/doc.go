@@ -10,7 +10,9 @@
 //     subscription APIs and go to Config.Subscriptions.
 //   - Ursula's family: PUT /{bucket} creates a bucket, and /{bucket}/{stream}
 //     (a stream id without "/") serves the same operations as family 1.
-//   - /__ursula/ready and /__ursula/metrics are the gateway's own.
+//   - /__ursula/ready, /__ursula/metrics and /__ursula/prometheus (the
+//     process's metrics in the Prometheus text format, when
+//     Config.Prometheus is set) are the gateway's own.
 //
 // # Request mapping
 //
@@ -48,6 +50,17 @@
 // encoded them, or the connection's own when the client's cursor is ahead.
 //
 // Long-poll reads are Read calls with wait_ms.
+//
+// # Tracing
+//
+// Every request gets a server span, named "<method> <route template>"
+// ("POST /v1/stream/{stream...}", "PUT /{bucket}/{stream}"), a child of the
+// span in an incoming W3C traceparent header; it records the method, the
+// route, the bucket and the status (5xx marks it failed), never the path's
+// stream name or the body. The request's context carries the span to the
+// StreamService client, whose otelgrpc handler (gateway/upstream) or
+// in-process equivalent (services/node.LocalClient) makes the node's spans
+// its children.
 //
 // ETags have the form "<incarnation>:<start offset>:<next offset>[:c]" where
 // ":c" marks a read that reached the final offset of a closed stream.

@@ -209,8 +209,8 @@ func (r *recorder) FlushError() error {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-// serveHTTP is the entry point: common headers, metrics, panic safety and
-// routing.
+// serveHTTP is the entry point: common headers, the request's server span,
+// metrics, panic safety and routing.
 func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h["X-Content-Type-Options"] = valNosniff
@@ -218,14 +218,17 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	h["Access-Control-Allow-Origin"] = valAllowOrigin
 	h["Access-Control-Expose-Headers"] = valExpose
 
+	ctx, span := g.startSpan(r)
+	r = r.WithContext(ctx)
 	rec := recorderPool.Get().(*recorder)
 	rec.ResponseWriter, rec.status = w, 0
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
+				endSpan(span, rec.status)
 				panic(p)
 			}
-			g.logger.Error("gateway handler panic", "method", r.Method, "path", r.URL.Path, "panic", p)
+			g.logger.ErrorContext(ctx, "gateway handler panic", "method", r.Method, "path", r.URL.Path, "panic", p)
 			if rec.status == 0 {
 				writeError(rec, errors.New("internal error"))
 			}
@@ -235,6 +238,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusOK
 		}
 		g.metrics.countRequest(r.Method, status)
+		endSpan(span, status)
 		rec.ResponseWriter = nil
 		recorderPool.Put(rec)
 	}()

@@ -4,7 +4,15 @@ import (
 	"net/http"
 	"strconv"
 	"sync/atomic"
+
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
+	"github.com/ursula/ursula/services/platform/telemetry"
 )
+
+// tracer starts the gateway's request spans (see trace.go).
+var tracer = telemetry.Tracer("gateway")
 
 // methodIndex numbers the methods counted separately; everything else is
 // "OTHER".
@@ -98,4 +106,49 @@ func (m *metrics) appendJSON(dst []byte) []byte {
 	dst = append(dst, `,"upstream_errors":`...)
 	dst = strconv.AppendUint(dst, m.upstreamErrors.Load(), 10)
 	return append(dst, "}\n"...)
+}
+
+// MetricsSource reads the gateway's counters as telemetry samples: the
+// same counters as GET /__ursula/metrics, requests by method and status.
+func (g *Gateway) MetricsSource() telemetry.Source { return g.metrics.emit }
+
+// statusAttrs are the status code attributes, built once.
+var statusAttrs = func() (a [600]attribute.KeyValue) {
+	for i := range a {
+		a[i] = semconv.HTTPResponseStatusCode(i)
+	}
+	return a
+}()
+
+func (m *metrics) emit(emit func(telemetry.Sample)) {
+	for mi := range m.requests {
+		method := semconv.HTTPRequestMethodKey.String(methodNames[mi])
+		for st := range m.requests[mi] {
+			if n := m.requests[mi][st].Load(); n > 0 {
+				emit(telemetry.Sample{Name: "requests", Kind: telemetry.Counter, Value: float64(n), Attrs: []attribute.KeyValue{method, statusAttrs[st]}})
+			}
+		}
+	}
+	for _, c := range []struct {
+		name string
+		v    uint64
+	}{
+		{"sse_events", m.sseEvents.Load()},
+		{"sse_events_direct", m.sseDirect.Load()},
+		{"bytes_appended", m.bytesAppended.Load()},
+		{"bytes_served", m.bytesServed.Load()},
+		{"upstream_errors", m.upstreamErrors.Load()},
+	} {
+		emit(telemetry.Sample{Name: c.name, Kind: telemetry.Counter, Value: float64(c.v)})
+	}
+	for _, c := range []struct {
+		name string
+		v    int64
+	}{
+		{"sse_clients", m.sseClients.Load()},
+		{"long_polls_in_flight", m.longPolls.Load()},
+		{"sse_hubs", m.sseHubs.Load()},
+	} {
+		emit(telemetry.Sample{Name: c.name, Kind: telemetry.Gauge, Value: float64(c.v)})
+	}
 }

@@ -19,16 +19,26 @@ const readyProbeTimeout = 2 * time.Second
 // exist (STREAM_NOT_FOUND proves the node answers).
 const readyProbeStream = "__ursula-ready-probe"
 
-// serveOwn serves /__ursula/{ready,metrics}.
+// serveOwn serves /__ursula/{ready,metrics,prometheus}.
 func (g *Gateway) serveOwn(w http.ResponseWriter, r *http.Request, name string) {
 	switch name {
 	case "ready", "metrics":
+	case "prometheus":
+		if g.cfg.Prometheus == nil {
+			notFound(w, "prometheus endpoint not enabled")
+			return
+		}
 	default:
 		notFound(w, "no such resource")
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		methodNotAllowed(w, "GET, HEAD, OPTIONS")
+		return
+	}
+	if name == "prometheus" {
+		w.Header()[hCacheControl] = valNoStore
+		g.cfg.Prometheus.ServeHTTP(w, r)
 		return
 	}
 	h := w.Header()

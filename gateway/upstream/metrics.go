@@ -1,6 +1,24 @@
 package upstream
 
-import "sync/atomic"
+import (
+	"strconv"
+	"sync/atomic"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
+	"go.opentelemetry.io/otel/attribute"
+	"google.golang.org/grpc/stats"
+
+	"github.com/ursula/ursula/services/platform/telemetry"
+)
+
+// clientStatsHandler traces the calls to the nodes: a client span per call,
+// child of the span in the call's context (the gateway's request span),
+// carried to the node in the gRPC metadata (W3C traceparent). The
+// once-a-second cluster-info poll is not traced.
+func clientStatsHandler() stats.Handler {
+	return otelgrpc.NewClientHandler(otelgrpc.WithFilter(filters.Not(filters.MethodName("GetClusterInfo"))))
+}
 
 // metrics holds the router's counters, updated atomically without locks.
 type metrics struct {
@@ -82,4 +100,38 @@ func (r *Router) Stats() Stats {
 		s.Nodes = append(s.Nodes, NodeStats{ID: id, Addr: nc.addr, Up: nc.up.Load(), Conn: nc.conn.GetState().String(), Leads: leads[id]})
 	}
 	return s
+}
+
+// MetricsSource reads the router's counters and its view of the nodes as
+// telemetry samples (per node: up and the number of groups it leads, with
+// a node_id attribute).
+func (r *Router) MetricsSource() telemetry.Source {
+	return func(emit func(telemetry.Sample)) {
+		st := r.Stats()
+		for _, c := range []struct {
+			name string
+			v    uint64
+		}{
+			{"leader_cache_hits", st.LeaderCacheHits},
+			{"leader_cache_misses", st.LeaderCacheMisses},
+			{"not_leader", st.NotLeader},
+			{"retries", st.Retries},
+			{"no_leader", st.NoLeader},
+			{"transport_failures", st.TransportFailures},
+			{"refreshes", st.Refreshes},
+			{"refresh_failures", st.RefreshFailures},
+		} {
+			emit(telemetry.Sample{Name: c.name, Kind: telemetry.Counter, Value: float64(c.v)})
+		}
+		emit(telemetry.Sample{Name: "known_nodes", Kind: telemetry.Gauge, Value: float64(len(st.Nodes))})
+		for _, n := range st.Nodes {
+			attrs := []attribute.KeyValue{attribute.String("node_id", strconv.FormatUint(n.ID, 10))}
+			up := 0.0
+			if n.Up {
+				up = 1
+			}
+			emit(telemetry.Sample{Name: "node_up", Kind: telemetry.Gauge, Value: up, Attrs: attrs})
+			emit(telemetry.Sample{Name: "node_leads", Kind: telemetry.Gauge, Value: float64(n.Leads), Attrs: attrs})
+		}
+	}
 }

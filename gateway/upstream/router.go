@@ -129,6 +129,7 @@ func New(cfg Config, logger *slog.Logger) (*Router, error) {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: maxReconnectBackoff},
 			MinConnectTimeout: cfg.DialTimeout,
 		}),
+		grpc.WithStatsHandler(clientStatsHandler()),
 	}
 	for _, addr := range cfg.Nodes {
 		if _, ok := r.conns[addr]; ok {

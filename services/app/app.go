@@ -23,6 +23,7 @@ import (
 	"github.com/ursula/ursula/services/coldgc"
 	"github.com/ursula/ursula/services/node"
 	"github.com/ursula/ursula/services/platform/memlimit"
+	"github.com/ursula/ursula/services/platform/telemetry"
 	"github.com/ursula/ursula/storage/engine"
 	"github.com/ursula/ursula/storage/objstore"
 	"github.com/ursula/ursula/storage/tier"
@@ -30,6 +31,10 @@ import (
 
 // shutdownDeadline bounds a graceful shutdown; past it the process exits.
 const shutdownDeadline = 20 * time.Second
+
+// telemetryFlushTimeout bounds the last export of traces and metrics at
+// exit.
+const telemetryFlushTimeout = 5 * time.Second
 
 // Main runs a binary: args are os.Args, target the binary's default role.
 // It returns the process exit code.
@@ -81,13 +86,55 @@ func Main(args []string, target string) int {
 	return 0
 }
 
+// newLogger builds the process's logger: c.Level, overridden per component
+// by c.Levels, with trace_id and span_id on records logged with a span's
+// context. c must be valid.
 func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 	level, _ := parseLevel(c.Level)
-	opts := &slog.HandlerOptions{Level: level}
+	levels, _ := telemetry.ParseLevels(c.Levels)
+	opts := &slog.HandlerOptions{Level: levels.Min(level)}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
 	if c.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(telemetry.NewLogHandler(h, level, levels))
+}
+
+// serviceNames are the default service.name of each target: the binary
+// that runs it.
+var serviceNames = map[string]string{
+	TargetAll:     "ursula",
+	TargetNode:    "ursula-node",
+	TargetGateway: "ursula-gateway",
+	TargetColdGC:  "ursula-coldgc",
+}
+
+// startTelemetry sets up traces and metrics; the returned function flushes
+// and stops them.
+func startTelemetry(ctx context.Context, cfg *Config, logger *slog.Logger) (*telemetry.Telemetry, func(), error) {
+	id := telemetry.Identity{ServiceName: serviceNames[cfg.Target]}
+	if cfg.Target == TargetAll || cfg.Target == TargetNode {
+		id.ClusterID, id.NodeID = cfg.Node.ClusterID, cfg.Engine.NodeID
+	}
+	tel, err := telemetry.New(ctx, cfg.Telemetry, id, logger.With("component", "telemetry"))
+	if err != nil {
+		return nil, nil, err
+	}
+	return tel, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), telemetryFlushTimeout)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			logger.Warn("telemetry shutdown incomplete", "err", err)
+		}
+	}, nil
+}
+
+// registerMetrics exports a component's metrics source; a failure costs
+// the metrics, not the process.
+func registerMetrics(tel *telemetry.Telemetry, name string, src telemetry.Source, logger *slog.Logger) {
+	if err := tel.RegisterSource(name, src); err != nil {
+		logger.Warn("metrics not exported", "source", name, "err", err)
+	}
 }
 
 // Run runs the configured roles until ctx ends. Roles stop front to back:
@@ -116,6 +163,11 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 	if cfg.Target == TargetColdGC {
 		return runColdGC(ctx, cfg, logger)
 	}
+	tel, stopTelemetry, err := startTelemetry(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
 	var store objstore.Store
 	if cfg.Target != TargetGateway {
 		if eng, err = engine.New(cfg.Engine, nil, logger.With("component", "engine")); err != nil {
@@ -128,6 +180,7 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 		if srv, err = node.New(cfg.Node, eng, logger.With("component", "node")); err != nil {
 			return err
 		}
+		srv.SetPrometheusHandler(tel.PrometheusHandler())
 	}
 
 	engCtx, stopEngine := context.WithCancel(context.Background())
@@ -157,6 +210,9 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 	} else {
 		close(gcDone)
 	}
+	if srv != nil {
+		registerMetrics(tel, "node", srv.MetricsSource(), logger)
+	}
 
 	var gwErr error
 	if cfg.Target != TargetNode {
@@ -164,7 +220,7 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 		if srv != nil && cfg.Upstream.InProcess && len(cfg.Upstream.Nodes) == 0 {
 			local = srv.LocalClient()
 		}
-		gwErr = runGateway(ctx, cfg, local, logger)
+		gwErr = runGateway(ctx, cfg, local, tel, logger)
 	} else {
 		select {
 		case <-ctx.Done():
@@ -189,7 +245,7 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 // runGateway runs the gateway and the subscription manager until ctx ends.
 // client, when not nil, is an in-process client of this process's node;
 // otherwise the gateway dials the node over gRPC.
-func runGateway(ctx context.Context, cfg *Config, client streamv1.StreamServiceClient, logger *slog.Logger) error {
+func runGateway(ctx context.Context, cfg *Config, client streamv1.StreamServiceClient, tel *telemetry.Telemetry, logger *slog.Logger) error {
 	if client == nil {
 		ucfg := cfg.Upstream.Config
 		if len(ucfg.Nodes) == 0 {
@@ -206,6 +262,7 @@ func runGateway(ctx context.Context, cfg *Config, client streamv1.StreamServiceC
 		routerCtx, stopRouter := context.WithCancel(context.Background())
 		defer stopRouter()
 		go func() { _ = router.Run(routerCtx) }()
+		registerMetrics(tel, "upstream", router.MetricsSource(), logger)
 		client = router
 	}
 
@@ -221,11 +278,13 @@ func runGateway(ctx context.Context, cfg *Config, client streamv1.StreamServiceC
 	gwCfg := cfg.Gateway
 	gwCfg.Subscriptions = subs
 	gwCfg.Observer = subs
+	gwCfg.Prometheus = tel.PrometheusHandler()
 	gw, err := gateway.New(gwCfg, client, logger.With("component", "gateway"))
 	if err != nil {
 		return err
 	}
 	defer gw.Close()
+	registerMetrics(tel, "gateway", gw.MetricsSource(), logger)
 
 	subCtx, stopSubs := context.WithCancel(context.Background())
 	subErr := make(chan error, 1)

@@ -18,6 +18,7 @@ import (
 	"github.com/ursula/ursula/services/coldgc"
 	"github.com/ursula/ursula/services/node"
 	"github.com/ursula/ursula/services/platform/memlimit"
+	"github.com/ursula/ursula/services/platform/telemetry"
 	"github.com/ursula/ursula/storage/engine"
 	"github.com/ursula/ursula/storage/objstore"
 )
@@ -48,6 +49,9 @@ type Config struct {
 	Subscriptions subscription.Config `toml:"subscriptions"`
 	// Log configures logging.
 	Log LogConfig `toml:"log"`
+	// Telemetry configures traces and metrics export (the exporters
+	// themselves by the standard OTEL_* environment variables).
+	Telemetry telemetry.Config `toml:"telemetry"`
 	// Cold configures the cold tier: where committed bytes go, and when.
 	Cold ColdConfig `toml:"cold"`
 	// ColdGC configures the cold-GC and compaction worker (run by the all
@@ -87,6 +91,13 @@ type LogConfig struct {
 	Level string `toml:"level"`
 	// Format is text or json.
 	Format string `toml:"format"`
+	// Levels overrides Level per component: the value of the logger's
+	// "component" attribute (engine, node, transport, gateway, upstream,
+	// subscriptions, coldgc, memlimit, telemetry) to a level, for example
+	// levels = { engine = "debug", gateway = "warn" }. A key may be a package
+	// path ("storage/engine"); its last element names the component. On the
+	// command line: -log.levels engine=debug,gateway=warn.
+	Levels map[string]string `toml:"levels,omitempty"`
 }
 
 // registerFlags registers every flag on fs, writing defaults into c.
@@ -114,6 +125,15 @@ func (c *Config) registerFlags(fs *flag.FlagSet, target string) {
 	c.ColdGC.RegisterFlags(fs)
 	fs.StringVar(&c.Log.Level, "log.level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.Log.Format, "log.format", "text", "log format: text or json")
+	fs.Func("log.levels", "per-component log levels, e.g. engine=debug,gateway=warn (components: engine, node, transport, gateway, upstream, subscriptions, coldgc, memlimit, telemetry)", func(v string) error {
+		m, err := telemetry.ParseLevelList(v)
+		if err != nil {
+			return err
+		}
+		c.Log.Levels = m
+		return nil
+	})
+	c.Telemetry.RegisterFlags(fs)
 }
 
 // Validate checks the parts of the configuration the target uses.
@@ -127,9 +147,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, errors.New("upstream.nodes (a storage node's client plane) is required for the coldgc target"))
 		}
 		errs = append(errs, c.Runtime.Config.Validate())
-		if _, err := parseLevel(c.Log.Level); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, c.Log.validate())
 		return errors.Join(errs...)
 	default:
 		errs = append(errs, fmt.Errorf("target %q: want all, node, gateway or coldgc", c.Target))
@@ -147,9 +165,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Runtime.Config.Validate())
-	if _, err := parseLevel(c.Log.Level); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, c.Log.validate())
 	return errors.Join(errs...)
 }
 
@@ -207,6 +223,13 @@ func registerMeta(fs *flag.FlagSet) *Flags {
 	fs.BoolVar(&f.PrintConfig, "print-config", false, "print the effective configuration as TOML and exit")
 	fs.BoolVar(&f.VerifyConfig, "verify-config", false, "validate the configuration and exit")
 	return f
+}
+
+// validate checks the levels.
+func (c LogConfig) validate() error {
+	_, err := parseLevel(c.Level)
+	_, lerr := telemetry.ParseLevels(c.Levels)
+	return errors.Join(err, lerr)
 }
 
 func parseLevel(s string) (slog.Level, error) {

@@ -1,204 +1,257 @@
 package node
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
-	"strings"
-	"time"
 
-	pb "go.etcd.io/raft/v3/raftpb"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/ursula/ursula/storage/multiraft"
+	adminv1 "github.com/ursula/ursula/proto/gen/go/ursula/admin/v1"
+	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/services/platform/grpcerr"
 )
 
 // IncarnationHeader pins the process an admin mutation is meant for.
 const IncarnationHeader = "x-ursula-process-incarnation"
 
-// mutation wraps an admin mutation: a missing process incarnation is 428,
-// another one (the target restarted) 412, both before anything changes.
-func (s *Server) mutation(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		got := r.Header.Get(IncarnationHeader)
-		switch {
-		case got == "":
-			writeJSON(w, http.StatusPreconditionRequired, map[string]any{"code": "INCARNATION_REQUIRED",
-				"message": IncarnationHeader + " is required on admin mutations; read process_incarnation from /__ursula/metrics"})
-		case got != s.incarnation:
-			writeJSON(w, http.StatusPreconditionFailed, map[string]any{"code": "INCARNATION_MISMATCH",
-				"message": "the target process restarted since the incarnation was read", "process_incarnation": s.incarnation})
-		default:
-			h(w, r)
-		}
+// Codes of the admin plane besides the domain codes of errcode.
+const (
+	codeNotAVoter           errcode.Code = "NOT_A_VOTER"
+	codeIncarnationRequired errcode.Code = "INCARNATION_REQUIRED"
+	codeUnauthenticated     errcode.Code = "UNAUTHENTICATED"
+	codeNotFound            errcode.Code = "NOT_FOUND"
+	codeMethodNotAllowed    errcode.Code = "METHOD_NOT_ALLOWED"
+)
+
+// keyProcessIncarnation names this process's incarnation in a 412 answer.
+const keyProcessIncarnation = "process_incarnation"
+
+// adminHTTPStatus is the one table from error code to HTTP status on the
+// admin plane; any other code answers 500.
+var adminHTTPStatus = map[errcode.Code]int{
+	errcode.InvalidArgument:     http.StatusBadRequest,
+	codeNotAVoter:               http.StatusBadRequest,
+	codeUnauthenticated:         http.StatusUnauthorized,
+	errcode.BucketNotFound:      http.StatusNotFound,
+	errcode.StreamNotFound:      http.StatusNotFound,
+	codeNotFound:                http.StatusNotFound,
+	codeMethodNotAllowed:        http.StatusMethodNotAllowed,
+	errcode.NotLeader:           http.StatusConflict,
+	errcode.IncarnationMismatch: http.StatusPreconditionFailed,
+	codeIncarnationRequired:     http.StatusPreconditionRequired,
+	errcode.Unavailable:         http.StatusServiceUnavailable,
+	errcode.Overloaded:          http.StatusServiceUnavailable,
+	errcode.OutcomeUnknown:      http.StatusServiceUnavailable,
+	errcode.ColdStoreFailed:     http.StatusServiceUnavailable,
+	errcode.Internal:            http.StatusInternalServerError,
+}
+
+// adminGateway is the generated REST surface of AdminService, answering
+// with adminJSON and mapping errors with writeAdminError.
+func (s *Server) adminGateway(ctx context.Context) (*runtime.ServeMux, error) {
+	gw := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &adminJSON{}),
+		runtime.WithErrorHandler(func(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {
+			writeAdminError(w, adminDomainError(err))
+		}),
+		runtime.WithRoutingErrorHandler(func(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, status int) {
+			switch status {
+			case http.StatusNotFound:
+				writeAdminError(w, errcode.New(codeNotFound, "no admin endpoint at %s", r.URL.Path))
+			case http.StatusMethodNotAllowed:
+				writeAdminError(w, errcode.New(codeMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
+			default:
+				writeAdminError(w, errcode.New(errcode.InvalidArgument, "%s", http.StatusText(status)))
+			}
+		}),
+		// Only the documented method and path reach a handler.
+		runtime.WithDisableHTTPMethodOverride(),
+		runtime.WithDisablePathLengthFallback(),
+	)
+	if err := adminv1.RegisterAdminServiceHandlerServer(ctx, gw, &adminService{srv: s}); err != nil {
+		return nil, fmt.Errorf("register admin REST handlers: %w", err)
 	}
+	return gw, nil
 }
 
-// registerAdmin adds the Raft and leadership endpoints to the admin mux.
-func (s *Server) registerAdmin(mux *http.ServeMux) {
-	mux.HandleFunc("GET /__ursula/leadership-shed", s.serveShed)
-	mux.HandleFunc("POST /__ursula/leadership-shed/maintenance", s.mutation(func(w http.ResponseWriter, r *http.Request) {
-		s.eng.SetDraining(true)
-		s.serveShed(w, r)
-	}))
-	mux.HandleFunc("DELETE /__ursula/leadership-shed/maintenance", s.mutation(func(w http.ResponseWriter, r *http.Request) {
-		s.eng.SetDraining(false)
-		s.serveShed(w, r)
-	}))
-	mux.HandleFunc("POST /__ursula/raft/{group}/leader/transfer/{to}", s.mutation(s.serveTransfer))
-	mux.HandleFunc("POST /__ursula/raft/{group}/learners/{id}", s.mutation(s.serveAddLearner))
-	mux.HandleFunc("POST /__ursula/raft/{group}/membership", s.mutation(s.serveMembership))
-}
-
-func (s *Server) serveShed(w http.ResponseWriter, _ *http.Request) {
-	st := shedState(s.eng, s.cfg.ClusterID, s.eng.Config().NodeID)
-	writeJSON(w, http.StatusOK, map[string]any{
-		"cluster_id":                  st.GetClusterId(),
-		"node_id":                     st.GetNodeId(),
-		"bits":                        st.GetBits(),
-		"state":                       st.GetState(),
-		"should_accept_transfer":      st.GetShouldAcceptTransfer(),
-		"should_campaign":             st.GetShouldCampaign(),
-		"should_shed_current_leaders": st.GetShouldShedCurrentLeaders(),
+// adminGuard runs in front of every admin route, before any handler:
+//
+//   - with server.admin_token_file set, a request without
+//     "Authorization: Bearer <token>" answers 401;
+//   - a mutation (any method but GET and HEAD) without the process
+//     incarnation header answers 428, and with another process's
+//     incarnation (the node restarted since it was read) 412.
+func (s *Server) adminGuard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if s.adminToken != nil && !s.adminToken.allows(r) {
+			writeAdminError(w, errcode.New(codeUnauthenticated, "the admin plane requires an Authorization: Bearer token (server.admin_token_file)"))
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			switch got := r.Header.Get(IncarnationHeader); {
+			case got == "":
+				writeAdminError(w, errcode.New(codeIncarnationRequired,
+					"%s is required on admin mutations; read process_incarnation from /__ursula/metrics", IncarnationHeader))
+				return
+			case got != s.incarnation:
+				writeAdminError(w, errcode.New(errcode.IncarnationMismatch, "the target process restarted since the incarnation was read").
+					With(keyProcessIncarnation, s.incarnation))
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 
-// groupParam parses the {group} path value; it answers 400 itself.
-func (s *Server) groupParam(w http.ResponseWriter, r *http.Request) (uint32, bool) {
-	g, err := strconv.ParseUint(r.PathValue("group"), 10, 32)
-	if err != nil || int(g) >= s.eng.Config().GroupCount {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"code": "INVALID_ARGUMENT", "message": "group must be a number below raft.group_count"})
-		return 0, false
-	}
-	return uint32(g), true
-}
-
-func nodeParam(w http.ResponseWriter, raw string) (uint64, bool) {
-	id, err := strconv.ParseUint(raw, 10, 64)
-	if err != nil || id == 0 {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"code": "INVALID_ARGUMENT", "message": "node id must be a positive number"})
-		return 0, false
-	}
-	return id, true
-}
-
-// adminError answers a multiraft error: not leader → 409 with the leader.
-func adminError(w http.ResponseWriter, err error) {
-	var nl *multiraft.NotLeaderError
-	switch {
-	case errors.As(err, &nl):
-		writeJSON(w, http.StatusConflict, map[string]any{"code": "NOT_LEADER", "message": "this node does not lead the group", "leader_id": nl.LeaderID})
-	case errors.Is(err, multiraft.ErrNotVoter):
-		writeJSON(w, http.StatusBadRequest, map[string]any{"code": "NOT_A_VOTER", "message": err.Error()})
-	default:
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"code": "UNAVAILABLE", "message": err.Error()})
-	}
-}
-
-func (s *Server) serveTransfer(w http.ResponseWriter, r *http.Request) {
-	g, ok := s.groupParam(w, r)
-	if !ok {
-		return
-	}
-	to, ok := nodeParam(w, r.PathValue("to"))
-	if !ok {
-		return
-	}
-	if err := s.eng.Host().TransferLeader(r.Context(), g, to); err != nil {
-		adminError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"raft_group_id": g, "transfer_to": to})
-}
-
-func (s *Server) serveAddLearner(w http.ResponseWriter, r *http.Request) {
-	g, ok := s.groupParam(w, r)
-	if !ok {
-		return
-	}
-	id, ok := nodeParam(w, r.PathValue("id"))
-	if !ok {
-		return
-	}
-	cc := &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{{Type: pb.ConfChangeAddLearnerNode.Enum(), NodeId: proto.Uint64(id)}}}
-	if err := s.eng.Host().ProposeConfChange(r.Context(), g, cc); err != nil {
-		adminError(w, err)
-		return
-	}
-	if r.URL.Query().Get("blocking") == "true" {
-		if !s.waitMembership(r.Context(), g, func(st multiraft.GroupStatus) bool { return slices.Contains(st.Learners, id) }) {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"code": "UNAVAILABLE", "message": "learner not added in time"})
-			return
+// adminDomainError recovers the domain error of a failed admin call: the
+// service's status (ErrorInfo), or the gateway's own refusal of a path or
+// query parameter it cannot parse.
+func adminDomainError(err error) *errcode.Error {
+	var hs *runtime.HTTPStatusError
+	if errors.As(err, &hs) {
+		code := errcode.Internal
+		if hs.HTTPStatus == http.StatusBadRequest {
+			code = errcode.InvalidArgument
 		}
+		return errcode.New(code, "%v", hs.Err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"raft_group_id": g, "learner": id})
+	return grpcerr.FromStatus(err)
 }
 
-// serveMembership replaces a group's voter set in one joint change.
-func (s *Server) serveMembership(w http.ResponseWriter, r *http.Request) {
-	g, ok := s.groupParam(w, r)
+// writeAdminError answers an error as {"code", "message"}, plus leader_id
+// (a number) for NOT_LEADER and process_incarnation for a 412; a 503
+// carries Retry-After (whole seconds, at least 1) and a 401 a Bearer
+// challenge.
+func writeAdminError(w http.ResponseWriter, de *errcode.Error) {
+	status, ok := adminHTTPStatus[de.Code]
 	if !ok {
+		status = http.StatusInternalServerError
+	}
+	body := map[string]any{"code": de.Code, "message": de.Message}
+	if de.Code == errcode.NotLeader {
+		id, _ := strconv.ParseUint(de.Metadata[errcode.KeyLeaderID], 10, 64)
+		body["leader_id"] = id
+	}
+	if v, ok := de.Metadata[keyProcessIncarnation]; ok {
+		body[keyProcessIncarnation] = v
+	}
+	switch status {
+	case http.StatusServiceUnavailable:
+		secs := int64(1)
+		if ms, err := strconv.ParseInt(de.Metadata[errcode.KeyRetryAfterMS], 10, 64); err == nil && ms > 1000 {
+			secs = (ms + 999) / 1000
+		}
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	case http.StatusUnauthorized:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ursula-admin"`)
+	}
+	writeJSON(w, status, body)
+}
+
+// serveShed answers GET /__ursula/leadership-shed on the cluster plane with
+// the admin plane's document.
+func (s *Server) serveShed(w http.ResponseWriter, _ *http.Request) {
+	b, err := marshalAdminJSON(s.shedAnswer())
+	if err != nil {
+		writeAdminError(w, errcode.New(errcode.Internal, "%v", err))
 		return
 	}
-	raw := strings.TrimSpace(r.URL.Query().Get("voters"))
-	if raw == "" {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"code": "INVALID_ARGUMENT", "message": "voters query parameter is required (comma-separated node ids)"})
-		return
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write(b)
+}
+
+// adminJSON renders admin answers with protojson, using the proto field
+// names and emitting every field, then makes two changes so the documents
+// keep the shape tooling reads: 64-bit integers are JSON numbers (protojson
+// writes them as strings), and an unset optional field is null (protojson
+// leaves it out).
+type adminJSON struct {
+	runtime.JSONPb
+}
+
+// Marshal implements runtime.Marshaler.
+func (m *adminJSON) Marshal(v any) ([]byte, error) {
+	if msg, ok := v.(proto.Message); ok {
+		return marshalAdminJSON(msg)
 	}
-	var want []uint64
-	for _, part := range strings.Split(raw, ",") {
-		id, ok := nodeParam(w, strings.TrimSpace(part))
+	return m.JSONPb.Marshal(v)
+}
+
+func marshalAdminJSON(msg proto.Message) ([]byte, error) {
+	raw, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(msg)
+	if err != nil {
+		return nil, err
+	}
+	md := msg.ProtoReflect().Descriptor()
+	if wellKnown(md) {
+		return raw, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, err
+	}
+	adminFields(md, doc)
+	return json.Marshal(doc)
+}
+
+// adminFields rewrites one decoded message of type md in place.
+func adminFields(md protoreflect.MessageDescriptor, doc map[string]any) {
+	fields := md.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		name := string(fd.Name())
+		v, ok := doc[name]
 		if !ok {
-			return
+			if fd.HasOptionalKeyword() {
+				doc[name] = nil // an unset optional scalar
+			}
+			continue
 		}
-		want = append(want, id)
-	}
-	st := s.eng.Host().Status(g)
-	if !st.IsLeader {
-		adminError(w, &multiraft.NotLeaderError{LeaderID: st.LeaderID})
-		return
-	}
-	cc := &pb.ConfChangeV2{}
-	for _, id := range want {
-		if !slices.Contains(st.Voters, id) {
-			cc.Changes = append(cc.Changes, &pb.ConfChangeSingle{Type: pb.ConfChangeAddNode.Enum(), NodeId: proto.Uint64(id)})
+		if fd.IsMap() {
+			continue
 		}
-	}
-	for _, id := range st.Voters {
-		if !slices.Contains(want, id) {
-			cc.Changes = append(cc.Changes, &pb.ConfChangeSingle{Type: pb.ConfChangeRemoveNode.Enum(), NodeId: proto.Uint64(id)})
+		if fd.IsList() {
+			if items, ok := v.([]any); ok {
+				for j, item := range items {
+					items[j] = adminValue(fd, item)
+				}
+			}
+			continue
 		}
+		doc[name] = adminValue(fd, v)
 	}
-	if len(cc.Changes) > 0 {
-		if err := s.eng.Host().ProposeConfChange(r.Context(), g, cc); err != nil {
-			adminError(w, err)
-			return
-		}
-	}
-	same := func(st multiraft.GroupStatus) bool {
-		a, b := slices.Sorted(slices.Values(st.Voters)), slices.Sorted(slices.Values(want))
-		return slices.Equal(a, b)
-	}
-	if !s.waitMembership(r.Context(), g, same) {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"code": "UNAVAILABLE", "message": "the new voter set did not commit in time"})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"raft_group_id": g, "voters": want, "committed_index": s.eng.Host().Status(g).Commit})
 }
 
-func (s *Server) waitMembership(ctx context.Context, g uint32, done func(multiraft.GroupStatus) bool) bool {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for {
-		if done(s.eng.Host().Status(g)) {
-			return true
+// adminValue rewrites one value of field fd.
+func adminValue(fd protoreflect.FieldDescriptor, v any) any {
+	switch fd.Kind() {
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
+		protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		if s, ok := v.(string); ok {
+			return json.Number(s)
 		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(50 * time.Millisecond):
+	case protoreflect.MessageKind:
+		if sub, ok := v.(map[string]any); ok && !wellKnown(fd.Message()) {
+			adminFields(fd.Message(), sub)
 		}
 	}
+	return v
+}
+
+// wellKnown reports the google.protobuf types, whose JSON form protojson
+// defines (a Struct is the metrics document).
+func wellKnown(md protoreflect.MessageDescriptor) bool {
+	return md.ParentFile().Package() == "google.protobuf"
 }

@@ -28,6 +28,7 @@ func adminServer(tb testing.TB) (*Server, *engine.Engine, *httptest.Server) {
 // changing anything.
 func TestAdminIncarnationRule(t *testing.T) {
 	s, eng, ts := adminServer(t)
+	snapIndex := eng.Host().Status(0).SnapshotIndex
 	mutations := []struct {
 		method, path string
 	}{
@@ -36,6 +37,10 @@ func TestAdminIncarnationRule(t *testing.T) {
 		{http.MethodPost, "/__ursula/raft/0/leader/transfer/1"},
 		{http.MethodPost, "/__ursula/raft/0/learners/2"},
 		{http.MethodPost, "/__ursula/raft/0/membership?voters=1,2"},
+		{http.MethodPost, "/__ursula/raft/0/snapshot"},
+		{http.MethodPost, "/__ursula/raft/0/purge?upto=1000"},
+		{http.MethodPost, "/__ursula/flush-cold/demo/hello"},
+		{http.MethodDelete, "/__ursula/purge/demo"},
 	}
 	headers := []struct {
 		name     string
@@ -62,6 +67,9 @@ func TestAdminIncarnationRule(t *testing.T) {
 				st := eng.Host().Status(0)
 				if !slices.Equal(st.Voters, []uint64{1}) || len(st.Learners) != 0 || !st.IsLeader {
 					t.Errorf("a refused mutation changed group 0: voters %v learners %v leader %v", st.Voters, st.Learners, st.IsLeader)
+				}
+				if st.SnapshotIndex != snapIndex {
+					t.Errorf("a refused mutation took a snapshot of group 0: index %d, was %d", st.SnapshotIndex, snapIndex)
 				}
 			})
 		}
@@ -159,7 +167,7 @@ func TestAdminReadinessBeforeRun(t *testing.T) {
 	s, _, ts := adminServer(t)
 	// Run has not started: the engine is ready but the server has not said so.
 	code, body := do(t, ts.Client(), http.MethodGet, ts.URL+"/__ursula/ready", nil)
-	if code != http.StatusServiceUnavailable || body["ready"] != false || body["reason"] != "groups_not_ready" {
+	if code != http.StatusServiceUnavailable || body["ready"] != false || body["reason"] != ReasonStarting {
 		t.Fatalf("ready answer %d %v", code, body)
 	}
 	if body["process_incarnation"] != s.Incarnation() || body["cluster_id"] != testClusterID {

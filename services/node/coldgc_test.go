@@ -232,7 +232,7 @@ func TestPurgeReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.RemovedStreams != 2 || !rep.ColdGCComplete || rep.ColdGCPendingEntries != 0 || rep.ColdGCError != nil || !rep.BucketPrefixAbsent {
+	if rep.RemovedStreams != 2 || !rep.ColdGcComplete || rep.ColdGcPendingEntries != 0 || rep.ColdGcError != nil || !rep.BucketPrefixAbsent {
 		t.Fatalf("report %+v", rep)
 	}
 	if keys := listKeys(t, store, "tenant-a/"); len(keys) != 0 {
@@ -242,7 +242,7 @@ func TestPurgeReport(t *testing.T) {
 		t.Fatal("tenant-b changed")
 	}
 	again, err := s.purge(t.Context(), "tenant-a")
-	if err != nil || again.RemovedStreams != 0 || !again.BucketPrefixAbsent || !again.ColdGCComplete {
+	if err != nil || again.RemovedStreams != 0 || !again.BucketPrefixAbsent || !again.ColdGcComplete {
 		t.Fatalf("second purge: %+v, %v", again, err)
 	}
 	if _, err := eng.CreateBucket(t.Context(), &streamv1.CreateBucketRequest{Bucket: "tenant-a"}); err == nil {

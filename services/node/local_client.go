@@ -19,7 +19,10 @@ import (
 // in a split deployment (the gateway sees the same client interface and
 // gRPC status errors; the node runs the same service adapter); only the
 // transport is skipped. Requests are not copied: callers must not modify a
-// request after passing it.
+// request after passing it. Each call starts the server span the otelgrpc
+// handler starts over gRPC (same name, kind and attributes), as a child of
+// the caller's span in ctx, so traces have the same shape in both
+// deployments (less the client span of the skipped hop).
 func (s *Server) LocalClient() streamv1.StreamServiceClient {
 	return &localClient{svc: s.streams}
 }
@@ -29,31 +32,52 @@ type localClient struct {
 }
 
 func (c *localClient) CreateBucket(ctx context.Context, in *streamv1.CreateBucketRequest, _ ...grpc.CallOption) (*streamv1.CreateBucketResponse, error) {
-	return c.svc.CreateBucket(ctx, in)
+	ctx, span := startLocalSpan(ctx, streamv1.StreamService_CreateBucket_FullMethodName)
+	resp, err := c.svc.CreateBucket(ctx, in)
+	endLocalSpan(span, err)
+	return resp, err
 }
 
 func (c *localClient) CreateStream(ctx context.Context, in *streamv1.CreateStreamRequest, _ ...grpc.CallOption) (*streamv1.CreateStreamResponse, error) {
-	return c.svc.CreateStream(ctx, in)
+	ctx, span := startLocalSpan(ctx, streamv1.StreamService_CreateStream_FullMethodName)
+	resp, err := c.svc.CreateStream(ctx, in)
+	endLocalSpan(span, err)
+	return resp, err
 }
 
 func (c *localClient) Append(ctx context.Context, in *streamv1.AppendRequest, _ ...grpc.CallOption) (*streamv1.AppendResponse, error) {
-	return c.svc.Append(ctx, in)
+	ctx, span := startLocalSpan(ctx, streamv1.StreamService_Append_FullMethodName)
+	resp, err := c.svc.Append(ctx, in)
+	endLocalSpan(span, err)
+	return resp, err
 }
 
 func (c *localClient) Read(ctx context.Context, in *streamv1.ReadRequest, _ ...grpc.CallOption) (*streamv1.ReadResponse, error) {
-	return c.svc.Read(ctx, in)
+	ctx, span := startLocalSpan(ctx, streamv1.StreamService_Read_FullMethodName)
+	resp, err := c.svc.Read(ctx, in)
+	endLocalSpan(span, err)
+	return resp, err
 }
 
 func (c *localClient) Head(ctx context.Context, in *streamv1.HeadRequest, _ ...grpc.CallOption) (*streamv1.HeadResponse, error) {
-	return c.svc.Head(ctx, in)
+	ctx, span := startLocalSpan(ctx, streamv1.StreamService_Head_FullMethodName)
+	resp, err := c.svc.Head(ctx, in)
+	endLocalSpan(span, err)
+	return resp, err
 }
 
 func (c *localClient) SetRetention(ctx context.Context, in *streamv1.SetRetentionRequest, _ ...grpc.CallOption) (*streamv1.SetRetentionResponse, error) {
-	return c.svc.SetRetention(ctx, in)
+	ctx, span := startLocalSpan(ctx, streamv1.StreamService_SetRetention_FullMethodName)
+	resp, err := c.svc.SetRetention(ctx, in)
+	endLocalSpan(span, err)
+	return resp, err
 }
 
 func (c *localClient) DeleteStream(ctx context.Context, in *streamv1.DeleteStreamRequest, _ ...grpc.CallOption) (*streamv1.DeleteStreamResponse, error) {
-	return c.svc.DeleteStream(ctx, in)
+	ctx, span := startLocalSpan(ctx, streamv1.StreamService_DeleteStream_FullMethodName)
+	resp, err := c.svc.DeleteStream(ctx, in)
+	endLocalSpan(span, err)
+	return resp, err
 }
 
 func (c *localClient) GetClusterInfo(ctx context.Context, in *streamv1.GetClusterInfoRequest, _ ...grpc.CallOption) (*streamv1.GetClusterInfoResponse, error) {
@@ -64,9 +88,11 @@ func (c *localClient) GetClusterInfo(ctx context.Context, in *streamv1.GetCluste
 // the client through a channel; cancelling ctx ends both.
 func (c *localClient) Subscribe(ctx context.Context, in *streamv1.SubscribeRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[streamv1.SubscribeResponse], error) {
 	ctx, cancel := context.WithCancel(ctx)
+	ctx, span := startLocalSpan(ctx, streamv1.StreamService_Subscribe_FullMethodName)
 	st := &localStream{ctx: ctx, cancel: cancel, msgs: make(chan *streamv1.SubscribeResponse, 16)}
 	go func() {
 		err := c.svc.Subscribe(in, &localServerStream{st: st})
+		endLocalSpan(span, err)
 		st.finish(err)
 	}()
 	return st, nil

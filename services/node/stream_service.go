@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
@@ -22,7 +23,31 @@ type streamService struct {
 	// leaderAddrs maps node ids to client-plane addresses, so a NOT_LEADER
 	// answer names where to retry.
 	leaderAddrs map[uint64]string
+	// draining is closed when a graceful shutdown begins: subscriptions
+	// and waiting reads end at once (the gateway resumes them on another
+	// node) instead of holding the gRPC server's graceful stop open.
+	draining     chan struct{}
+	drainingOnce sync.Once
 }
+
+// drain ends every subscription and waiting read.
+func (s *streamService) drain() { s.drainingOnce.Do(func() { close(s.draining) }) }
+
+// drainable returns a context that ends with ctx or when the node drains.
+func (s *streamService) drainable(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-s.draining:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// errDraining answers a subscription or waiting read cut by a shutdown.
+var errDraining = errcode.New(errcode.Unavailable, "node is shutting down").With(errcode.KeyRetryAfterMS, "100")
 
 // status converts an engine error for the wire, adding the leader's
 // client address to NOT_LEADER answers.
@@ -61,13 +86,22 @@ func (s *streamService) Append(ctx context.Context, req *streamv1.AppendRequest)
 	return resp, s.status(err)
 }
 
-func (s *streamService) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1.ReadResponse, error) {
+func (s *streamService) Read(ctx context.Context, req *streamv1.ReadRequest) (resp *streamv1.ReadResponse, err error) {
 	if req.GetWaitMs() > 0 {
 		s.metrics.liveReadsWaiting.Add(1)
 		defer s.metrics.liveReadsWaiting.Add(-1)
+		var cancel context.CancelFunc
+		outer := ctx
+		ctx, cancel = s.drainable(ctx)
+		defer cancel()
+		defer func() {
+			if ctx.Err() != nil && outer.Err() == nil {
+				resp, err = nil, s.status(errDraining)
+			}
+		}()
 	}
 	start := time.Now()
-	resp, err := s.eng.Read(ctx, req)
+	resp, err = s.eng.Read(ctx, req)
 	if req.GetWaitMs() == 0 {
 		s.metrics.readNs.Add(uint64(time.Since(start)))
 	}
@@ -94,13 +128,18 @@ func (s *streamService) Subscribe(req *streamv1.SubscribeRequest, srv streamv1.S
 	s.metrics.subscribers.Add(1)
 	defer s.metrics.subscribers.Add(-1)
 	s.metrics.subscriptions.Add(1)
-	err := s.eng.Subscribe(srv.Context(), req, func(r *streamv1.ReadResponse) error {
+	ctx, cancel := s.drainable(srv.Context())
+	defer cancel()
+	err := s.eng.Subscribe(ctx, req, func(r *streamv1.ReadResponse) error {
 		s.metrics.subscribeChunks.Add(1)
 		s.metrics.subscribeBytes.Add(uint64(len(r.GetData())))
 		return srv.Send(&streamv1.SubscribeResponse{Chunk: r})
 	})
 	if srv.Context().Err() != nil {
 		return nil // the subscriber went away
+	}
+	if ctx.Err() != nil {
+		return s.status(errDraining)
 	}
 	return s.status(err)
 }

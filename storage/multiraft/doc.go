@@ -63,6 +63,16 @@
 // journal segments whose entries are all covered by snapshots are deleted. A
 // group whose entries alone keep an old segment alive is snapshotted early.
 //
+// An operator can ask for both (Host.Snapshot, Host.PurgeLog). The request
+// joins the mailbox of the group's shard worker like a proposal and runs
+// there between two Ready cycles, never on the caller's goroutine: a
+// snapshot request takes a snapshot at the applied index unless the group
+// already has one there; a purge request purges through min(upto, snapshot
+// index), which the compaction at each snapshot already did for the
+// in-memory log, so it deletes the journal segments that became
+// purgeable. A request the worker has not started within the caller's
+// bound is dropped (ErrNotStarted) and never runs later.
+//
 // # Bootstrap and restart
 //
 // A group with no state in the journal is bootstrapped with Config.Voters;

@@ -3,10 +3,12 @@ package multiraft
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -25,6 +27,10 @@ const (
 	opReportSnapshot
 	opReportUnreachable
 	opFunc
+	// opSnapshot and opPurgeLog are an operator's requests (Host.Snapshot,
+	// Host.PurgeLog), run on the worker between two Ready cycles.
+	opSnapshot
+	opPurgeLog
 )
 
 type op struct {
@@ -37,7 +43,35 @@ type op struct {
 	// fn runs on the shard worker (opFunc); its error goes to done.
 	fn   func(g *group) error
 	done chan error
+	// req is the request of opSnapshot and opPurgeLog.
+	req *logRequest
 }
+
+// States of a logRequest: the worker starts a pending request, or its
+// caller abandons it; whichever moves first decides.
+const (
+	reqPending int32 = iota
+	reqStarted
+	reqAbandoned
+)
+
+// logRequest is an operator's snapshot or log purge of one group.
+type logRequest struct {
+	// upto bounds a purge (opPurgeLog).
+	upto  uint64
+	state atomic.Int32
+	done  chan logResult // buffered: the worker never blocks on it
+}
+
+type logResult struct {
+	index uint64
+	err   error
+}
+
+// start claims the request for the worker; false when its caller gave up.
+func (r *logRequest) start() bool { return r.state.CompareAndSwap(reqPending, reqStarted) }
+
+func (r *logRequest) finish(index uint64, err error) { r.done <- logResult{index: index, err: err} }
 
 type result struct {
 	v   any
@@ -125,8 +159,13 @@ func (s *shard) close() {
 	s.inbox = nil
 	s.mu.Unlock()
 	for _, o := range inbox {
-		if o.kind == opPropose {
+		switch o.kind {
+		case opPropose:
 			o.p.finish(nil, ErrStopped)
+		case opSnapshot, opPurgeLog:
+			if o.req.start() {
+				o.req.finish(0, ErrStopped)
+			}
 		}
 	}
 }
@@ -158,7 +197,9 @@ func (s *shard) run(ctx context.Context) error {
 		case <-s.wake:
 			s.waitSyncWindow()
 		}
-		s.drain()
+		if err := s.drain(); err != nil {
+			return err
+		}
 		if err := s.processReady(); err != nil {
 			return err
 		}
@@ -177,7 +218,10 @@ func (s *shard) waitSyncWindow() {
 	}
 }
 
-func (s *shard) drain() {
+// drain handles the mailbox. It returns a fatal storage error of an
+// operator's snapshot or purge, after handling every other op.
+func (s *shard) drain() error {
+	var fatal error
 	s.mu.Lock()
 	ops := s.inbox
 	s.inbox = s.spare[:0]
@@ -218,10 +262,68 @@ func (s *shard) drain() {
 			g.rn.ReportUnreachable(o.to)
 		case opFunc:
 			o.done <- o.fn(g)
+		case opSnapshot, opPurgeLog:
+			if !o.req.start() {
+				break // the caller gave up before the worker got to it
+			}
+			if fatal != nil {
+				o.req.finish(0, fatal)
+				break
+			}
+			var index uint64
+			var err error
+			if o.kind == opSnapshot {
+				index, err = s.snapshotNow(g)
+			} else {
+				index, err = s.purgeLog(g, o.req.upto)
+			}
+			var fe *fatalError
+			if errors.As(err, &fe) {
+				fatal = fe.err
+				err = fe.err
+			}
+			o.req.finish(index, err)
 		}
 		*o = op{}
 	}
 	s.spare = ops[:0]
+	return fatal
+}
+
+// fatalError marks a storage failure of an operator's request that stops
+// the node (as the same failure does in the worker's own snapshots).
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+
+// snapshotNow makes sure g has a snapshot of everything it has applied,
+// taking one if needed, and returns the snapshot's index.
+func (s *shard) snapshotNow(g *group) (uint64, error) {
+	want := g.applied
+	if g.snapIndex >= want {
+		return g.snapIndex, nil
+	}
+	if err := s.snapshot(g); err != nil {
+		return 0, &fatalError{err: err}
+	}
+	g.updateStatus()
+	if g.snapIndex < want {
+		return 0, fmt.Errorf("%w: group %d at index %d", ErrSnapshotFailed, g.id, want)
+	}
+	return g.snapIndex, nil
+}
+
+// purgeLog purges g's log through upto, at most through its snapshot, and
+// returns the index it purged through. The in-memory log is compacted
+// through every snapshot as soon as it is taken, so what is left is the
+// journal: segments holding only entries at or below their groups'
+// snapshots are deleted.
+func (s *shard) purgeLog(g *group, upto uint64) (uint64, error) {
+	through := min(upto, g.snapIndex)
+	if err := s.purge(); err != nil {
+		return 0, &fatalError{err: err}
+	}
+	return through, nil
 }
 
 func hasConfChange(ents []*pb.Entry) bool {

@@ -88,14 +88,14 @@ type Journal struct {
 
 // Stats are a journal's cumulative counters (for metrics).
 type Stats struct {
-	Writes        uint64 // write calls
-	BytesWritten  uint64
-	Fsyncs        uint64
-	WriteNs       uint64 // time in write calls
-	FsyncNs       uint64 // time in fsync calls
-	SegmentsMade  uint64 // segments started
-	SegmentsFreed uint64 // segments deleted by Purge
-	Segments      uint64 // segment files now
+	Writes        uint64 `json:"writes"` // write calls
+	BytesWritten  uint64 `json:"bytes_written"`
+	Fsyncs        uint64 `json:"fsyncs"`
+	WriteNs       uint64 `json:"write_ns"`           // time in write calls
+	FsyncNs       uint64 `json:"fsync_ns"`           // time in fsync calls
+	SegmentsMade  uint64 `json:"segments_started"`   // segments started
+	SegmentsFreed uint64 `json:"segments_reclaimed"` // segments deleted by Purge
+	Segments      uint64 `json:"segments"`           // segment files now
 }
 
 // Stats returns the journal's counters.

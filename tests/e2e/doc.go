@@ -80,6 +80,32 @@
 //     and byte, the purged bucket's streams answer 404 and it is fenced
 //     (creating it or a stream in it: 404); purging again answers the
 //     same proof with nothing removed; the client listeners answer 404;
+//   - TestAdminEndpoints: the operations page's admin curl examples (seed
+//     "Admin endpoints"; the recovery-plan ones excepted) against a 3-node
+//     cluster, with the real curl when it is on PATH: pinning the process
+//     incarnation from metrics, flush-cold (a stream name with slashes
+//     too), a Raft snapshot and a log purge, adding a learner, a leader
+//     transfer, replacing the voter set, maintenance drain on and off; each
+//     answer's status and documented fields, 409 NOT_LEADER with leader_id
+//     on a follower, 400 for a non-voter or a missing voter set, 428
+//     without the incarnation header and 412 with the incarnation of a
+//     node before its restart, neither changing anything;
+//   - TestUrsulactl: every ursulactl verb (ops/ursulactl, run in process
+//     through ursulactl.Run, and bin/ursulactl itself) against a 3-node
+//     cluster: status (also with a SIGKILLed node shown unreachable),
+//     verify-cluster, wait-ready, drain/wait/undrain, transfer, membership,
+//     snapshot, purge-log, flush-cold, purge-bucket; the refusals (exit
+//     2) of a drain while a node is down and of a transfer or membership
+//     change on a follower; a node restarted between the pinning of its
+//     incarnation and the mutation (ursulactl's Pinned hook) answers 412
+//     and the operation stops with exit 2;
+//   - TestUrsulactlRollout: `ursulactl rollout` restarts every node of a
+//     3-node cluster (SIGTERM, start) while idempotent producers append
+//     through the gateway and SSE readers follow streams: no client sees a
+//     non-retriable answer (503 with Retry-After is retried with the same
+//     producer tuple), every acknowledged append reads back once at its
+//     offset from the gateway and every node, the SSE readers see every
+//     byte in order, and leaderships spread over every node again;
 //   - TestProxy: the proxy's modes, without binaries;
 //   - TestExampleConfig, TestLocalClusterConfig: every binary accepts
 //     deploy/ursula.example.toml, and the files of make run-cluster

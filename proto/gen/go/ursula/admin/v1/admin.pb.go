@@ -170,6 +170,1029 @@ func (x *GetReadyResponse) GetProcessIncarnation() string {
 	return ""
 }
 
+type GetLeadershipShedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLeadershipShedRequest) Reset() {
+	*x = GetLeadershipShedRequest{}
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLeadershipShedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLeadershipShedRequest) ProtoMessage() {}
+
+func (x *GetLeadershipShedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLeadershipShedRequest.ProtoReflect.Descriptor instead.
+func (*GetLeadershipShedRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+type StartMaintenanceDrainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartMaintenanceDrainRequest) Reset() {
+	*x = StartMaintenanceDrainRequest{}
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartMaintenanceDrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartMaintenanceDrainRequest) ProtoMessage() {}
+
+func (x *StartMaintenanceDrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartMaintenanceDrainRequest.ProtoReflect.Descriptor instead.
+func (*StartMaintenanceDrainRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+type StopMaintenanceDrainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StopMaintenanceDrainRequest) Reset() {
+	*x = StopMaintenanceDrainRequest{}
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopMaintenanceDrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopMaintenanceDrainRequest) ProtoMessage() {}
+
+func (x *StopMaintenanceDrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopMaintenanceDrainRequest.ProtoReflect.Descriptor instead.
+func (*StopMaintenanceDrainRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+}
+
+// LeadershipShedState is a node's leadership-shed state, as peers read it.
+type LeadershipShedState struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	NodeId    uint64                 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// bits is 1 while the maintenance drain is on, else 0.
+	Bits uint32 `protobuf:"varint,3,opt,name=bits,proto3" json:"bits,omitempty"`
+	// state is "normal" or "maintenance-drain".
+	State                    string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	ShouldAcceptTransfer     bool   `protobuf:"varint,5,opt,name=should_accept_transfer,json=shouldAcceptTransfer,proto3" json:"should_accept_transfer,omitempty"`
+	ShouldCampaign           bool   `protobuf:"varint,6,opt,name=should_campaign,json=shouldCampaign,proto3" json:"should_campaign,omitempty"`
+	ShouldShedCurrentLeaders bool   `protobuf:"varint,7,opt,name=should_shed_current_leaders,json=shouldShedCurrentLeaders,proto3" json:"should_shed_current_leaders,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
+}
+
+func (x *LeadershipShedState) Reset() {
+	*x = LeadershipShedState{}
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeadershipShedState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeadershipShedState) ProtoMessage() {}
+
+func (x *LeadershipShedState) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeadershipShedState.ProtoReflect.Descriptor instead.
+func (*LeadershipShedState) Descriptor() ([]byte, []int) {
+	return file_ursula_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *LeadershipShedState) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *LeadershipShedState) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *LeadershipShedState) GetBits() uint32 {
+	if x != nil {
+		return x.Bits
+	}
+	return 0
+}
+
+func (x *LeadershipShedState) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *LeadershipShedState) GetShouldAcceptTransfer() bool {
+	if x != nil {
+		return x.ShouldAcceptTransfer
+	}
+	return false
+}
+
+func (x *LeadershipShedState) GetShouldCampaign() bool {
+	if x != nil {
+		return x.ShouldCampaign
+	}
+	return false
+}
+
+func (x *LeadershipShedState) GetShouldShedCurrentLeaders() bool {
+	if x != nil {
+		return x.ShouldShedCurrentLeaders
+	}
+	return false
+}
+
+type TransferLeaderRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// group_id is the Raft group (path {group}).
+	GroupId uint32 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// to_node_id is the voter to hand leadership to (path {to}).
+	ToNodeId      uint64 `protobuf:"varint,2,opt,name=to_node_id,json=toNodeId,proto3" json:"to_node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeaderRequest) Reset() {
+	*x = TransferLeaderRequest{}
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeaderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeaderRequest) ProtoMessage() {}
+
+func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
+func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *TransferLeaderRequest) GetGroupId() uint32 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *TransferLeaderRequest) GetToNodeId() uint64 {
+	if x != nil {
+		return x.ToNodeId
+	}
+	return 0
+}
+
+type TransferLeaderResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RaftGroupId   uint32                 `protobuf:"varint,1,opt,name=raft_group_id,json=raftGroupId,proto3" json:"raft_group_id,omitempty"`
+	TransferTo    uint64                 `protobuf:"varint,2,opt,name=transfer_to,json=transferTo,proto3" json:"transfer_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeaderResponse) Reset() {
+	*x = TransferLeaderResponse{}
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeaderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeaderResponse) ProtoMessage() {}
+
+func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
+func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TransferLeaderResponse) GetRaftGroupId() uint32 {
+	if x != nil {
+		return x.RaftGroupId
+	}
+	return 0
+}
+
+func (x *TransferLeaderResponse) GetTransferTo() uint64 {
+	if x != nil {
+		return x.TransferTo
+	}
+	return 0
+}
+
+type AddLearnerRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GroupId uint32                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// node_id is the learner's raft.node_id (path {id}).
+	NodeId uint64 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// addr is the address peers dial (the learner's cluster listener). Peers
+	// are dialed at their [[raft.peers]] cluster_url: for a configured peer,
+	// addr must name that address.
+	Addr string `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
+	// blocking waits (up to 10 s) until the learner is in the applied
+	// membership.
+	Blocking      bool `protobuf:"varint,4,opt,name=blocking,proto3" json:"blocking,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddLearnerRequest) Reset() {
+	*x = AddLearnerRequest{}
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddLearnerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddLearnerRequest) ProtoMessage() {}
+
+func (x *AddLearnerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddLearnerRequest.ProtoReflect.Descriptor instead.
+func (*AddLearnerRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *AddLearnerRequest) GetGroupId() uint32 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *AddLearnerRequest) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *AddLearnerRequest) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *AddLearnerRequest) GetBlocking() bool {
+	if x != nil {
+		return x.Blocking
+	}
+	return false
+}
+
+type AddLearnerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RaftGroupId   uint32                 `protobuf:"varint,1,opt,name=raft_group_id,json=raftGroupId,proto3" json:"raft_group_id,omitempty"`
+	Learner       uint64                 `protobuf:"varint,2,opt,name=learner,proto3" json:"learner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddLearnerResponse) Reset() {
+	*x = AddLearnerResponse{}
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddLearnerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddLearnerResponse) ProtoMessage() {}
+
+func (x *AddLearnerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddLearnerResponse.ProtoReflect.Descriptor instead.
+func (*AddLearnerResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AddLearnerResponse) GetRaftGroupId() uint32 {
+	if x != nil {
+		return x.RaftGroupId
+	}
+	return 0
+}
+
+func (x *AddLearnerResponse) GetLearner() uint64 {
+	if x != nil {
+		return x.Learner
+	}
+	return 0
+}
+
+type SetMembershipRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GroupId uint32                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// voters is the whole new voter set: comma-separated node ids.
+	Voters        string `protobuf:"bytes,2,opt,name=voters,proto3" json:"voters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetMembershipRequest) Reset() {
+	*x = SetMembershipRequest{}
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMembershipRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMembershipRequest) ProtoMessage() {}
+
+func (x *SetMembershipRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMembershipRequest.ProtoReflect.Descriptor instead.
+func (*SetMembershipRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SetMembershipRequest) GetGroupId() uint32 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *SetMembershipRequest) GetVoters() string {
+	if x != nil {
+		return x.Voters
+	}
+	return ""
+}
+
+type SetMembershipResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RaftGroupId uint32                 `protobuf:"varint,1,opt,name=raft_group_id,json=raftGroupId,proto3" json:"raft_group_id,omitempty"`
+	Voters      []uint64               `protobuf:"varint,2,rep,packed,name=voters,proto3" json:"voters,omitempty"`
+	// committed_index is the commit index once the new voter set applied.
+	CommittedIndex uint64 `protobuf:"varint,3,opt,name=committed_index,json=committedIndex,proto3" json:"committed_index,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SetMembershipResponse) Reset() {
+	*x = SetMembershipResponse{}
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMembershipResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMembershipResponse) ProtoMessage() {}
+
+func (x *SetMembershipResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMembershipResponse.ProtoReflect.Descriptor instead.
+func (*SetMembershipResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SetMembershipResponse) GetRaftGroupId() uint32 {
+	if x != nil {
+		return x.RaftGroupId
+	}
+	return 0
+}
+
+func (x *SetMembershipResponse) GetVoters() []uint64 {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
+func (x *SetMembershipResponse) GetCommittedIndex() uint64 {
+	if x != nil {
+		return x.CommittedIndex
+	}
+	return 0
+}
+
+type TakeSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       uint32                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TakeSnapshotRequest) Reset() {
+	*x = TakeSnapshotRequest{}
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakeSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakeSnapshotRequest) ProtoMessage() {}
+
+func (x *TakeSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakeSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*TakeSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *TakeSnapshotRequest) GetGroupId() uint32 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+type TakeSnapshotResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RaftGroupId uint32                 `protobuf:"varint,1,opt,name=raft_group_id,json=raftGroupId,proto3" json:"raft_group_id,omitempty"`
+	// snapshot_index is the index of the group's snapshot on this node.
+	SnapshotIndex uint64 `protobuf:"varint,2,opt,name=snapshot_index,json=snapshotIndex,proto3" json:"snapshot_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TakeSnapshotResponse) Reset() {
+	*x = TakeSnapshotResponse{}
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TakeSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TakeSnapshotResponse) ProtoMessage() {}
+
+func (x *TakeSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TakeSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*TakeSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *TakeSnapshotResponse) GetRaftGroupId() uint32 {
+	if x != nil {
+		return x.RaftGroupId
+	}
+	return 0
+}
+
+func (x *TakeSnapshotResponse) GetSnapshotIndex() uint64 {
+	if x != nil {
+		return x.SnapshotIndex
+	}
+	return 0
+}
+
+type PurgeLogRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GroupId uint32                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// upto is the last log index to purge (required).
+	Upto          *uint64 `protobuf:"varint,2,opt,name=upto,proto3,oneof" json:"upto,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeLogRequest) Reset() {
+	*x = PurgeLogRequest{}
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeLogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeLogRequest) ProtoMessage() {}
+
+func (x *PurgeLogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeLogRequest.ProtoReflect.Descriptor instead.
+func (*PurgeLogRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *PurgeLogRequest) GetGroupId() uint32 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *PurgeLogRequest) GetUpto() uint64 {
+	if x != nil && x.Upto != nil {
+		return *x.Upto
+	}
+	return 0
+}
+
+type PurgeLogResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RaftGroupId uint32                 `protobuf:"varint,1,opt,name=raft_group_id,json=raftGroupId,proto3" json:"raft_group_id,omitempty"`
+	// purged_through is min(upto, snapshot index): the group's log holds no
+	// entry at or below it.
+	PurgedThrough uint64 `protobuf:"varint,2,opt,name=purged_through,json=purgedThrough,proto3" json:"purged_through,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeLogResponse) Reset() {
+	*x = PurgeLogResponse{}
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeLogResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeLogResponse) ProtoMessage() {}
+
+func (x *PurgeLogResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeLogResponse.ProtoReflect.Descriptor instead.
+func (*PurgeLogResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *PurgeLogResponse) GetRaftGroupId() uint32 {
+	if x != nil {
+		return x.RaftGroupId
+	}
+	return 0
+}
+
+func (x *PurgeLogResponse) GetPurgedThrough() uint64 {
+	if x != nil {
+		return x.PurgedThrough
+	}
+	return 0
+}
+
+type FlushColdRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Bucket string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	// stream may contain '/' (Durable Streams names in bucket "__ds").
+	Stream        string `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlushColdRequest) Reset() {
+	*x = FlushColdRequest{}
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlushColdRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlushColdRequest) ProtoMessage() {}
+
+func (x *FlushColdRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlushColdRequest.ProtoReflect.Descriptor instead.
+func (*FlushColdRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *FlushColdRequest) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *FlushColdRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+type FlushColdResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Bucket string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Stream string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	// cold_offset is the offset up to which the stream is in the cold store.
+	ColdOffset    string `protobuf:"bytes,3,opt,name=cold_offset,json=coldOffset,proto3" json:"cold_offset,omitempty"`
+	NextOffset    string `protobuf:"bytes,4,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlushColdResponse) Reset() {
+	*x = FlushColdResponse{}
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlushColdResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlushColdResponse) ProtoMessage() {}
+
+func (x *FlushColdResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlushColdResponse.ProtoReflect.Descriptor instead.
+func (*FlushColdResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *FlushColdResponse) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *FlushColdResponse) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *FlushColdResponse) GetColdOffset() string {
+	if x != nil {
+		return x.ColdOffset
+	}
+	return ""
+}
+
+func (x *FlushColdResponse) GetNextOffset() string {
+	if x != nil {
+		return x.NextOffset
+	}
+	return ""
+}
+
+type PurgeBucketRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeBucketRequest) Reset() {
+	*x = PurgeBucketRequest{}
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeBucketRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeBucketRequest) ProtoMessage() {}
+
+func (x *PurgeBucketRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeBucketRequest.ProtoReflect.Descriptor instead.
+func (*PurgeBucketRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PurgeBucketRequest) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+// PurgeBucketResponse is the completion report. Only cold_gc_complete, no
+// pending entry, bucket_prefix_absent and no error together prove the
+// bucket is gone from the object store.
+type PurgeBucketResponse struct {
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	Bucket                 string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	RemovedStreams         uint64                 `protobuf:"varint,2,opt,name=removed_streams,json=removedStreams,proto3" json:"removed_streams,omitempty"`
+	GroupsWithStreams      []uint32               `protobuf:"varint,3,rep,packed,name=groups_with_streams,json=groupsWithStreams,proto3" json:"groups_with_streams,omitempty"`
+	ColdGcEntriesReclaimed uint64                 `protobuf:"varint,4,opt,name=cold_gc_entries_reclaimed,json=coldGcEntriesReclaimed,proto3" json:"cold_gc_entries_reclaimed,omitempty"`
+	ColdGcPendingEntries   uint64                 `protobuf:"varint,5,opt,name=cold_gc_pending_entries,json=coldGcPendingEntries,proto3" json:"cold_gc_pending_entries,omitempty"`
+	ColdGcComplete         bool                   `protobuf:"varint,6,opt,name=cold_gc_complete,json=coldGcComplete,proto3" json:"cold_gc_complete,omitempty"`
+	// cold_gc_error is null unless a cold-store step failed.
+	ColdGcError        *string `protobuf:"bytes,7,opt,name=cold_gc_error,json=coldGcError,proto3,oneof" json:"cold_gc_error,omitempty"`
+	BucketPrefixAbsent bool    `protobuf:"varint,8,opt,name=bucket_prefix_absent,json=bucketPrefixAbsent,proto3" json:"bucket_prefix_absent,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *PurgeBucketResponse) Reset() {
+	*x = PurgeBucketResponse{}
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeBucketResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeBucketResponse) ProtoMessage() {}
+
+func (x *PurgeBucketResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_admin_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeBucketResponse.ProtoReflect.Descriptor instead.
+func (*PurgeBucketResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PurgeBucketResponse) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *PurgeBucketResponse) GetRemovedStreams() uint64 {
+	if x != nil {
+		return x.RemovedStreams
+	}
+	return 0
+}
+
+func (x *PurgeBucketResponse) GetGroupsWithStreams() []uint32 {
+	if x != nil {
+		return x.GroupsWithStreams
+	}
+	return nil
+}
+
+func (x *PurgeBucketResponse) GetColdGcEntriesReclaimed() uint64 {
+	if x != nil {
+		return x.ColdGcEntriesReclaimed
+	}
+	return 0
+}
+
+func (x *PurgeBucketResponse) GetColdGcPendingEntries() uint64 {
+	if x != nil {
+		return x.ColdGcPendingEntries
+	}
+	return 0
+}
+
+func (x *PurgeBucketResponse) GetColdGcComplete() bool {
+	if x != nil {
+		return x.ColdGcComplete
+	}
+	return false
+}
+
+func (x *PurgeBucketResponse) GetColdGcError() string {
+	if x != nil && x.ColdGcError != nil {
+		return *x.ColdGcError
+	}
+	return ""
+}
+
+func (x *PurgeBucketResponse) GetBucketPrefixAbsent() bool {
+	if x != nil {
+		return x.BucketPrefixAbsent
+	}
+	return false
+}
+
 var File_ursula_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_ursula_admin_v1_admin_proto_rawDesc = "" +
@@ -183,11 +1206,91 @@ const file_ursula_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x03 \x01(\tR\tclusterId\x126\n" +
 	"\x17peer_cluster_mismatches\x18\x04 \x03(\tR\x15peerClusterMismatches\x12/\n" +
-	"\x13process_incarnation\x18\x05 \x01(\tR\x12processIncarnation2\xaa\x01\n" +
+	"\x13process_incarnation\x18\x05 \x01(\tR\x12processIncarnation\"\x1a\n" +
+	"\x18GetLeadershipShedRequest\"\x1e\n" +
+	"\x1cStartMaintenanceDrainRequest\"\x1d\n" +
+	"\x1bStopMaintenanceDrainRequest\"\x95\x02\n" +
+	"\x13LeadershipShedState\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x12\n" +
+	"\x04bits\x18\x03 \x01(\rR\x04bits\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x124\n" +
+	"\x16should_accept_transfer\x18\x05 \x01(\bR\x14shouldAcceptTransfer\x12'\n" +
+	"\x0fshould_campaign\x18\x06 \x01(\bR\x0eshouldCampaign\x12=\n" +
+	"\x1bshould_shed_current_leaders\x18\a \x01(\bR\x18shouldShedCurrentLeaders\"P\n" +
+	"\x15TransferLeaderRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\rR\agroupId\x12\x1c\n" +
+	"\n" +
+	"to_node_id\x18\x02 \x01(\x04R\btoNodeId\"]\n" +
+	"\x16TransferLeaderResponse\x12\"\n" +
+	"\rraft_group_id\x18\x01 \x01(\rR\vraftGroupId\x12\x1f\n" +
+	"\vtransfer_to\x18\x02 \x01(\x04R\n" +
+	"transferTo\"w\n" +
+	"\x11AddLearnerRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\rR\agroupId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x12\n" +
+	"\x04addr\x18\x03 \x01(\tR\x04addr\x12\x1a\n" +
+	"\bblocking\x18\x04 \x01(\bR\bblocking\"R\n" +
+	"\x12AddLearnerResponse\x12\"\n" +
+	"\rraft_group_id\x18\x01 \x01(\rR\vraftGroupId\x12\x18\n" +
+	"\alearner\x18\x02 \x01(\x04R\alearner\"I\n" +
+	"\x14SetMembershipRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\rR\agroupId\x12\x16\n" +
+	"\x06voters\x18\x02 \x01(\tR\x06voters\"|\n" +
+	"\x15SetMembershipResponse\x12\"\n" +
+	"\rraft_group_id\x18\x01 \x01(\rR\vraftGroupId\x12\x16\n" +
+	"\x06voters\x18\x02 \x03(\x04R\x06voters\x12'\n" +
+	"\x0fcommitted_index\x18\x03 \x01(\x04R\x0ecommittedIndex\"0\n" +
+	"\x13TakeSnapshotRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\rR\agroupId\"a\n" +
+	"\x14TakeSnapshotResponse\x12\"\n" +
+	"\rraft_group_id\x18\x01 \x01(\rR\vraftGroupId\x12%\n" +
+	"\x0esnapshot_index\x18\x02 \x01(\x04R\rsnapshotIndex\"N\n" +
+	"\x0fPurgeLogRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\rR\agroupId\x12\x17\n" +
+	"\x04upto\x18\x02 \x01(\x04H\x00R\x04upto\x88\x01\x01B\a\n" +
+	"\x05_upto\"]\n" +
+	"\x10PurgeLogResponse\x12\"\n" +
+	"\rraft_group_id\x18\x01 \x01(\rR\vraftGroupId\x12%\n" +
+	"\x0epurged_through\x18\x02 \x01(\x04R\rpurgedThrough\"B\n" +
+	"\x10FlushColdRequest\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\"\x85\x01\n" +
+	"\x11FlushColdResponse\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x1f\n" +
+	"\vcold_offset\x18\x03 \x01(\tR\n" +
+	"coldOffset\x12\x1f\n" +
+	"\vnext_offset\x18\x04 \x01(\tR\n" +
+	"nextOffset\",\n" +
+	"\x12PurgeBucketRequest\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"\x8f\x03\n" +
+	"\x13PurgeBucketResponse\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12'\n" +
+	"\x0fremoved_streams\x18\x02 \x01(\x04R\x0eremovedStreams\x12.\n" +
+	"\x13groups_with_streams\x18\x03 \x03(\rR\x11groupsWithStreams\x129\n" +
+	"\x19cold_gc_entries_reclaimed\x18\x04 \x01(\x04R\x16coldGcEntriesReclaimed\x125\n" +
+	"\x17cold_gc_pending_entries\x18\x05 \x01(\x04R\x14coldGcPendingEntries\x12(\n" +
+	"\x10cold_gc_complete\x18\x06 \x01(\bR\x0ecoldGcComplete\x12'\n" +
+	"\rcold_gc_error\x18\a \x01(\tH\x00R\vcoldGcError\x88\x01\x01\x120\n" +
+	"\x14bucket_prefix_absent\x18\b \x01(\bR\x12bucketPrefixAbsentB\x10\n" +
+	"\x0e_cold_gc_error2\xe0\b\n" +
 	"\fAdminService\x12I\n" +
 	"\n" +
 	"GetMetrics\x12\".ursula.admin.v1.GetMetricsRequest\x1a\x17.google.protobuf.Struct\x12O\n" +
-	"\bGetReady\x12 .ursula.admin.v1.GetReadyRequest\x1a!.ursula.admin.v1.GetReadyResponseB\xbe\x01\n" +
+	"\bGetReady\x12 .ursula.admin.v1.GetReadyRequest\x1a!.ursula.admin.v1.GetReadyResponse\x12d\n" +
+	"\x11GetLeadershipShed\x12).ursula.admin.v1.GetLeadershipShedRequest\x1a$.ursula.admin.v1.LeadershipShedState\x12l\n" +
+	"\x15StartMaintenanceDrain\x12-.ursula.admin.v1.StartMaintenanceDrainRequest\x1a$.ursula.admin.v1.LeadershipShedState\x12j\n" +
+	"\x14StopMaintenanceDrain\x12,.ursula.admin.v1.StopMaintenanceDrainRequest\x1a$.ursula.admin.v1.LeadershipShedState\x12a\n" +
+	"\x0eTransferLeader\x12&.ursula.admin.v1.TransferLeaderRequest\x1a'.ursula.admin.v1.TransferLeaderResponse\x12U\n" +
+	"\n" +
+	"AddLearner\x12\".ursula.admin.v1.AddLearnerRequest\x1a#.ursula.admin.v1.AddLearnerResponse\x12^\n" +
+	"\rSetMembership\x12%.ursula.admin.v1.SetMembershipRequest\x1a&.ursula.admin.v1.SetMembershipResponse\x12[\n" +
+	"\fTakeSnapshot\x12$.ursula.admin.v1.TakeSnapshotRequest\x1a%.ursula.admin.v1.TakeSnapshotResponse\x12O\n" +
+	"\bPurgeLog\x12 .ursula.admin.v1.PurgeLogRequest\x1a!.ursula.admin.v1.PurgeLogResponse\x12R\n" +
+	"\tFlushCold\x12!.ursula.admin.v1.FlushColdRequest\x1a\".ursula.admin.v1.FlushColdResponse\x12X\n" +
+	"\vPurgeBucket\x12#.ursula.admin.v1.PurgeBucketRequest\x1a$.ursula.admin.v1.PurgeBucketResponseB\xbe\x01\n" +
 	"\x13com.ursula.admin.v1B\n" +
 	"AdminProtoP\x01Z=github.com/ursula/ursula/proto/gen/go/ursula/admin/v1;adminv1\xa2\x02\x03UAX\xaa\x02\x0fUrsula.Admin.V1\xca\x02\x0fUrsula\\Admin\\V1\xe2\x02\x1bUrsula\\Admin\\V1\\GPBMetadata\xea\x02\x11Ursula::Admin::V1b\x06proto3"
 
@@ -203,23 +1306,61 @@ func file_ursula_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_ursula_admin_v1_admin_proto_rawDescData
 }
 
-var file_ursula_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_ursula_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_ursula_admin_v1_admin_proto_goTypes = []any{
-	(*GetMetricsRequest)(nil), // 0: ursula.admin.v1.GetMetricsRequest
-	(*GetReadyRequest)(nil),   // 1: ursula.admin.v1.GetReadyRequest
-	(*GetReadyResponse)(nil),  // 2: ursula.admin.v1.GetReadyResponse
-	(*structpb.Struct)(nil),   // 3: google.protobuf.Struct
+	(*GetMetricsRequest)(nil),            // 0: ursula.admin.v1.GetMetricsRequest
+	(*GetReadyRequest)(nil),              // 1: ursula.admin.v1.GetReadyRequest
+	(*GetReadyResponse)(nil),             // 2: ursula.admin.v1.GetReadyResponse
+	(*GetLeadershipShedRequest)(nil),     // 3: ursula.admin.v1.GetLeadershipShedRequest
+	(*StartMaintenanceDrainRequest)(nil), // 4: ursula.admin.v1.StartMaintenanceDrainRequest
+	(*StopMaintenanceDrainRequest)(nil),  // 5: ursula.admin.v1.StopMaintenanceDrainRequest
+	(*LeadershipShedState)(nil),          // 6: ursula.admin.v1.LeadershipShedState
+	(*TransferLeaderRequest)(nil),        // 7: ursula.admin.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),       // 8: ursula.admin.v1.TransferLeaderResponse
+	(*AddLearnerRequest)(nil),            // 9: ursula.admin.v1.AddLearnerRequest
+	(*AddLearnerResponse)(nil),           // 10: ursula.admin.v1.AddLearnerResponse
+	(*SetMembershipRequest)(nil),         // 11: ursula.admin.v1.SetMembershipRequest
+	(*SetMembershipResponse)(nil),        // 12: ursula.admin.v1.SetMembershipResponse
+	(*TakeSnapshotRequest)(nil),          // 13: ursula.admin.v1.TakeSnapshotRequest
+	(*TakeSnapshotResponse)(nil),         // 14: ursula.admin.v1.TakeSnapshotResponse
+	(*PurgeLogRequest)(nil),              // 15: ursula.admin.v1.PurgeLogRequest
+	(*PurgeLogResponse)(nil),             // 16: ursula.admin.v1.PurgeLogResponse
+	(*FlushColdRequest)(nil),             // 17: ursula.admin.v1.FlushColdRequest
+	(*FlushColdResponse)(nil),            // 18: ursula.admin.v1.FlushColdResponse
+	(*PurgeBucketRequest)(nil),           // 19: ursula.admin.v1.PurgeBucketRequest
+	(*PurgeBucketResponse)(nil),          // 20: ursula.admin.v1.PurgeBucketResponse
+	(*structpb.Struct)(nil),              // 21: google.protobuf.Struct
 }
 var file_ursula_admin_v1_admin_proto_depIdxs = []int32{
-	0, // 0: ursula.admin.v1.AdminService.GetMetrics:input_type -> ursula.admin.v1.GetMetricsRequest
-	1, // 1: ursula.admin.v1.AdminService.GetReady:input_type -> ursula.admin.v1.GetReadyRequest
-	3, // 2: ursula.admin.v1.AdminService.GetMetrics:output_type -> google.protobuf.Struct
-	2, // 3: ursula.admin.v1.AdminService.GetReady:output_type -> ursula.admin.v1.GetReadyResponse
-	2, // [2:4] is the sub-list for method output_type
-	0, // [0:2] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	0,  // 0: ursula.admin.v1.AdminService.GetMetrics:input_type -> ursula.admin.v1.GetMetricsRequest
+	1,  // 1: ursula.admin.v1.AdminService.GetReady:input_type -> ursula.admin.v1.GetReadyRequest
+	3,  // 2: ursula.admin.v1.AdminService.GetLeadershipShed:input_type -> ursula.admin.v1.GetLeadershipShedRequest
+	4,  // 3: ursula.admin.v1.AdminService.StartMaintenanceDrain:input_type -> ursula.admin.v1.StartMaintenanceDrainRequest
+	5,  // 4: ursula.admin.v1.AdminService.StopMaintenanceDrain:input_type -> ursula.admin.v1.StopMaintenanceDrainRequest
+	7,  // 5: ursula.admin.v1.AdminService.TransferLeader:input_type -> ursula.admin.v1.TransferLeaderRequest
+	9,  // 6: ursula.admin.v1.AdminService.AddLearner:input_type -> ursula.admin.v1.AddLearnerRequest
+	11, // 7: ursula.admin.v1.AdminService.SetMembership:input_type -> ursula.admin.v1.SetMembershipRequest
+	13, // 8: ursula.admin.v1.AdminService.TakeSnapshot:input_type -> ursula.admin.v1.TakeSnapshotRequest
+	15, // 9: ursula.admin.v1.AdminService.PurgeLog:input_type -> ursula.admin.v1.PurgeLogRequest
+	17, // 10: ursula.admin.v1.AdminService.FlushCold:input_type -> ursula.admin.v1.FlushColdRequest
+	19, // 11: ursula.admin.v1.AdminService.PurgeBucket:input_type -> ursula.admin.v1.PurgeBucketRequest
+	21, // 12: ursula.admin.v1.AdminService.GetMetrics:output_type -> google.protobuf.Struct
+	2,  // 13: ursula.admin.v1.AdminService.GetReady:output_type -> ursula.admin.v1.GetReadyResponse
+	6,  // 14: ursula.admin.v1.AdminService.GetLeadershipShed:output_type -> ursula.admin.v1.LeadershipShedState
+	6,  // 15: ursula.admin.v1.AdminService.StartMaintenanceDrain:output_type -> ursula.admin.v1.LeadershipShedState
+	6,  // 16: ursula.admin.v1.AdminService.StopMaintenanceDrain:output_type -> ursula.admin.v1.LeadershipShedState
+	8,  // 17: ursula.admin.v1.AdminService.TransferLeader:output_type -> ursula.admin.v1.TransferLeaderResponse
+	10, // 18: ursula.admin.v1.AdminService.AddLearner:output_type -> ursula.admin.v1.AddLearnerResponse
+	12, // 19: ursula.admin.v1.AdminService.SetMembership:output_type -> ursula.admin.v1.SetMembershipResponse
+	14, // 20: ursula.admin.v1.AdminService.TakeSnapshot:output_type -> ursula.admin.v1.TakeSnapshotResponse
+	16, // 21: ursula.admin.v1.AdminService.PurgeLog:output_type -> ursula.admin.v1.PurgeLogResponse
+	18, // 22: ursula.admin.v1.AdminService.FlushCold:output_type -> ursula.admin.v1.FlushColdResponse
+	20, // 23: ursula.admin.v1.AdminService.PurgeBucket:output_type -> ursula.admin.v1.PurgeBucketResponse
+	12, // [12:24] is the sub-list for method output_type
+	0,  // [0:12] is the sub-list for method input_type
+	0,  // [0:0] is the sub-list for extension type_name
+	0,  // [0:0] is the sub-list for extension extendee
+	0,  // [0:0] is the sub-list for field type_name
 }
 
 func init() { file_ursula_admin_v1_admin_proto_init() }
@@ -227,13 +1368,15 @@ func file_ursula_admin_v1_admin_proto_init() {
 	if File_ursula_admin_v1_admin_proto != nil {
 		return
 	}
+	file_ursula_admin_v1_admin_proto_msgTypes[15].OneofWrappers = []any{}
+	file_ursula_admin_v1_admin_proto_msgTypes[20].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_admin_v1_admin_proto_rawDesc), len(file_ursula_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -20,8 +20,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_GetMetrics_FullMethodName = "/ursula.admin.v1.AdminService/GetMetrics"
-	AdminService_GetReady_FullMethodName   = "/ursula.admin.v1.AdminService/GetReady"
+	AdminService_GetMetrics_FullMethodName            = "/ursula.admin.v1.AdminService/GetMetrics"
+	AdminService_GetReady_FullMethodName              = "/ursula.admin.v1.AdminService/GetReady"
+	AdminService_GetLeadershipShed_FullMethodName     = "/ursula.admin.v1.AdminService/GetLeadershipShed"
+	AdminService_StartMaintenanceDrain_FullMethodName = "/ursula.admin.v1.AdminService/StartMaintenanceDrain"
+	AdminService_StopMaintenanceDrain_FullMethodName  = "/ursula.admin.v1.AdminService/StopMaintenanceDrain"
+	AdminService_TransferLeader_FullMethodName        = "/ursula.admin.v1.AdminService/TransferLeader"
+	AdminService_AddLearner_FullMethodName            = "/ursula.admin.v1.AdminService/AddLearner"
+	AdminService_SetMembership_FullMethodName         = "/ursula.admin.v1.AdminService/SetMembership"
+	AdminService_TakeSnapshot_FullMethodName          = "/ursula.admin.v1.AdminService/TakeSnapshot"
+	AdminService_PurgeLog_FullMethodName              = "/ursula.admin.v1.AdminService/PurgeLog"
+	AdminService_FlushCold_FullMethodName             = "/ursula.admin.v1.AdminService/FlushCold"
+	AdminService_PurgeBucket_FullMethodName           = "/ursula.admin.v1.AdminService/PurgeBucket"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -29,12 +39,52 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // AdminService is the loopback admin plane of a storage node. REST mappings
-// live in admin_http.yaml.
+// live in admin_http.yaml; the node serves them through grpc-gateway and
+// renders every answer with the proto field names, every field present (an
+// unset optional field is null) and 64-bit integers as JSON numbers.
+//
+// Every call is local to the node that receives it. Every mutation (every
+// method but GET) must carry the x-ursula-process-incarnation header read
+// from GET /__ursula/metrics: 428 without it, 412 when the node restarted
+// since, both before anything changes. Errors answer {"code", "message"}
+// with the documented HTTP status (400, 404, 409 NOT_LEADER with
+// leader_id, 503 with Retry-After).
 type AdminServiceClient interface {
 	// GetMetrics returns the JSON metrics snapshot.
 	GetMetrics(ctx context.Context, in *GetMetricsRequest, opts ...grpc.CallOption) (*structpb.Struct, error)
 	// GetReady reports readiness; the REST mapping answers 503 when not ready.
 	GetReady(ctx context.Context, in *GetReadyRequest, opts ...grpc.CallOption) (*GetReadyResponse, error)
+	// GetLeadershipShed returns the node's leadership-shed state.
+	GetLeadershipShed(ctx context.Context, in *GetLeadershipShedRequest, opts ...grpc.CallOption) (*LeadershipShedState, error)
+	// StartMaintenanceDrain marks the node as draining: it stops campaigning
+	// and accepting transfers, and its leaderships move away. Idempotent.
+	StartMaintenanceDrain(ctx context.Context, in *StartMaintenanceDrainRequest, opts ...grpc.CallOption) (*LeadershipShedState, error)
+	// StopMaintenanceDrain lifts the drain mark. Idempotent.
+	StopMaintenanceDrain(ctx context.Context, in *StopMaintenanceDrainRequest, opts ...grpc.CallOption) (*LeadershipShedState, error)
+	// TransferLeader hands the group's leadership to another voter. 409
+	// NOT_LEADER when this node does not lead the group, 400 NOT_A_VOTER when
+	// the target is not a voter.
+	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
+	// AddLearner adds a non-voting replica to the group (on its leader).
+	AddLearner(ctx context.Context, in *AddLearnerRequest, opts ...grpc.CallOption) (*AddLearnerResponse, error)
+	// SetMembership replaces the group's voter set in one joint change (on
+	// its leader) and answers once the new set is committed.
+	SetMembership(ctx context.Context, in *SetMembershipRequest, opts ...grpc.CallOption) (*SetMembershipResponse, error)
+	// TakeSnapshot answers once the group has a snapshot of everything it had
+	// applied when the request arrived; 503 with Retry-After: 1 when no build
+	// of the group can start within 10 seconds.
+	TakeSnapshot(ctx context.Context, in *TakeSnapshotRequest, opts ...grpc.CallOption) (*TakeSnapshotResponse, error)
+	// PurgeLog purges the group's log through upto, at most through its last
+	// snapshot; 503 with Retry-After while a snapshot of the group builds
+	// past 10 seconds.
+	PurgeLog(ctx context.Context, in *PurgeLogRequest, opts ...grpc.CallOption) (*PurgeLogResponse, error)
+	// FlushCold flushes one stream's hot bytes to the cold store now (on the
+	// stream's group leader).
+	FlushCold(ctx context.Context, in *FlushColdRequest, opts ...grpc.CallOption) (*FlushColdResponse, error)
+	// PurgeBucket erases a bucket in every group, reclaims its cold objects
+	// and proves its prefix empty. Idempotent: send it again until the report
+	// is complete.
+	PurgeBucket(ctx context.Context, in *PurgeBucketRequest, opts ...grpc.CallOption) (*PurgeBucketResponse, error)
 }
 
 type adminServiceClient struct {
@@ -65,17 +115,157 @@ func (c *adminServiceClient) GetReady(ctx context.Context, in *GetReadyRequest, 
 	return out, nil
 }
 
+func (c *adminServiceClient) GetLeadershipShed(ctx context.Context, in *GetLeadershipShedRequest, opts ...grpc.CallOption) (*LeadershipShedState, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeadershipShedState)
+	err := c.cc.Invoke(ctx, AdminService_GetLeadershipShed_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) StartMaintenanceDrain(ctx context.Context, in *StartMaintenanceDrainRequest, opts ...grpc.CallOption) (*LeadershipShedState, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeadershipShedState)
+	err := c.cc.Invoke(ctx, AdminService_StartMaintenanceDrain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) StopMaintenanceDrain(ctx context.Context, in *StopMaintenanceDrainRequest, opts ...grpc.CallOption) (*LeadershipShedState, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeadershipShedState)
+	err := c.cc.Invoke(ctx, AdminService_StopMaintenanceDrain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TransferLeaderResponse)
+	err := c.cc.Invoke(ctx, AdminService_TransferLeader_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) AddLearner(ctx context.Context, in *AddLearnerRequest, opts ...grpc.CallOption) (*AddLearnerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddLearnerResponse)
+	err := c.cc.Invoke(ctx, AdminService_AddLearner_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) SetMembership(ctx context.Context, in *SetMembershipRequest, opts ...grpc.CallOption) (*SetMembershipResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetMembershipResponse)
+	err := c.cc.Invoke(ctx, AdminService_SetMembership_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) TakeSnapshot(ctx context.Context, in *TakeSnapshotRequest, opts ...grpc.CallOption) (*TakeSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TakeSnapshotResponse)
+	err := c.cc.Invoke(ctx, AdminService_TakeSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) PurgeLog(ctx context.Context, in *PurgeLogRequest, opts ...grpc.CallOption) (*PurgeLogResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PurgeLogResponse)
+	err := c.cc.Invoke(ctx, AdminService_PurgeLog_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) FlushCold(ctx context.Context, in *FlushColdRequest, opts ...grpc.CallOption) (*FlushColdResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FlushColdResponse)
+	err := c.cc.Invoke(ctx, AdminService_FlushCold_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) PurgeBucket(ctx context.Context, in *PurgeBucketRequest, opts ...grpc.CallOption) (*PurgeBucketResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PurgeBucketResponse)
+	err := c.cc.Invoke(ctx, AdminService_PurgeBucket_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
 //
 // AdminService is the loopback admin plane of a storage node. REST mappings
-// live in admin_http.yaml.
+// live in admin_http.yaml; the node serves them through grpc-gateway and
+// renders every answer with the proto field names, every field present (an
+// unset optional field is null) and 64-bit integers as JSON numbers.
+//
+// Every call is local to the node that receives it. Every mutation (every
+// method but GET) must carry the x-ursula-process-incarnation header read
+// from GET /__ursula/metrics: 428 without it, 412 when the node restarted
+// since, both before anything changes. Errors answer {"code", "message"}
+// with the documented HTTP status (400, 404, 409 NOT_LEADER with
+// leader_id, 503 with Retry-After).
 type AdminServiceServer interface {
 	// GetMetrics returns the JSON metrics snapshot.
 	GetMetrics(context.Context, *GetMetricsRequest) (*structpb.Struct, error)
 	// GetReady reports readiness; the REST mapping answers 503 when not ready.
 	GetReady(context.Context, *GetReadyRequest) (*GetReadyResponse, error)
+	// GetLeadershipShed returns the node's leadership-shed state.
+	GetLeadershipShed(context.Context, *GetLeadershipShedRequest) (*LeadershipShedState, error)
+	// StartMaintenanceDrain marks the node as draining: it stops campaigning
+	// and accepting transfers, and its leaderships move away. Idempotent.
+	StartMaintenanceDrain(context.Context, *StartMaintenanceDrainRequest) (*LeadershipShedState, error)
+	// StopMaintenanceDrain lifts the drain mark. Idempotent.
+	StopMaintenanceDrain(context.Context, *StopMaintenanceDrainRequest) (*LeadershipShedState, error)
+	// TransferLeader hands the group's leadership to another voter. 409
+	// NOT_LEADER when this node does not lead the group, 400 NOT_A_VOTER when
+	// the target is not a voter.
+	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
+	// AddLearner adds a non-voting replica to the group (on its leader).
+	AddLearner(context.Context, *AddLearnerRequest) (*AddLearnerResponse, error)
+	// SetMembership replaces the group's voter set in one joint change (on
+	// its leader) and answers once the new set is committed.
+	SetMembership(context.Context, *SetMembershipRequest) (*SetMembershipResponse, error)
+	// TakeSnapshot answers once the group has a snapshot of everything it had
+	// applied when the request arrived; 503 with Retry-After: 1 when no build
+	// of the group can start within 10 seconds.
+	TakeSnapshot(context.Context, *TakeSnapshotRequest) (*TakeSnapshotResponse, error)
+	// PurgeLog purges the group's log through upto, at most through its last
+	// snapshot; 503 with Retry-After while a snapshot of the group builds
+	// past 10 seconds.
+	PurgeLog(context.Context, *PurgeLogRequest) (*PurgeLogResponse, error)
+	// FlushCold flushes one stream's hot bytes to the cold store now (on the
+	// stream's group leader).
+	FlushCold(context.Context, *FlushColdRequest) (*FlushColdResponse, error)
+	// PurgeBucket erases a bucket in every group, reclaims its cold objects
+	// and proves its prefix empty. Idempotent: send it again until the report
+	// is complete.
+	PurgeBucket(context.Context, *PurgeBucketRequest) (*PurgeBucketResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -91,6 +281,36 @@ func (UnimplementedAdminServiceServer) GetMetrics(context.Context, *GetMetricsRe
 }
 func (UnimplementedAdminServiceServer) GetReady(context.Context, *GetReadyRequest) (*GetReadyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetReady not implemented")
+}
+func (UnimplementedAdminServiceServer) GetLeadershipShed(context.Context, *GetLeadershipShedRequest) (*LeadershipShedState, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLeadershipShed not implemented")
+}
+func (UnimplementedAdminServiceServer) StartMaintenanceDrain(context.Context, *StartMaintenanceDrainRequest) (*LeadershipShedState, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartMaintenanceDrain not implemented")
+}
+func (UnimplementedAdminServiceServer) StopMaintenanceDrain(context.Context, *StopMaintenanceDrainRequest) (*LeadershipShedState, error) {
+	return nil, status.Error(codes.Unimplemented, "method StopMaintenanceDrain not implemented")
+}
+func (UnimplementedAdminServiceServer) TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TransferLeader not implemented")
+}
+func (UnimplementedAdminServiceServer) AddLearner(context.Context, *AddLearnerRequest) (*AddLearnerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddLearner not implemented")
+}
+func (UnimplementedAdminServiceServer) SetMembership(context.Context, *SetMembershipRequest) (*SetMembershipResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetMembership not implemented")
+}
+func (UnimplementedAdminServiceServer) TakeSnapshot(context.Context, *TakeSnapshotRequest) (*TakeSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TakeSnapshot not implemented")
+}
+func (UnimplementedAdminServiceServer) PurgeLog(context.Context, *PurgeLogRequest) (*PurgeLogResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PurgeLog not implemented")
+}
+func (UnimplementedAdminServiceServer) FlushCold(context.Context, *FlushColdRequest) (*FlushColdResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FlushCold not implemented")
+}
+func (UnimplementedAdminServiceServer) PurgeBucket(context.Context, *PurgeBucketRequest) (*PurgeBucketResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PurgeBucket not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -149,6 +369,186 @@ func _AdminService_GetReady_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_GetLeadershipShed_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLeadershipShedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetLeadershipShed(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetLeadershipShed_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetLeadershipShed(ctx, req.(*GetLeadershipShedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_StartMaintenanceDrain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartMaintenanceDrainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).StartMaintenanceDrain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_StartMaintenanceDrain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).StartMaintenanceDrain(ctx, req.(*StartMaintenanceDrainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_StopMaintenanceDrain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StopMaintenanceDrainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).StopMaintenanceDrain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_StopMaintenanceDrain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).StopMaintenanceDrain(ctx, req.(*StopMaintenanceDrainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_TransferLeader_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TransferLeaderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).TransferLeader(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_TransferLeader_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).TransferLeader(ctx, req.(*TransferLeaderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_AddLearner_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddLearnerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).AddLearner(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_AddLearner_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).AddLearner(ctx, req.(*AddLearnerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_SetMembership_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetMembershipRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).SetMembership(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_SetMembership_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).SetMembership(ctx, req.(*SetMembershipRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_TakeSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TakeSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).TakeSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_TakeSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).TakeSnapshot(ctx, req.(*TakeSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_PurgeLog_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PurgeLogRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).PurgeLog(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_PurgeLog_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).PurgeLog(ctx, req.(*PurgeLogRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_FlushCold_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FlushColdRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).FlushCold(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_FlushCold_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).FlushCold(ctx, req.(*FlushColdRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_PurgeBucket_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PurgeBucketRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).PurgeBucket(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_PurgeBucket_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).PurgeBucket(ctx, req.(*PurgeBucketRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -163,6 +563,46 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetReady",
 			Handler:    _AdminService_GetReady_Handler,
+		},
+		{
+			MethodName: "GetLeadershipShed",
+			Handler:    _AdminService_GetLeadershipShed_Handler,
+		},
+		{
+			MethodName: "StartMaintenanceDrain",
+			Handler:    _AdminService_StartMaintenanceDrain_Handler,
+		},
+		{
+			MethodName: "StopMaintenanceDrain",
+			Handler:    _AdminService_StopMaintenanceDrain_Handler,
+		},
+		{
+			MethodName: "TransferLeader",
+			Handler:    _AdminService_TransferLeader_Handler,
+		},
+		{
+			MethodName: "AddLearner",
+			Handler:    _AdminService_AddLearner_Handler,
+		},
+		{
+			MethodName: "SetMembership",
+			Handler:    _AdminService_SetMembership_Handler,
+		},
+		{
+			MethodName: "TakeSnapshot",
+			Handler:    _AdminService_TakeSnapshot_Handler,
+		},
+		{
+			MethodName: "PurgeLog",
+			Handler:    _AdminService_PurgeLog_Handler,
+		},
+		{
+			MethodName: "FlushCold",
+			Handler:    _AdminService_FlushCold_Handler,
+		},
+		{
+			MethodName: "PurgeBucket",
+			Handler:    _AdminService_PurgeBucket_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

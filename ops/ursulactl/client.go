@@ -1,0 +1,249 @@
+package ursulactl
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// IncarnationHeader carries the pinned process incarnation on every
+// admin mutation.
+const IncarnationHeader = "x-ursula-process-incarnation"
+
+// observeTimeout bounds one GET of metrics, readiness or shed state.
+const observeTimeout = 5 * time.Second
+
+// maxBody bounds the answers ursulactl reads.
+const maxBody = 64 << 20
+
+// nodeClient talks to one node: observations on its client plane, shed
+// state and mutations on its admin plane.
+type nodeClient struct {
+	node Node
+	http *http.Client
+
+	tokenOnce sync.Once
+	token     string
+	tokenErr  error
+}
+
+// adminToken reads the node's admin token file once.
+func (c *nodeClient) adminToken() (string, error) {
+	c.tokenOnce.Do(func() {
+		if c.node.AdminTokenFile == "" {
+			return
+		}
+		b, err := os.ReadFile(c.node.AdminTokenFile)
+		if err != nil {
+			c.tokenErr = fmt.Errorf("read admin_token_file: %w", err)
+			return
+		}
+		c.token = strings.TrimSpace(string(b))
+		if c.token == "" {
+			c.tokenErr = fmt.Errorf("admin_token_file %s is empty", c.node.AdminTokenFile)
+		}
+	})
+	return c.token, c.tokenErr
+}
+
+// request sends one request and reads the whole answer.
+func (c *nodeClient) request(ctx context.Context, method, url string, header http.Header, admin bool) (int, http.Header, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Accept", "application/json")
+	if admin {
+		tok, err := c.adminToken()
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return resp.StatusCode, resp.Header, nil, fmt.Errorf("%s %s: read answer: %w", method, url, err)
+	}
+	return resp.StatusCode, resp.Header, body, nil
+}
+
+// statusError builds the error of an unexpected answer.
+func statusError(method, url string, status int, h http.Header, body []byte) *StatusError {
+	e := &StatusError{Method: method, URL: url, Status: status}
+	var eb struct {
+		Code     string          `json:"code"`
+		Message  string          `json:"message"`
+		LeaderID json.RawMessage `json:"leader_id"`
+	}
+	if json.Unmarshal(body, &eb) == nil && (eb.Code != "" || eb.Message != "") {
+		e.Code, e.Message = eb.Code, eb.Message
+		if len(eb.LeaderID) > 0 {
+			var f float64
+			if json.Unmarshal(eb.LeaderID, &f) == nil && f > 0 {
+				e.LeaderID = uint64(f)
+			}
+		}
+	} else {
+		s := strings.TrimSpace(string(body))
+		if len(s) > 200 {
+			s = s[:200] + "…"
+		}
+		e.Body = s
+	}
+	if ra := h.Get("Retry-After"); ra != "" {
+		if secs, err := strconv.Atoi(ra); err == nil && secs >= 0 {
+			e.RetryAfter, e.HasRetryAfter = time.Duration(secs)*time.Second, true
+		}
+	}
+	return e
+}
+
+// Metrics fetches and decodes GET /__ursula/metrics on the client plane.
+func (c *nodeClient) Metrics(ctx context.Context) (*Metrics, error) {
+	ctx, cancel := context.WithTimeout(ctx, observeTimeout)
+	defer cancel()
+	url := c.node.ClientURL + "/__ursula/metrics"
+	status, h, body, err := c.request(ctx, http.MethodGet, url, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return nil, statusError(http.MethodGet, url, status, h, body)
+	}
+	var m Metrics
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	return &m, nil
+}
+
+// Readiness fetches GET /__ursula/ready on the client plane: 200 or 503
+// with the documented JSON body.
+func (c *nodeClient) Readiness(ctx context.Context) (*Readiness, error) {
+	ctx, cancel := context.WithTimeout(ctx, observeTimeout)
+	defer cancel()
+	url := c.node.ClientURL + "/__ursula/ready"
+	status, h, body, err := c.request(ctx, http.MethodGet, url, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK && status != http.StatusServiceUnavailable {
+		return nil, statusError(http.MethodGet, url, status, h, body)
+	}
+	r := Readiness{Status: status}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, fmt.Errorf("GET %s: %d answer: %w", url, status, err)
+	}
+	return &r, nil
+}
+
+// Shed fetches GET /__ursula/leadership-shed on the admin plane.
+func (c *nodeClient) Shed(ctx context.Context) (*ShedState, error) {
+	ctx, cancel := context.WithTimeout(ctx, observeTimeout)
+	defer cancel()
+	url := c.node.AdminURL + "/__ursula/leadership-shed"
+	status, h, body, err := c.request(ctx, http.MethodGet, url, nil, true)
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return nil, statusError(http.MethodGet, url, status, h, body)
+	}
+	var s ShedState
+	if err := json.Unmarshal(body, &s); err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	return &s, nil
+}
+
+// Pinned is a node whose process incarnation an operation read once. Every
+// mutation of the operation carries it, and it is never refreshed: a node
+// that restarted answers 412 and the operation stops.
+type Pinned struct {
+	client      *nodeClient
+	Incarnation string
+}
+
+// Node is the pinned node.
+func (p *Pinned) Node() Node { return p.client.node }
+
+// Do sends one admin mutation (path with its query) and returns the 2xx
+// answer's body. 412 and 428 are safety aborts; any other answer is a
+// *StatusError.
+func (p *Pinned) Do(ctx context.Context, method, pathAndQuery string) ([]byte, error) {
+	n := p.client.node
+	url := n.AdminURL + pathAndQuery
+	h := http.Header{}
+	h.Set(IncarnationHeader, p.Incarnation)
+	status, rh, body, err := p.client.request(ctx, method, url, h, true)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, url, err)
+	}
+	switch {
+	case status >= 200 && status < 300:
+		return body, nil
+	case status == http.StatusPreconditionFailed:
+		var now struct {
+			Incarnation string `json:"process_incarnation"`
+		}
+		_ = json.Unmarshal(body, &now)
+		return nil, &abortError{
+			msg: fmt.Sprintf("node %d answered 412: its process restarted since process incarnation %s was pinned (now %q); nothing was changed by %s %s; check the cluster and start the operation again",
+				n.ID, p.Incarnation, now.Incarnation, method, pathAndQuery),
+			cause: statusError(method, url, status, rh, body),
+		}
+	case status == http.StatusPreconditionRequired:
+		return nil, &abortError{
+			msg:   fmt.Sprintf("node %d answered 428 (incarnation required) to %s %s", n.ID, method, pathAndQuery),
+			cause: statusError(method, url, status, rh, body),
+		}
+	default:
+		return nil, statusError(method, url, status, rh, body)
+	}
+}
+
+// DoRetry is Do, sent again (same incarnation) while the node answers 503
+// with Retry-After, until ctx ends.
+func (p *Pinned) DoRetry(ctx context.Context, method, pathAndQuery string) ([]byte, error) {
+	for {
+		body, err := p.Do(ctx, method, pathAndQuery)
+		var se *StatusError
+		if err == nil || !errors.As(err, &se) || se.Status != http.StatusServiceUnavailable || !se.HasRetryAfter || errors.Is(err, ErrAborted) {
+			return body, err
+		}
+		wait := min(max(se.RetryAfter, 100*time.Millisecond), 5*time.Second)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (still answering 503 when the timeout ended)", err)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// prettyJSON indents a JSON body for printing (as is when it is not JSON).
+func prettyJSON(body []byte) string {
+	var b bytes.Buffer
+	if json.Indent(&b, bytes.TrimSpace(body), "", "  ") != nil {
+		return strings.TrimSpace(string(body))
+	}
+	return b.String()
+}

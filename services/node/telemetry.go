@@ -1,0 +1,161 @@
+package node
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+
+	"github.com/ursula/ursula/services/platform/telemetry"
+)
+
+// tracer starts the node's spans on the in-process path (LocalClient);
+// over gRPC the otelgrpc server handler starts them.
+var tracer = telemetry.Tracer("services/node")
+
+// serverStatsHandler traces the client plane's RPCs (a server span per
+// call, child of the caller's span carried in the gRPC metadata). The
+// gateway's once-a-second cluster-info poll is not traced.
+func serverStatsHandler() stats.Handler {
+	return otelgrpc.NewServerHandler(otelgrpc.WithFilter(filters.Not(filters.MethodName("GetClusterInfo"))))
+}
+
+// startLocalSpan starts the span the otelgrpc server handler would start
+// for fullMethod ("/ursula.stream.v1.StreamService/Append"): same name,
+// kind and attributes, child of the span in ctx.
+func startLocalSpan(ctx context.Context, fullMethod string) (context.Context, trace.Span) {
+	name := strings.TrimPrefix(fullMethod, "/")
+	return tracer.Start(ctx, name,
+		trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(semconv.RPCMethod(name), semconv.RPCSystemNameGRPC))
+}
+
+// endLocalSpan ends a span of startLocalSpan with the call's gRPC status,
+// marking the span failed for the codes otelgrpc treats as server errors.
+func endLocalSpan(span trace.Span, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	st, _ := status.FromError(err)
+	span.SetAttributes(semconv.RPCResponseStatusCode(canonicalCode(st)))
+	if isServerError(st) {
+		span.SetStatus(codes.Error, st.Message())
+	}
+	span.End()
+}
+
+// canonicalCode renders a gRPC code as otelgrpc does (OK, NOT_FOUND, ...).
+func canonicalCode(st *status.Status) string {
+	if n, ok := grpcCodeNames[st.Code()]; ok {
+		return n
+	}
+	return "CODE(" + strconv.FormatUint(uint64(st.Code()), 10) + ")"
+}
+
+var grpcCodeNames = map[grpccodes.Code]string{
+	grpccodes.OK: "OK", grpccodes.Canceled: "CANCELLED", grpccodes.Unknown: "UNKNOWN",
+	grpccodes.InvalidArgument: "INVALID_ARGUMENT", grpccodes.DeadlineExceeded: "DEADLINE_EXCEEDED",
+	grpccodes.NotFound: "NOT_FOUND", grpccodes.AlreadyExists: "ALREADY_EXISTS",
+	grpccodes.PermissionDenied: "PERMISSION_DENIED", grpccodes.ResourceExhausted: "RESOURCE_EXHAUSTED",
+	grpccodes.FailedPrecondition: "FAILED_PRECONDITION", grpccodes.Aborted: "ABORTED",
+	grpccodes.OutOfRange: "OUT_OF_RANGE", grpccodes.Unimplemented: "UNIMPLEMENTED",
+	grpccodes.Internal: "INTERNAL", grpccodes.Unavailable: "UNAVAILABLE", grpccodes.DataLoss: "DATA_LOSS",
+	grpccodes.Unauthenticated: "UNAUTHENTICATED",
+}
+
+// isServerError reports the codes otelgrpc marks as a failed server span.
+func isServerError(st *status.Status) bool {
+	switch st.Code() {
+	case grpccodes.Unknown, grpccodes.DeadlineExceeded, grpccodes.Unimplemented, grpccodes.Internal, grpccodes.Unavailable, grpccodes.DataLoss:
+		return true
+	}
+	return false
+}
+
+// MetricsSource reads the metrics document of /__ursula/metrics as
+// telemetry samples (see nodeDocument), so the OpenTelemetry instruments
+// and the Prometheus endpoint show the same counters as the JSON document.
+func (s *Server) MetricsSource() telemetry.Source {
+	return func(emit func(telemetry.Sample)) {
+		nodeDocument.Emit(s.metricsSnapshot(), emit)
+	}
+}
+
+// SetPrometheusHandler sets the handler of GET /__ursula/prometheus on the
+// admin plane (telemetry.Telemetry.PrometheusHandler); without one the
+// path answers 404.
+func (s *Server) SetPrometheusHandler(h http.Handler) {
+	if h == nil {
+		s.prometheus.Store(nil)
+		return
+	}
+	s.prometheus.Store(&h)
+}
+
+func (s *Server) servePrometheus(w http.ResponseWriter, r *http.Request) {
+	h := s.prometheus.Load()
+	if h == nil {
+		http.NotFound(w, r)
+		return
+	}
+	(*h).ServeHTTP(w, r)
+}
+
+// nodeDocument describes the metrics document: per-group values carry
+// raft_group_id, per-shard values shard, per-peer values peer_node_id.
+var nodeDocument = telemetry.Document{
+	Lists: map[string]telemetry.List{
+		"raft_groups": {Prefix: "raft_group_", IDKey: "raft_group_id"},
+		"shards":      {Prefix: "shard_", IDKey: "shard"},
+		"raft_peers":  {Prefix: "raft_peer_", IDKey: "node_id", Attr: "peer_node_id"},
+	},
+	Kind: nodeMetricKind,
+}
+
+// nodeCounters are the document's monotonic counts (besides *_total and
+// cumulative *_ns timings); every other value is a gauge.
+var nodeCounters = map[string]bool{
+	"append_requests": true, "append_errors": true, "append_bytes": true, "read_requests": true,
+	"sse_chunks_sent": true, "sse_bytes_sent": true, "commit_stall_interventions": true,
+	// cold tier
+	"cold_flushes": true, "cold_flush_rejected": true, "cold_uploads": true, "cold_upload_bytes": true,
+	"cold_upload_errors": true, "cold_external_payloads": true, "cold_read_errors": true,
+	"cold_backpressure_writes": true, "cold_sealed_pages": true, "cold_compactions": true,
+	"cold_gc_acked_entries": true, "cold_cache_hits": true, "cold_cache_misses": true,
+	"cold_cache_fetch_errors": true,
+	// shard workers and journals, summed and per shard
+	"raft_proposals": true, "raft_ready_batches": true, "raft_applied_entries": true,
+	"raft_snapshots": true, "raft_snapshot_bytes": true, "wal_writes": true, "wal_bytes_written": true,
+	"wal_fsyncs": true, "wal_segments_started": true, "wal_segments_reclaimed": true,
+	"shard_proposals": true, "shard_ready_batches": true, "shard_applied_entries": true,
+	"shard_snapshots": true, "shard_snapshot_bytes": true, "shard_wal_writes": true,
+	"shard_wal_bytes_written": true, "shard_wal_fsyncs": true, "shard_wal_segments_made": true,
+	"shard_wal_segments_freed": true,
+	// the cold-GC worker in the all-in-one process
+	"coldgc_passes": true, "coldgc_reclaimed_entries": true, "coldgc_deleted_objects": true,
+	"coldgc_errors": true, "coldgc_compactions": true, "coldgc_compaction_rejected": true,
+	"coldgc_orphans_deleted": true, "coldgc_sweeps": true,
+	// the cluster transport
+	"raft_grpc_peer_cluster_refusals": true, "raft_grpc_unidentified_peer_refusals": true,
+	"raft_grpc_protocol_refusals_received": true, "raft_messages_sent": true, "raft_batches_sent": true,
+	"raft_bytes_sent": true, "raft_messages_received": true, "raft_batches_received": true,
+	"raft_bytes_received": true, "raft_messages_dropped": true, "raft_bad_messages_received": true,
+	"raft_step_errors": true, "raft_snapshots_sent": true, "raft_snapshots_failed": true,
+	"raft_snapshots_received": true, "raft_snapshot_bytes_sent": true, "raft_snapshot_bytes_received": true,
+}
+
+func nodeMetricKind(name string) telemetry.Kind {
+	if nodeCounters[name] || strings.HasSuffix(name, "_total") || strings.HasSuffix(name, "_ns") {
+		return telemetry.Counter
+	}
+	return telemetry.Gauge
+}
