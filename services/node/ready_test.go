@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ursula/ursula/storage/engine"
+	"github.com/ursula/ursula/storage/multiraft"
 )
 
 // TestReadinessReasons covers each reason a node can give on its own;
@@ -46,5 +47,30 @@ func TestReadinessWithoutLeader(t *testing.T) {
 	s.setReady(true) // as if it had been ready before its peers went away
 	if r := s.readiness(); r.GetReady() || r.GetReason() != ReasonNoLeader {
 		t.Fatalf("no leader anywhere: %+v", r)
+	}
+}
+
+// TestReadinessReasonTable covers every reason the node can give.
+func TestReadinessReasonTable(t *testing.T) {
+	led := multiraft.GroupStatus{LeaderID: 2, Voters: []uint64{1, 2, 3}}
+	learner := multiraft.GroupStatus{LeaderID: 2, Voters: []uint64{2, 3}, Learners: []uint64{1}}
+	leaderless := multiraft.GroupStatus{Voters: []uint64{1, 2, 3}}
+	for _, c := range []struct {
+		name              string
+		stopping, started bool
+		rejoin            int
+		groups            []multiraft.GroupStatus
+		want              string
+	}{
+		{"ready", false, true, 0, []multiraft.GroupStatus{led, led}, ""},
+		{"starting", false, false, 0, []multiraft.GroupStatus{led}, ReasonStarting},
+		{"shutting down wins", true, true, 1, []multiraft.GroupStatus{leaderless}, ReasonShuttingDown},
+		{"awaiting rebuild", false, true, 2, []multiraft.GroupStatus{led}, ReasonAwaitingRebuild},
+		{"learner", false, true, 0, []multiraft.GroupStatus{led, learner}, ReasonLearner},
+		{"no leader", false, true, 0, []multiraft.GroupStatus{led, leaderless}, ReasonNoLeader},
+	} {
+		if got := readinessReason(c.stopping, c.started, c.rejoin, c.groups, 1); got != c.want {
+			t.Errorf("%s: reason %q, want %q", c.name, got, c.want)
+		}
 	}
 }

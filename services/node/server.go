@@ -24,6 +24,7 @@ import (
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/listenmux"
 	"github.com/ursula/ursula/storage/engine"
+	"github.com/ursula/ursula/storage/multiraft"
 	"github.com/ursula/ursula/storage/transport"
 )
 
@@ -289,17 +290,26 @@ func (s *Server) readiness() *adminv1.GetReadyResponse {
 
 // notReadyReason returns why the node does not serve, or "".
 func (s *Server) notReadyReason(started bool) string {
+	groups := make([]multiraft.GroupStatus, s.eng.GroupCount())
+	for g := range groups {
+		groups[g] = s.eng.Host().Status(uint32(g))
+	}
+	return readinessReason(s.stopping.Load(), started, len(s.eng.RejoinPending()), groups, s.eng.Config().NodeID)
+}
+
+// readinessReason decides readiness from what the node knows: whether it
+// is stopping, whether its engine reported ready once, how many groups
+// still wait to rebuild it, and each group's status.
+func readinessReason(stopping, started bool, rejoinPending int, groups []multiraft.GroupStatus, self uint64) string {
 	switch {
-	case s.stopping.Load():
+	case stopping:
 		return ReasonShuttingDown
 	case !started:
 		return ReasonStarting
-	case len(s.eng.RejoinPending()) > 0:
+	case rejoinPending > 0:
 		return ReasonAwaitingRebuild
 	}
-	self := s.eng.Config().NodeID
-	for g := range s.eng.GroupCount() {
-		st := s.eng.Host().Status(uint32(g))
+	for _, st := range groups {
 		if slices.Contains(st.Learners, self) {
 			return ReasonLearner
 		}
