@@ -90,12 +90,6 @@ func (s *fakeStream) append(p string, closing bool) {
 	}
 }
 
-func (s *fakeStream) tail() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return uint64(len(s.data))
-}
-
 type chanSubscription struct {
 	grpc.ClientStream
 	ctx context.Context

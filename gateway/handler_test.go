@@ -427,13 +427,6 @@ func TestSSEErrorBeforeStart(t *testing.T) {
 	checkSecurityHeaders(t, rec.Header())
 }
 
-type errSubscription struct {
-	grpc.ClientStream
-	err error
-}
-
-func (s *errSubscription) Recv() (*streamv1.SubscribeResponse, error) { return nil, s.err }
-
 func TestHeadAndDelete(t *testing.T) {
 	ttl := uint64(3600)
 	f := &fakeClient{

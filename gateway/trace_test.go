@@ -75,7 +75,7 @@ func TestMetricsSource(t *testing.T) {
 	g.MetricsSource()(func(s telemetry.Sample) {
 		key := s.Name
 		for _, a := range s.Attrs {
-			key += " " + string(a.Key) + "=" + a.Value.Emit()
+			key += " " + string(a.Key) + "=" + a.Value.String()
 		}
 		got[key] = s.Value
 	})

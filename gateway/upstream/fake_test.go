@@ -72,14 +72,6 @@ func (c *fakeCluster) setLeader(id uint64, gs ...uint32) {
 	}
 }
 
-// report makes GetClusterInfo report id as the leader of every group (nil
-// reports the real leaders again).
-func (c *fakeCluster) report(ids []uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.reported = ids
-}
-
 func (c *fakeCluster) leader(g uint32) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -327,7 +327,7 @@ func TestDocumentEmit(t *testing.T) {
 	d.Emit(doc, func(s Sample) {
 		line := s.Name
 		for _, a := range s.Attrs {
-			line += "{" + string(a.Key) + "=" + a.Value.Emit() + "}"
+			line += "{" + string(a.Key) + "=" + a.Value.String() + "}"
 		}
 		if s.Kind == Counter {
 			line += " counter"
