@@ -35,6 +35,7 @@ var httpStatus = map[errcode.Code]int{
 	errcode.Overloaded:          http.StatusServiceUnavailable,
 	errcode.ColdStoreFailed:     http.StatusBadGateway,
 	errcode.OffsetTrimmed:       http.StatusGone,
+	errcode.Unimplemented:       http.StatusNotImplemented,
 	errcode.Internal:            http.StatusInternalServerError,
 }
 

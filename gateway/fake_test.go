@@ -198,3 +198,59 @@ func (c failingClient) Subscribe(context.Context, *streamv1.SubscribeRequest, ..
 func (c failingClient) SetRetention(context.Context, *streamv1.SetRetentionRequest, ...grpc.CallOption) (*streamv1.SetRetentionResponse, error) {
 	return nil, c.err()
 }
+
+func (f *fakeClient) PutSnapshot(context.Context, *streamv1.PutSnapshotRequest, ...grpc.CallOption) (*streamv1.PutSnapshotResponse, error) {
+	return nil, f.missing("PutSnapshot")
+}
+
+func (c failingClient) PutSnapshot(context.Context, *streamv1.PutSnapshotRequest, ...grpc.CallOption) (*streamv1.PutSnapshotResponse, error) {
+	return nil, c.err()
+}
+
+func (f *fakeClient) GetSnapshot(context.Context, *streamv1.GetSnapshotRequest, ...grpc.CallOption) (*streamv1.GetSnapshotResponse, error) {
+	return nil, f.missing("GetSnapshot")
+}
+
+func (c failingClient) GetSnapshot(context.Context, *streamv1.GetSnapshotRequest, ...grpc.CallOption) (*streamv1.GetSnapshotResponse, error) {
+	return nil, c.err()
+}
+
+func (f *fakeClient) GetAttrs(context.Context, *streamv1.GetAttrsRequest, ...grpc.CallOption) (*streamv1.GetAttrsResponse, error) {
+	return nil, f.missing("GetAttrs")
+}
+
+func (c failingClient) GetAttrs(context.Context, *streamv1.GetAttrsRequest, ...grpc.CallOption) (*streamv1.GetAttrsResponse, error) {
+	return nil, c.err()
+}
+
+func (f *fakeClient) SetAttrs(context.Context, *streamv1.SetAttrsRequest, ...grpc.CallOption) (*streamv1.SetAttrsResponse, error) {
+	return nil, f.missing("SetAttrs")
+}
+
+func (c failingClient) SetAttrs(context.Context, *streamv1.SetAttrsRequest, ...grpc.CallOption) (*streamv1.SetAttrsResponse, error) {
+	return nil, c.err()
+}
+
+func (f *fakeClient) GetBucket(context.Context, *streamv1.GetBucketRequest, ...grpc.CallOption) (*streamv1.GetBucketResponse, error) {
+	return nil, f.missing("GetBucket")
+}
+
+func (c failingClient) GetBucket(context.Context, *streamv1.GetBucketRequest, ...grpc.CallOption) (*streamv1.GetBucketResponse, error) {
+	return nil, c.err()
+}
+
+func (f *fakeClient) DeleteBucket(context.Context, *streamv1.DeleteBucketRequest, ...grpc.CallOption) (*streamv1.DeleteBucketResponse, error) {
+	return nil, f.missing("DeleteBucket")
+}
+
+func (c failingClient) DeleteBucket(context.Context, *streamv1.DeleteBucketRequest, ...grpc.CallOption) (*streamv1.DeleteBucketResponse, error) {
+	return nil, c.err()
+}
+
+func (f *fakeClient) ListStreams(context.Context, *streamv1.ListStreamsRequest, ...grpc.CallOption) (*streamv1.ListStreamsResponse, error) {
+	return nil, f.missing("ListStreams")
+}
+
+func (c failingClient) ListStreams(context.Context, *streamv1.ListStreamsRequest, ...grpc.CallOption) (*streamv1.ListStreamsResponse, error) {
+	return nil, c.err()
+}

@@ -228,3 +228,77 @@ func (s *subStream) CloseSend() error             { return s.cur.CloseSend() }
 func (s *subStream) Context() context.Context     { return s.cur.Context() }
 func (s *subStream) SendMsg(m any) error          { return s.cur.SendMsg(m) }
 func (s *subStream) RecvMsg(m any) error          { return s.cur.RecvMsg(m) }
+
+// Ursula's extension calls, routed like the core ones: writes to the
+// stream's (or, for buckets, group 0's) leader, reads that must be fresh
+// to the leader too.
+
+// PutSnapshot goes to the leader of the stream's group.
+func (r *Router) PutSnapshot(ctx context.Context, in *streamv1.PutSnapshotRequest, opts ...grpc.CallOption) (*streamv1.PutSnapshotResponse, error) {
+	if v := r.view.Load(); v != nil && v.single != nil {
+		return v.single.client.PutSnapshot(ctx, in, opts...)
+	}
+	return do(ctx, r, in.GetRef(), modeWrite, func(nc *nodeConn) (*streamv1.PutSnapshotResponse, error) {
+		return nc.client.PutSnapshot(ctx, in, opts...)
+	})
+}
+
+// GetSnapshot goes to the leader of the stream's group.
+func (r *Router) GetSnapshot(ctx context.Context, in *streamv1.GetSnapshotRequest, opts ...grpc.CallOption) (*streamv1.GetSnapshotResponse, error) {
+	if v := r.view.Load(); v != nil && v.single != nil {
+		return v.single.client.GetSnapshot(ctx, in, opts...)
+	}
+	return do(ctx, r, in.GetRef(), modeLeaderRead, func(nc *nodeConn) (*streamv1.GetSnapshotResponse, error) {
+		return nc.client.GetSnapshot(ctx, in, opts...)
+	})
+}
+
+// GetAttrs goes to the leader of the stream's group.
+func (r *Router) GetAttrs(ctx context.Context, in *streamv1.GetAttrsRequest, opts ...grpc.CallOption) (*streamv1.GetAttrsResponse, error) {
+	if v := r.view.Load(); v != nil && v.single != nil {
+		return v.single.client.GetAttrs(ctx, in, opts...)
+	}
+	return do(ctx, r, in.GetRef(), modeLeaderRead, func(nc *nodeConn) (*streamv1.GetAttrsResponse, error) {
+		return nc.client.GetAttrs(ctx, in, opts...)
+	})
+}
+
+// SetAttrs goes to the leader of the stream's group.
+func (r *Router) SetAttrs(ctx context.Context, in *streamv1.SetAttrsRequest, opts ...grpc.CallOption) (*streamv1.SetAttrsResponse, error) {
+	if v := r.view.Load(); v != nil && v.single != nil {
+		return v.single.client.SetAttrs(ctx, in, opts...)
+	}
+	return do(ctx, r, in.GetRef(), modeWrite, func(nc *nodeConn) (*streamv1.SetAttrsResponse, error) {
+		return nc.client.SetAttrs(ctx, in, opts...)
+	})
+}
+
+// GetBucket goes to the leader of the bucket group's group.
+func (r *Router) GetBucket(ctx context.Context, in *streamv1.GetBucketRequest, opts ...grpc.CallOption) (*streamv1.GetBucketResponse, error) {
+	if v := r.view.Load(); v != nil && v.single != nil {
+		return v.single.client.GetBucket(ctx, in, opts...)
+	}
+	return do(ctx, r, nil, modeLeaderRead, func(nc *nodeConn) (*streamv1.GetBucketResponse, error) {
+		return nc.client.GetBucket(ctx, in, opts...)
+	})
+}
+
+// DeleteBucket goes to the leader of the bucket group's group.
+func (r *Router) DeleteBucket(ctx context.Context, in *streamv1.DeleteBucketRequest, opts ...grpc.CallOption) (*streamv1.DeleteBucketResponse, error) {
+	if v := r.view.Load(); v != nil && v.single != nil {
+		return v.single.client.DeleteBucket(ctx, in, opts...)
+	}
+	return do(ctx, r, nil, modeWrite, func(nc *nodeConn) (*streamv1.DeleteBucketResponse, error) {
+		return nc.client.DeleteBucket(ctx, in, opts...)
+	})
+}
+
+// ListStreams goes to the leader of the bucket group's group.
+func (r *Router) ListStreams(ctx context.Context, in *streamv1.ListStreamsRequest, opts ...grpc.CallOption) (*streamv1.ListStreamsResponse, error) {
+	if v := r.view.Load(); v != nil && v.single != nil {
+		return v.single.client.ListStreams(ctx, in, opts...)
+	}
+	return do(ctx, r, nil, modeLeaderRead, func(nc *nodeConn) (*streamv1.ListStreamsResponse, error) {
+		return nc.client.ListStreams(ctx, in, opts...)
+	})
+}

@@ -171,3 +171,31 @@ func (s *localServerStream) Send(m *streamv1.SubscribeResponse) error {
 		return s.st.ctx.Err()
 	}
 }
+
+func (c *localClient) PutSnapshot(ctx context.Context, in *streamv1.PutSnapshotRequest, _ ...grpc.CallOption) (*streamv1.PutSnapshotResponse, error) {
+	return c.svc.PutSnapshot(ctx, in)
+}
+
+func (c *localClient) GetSnapshot(ctx context.Context, in *streamv1.GetSnapshotRequest, _ ...grpc.CallOption) (*streamv1.GetSnapshotResponse, error) {
+	return c.svc.GetSnapshot(ctx, in)
+}
+
+func (c *localClient) GetAttrs(ctx context.Context, in *streamv1.GetAttrsRequest, _ ...grpc.CallOption) (*streamv1.GetAttrsResponse, error) {
+	return c.svc.GetAttrs(ctx, in)
+}
+
+func (c *localClient) SetAttrs(ctx context.Context, in *streamv1.SetAttrsRequest, _ ...grpc.CallOption) (*streamv1.SetAttrsResponse, error) {
+	return c.svc.SetAttrs(ctx, in)
+}
+
+func (c *localClient) GetBucket(ctx context.Context, in *streamv1.GetBucketRequest, _ ...grpc.CallOption) (*streamv1.GetBucketResponse, error) {
+	return c.svc.GetBucket(ctx, in)
+}
+
+func (c *localClient) DeleteBucket(ctx context.Context, in *streamv1.DeleteBucketRequest, _ ...grpc.CallOption) (*streamv1.DeleteBucketResponse, error) {
+	return c.svc.DeleteBucket(ctx, in)
+}
+
+func (c *localClient) ListStreams(ctx context.Context, in *streamv1.ListStreamsRequest, _ ...grpc.CallOption) (*streamv1.ListStreamsResponse, error) {
+	return c.svc.ListStreams(ctx, in)
+}

@@ -163,3 +163,38 @@ func (s *streamService) GetClusterInfo(context.Context, *streamv1.GetClusterInfo
 	}
 	return resp, nil
 }
+
+func (s *streamService) PutSnapshot(ctx context.Context, req *streamv1.PutSnapshotRequest) (*streamv1.PutSnapshotResponse, error) {
+	resp, err := s.eng.PutSnapshot(ctx, req)
+	return resp, s.status(err)
+}
+
+func (s *streamService) GetSnapshot(ctx context.Context, req *streamv1.GetSnapshotRequest) (*streamv1.GetSnapshotResponse, error) {
+	resp, err := s.eng.GetSnapshot(ctx, req)
+	return resp, s.status(err)
+}
+
+func (s *streamService) GetAttrs(ctx context.Context, req *streamv1.GetAttrsRequest) (*streamv1.GetAttrsResponse, error) {
+	resp, err := s.eng.GetAttrs(ctx, req)
+	return resp, s.status(err)
+}
+
+func (s *streamService) SetAttrs(ctx context.Context, req *streamv1.SetAttrsRequest) (*streamv1.SetAttrsResponse, error) {
+	resp, err := s.eng.SetAttrs(ctx, req)
+	return resp, s.status(err)
+}
+
+func (s *streamService) GetBucket(ctx context.Context, req *streamv1.GetBucketRequest) (*streamv1.GetBucketResponse, error) {
+	resp, err := s.eng.GetBucket(ctx, req)
+	return resp, s.status(err)
+}
+
+func (s *streamService) DeleteBucket(ctx context.Context, req *streamv1.DeleteBucketRequest) (*streamv1.DeleteBucketResponse, error) {
+	resp, err := s.eng.DeleteBucket(ctx, req)
+	return resp, s.status(err)
+}
+
+func (s *streamService) ListStreams(ctx context.Context, req *streamv1.ListStreamsRequest) (*streamv1.ListStreamsResponse, error) {
+	resp, err := s.eng.ListStreams(ctx, req)
+	return resp, s.status(err)
+}

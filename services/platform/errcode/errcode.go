@@ -34,6 +34,7 @@ const (
 	ColdStoreFailed     Code = "COLD_STORE_FAILED" // the object store failed a read of cold bytes
 	OffsetTrimmed       Code = "OFFSET_TRIMMED"    // below the stream's retention
 	Internal            Code = "INTERNAL"
+	Unimplemented       Code = "UNIMPLEMENTED"
 )
 
 // Metadata keys carried next to a code.

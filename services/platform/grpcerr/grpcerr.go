@@ -39,6 +39,7 @@ var grpcCodes = map[errcode.Code]codes.Code{
 	errcode.ColdStoreFailed:     codes.Unavailable,
 	errcode.OffsetTrimmed:       codes.OutOfRange,
 	errcode.Internal:            codes.Internal,
+	errcode.Unimplemented:       codes.Unimplemented,
 }
 
 // ToStatus converts err into a gRPC status error. Domain errors keep their

@@ -155,6 +155,9 @@ type Command struct {
 	//	*Command_ColdSwap
 	//	*Command_GcAck
 	//	*Command_PurgeBucket
+	//	*Command_PublishSnapshot
+	//	*Command_SetAttrs
+	//	*Command_DeleteBucket
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -339,6 +342,33 @@ func (x *Command) GetPurgeBucket() *PurgeBucket {
 	return nil
 }
 
+func (x *Command) GetPublishSnapshot() *PublishSnapshot {
+	if x != nil {
+		if x, ok := x.Op.(*Command_PublishSnapshot); ok {
+			return x.PublishSnapshot
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetAttrs() *SetAttrs {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetAttrs); ok {
+			return x.SetAttrs
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteBucket() *DeleteBucket {
+	if x != nil {
+		if x, ok := x.Op.(*Command_DeleteBucket); ok {
+			return x.DeleteBucket
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -403,6 +433,18 @@ type Command_PurgeBucket struct {
 	PurgeBucket *PurgeBucket `protobuf:"bytes,24,opt,name=purge_bucket,json=purgeBucket,proto3,oneof"`
 }
 
+type Command_PublishSnapshot struct {
+	PublishSnapshot *PublishSnapshot `protobuf:"bytes,25,opt,name=publish_snapshot,json=publishSnapshot,proto3,oneof"`
+}
+
+type Command_SetAttrs struct {
+	SetAttrs *SetAttrs `protobuf:"bytes,26,opt,name=set_attrs,json=setAttrs,proto3,oneof"`
+}
+
+type Command_DeleteBucket struct {
+	DeleteBucket *DeleteBucket `protobuf:"bytes,27,opt,name=delete_bucket,json=deleteBucket,proto3,oneof"`
+}
+
 func (*Command_CreateBucket) isCommand_Op() {}
 
 func (*Command_CreateStream) isCommand_Op() {}
@@ -432,6 +474,12 @@ func (*Command_ColdSwap) isCommand_Op() {}
 func (*Command_GcAck) isCommand_Op() {}
 
 func (*Command_PurgeBucket) isCommand_Op() {}
+
+func (*Command_PublishSnapshot) isCommand_Op() {}
+
+func (*Command_SetAttrs) isCommand_Op() {}
+
+func (*Command_DeleteBucket) isCommand_Op() {}
 
 // Barrier changes nothing; once it applies, everything before it has
 // applied (a new leader uses it before it reports ready).
@@ -820,6 +868,11 @@ type Append struct {
 	Producer  *ProducerRef `protobuf:"bytes,8,opt,name=producer,proto3" json:"producer,omitempty"`
 	// incarnation, when not zero, must match the stream's.
 	Incarnation uint64 `protobuf:"varint,9,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// record_match, when set, must equal the stream's record tail.
+	RecordMatch *uint64 `protobuf:"varint,11,opt,name=record_match,json=recordMatch,proto3,oneof" json:"record_match,omitempty"`
+	// frames, when not empty, is an append batch (body empty): each frame
+	// is its own record; the result acknowledges each.
+	Frames [][]byte `protobuf:"bytes,12,rep,name=frames,proto3" json:"frames,omitempty"`
 	// external, when set, stands for the body: the leader stored the body as
 	// one object before proposing (key and size set), and apply places it at
 	// the tail.
@@ -919,6 +972,20 @@ func (x *Append) GetIncarnation() uint64 {
 		return x.Incarnation
 	}
 	return 0
+}
+
+func (x *Append) GetRecordMatch() uint64 {
+	if x != nil && x.RecordMatch != nil {
+		return *x.RecordMatch
+	}
+	return 0
+}
+
+func (x *Append) GetFrames() [][]byte {
+	if x != nil {
+		return x.Frames
+	}
+	return nil
 }
 
 func (x *Append) GetExternal() *ColdRef {
@@ -1121,10 +1188,13 @@ func (x *ReleaseForkRef) GetIncarnation() uint64 {
 
 // Expire removes a stream the leader found expired.
 type Expire struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
-	Incarnation   uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Bucket      string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Stream      string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Incarnation uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// more expires further streams in the same entry (the leader's sweep
+	// batches up to 256 of them).
+	More          []*StreamKey `protobuf:"bytes,4,rep,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1180,6 +1250,430 @@ func (x *Expire) GetIncarnation() uint64 {
 	return 0
 }
 
+func (x *Expire) GetMore() []*StreamKey {
+	if x != nil {
+		return x.More
+	}
+	return nil
+}
+
+// StreamKey names one incarnation of a stream.
+type StreamKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Incarnation   uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamKey) Reset() {
+	*x = StreamKey{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamKey) ProtoMessage() {}
+
+func (x *StreamKey) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamKey.ProtoReflect.Descriptor instead.
+func (*StreamKey) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *StreamKey) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *StreamKey) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *StreamKey) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+// SnapshotRef is a stream's latest application snapshot: its body lives in
+// the cold store at key (or inline in data when there is no cold store).
+type SnapshotRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Position      uint64                 `protobuf:"varint,1,opt,name=position,proto3" json:"position,omitempty"`
+	Digest        string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	ContentType   string                 `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	Key           string                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	Size          uint64                 `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
+	Data          []byte                 `protobuf:"bytes,6,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRef) Reset() {
+	*x = SnapshotRef{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRef) ProtoMessage() {}
+
+func (x *SnapshotRef) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRef.ProtoReflect.Descriptor instead.
+func (*SnapshotRef) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SnapshotRef) GetPosition() uint64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *SnapshotRef) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *SnapshotRef) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *SnapshotRef) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SnapshotRef) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *SnapshotRef) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// PublishSnapshot records a stream's latest application snapshot.
+type PublishSnapshot struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Bucket      string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Stream      string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Incarnation uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Snapshot    *SnapshotRef           `protobuf:"bytes,4,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// match, when not empty, is the digest the current snapshot must have.
+	Match         string `protobuf:"bytes,5,opt,name=match,proto3" json:"match,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishSnapshot) Reset() {
+	*x = PublishSnapshot{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishSnapshot) ProtoMessage() {}
+
+func (x *PublishSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishSnapshot.ProtoReflect.Descriptor instead.
+func (*PublishSnapshot) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PublishSnapshot) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *PublishSnapshot) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *PublishSnapshot) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *PublishSnapshot) GetSnapshot() *SnapshotRef {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *PublishSnapshot) GetMatch() string {
+	if x != nil {
+		return x.Match
+	}
+	return ""
+}
+
+// SetAttrs replaces a stream's attributes (nil clears them).
+type SetAttrs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Incarnation   uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Title         string                 `protobuf:"bytes,4,opt,name=title,proto3" json:"title,omitempty"`
+	Metadata      []byte                 `protobuf:"bytes,5,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAttrs) Reset() {
+	*x = SetAttrs{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAttrs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAttrs) ProtoMessage() {}
+
+func (x *SetAttrs) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAttrs.ProtoReflect.Descriptor instead.
+func (*SetAttrs) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SetAttrs) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *SetAttrs) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *SetAttrs) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *SetAttrs) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *SetAttrs) GetMetadata() []byte {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+// DeleteBucket removes an empty bucket (group 0).
+type DeleteBucket struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteBucket) Reset() {
+	*x = DeleteBucket{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteBucket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteBucket) ProtoMessage() {}
+
+func (x *DeleteBucket) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteBucket.ProtoReflect.Descriptor instead.
+func (*DeleteBucket) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DeleteBucket) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+// BucketUsage is a bucket's committed usage counters in one group: they
+// only grow, and survive deletes and purges.
+type BucketUsage struct {
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	Bucket               string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	CommittedAppendBytes uint64                 `protobuf:"varint,2,opt,name=committed_append_bytes,json=committedAppendBytes,proto3" json:"committed_append_bytes,omitempty"`
+	CommittedRecords     uint64                 `protobuf:"varint,3,opt,name=committed_records,json=committedRecords,proto3" json:"committed_records,omitempty"`
+	CommittedWriteUnits  uint64                 `protobuf:"varint,4,opt,name=committed_write_units,json=committedWriteUnits,proto3" json:"committed_write_units,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *BucketUsage) Reset() {
+	*x = BucketUsage{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BucketUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BucketUsage) ProtoMessage() {}
+
+func (x *BucketUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BucketUsage.ProtoReflect.Descriptor instead.
+func (*BucketUsage) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *BucketUsage) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *BucketUsage) GetCommittedAppendBytes() uint64 {
+	if x != nil {
+		return x.CommittedAppendBytes
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetCommittedRecords() uint64 {
+	if x != nil {
+		return x.CommittedRecords
+	}
+	return 0
+}
+
+func (x *BucketUsage) GetCommittedWriteUnits() uint64 {
+	if x != nil {
+		return x.CommittedWriteUnits
+	}
+	return 0
+}
+
 // Touch records read activity so that a sliding TTL survives a restart.
 type Touch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1193,7 +1687,7 @@ type Touch struct {
 
 func (x *Touch) Reset() {
 	*x = Touch{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[11]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1699,7 @@ func (x *Touch) String() string {
 func (*Touch) ProtoMessage() {}
 
 func (x *Touch) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[11]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1712,7 @@ func (x *Touch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Touch.ProtoReflect.Descriptor instead.
 func (*Touch) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{11}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Touch) GetBucket() string {
@@ -1262,14 +1756,20 @@ type Snapshot struct {
 	GcQueue       []*GCEntry `protobuf:"bytes,6,rep,name=gc_queue,json=gcQueue,proto3" json:"gc_queue,omitempty"`
 	GcNextSeq     uint64     `protobuf:"varint,7,opt,name=gc_next_seq,json=gcNextSeq,proto3" json:"gc_next_seq,omitempty"`
 	// gc_reclaimed counts, per bucket, GC entries acknowledged as done.
-	GcReclaimed   map[string]uint64 `protobuf:"bytes,8,rep,name=gc_reclaimed,json=gcReclaimed,proto3" json:"gc_reclaimed,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	GcReclaimed map[string]uint64 `protobuf:"bytes,8,rep,name=gc_reclaimed,json=gcReclaimed,proto3" json:"gc_reclaimed,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// usage holds the committed usage counters per bucket, sorted.
+	Usage []*BucketUsage `protobuf:"bytes,9,rep,name=usage,proto3" json:"usage,omitempty"`
+	// write_unit_bytes is the usage unit these counters were computed with.
+	WriteUnitBytes uint64 `protobuf:"varint,10,opt,name=write_unit_bytes,json=writeUnitBytes,proto3" json:"write_unit_bytes,omitempty"`
+	// bucket_created_ms records when each bucket was created (group 0).
+	BucketCreatedMs map[string]int64 `protobuf:"bytes,11,rep,name=bucket_created_ms,json=bucketCreatedMs,proto3" json:"bucket_created_ms,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[12]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1781,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[12]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1794,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{12}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Snapshot) GetFormat() uint32 {
@@ -1353,6 +1853,27 @@ func (x *Snapshot) GetGcReclaimed() map[string]uint64 {
 	return nil
 }
 
+func (x *Snapshot) GetUsage() []*BucketUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *Snapshot) GetWriteUnitBytes() uint64 {
+	if x != nil {
+		return x.WriteUnitBytes
+	}
+	return 0
+}
+
+func (x *Snapshot) GetBucketCreatedMs() map[string]int64 {
+	if x != nil {
+		return x.BucketCreatedMs
+	}
+	return nil
+}
+
 // ColdRef locates stream bytes [start, end) in one object (for a page: the
 // range its entries cover).
 type ColdRef struct {
@@ -1376,7 +1897,7 @@ type ColdRef struct {
 
 func (x *ColdRef) Reset() {
 	*x = ColdRef{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[13]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1909,7 @@ func (x *ColdRef) String() string {
 func (*ColdRef) ProtoMessage() {}
 
 func (x *ColdRef) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[13]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1922,7 @@ func (x *ColdRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdRef.ProtoReflect.Descriptor instead.
 func (*ColdRef) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{13}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ColdRef) GetStart() uint64 {
@@ -1463,7 +1984,7 @@ type ColdPage struct {
 
 func (x *ColdPage) Reset() {
 	*x = ColdPage{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[14]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1475,7 +1996,7 @@ func (x *ColdPage) String() string {
 func (*ColdPage) ProtoMessage() {}
 
 func (x *ColdPage) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[14]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1488,7 +2009,7 @@ func (x *ColdPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdPage.ProtoReflect.Descriptor instead.
 func (*ColdPage) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{14}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ColdPage) GetEntries() []*ColdRef {
@@ -1508,7 +2029,7 @@ type ColdLevel struct {
 
 func (x *ColdLevel) Reset() {
 	*x = ColdLevel{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[15]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +2041,7 @@ func (x *ColdLevel) String() string {
 func (*ColdLevel) ProtoMessage() {}
 
 func (x *ColdLevel) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[15]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +2054,7 @@ func (x *ColdLevel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdLevel.ProtoReflect.Descriptor instead.
 func (*ColdLevel) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{15}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ColdLevel) GetEntries() []*ColdRef {
@@ -1554,7 +2075,7 @@ type HotExternal struct {
 
 func (x *HotExternal) Reset() {
 	*x = HotExternal{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[16]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1566,7 +2087,7 @@ func (x *HotExternal) String() string {
 func (*HotExternal) ProtoMessage() {}
 
 func (x *HotExternal) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[16]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1579,7 +2100,7 @@ func (x *HotExternal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotExternal.ProtoReflect.Descriptor instead.
 func (*HotExternal) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{16}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HotExternal) GetRef() *ColdRef {
@@ -1605,7 +2126,7 @@ type ColdSeal struct {
 
 func (x *ColdSeal) Reset() {
 	*x = ColdSeal{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[17]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +2138,7 @@ func (x *ColdSeal) String() string {
 func (*ColdSeal) ProtoMessage() {}
 
 func (x *ColdSeal) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[17]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +2151,7 @@ func (x *ColdSeal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdSeal.ProtoReflect.Descriptor instead.
 func (*ColdSeal) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{17}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ColdSeal) GetLevel() uint32 {
@@ -1686,7 +2207,7 @@ type ColdFlush struct {
 
 func (x *ColdFlush) Reset() {
 	*x = ColdFlush{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[18]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +2219,7 @@ func (x *ColdFlush) String() string {
 func (*ColdFlush) ProtoMessage() {}
 
 func (x *ColdFlush) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[18]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +2232,7 @@ func (x *ColdFlush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdFlush.ProtoReflect.Descriptor instead.
 func (*ColdFlush) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{18}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ColdFlush) GetBucket() string {
@@ -1770,7 +2291,7 @@ type SetRetention struct {
 
 func (x *SetRetention) Reset() {
 	*x = SetRetention{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[19]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +2303,7 @@ func (x *SetRetention) String() string {
 func (*SetRetention) ProtoMessage() {}
 
 func (x *SetRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[19]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +2316,7 @@ func (x *SetRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetention.ProtoReflect.Descriptor instead.
 func (*SetRetention) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{19}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetRetention) GetBucket() string {
@@ -1840,7 +2361,7 @@ type ColdRetire struct {
 
 func (x *ColdRetire) Reset() {
 	*x = ColdRetire{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[20]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +2373,7 @@ func (x *ColdRetire) String() string {
 func (*ColdRetire) ProtoMessage() {}
 
 func (x *ColdRetire) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[20]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +2386,7 @@ func (x *ColdRetire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdRetire.ProtoReflect.Descriptor instead.
 func (*ColdRetire) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{20}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ColdRetire) GetBucket() string {
@@ -1912,7 +2433,7 @@ type ColdSwap struct {
 
 func (x *ColdSwap) Reset() {
 	*x = ColdSwap{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[21]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2445,7 @@ func (x *ColdSwap) String() string {
 func (*ColdSwap) ProtoMessage() {}
 
 func (x *ColdSwap) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[21]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2458,7 @@ func (x *ColdSwap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdSwap.ProtoReflect.Descriptor instead.
 func (*ColdSwap) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{21}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ColdSwap) GetBucket() string {
@@ -1996,7 +2517,7 @@ type GCEntry struct {
 
 func (x *GCEntry) Reset() {
 	*x = GCEntry{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2529,7 @@ func (x *GCEntry) String() string {
 func (*GCEntry) ProtoMessage() {}
 
 func (x *GCEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2542,7 @@ func (x *GCEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCEntry.ProtoReflect.Descriptor instead.
 func (*GCEntry) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{22}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GCEntry) GetSeq() uint64 {
@@ -2069,7 +2590,7 @@ type GCAck struct {
 
 func (x *GCAck) Reset() {
 	*x = GCAck{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2602,7 @@ func (x *GCAck) String() string {
 func (*GCAck) ProtoMessage() {}
 
 func (x *GCAck) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2615,7 @@ func (x *GCAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCAck.ProtoReflect.Descriptor instead.
 func (*GCAck) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{23}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GCAck) GetSeqs() []uint64 {
@@ -2114,7 +2635,7 @@ type PurgeBucket struct {
 
 func (x *PurgeBucket) Reset() {
 	*x = PurgeBucket{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2647,7 @@ func (x *PurgeBucket) String() string {
 func (*PurgeBucket) ProtoMessage() {}
 
 func (x *PurgeBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2660,7 @@ func (x *PurgeBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeBucket.ProtoReflect.Descriptor instead.
 func (*PurgeBucket) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{24}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PurgeBucket) GetBucket() string {
@@ -2161,7 +2682,7 @@ type ProducerState struct {
 
 func (x *ProducerState) Reset() {
 	*x = ProducerState{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2694,7 @@ func (x *ProducerState) String() string {
 func (*ProducerState) ProtoMessage() {}
 
 func (x *ProducerState) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2707,7 @@ func (x *ProducerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
 func (*ProducerState) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{25}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ProducerState) GetId() string {
@@ -2252,14 +2773,22 @@ type StreamState struct {
 	// retained: reads below it answer 410.
 	Retained uint64 `protobuf:"varint,25,opt,name=retained,proto3" json:"retained,omitempty"`
 	// hot_since_ms is when the oldest hot byte was committed.
-	HotSinceMs    int64 `protobuf:"varint,26,opt,name=hot_since_ms,json=hotSinceMs,proto3" json:"hot_since_ms,omitempty"`
+	HotSinceMs    int64        `protobuf:"varint,26,opt,name=hot_since_ms,json=hotSinceMs,proto3" json:"hot_since_ms,omitempty"`
+	Snapshot      *SnapshotRef `protobuf:"bytes,27,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	AttrsTitle    string       `protobuf:"bytes,28,opt,name=attrs_title,json=attrsTitle,proto3" json:"attrs_title,omitempty"`
+	AttrsMetadata []byte       `protobuf:"bytes,29,opt,name=attrs_metadata,json=attrsMetadata,proto3" json:"attrs_metadata,omitempty"`
+	HasAttrs      bool         `protobuf:"varint,30,opt,name=has_attrs,json=hasAttrs,proto3" json:"has_attrs,omitempty"`
+	// record_first/record_next: the retained JSON record range (ordinals).
+	RecordFirst   uint64 `protobuf:"varint,31,opt,name=record_first,json=recordFirst,proto3" json:"record_first,omitempty"`
+	RecordNext    uint64 `protobuf:"varint,32,opt,name=record_next,json=recordNext,proto3" json:"record_next,omitempty"`
+	LastWriteMs   int64  `protobuf:"varint,33,opt,name=last_write_ms,json=lastWriteMs,proto3" json:"last_write_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamState) Reset() {
 	*x = StreamState{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2271,7 +2800,7 @@ func (x *StreamState) String() string {
 func (*StreamState) ProtoMessage() {}
 
 func (x *StreamState) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2284,7 +2813,7 @@ func (x *StreamState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamState.ProtoReflect.Descriptor instead.
 func (*StreamState) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{26}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StreamState) GetBucket() string {
@@ -2469,6 +2998,55 @@ func (x *StreamState) GetHotSinceMs() int64 {
 	return 0
 }
 
+func (x *StreamState) GetSnapshot() *SnapshotRef {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *StreamState) GetAttrsTitle() string {
+	if x != nil {
+		return x.AttrsTitle
+	}
+	return ""
+}
+
+func (x *StreamState) GetAttrsMetadata() []byte {
+	if x != nil {
+		return x.AttrsMetadata
+	}
+	return nil
+}
+
+func (x *StreamState) GetHasAttrs() bool {
+	if x != nil {
+		return x.HasAttrs
+	}
+	return false
+}
+
+func (x *StreamState) GetRecordFirst() uint64 {
+	if x != nil {
+		return x.RecordFirst
+	}
+	return 0
+}
+
+func (x *StreamState) GetRecordNext() uint64 {
+	if x != nil {
+		return x.RecordNext
+	}
+	return 0
+}
+
+func (x *StreamState) GetLastWriteMs() int64 {
+	if x != nil {
+		return x.LastWriteMs
+	}
+	return 0
+}
+
 // ApplyResult is the outcome of applying one command, as sent back to a
 // node that forwarded the command to the group's leader.
 type ApplyResult struct {
@@ -2497,7 +3075,7 @@ type ApplyResult struct {
 
 func (x *ApplyResult) Reset() {
 	*x = ApplyResult{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +3087,7 @@ func (x *ApplyResult) String() string {
 func (*ApplyResult) ProtoMessage() {}
 
 func (x *ApplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +3100,7 @@ func (x *ApplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResult.ProtoReflect.Descriptor instead.
 func (*ApplyResult) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{27}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ApplyResult) GetErrorCode() string {
@@ -2627,7 +3205,7 @@ var File_ursula_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"\x1fursula/storage/v1/storage.proto\x12\x11ursula.storage.v1\"\xe1\a\n" +
+	"\x1fursula/storage/v1/storage.proto\x12\x11ursula.storage.v1\"\xb6\t\n" +
 	"\aCommand\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12F\n" +
 	"\rcreate_bucket\x18\n" +
@@ -2648,7 +3226,10 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"coldRetire\x12:\n" +
 	"\tcold_swap\x18\x16 \x01(\v2\x1b.ursula.storage.v1.ColdSwapH\x00R\bcoldSwap\x121\n" +
 	"\x06gc_ack\x18\x17 \x01(\v2\x18.ursula.storage.v1.GCAckH\x00R\x05gcAck\x12C\n" +
-	"\fpurge_bucket\x18\x18 \x01(\v2\x1e.ursula.storage.v1.PurgeBucketH\x00R\vpurgeBucketB\x04\n" +
+	"\fpurge_bucket\x18\x18 \x01(\v2\x1e.ursula.storage.v1.PurgeBucketH\x00R\vpurgeBucket\x12O\n" +
+	"\x10publish_snapshot\x18\x19 \x01(\v2\".ursula.storage.v1.PublishSnapshotH\x00R\x0fpublishSnapshot\x12:\n" +
+	"\tset_attrs\x18\x1a \x01(\v2\x1b.ursula.storage.v1.SetAttrsH\x00R\bsetAttrs\x12F\n" +
+	"\rdelete_bucket\x18\x1b \x01(\v2\x1f.ursula.storage.v1.DeleteBucketH\x00R\fdeleteBucketB\x04\n" +
 	"\x02op\"\t\n" +
 	"\aBarrier\"&\n" +
 	"\fCreateBucket\x12\x16\n" +
@@ -2683,7 +3264,7 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\vProducerRef\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x10\n" +
-	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\xd4\x02\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\xa5\x03\n" +
 	"\x06Append\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12!\n" +
@@ -2694,9 +3275,12 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
 	"stream_seq\x18\a \x01(\tR\tstreamSeq\x12:\n" +
 	"\bproducer\x18\b \x01(\v2\x1e.ursula.storage.v1.ProducerRefR\bproducer\x12 \n" +
-	"\vincarnation\x18\t \x01(\x04R\vincarnation\x126\n" +
+	"\vincarnation\x18\t \x01(\x04R\vincarnation\x12&\n" +
+	"\frecord_match\x18\v \x01(\x04H\x00R\vrecordMatch\x88\x01\x01\x12\x16\n" +
+	"\x06frames\x18\f \x03(\fR\x06frames\x126\n" +
 	"\bexternal\x18\n" +
-	" \x01(\v2\x1a.ursula.storage.v1.ColdRefR\bexternal\"`\n" +
+	" \x01(\v2\x1a.ursula.storage.v1.ColdRefR\bexternalB\x0f\n" +
+	"\r_record_match\"`\n" +
 	"\fDeleteStream\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
@@ -2710,17 +3294,48 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x0eReleaseForkRef\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"Z\n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"\x8c\x01\n" +
 	"\x06Expire\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"x\n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x120\n" +
+	"\x04more\x18\x04 \x03(\v2\x1c.ursula.storage.v1.StreamKeyR\x04more\"]\n" +
+	"\tStreamKey\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"\x9e\x01\n" +
+	"\vSnapshotRef\x12\x1a\n" +
+	"\bposition\x18\x01 \x01(\x04R\bposition\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12!\n" +
+	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\x12\x12\n" +
+	"\x04size\x18\x05 \x01(\x04R\x04size\x12\x12\n" +
+	"\x04data\x18\x06 \x01(\fR\x04data\"\xb5\x01\n" +
+	"\x0fPublishSnapshot\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12:\n" +
+	"\bsnapshot\x18\x04 \x01(\v2\x1e.ursula.storage.v1.SnapshotRefR\bsnapshot\x12\x14\n" +
+	"\x05match\x18\x05 \x01(\tR\x05match\"\x8e\x01\n" +
+	"\bSetAttrs\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12\x14\n" +
+	"\x05title\x18\x04 \x01(\tR\x05title\x12\x1a\n" +
+	"\bmetadata\x18\x05 \x01(\fR\bmetadata\"&\n" +
+	"\fDeleteBucket\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"\xbc\x01\n" +
+	"\vBucketUsage\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x124\n" +
+	"\x16committed_append_bytes\x18\x02 \x01(\x04R\x14committedAppendBytes\x12+\n" +
+	"\x11committed_records\x18\x03 \x01(\x04R\x10committedRecords\x122\n" +
+	"\x15committed_write_units\x18\x04 \x01(\x04R\x13committedWriteUnits\"x\n" +
 	"\x05Touch\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12\x1d\n" +
 	"\n" +
-	"touched_ms\x18\x04 \x01(\x03R\ttouchedMs\"\xaa\x03\n" +
+	"touched_ms\x18\x04 \x01(\x03R\ttouchedMs\"\xac\x05\n" +
 	"\bSnapshot\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12\x18\n" +
@@ -2729,10 +3344,17 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x0efenced_buckets\x18\x05 \x03(\tR\rfencedBuckets\x125\n" +
 	"\bgc_queue\x18\x06 \x03(\v2\x1a.ursula.storage.v1.GCEntryR\agcQueue\x12\x1e\n" +
 	"\vgc_next_seq\x18\a \x01(\x04R\tgcNextSeq\x12O\n" +
-	"\fgc_reclaimed\x18\b \x03(\v2,.ursula.storage.v1.Snapshot.GcReclaimedEntryR\vgcReclaimed\x1a>\n" +
+	"\fgc_reclaimed\x18\b \x03(\v2,.ursula.storage.v1.Snapshot.GcReclaimedEntryR\vgcReclaimed\x124\n" +
+	"\x05usage\x18\t \x03(\v2\x1e.ursula.storage.v1.BucketUsageR\x05usage\x12(\n" +
+	"\x10write_unit_bytes\x18\n" +
+	" \x01(\x04R\x0ewriteUnitBytes\x12\\\n" +
+	"\x11bucket_created_ms\x18\v \x03(\v20.ursula.storage.v1.Snapshot.BucketCreatedMsEntryR\x0fbucketCreatedMs\x1a>\n" +
 	"\x10GcReclaimedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xb8\x01\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1aB\n" +
+	"\x14BucketCreatedMsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xb8\x01\n" +
 	"\aColdRef\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x10\n" +
@@ -2793,7 +3415,7 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
-	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs\"\x9c\a\n" +
+	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs\"\xa5\t\n" +
 	"\vStreamState\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
@@ -2827,7 +3449,16 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\fhot_external\x18\x18 \x03(\v2\x1e.ursula.storage.v1.HotExternalR\vhotExternal\x12\x1a\n" +
 	"\bretained\x18\x19 \x01(\x04R\bretained\x12 \n" +
 	"\fhot_since_ms\x18\x1a \x01(\x03R\n" +
-	"hotSinceMs\"\xe2\x04\n" +
+	"hotSinceMs\x12:\n" +
+	"\bsnapshot\x18\x1b \x01(\v2\x1e.ursula.storage.v1.SnapshotRefR\bsnapshot\x12\x1f\n" +
+	"\vattrs_title\x18\x1c \x01(\tR\n" +
+	"attrsTitle\x12%\n" +
+	"\x0eattrs_metadata\x18\x1d \x01(\fR\rattrsMetadata\x12\x1b\n" +
+	"\thas_attrs\x18\x1e \x01(\bR\bhasAttrs\x12!\n" +
+	"\frecord_first\x18\x1f \x01(\x04R\vrecordFirst\x12\x1f\n" +
+	"\vrecord_next\x18  \x01(\x04R\n" +
+	"recordNext\x12\"\n" +
+	"\rlast_write_ms\x18! \x01(\x03R\vlastWriteMs\"\xe2\x04\n" +
 	"\vApplyResult\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\tR\terrorCode\x12#\n" +
@@ -2874,40 +3505,47 @@ func file_ursula_storage_v1_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_ursula_storage_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ursula_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_ursula_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_ursula_storage_v1_storage_proto_goTypes = []any{
-	(ColdKind)(0),          // 0: ursula.storage.v1.ColdKind
-	(GCKind)(0),            // 1: ursula.storage.v1.GCKind
-	(*Command)(nil),        // 2: ursula.storage.v1.Command
-	(*Barrier)(nil),        // 3: ursula.storage.v1.Barrier
-	(*CreateBucket)(nil),   // 4: ursula.storage.v1.CreateBucket
-	(*ForkOrigin)(nil),     // 5: ursula.storage.v1.ForkOrigin
-	(*CreateStream)(nil),   // 6: ursula.storage.v1.CreateStream
-	(*ProducerRef)(nil),    // 7: ursula.storage.v1.ProducerRef
-	(*Append)(nil),         // 8: ursula.storage.v1.Append
-	(*DeleteStream)(nil),   // 9: ursula.storage.v1.DeleteStream
-	(*AddForkRef)(nil),     // 10: ursula.storage.v1.AddForkRef
-	(*ReleaseForkRef)(nil), // 11: ursula.storage.v1.ReleaseForkRef
-	(*Expire)(nil),         // 12: ursula.storage.v1.Expire
-	(*Touch)(nil),          // 13: ursula.storage.v1.Touch
-	(*Snapshot)(nil),       // 14: ursula.storage.v1.Snapshot
-	(*ColdRef)(nil),        // 15: ursula.storage.v1.ColdRef
-	(*ColdPage)(nil),       // 16: ursula.storage.v1.ColdPage
-	(*ColdLevel)(nil),      // 17: ursula.storage.v1.ColdLevel
-	(*HotExternal)(nil),    // 18: ursula.storage.v1.HotExternal
-	(*ColdSeal)(nil),       // 19: ursula.storage.v1.ColdSeal
-	(*ColdFlush)(nil),      // 20: ursula.storage.v1.ColdFlush
-	(*SetRetention)(nil),   // 21: ursula.storage.v1.SetRetention
-	(*ColdRetire)(nil),     // 22: ursula.storage.v1.ColdRetire
-	(*ColdSwap)(nil),       // 23: ursula.storage.v1.ColdSwap
-	(*GCEntry)(nil),        // 24: ursula.storage.v1.GCEntry
-	(*GCAck)(nil),          // 25: ursula.storage.v1.GCAck
-	(*PurgeBucket)(nil),    // 26: ursula.storage.v1.PurgeBucket
-	(*ProducerState)(nil),  // 27: ursula.storage.v1.ProducerState
-	(*StreamState)(nil),    // 28: ursula.storage.v1.StreamState
-	(*ApplyResult)(nil),    // 29: ursula.storage.v1.ApplyResult
-	nil,                    // 30: ursula.storage.v1.Snapshot.GcReclaimedEntry
-	nil,                    // 31: ursula.storage.v1.ApplyResult.ErrorMetadataEntry
+	(ColdKind)(0),           // 0: ursula.storage.v1.ColdKind
+	(GCKind)(0),             // 1: ursula.storage.v1.GCKind
+	(*Command)(nil),         // 2: ursula.storage.v1.Command
+	(*Barrier)(nil),         // 3: ursula.storage.v1.Barrier
+	(*CreateBucket)(nil),    // 4: ursula.storage.v1.CreateBucket
+	(*ForkOrigin)(nil),      // 5: ursula.storage.v1.ForkOrigin
+	(*CreateStream)(nil),    // 6: ursula.storage.v1.CreateStream
+	(*ProducerRef)(nil),     // 7: ursula.storage.v1.ProducerRef
+	(*Append)(nil),          // 8: ursula.storage.v1.Append
+	(*DeleteStream)(nil),    // 9: ursula.storage.v1.DeleteStream
+	(*AddForkRef)(nil),      // 10: ursula.storage.v1.AddForkRef
+	(*ReleaseForkRef)(nil),  // 11: ursula.storage.v1.ReleaseForkRef
+	(*Expire)(nil),          // 12: ursula.storage.v1.Expire
+	(*StreamKey)(nil),       // 13: ursula.storage.v1.StreamKey
+	(*SnapshotRef)(nil),     // 14: ursula.storage.v1.SnapshotRef
+	(*PublishSnapshot)(nil), // 15: ursula.storage.v1.PublishSnapshot
+	(*SetAttrs)(nil),        // 16: ursula.storage.v1.SetAttrs
+	(*DeleteBucket)(nil),    // 17: ursula.storage.v1.DeleteBucket
+	(*BucketUsage)(nil),     // 18: ursula.storage.v1.BucketUsage
+	(*Touch)(nil),           // 19: ursula.storage.v1.Touch
+	(*Snapshot)(nil),        // 20: ursula.storage.v1.Snapshot
+	(*ColdRef)(nil),         // 21: ursula.storage.v1.ColdRef
+	(*ColdPage)(nil),        // 22: ursula.storage.v1.ColdPage
+	(*ColdLevel)(nil),       // 23: ursula.storage.v1.ColdLevel
+	(*HotExternal)(nil),     // 24: ursula.storage.v1.HotExternal
+	(*ColdSeal)(nil),        // 25: ursula.storage.v1.ColdSeal
+	(*ColdFlush)(nil),       // 26: ursula.storage.v1.ColdFlush
+	(*SetRetention)(nil),    // 27: ursula.storage.v1.SetRetention
+	(*ColdRetire)(nil),      // 28: ursula.storage.v1.ColdRetire
+	(*ColdSwap)(nil),        // 29: ursula.storage.v1.ColdSwap
+	(*GCEntry)(nil),         // 30: ursula.storage.v1.GCEntry
+	(*GCAck)(nil),           // 31: ursula.storage.v1.GCAck
+	(*PurgeBucket)(nil),     // 32: ursula.storage.v1.PurgeBucket
+	(*ProducerState)(nil),   // 33: ursula.storage.v1.ProducerState
+	(*StreamState)(nil),     // 34: ursula.storage.v1.StreamState
+	(*ApplyResult)(nil),     // 35: ursula.storage.v1.ApplyResult
+	nil,                     // 36: ursula.storage.v1.Snapshot.GcReclaimedEntry
+	nil,                     // 37: ursula.storage.v1.Snapshot.BucketCreatedMsEntry
+	nil,                     // 38: ursula.storage.v1.ApplyResult.ErrorMetadataEntry
 }
 var file_ursula_storage_v1_storage_proto_depIdxs = []int32{
 	4,  // 0: ursula.storage.v1.Command.create_bucket:type_name -> ursula.storage.v1.CreateBucket
@@ -2917,42 +3555,50 @@ var file_ursula_storage_v1_storage_proto_depIdxs = []int32{
 	10, // 4: ursula.storage.v1.Command.add_fork_ref:type_name -> ursula.storage.v1.AddForkRef
 	11, // 5: ursula.storage.v1.Command.release_fork_ref:type_name -> ursula.storage.v1.ReleaseForkRef
 	12, // 6: ursula.storage.v1.Command.expire:type_name -> ursula.storage.v1.Expire
-	13, // 7: ursula.storage.v1.Command.touch:type_name -> ursula.storage.v1.Touch
+	19, // 7: ursula.storage.v1.Command.touch:type_name -> ursula.storage.v1.Touch
 	3,  // 8: ursula.storage.v1.Command.barrier:type_name -> ursula.storage.v1.Barrier
-	20, // 9: ursula.storage.v1.Command.cold_flush:type_name -> ursula.storage.v1.ColdFlush
-	21, // 10: ursula.storage.v1.Command.set_retention:type_name -> ursula.storage.v1.SetRetention
-	22, // 11: ursula.storage.v1.Command.cold_retire:type_name -> ursula.storage.v1.ColdRetire
-	23, // 12: ursula.storage.v1.Command.cold_swap:type_name -> ursula.storage.v1.ColdSwap
-	25, // 13: ursula.storage.v1.Command.gc_ack:type_name -> ursula.storage.v1.GCAck
-	26, // 14: ursula.storage.v1.Command.purge_bucket:type_name -> ursula.storage.v1.PurgeBucket
-	5,  // 15: ursula.storage.v1.CreateStream.fork:type_name -> ursula.storage.v1.ForkOrigin
-	7,  // 16: ursula.storage.v1.Append.producer:type_name -> ursula.storage.v1.ProducerRef
-	15, // 17: ursula.storage.v1.Append.external:type_name -> ursula.storage.v1.ColdRef
-	28, // 18: ursula.storage.v1.Snapshot.streams:type_name -> ursula.storage.v1.StreamState
-	24, // 19: ursula.storage.v1.Snapshot.gc_queue:type_name -> ursula.storage.v1.GCEntry
-	30, // 20: ursula.storage.v1.Snapshot.gc_reclaimed:type_name -> ursula.storage.v1.Snapshot.GcReclaimedEntry
-	0,  // 21: ursula.storage.v1.ColdRef.kind:type_name -> ursula.storage.v1.ColdKind
-	15, // 22: ursula.storage.v1.ColdPage.entries:type_name -> ursula.storage.v1.ColdRef
-	15, // 23: ursula.storage.v1.ColdLevel.entries:type_name -> ursula.storage.v1.ColdRef
-	15, // 24: ursula.storage.v1.HotExternal.ref:type_name -> ursula.storage.v1.ColdRef
-	15, // 25: ursula.storage.v1.ColdFlush.chunks:type_name -> ursula.storage.v1.ColdRef
-	19, // 26: ursula.storage.v1.ColdFlush.seals:type_name -> ursula.storage.v1.ColdSeal
-	15, // 27: ursula.storage.v1.ColdSwap.replaced:type_name -> ursula.storage.v1.ColdRef
-	15, // 28: ursula.storage.v1.ColdSwap.chunk:type_name -> ursula.storage.v1.ColdRef
-	1,  // 29: ursula.storage.v1.GCEntry.kind:type_name -> ursula.storage.v1.GCKind
-	7,  // 30: ursula.storage.v1.StreamState.closed_by:type_name -> ursula.storage.v1.ProducerRef
-	27, // 31: ursula.storage.v1.StreamState.producers:type_name -> ursula.storage.v1.ProducerState
-	5,  // 32: ursula.storage.v1.StreamState.fork:type_name -> ursula.storage.v1.ForkOrigin
-	17, // 33: ursula.storage.v1.StreamState.cold_index:type_name -> ursula.storage.v1.ColdLevel
-	18, // 34: ursula.storage.v1.StreamState.hot_external:type_name -> ursula.storage.v1.HotExternal
-	31, // 35: ursula.storage.v1.ApplyResult.error_metadata:type_name -> ursula.storage.v1.ApplyResult.ErrorMetadataEntry
-	28, // 36: ursula.storage.v1.ApplyResult.meta:type_name -> ursula.storage.v1.StreamState
-	5,  // 37: ursula.storage.v1.ApplyResult.release:type_name -> ursula.storage.v1.ForkOrigin
-	38, // [38:38] is the sub-list for method output_type
-	38, // [38:38] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	26, // 9: ursula.storage.v1.Command.cold_flush:type_name -> ursula.storage.v1.ColdFlush
+	27, // 10: ursula.storage.v1.Command.set_retention:type_name -> ursula.storage.v1.SetRetention
+	28, // 11: ursula.storage.v1.Command.cold_retire:type_name -> ursula.storage.v1.ColdRetire
+	29, // 12: ursula.storage.v1.Command.cold_swap:type_name -> ursula.storage.v1.ColdSwap
+	31, // 13: ursula.storage.v1.Command.gc_ack:type_name -> ursula.storage.v1.GCAck
+	32, // 14: ursula.storage.v1.Command.purge_bucket:type_name -> ursula.storage.v1.PurgeBucket
+	15, // 15: ursula.storage.v1.Command.publish_snapshot:type_name -> ursula.storage.v1.PublishSnapshot
+	16, // 16: ursula.storage.v1.Command.set_attrs:type_name -> ursula.storage.v1.SetAttrs
+	17, // 17: ursula.storage.v1.Command.delete_bucket:type_name -> ursula.storage.v1.DeleteBucket
+	5,  // 18: ursula.storage.v1.CreateStream.fork:type_name -> ursula.storage.v1.ForkOrigin
+	7,  // 19: ursula.storage.v1.Append.producer:type_name -> ursula.storage.v1.ProducerRef
+	21, // 20: ursula.storage.v1.Append.external:type_name -> ursula.storage.v1.ColdRef
+	13, // 21: ursula.storage.v1.Expire.more:type_name -> ursula.storage.v1.StreamKey
+	14, // 22: ursula.storage.v1.PublishSnapshot.snapshot:type_name -> ursula.storage.v1.SnapshotRef
+	34, // 23: ursula.storage.v1.Snapshot.streams:type_name -> ursula.storage.v1.StreamState
+	30, // 24: ursula.storage.v1.Snapshot.gc_queue:type_name -> ursula.storage.v1.GCEntry
+	36, // 25: ursula.storage.v1.Snapshot.gc_reclaimed:type_name -> ursula.storage.v1.Snapshot.GcReclaimedEntry
+	18, // 26: ursula.storage.v1.Snapshot.usage:type_name -> ursula.storage.v1.BucketUsage
+	37, // 27: ursula.storage.v1.Snapshot.bucket_created_ms:type_name -> ursula.storage.v1.Snapshot.BucketCreatedMsEntry
+	0,  // 28: ursula.storage.v1.ColdRef.kind:type_name -> ursula.storage.v1.ColdKind
+	21, // 29: ursula.storage.v1.ColdPage.entries:type_name -> ursula.storage.v1.ColdRef
+	21, // 30: ursula.storage.v1.ColdLevel.entries:type_name -> ursula.storage.v1.ColdRef
+	21, // 31: ursula.storage.v1.HotExternal.ref:type_name -> ursula.storage.v1.ColdRef
+	21, // 32: ursula.storage.v1.ColdFlush.chunks:type_name -> ursula.storage.v1.ColdRef
+	25, // 33: ursula.storage.v1.ColdFlush.seals:type_name -> ursula.storage.v1.ColdSeal
+	21, // 34: ursula.storage.v1.ColdSwap.replaced:type_name -> ursula.storage.v1.ColdRef
+	21, // 35: ursula.storage.v1.ColdSwap.chunk:type_name -> ursula.storage.v1.ColdRef
+	1,  // 36: ursula.storage.v1.GCEntry.kind:type_name -> ursula.storage.v1.GCKind
+	7,  // 37: ursula.storage.v1.StreamState.closed_by:type_name -> ursula.storage.v1.ProducerRef
+	33, // 38: ursula.storage.v1.StreamState.producers:type_name -> ursula.storage.v1.ProducerState
+	5,  // 39: ursula.storage.v1.StreamState.fork:type_name -> ursula.storage.v1.ForkOrigin
+	23, // 40: ursula.storage.v1.StreamState.cold_index:type_name -> ursula.storage.v1.ColdLevel
+	24, // 41: ursula.storage.v1.StreamState.hot_external:type_name -> ursula.storage.v1.HotExternal
+	14, // 42: ursula.storage.v1.StreamState.snapshot:type_name -> ursula.storage.v1.SnapshotRef
+	38, // 43: ursula.storage.v1.ApplyResult.error_metadata:type_name -> ursula.storage.v1.ApplyResult.ErrorMetadataEntry
+	34, // 44: ursula.storage.v1.ApplyResult.meta:type_name -> ursula.storage.v1.StreamState
+	5,  // 45: ursula.storage.v1.ApplyResult.release:type_name -> ursula.storage.v1.ForkOrigin
+	46, // [46:46] is the sub-list for method output_type
+	46, // [46:46] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_ursula_storage_v1_storage_proto_init() }
@@ -2976,14 +3622,18 @@ func file_ursula_storage_v1_storage_proto_init() {
 		(*Command_ColdSwap)(nil),
 		(*Command_GcAck)(nil),
 		(*Command_PurgeBucket)(nil),
+		(*Command_PublishSnapshot)(nil),
+		(*Command_SetAttrs)(nil),
+		(*Command_DeleteBucket)(nil),
 	}
+	file_ursula_storage_v1_storage_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_storage_v1_storage_proto_rawDesc), len(file_ursula_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   30,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -343,7 +343,17 @@ type StreamInfo struct {
 	ExpiresAt   string                 `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// incarnation identifies this history of the stream; it changes when the
 	// stream is deleted and created again.
-	Incarnation   uint64 `protobuf:"varint,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Incarnation uint64 `protobuf:"varint,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// record_first and record_next are the retained JSON record range.
+	RecordFirst uint64 `protobuf:"varint,7,opt,name=record_first,json=recordFirst,proto3" json:"record_first,omitempty"`
+	RecordNext  uint64 `protobuf:"varint,8,opt,name=record_next,json=recordNext,proto3" json:"record_next,omitempty"`
+	// retained_offset is the stream's retention ("" when none).
+	RetainedOffset string `protobuf:"bytes,9,opt,name=retained_offset,json=retainedOffset,proto3" json:"retained_offset,omitempty"`
+	// snapshot_offset and snapshot_digest describe the latest snapshot.
+	SnapshotOffset string `protobuf:"bytes,10,opt,name=snapshot_offset,json=snapshotOffset,proto3" json:"snapshot_offset,omitempty"`
+	SnapshotDigest string `protobuf:"bytes,11,opt,name=snapshot_digest,json=snapshotDigest,proto3" json:"snapshot_digest,omitempty"`
+	// cluster_id is the answering node's server.cluster_id.
+	ClusterId     string `protobuf:"bytes,12,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -418,6 +428,48 @@ func (x *StreamInfo) GetIncarnation() uint64 {
 		return x.Incarnation
 	}
 	return 0
+}
+
+func (x *StreamInfo) GetRecordFirst() uint64 {
+	if x != nil {
+		return x.RecordFirst
+	}
+	return 0
+}
+
+func (x *StreamInfo) GetRecordNext() uint64 {
+	if x != nil {
+		return x.RecordNext
+	}
+	return 0
+}
+
+func (x *StreamInfo) GetRetainedOffset() string {
+	if x != nil {
+		return x.RetainedOffset
+	}
+	return ""
+}
+
+func (x *StreamInfo) GetSnapshotOffset() string {
+	if x != nil {
+		return x.SnapshotOffset
+	}
+	return ""
+}
+
+func (x *StreamInfo) GetSnapshotDigest() string {
+	if x != nil {
+		return x.SnapshotDigest
+	}
+	return ""
+}
+
+func (x *StreamInfo) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 type CreateStreamResponse struct {
@@ -542,8 +594,16 @@ type AppendRequest struct {
 	// close closes the stream atomically after the body (if any).
 	Close bool `protobuf:"varint,4,opt,name=close,proto3" json:"close,omitempty"`
 	// stream_seq, when not empty, must be byte-wise greater than the last one.
-	StreamSeq     string    `protobuf:"bytes,5,opt,name=stream_seq,json=streamSeq,proto3" json:"stream_seq,omitempty"`
-	Producer      *Producer `protobuf:"bytes,6,opt,name=producer,proto3" json:"producer,omitempty"`
+	StreamSeq string    `protobuf:"bytes,5,opt,name=stream_seq,json=streamSeq,proto3" json:"stream_seq,omitempty"`
+	Producer  *Producer `protobuf:"bytes,6,opt,name=producer,proto3" json:"producer,omitempty"`
+	// frames, when not empty, is an append batch: each frame is appended as
+	// its own record, all in one Raft entry (body must then be empty).
+	Frames [][]byte `protobuf:"bytes,7,rep,name=frames,proto3" json:"frames,omitempty"`
+	// incarnation, when not zero, must be the stream's (412 otherwise).
+	Incarnation uint64 `protobuf:"varint,8,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// record_match, when set, appends only if the stream's record tail
+	// (next JSON record ordinal) equals it (412 otherwise).
+	RecordMatch   *uint64 `protobuf:"varint,9,opt,name=record_match,json=recordMatch,proto3,oneof" json:"record_match,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -620,6 +680,27 @@ func (x *AppendRequest) GetProducer() *Producer {
 	return nil
 }
 
+func (x *AppendRequest) GetFrames() [][]byte {
+	if x != nil {
+		return x.Frames
+	}
+	return nil
+}
+
+func (x *AppendRequest) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *AppendRequest) GetRecordMatch() uint64 {
+	if x != nil && x.RecordMatch != nil {
+		return *x.RecordMatch
+	}
+	return 0
+}
+
 type AppendResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	NextOffset string                 `protobuf:"bytes,1,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
@@ -629,6 +710,13 @@ type AppendResponse struct {
 	// producer_epoch and producer_seq echo the producer state after the call.
 	ProducerEpoch uint64 `protobuf:"varint,4,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
 	ProducerSeq   uint64 `protobuf:"varint,5,opt,name=producer_seq,json=producerSeq,proto3" json:"producer_seq,omitempty"`
+	// record_start and record_next are the JSON record ordinals the write
+	// starts at and the stream's record tail after it.
+	RecordStart uint64 `protobuf:"varint,6,opt,name=record_start,json=recordStart,proto3" json:"record_start,omitempty"`
+	RecordNext  uint64 `protobuf:"varint,7,opt,name=record_next,json=recordNext,proto3" json:"record_next,omitempty"`
+	// frames acknowledges each frame of an append batch.
+	Frames        []*FrameAck `protobuf:"bytes,8,rep,name=frames,proto3" json:"frames,omitempty"`
+	Incarnation   uint64      `protobuf:"varint,9,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -698,6 +786,34 @@ func (x *AppendResponse) GetProducerSeq() uint64 {
 	return 0
 }
 
+func (x *AppendResponse) GetRecordStart() uint64 {
+	if x != nil {
+		return x.RecordStart
+	}
+	return 0
+}
+
+func (x *AppendResponse) GetRecordNext() uint64 {
+	if x != nil {
+		return x.RecordNext
+	}
+	return 0
+}
+
+func (x *AppendResponse) GetFrames() []*FrameAck {
+	if x != nil {
+		return x.Frames
+	}
+	return nil
+}
+
+func (x *AppendResponse) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
 type ReadRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ref   *StreamRef             `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
@@ -709,7 +825,17 @@ type ReadRequest struct {
 	// this long for new data before answering with no data.
 	WaitMs uint64 `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
 	// no_touch leaves the TTL alone (reads normally restart it).
-	NoTouch       bool `protobuf:"varint,5,opt,name=no_touch,json=noTouch,proto3" json:"no_touch,omitempty"`
+	NoTouch bool `protobuf:"varint,5,opt,name=no_touch,json=noTouch,proto3" json:"no_touch,omitempty"`
+	// record, when set, starts the read at this JSON record ordinal instead
+	// of offset; record_now starts it at the record tail.
+	Record    *uint64 `protobuf:"varint,6,opt,name=record,proto3,oneof" json:"record,omitempty"`
+	RecordNow bool    `protobuf:"varint,7,opt,name=record_now,json=recordNow,proto3" json:"record_now,omitempty"`
+	// max_records bounds the records returned (0: no bound).
+	MaxRecords uint64 `protobuf:"varint,8,opt,name=max_records,json=maxRecords,proto3" json:"max_records,omitempty"`
+	// tail_records starts the read this many records before the tail.
+	TailRecords uint64 `protobuf:"varint,9,opt,name=tail_records,json=tailRecords,proto3" json:"tail_records,omitempty"`
+	// incarnation, when not zero, must be the stream's (412 otherwise).
+	Incarnation   uint64 `protobuf:"varint,10,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -779,6 +905,41 @@ func (x *ReadRequest) GetNoTouch() bool {
 	return false
 }
 
+func (x *ReadRequest) GetRecord() uint64 {
+	if x != nil && x.Record != nil {
+		return *x.Record
+	}
+	return 0
+}
+
+func (x *ReadRequest) GetRecordNow() bool {
+	if x != nil {
+		return x.RecordNow
+	}
+	return false
+}
+
+func (x *ReadRequest) GetMaxRecords() uint64 {
+	if x != nil {
+		return x.MaxRecords
+	}
+	return 0
+}
+
+func (x *ReadRequest) GetTailRecords() uint64 {
+	if x != nil {
+		return x.TailRecords
+	}
+	return 0
+}
+
+func (x *ReadRequest) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
 type ReadResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// data is in stored form: raw bytes, or for JSON streams one compact JSON
@@ -793,7 +954,11 @@ type ReadResponse struct {
 	ContentType string `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	Incarnation uint64 `protobuf:"varint,7,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	// timed_out is set when a wait ended without new data.
-	TimedOut      bool `protobuf:"varint,8,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	TimedOut bool `protobuf:"varint,8,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	// record_first and record_next are the JSON record ordinals of the first
+	// record returned and of the one after the last.
+	RecordFirst   uint64 `protobuf:"varint,9,opt,name=record_first,json=recordFirst,proto3" json:"record_first,omitempty"`
+	RecordNext    uint64 `protobuf:"varint,10,opt,name=record_next,json=recordNext,proto3" json:"record_next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -884,9 +1049,25 @@ func (x *ReadResponse) GetTimedOut() bool {
 	return false
 }
 
+func (x *ReadResponse) GetRecordFirst() uint64 {
+	if x != nil {
+		return x.RecordFirst
+	}
+	return 0
+}
+
+func (x *ReadResponse) GetRecordNext() uint64 {
+	if x != nil {
+		return x.RecordNext
+	}
+	return 0
+}
+
 type HeadRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ref           *StreamRef             `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ref   *StreamRef             `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// incarnation, when not zero, must be the stream's (412 otherwise).
+	Incarnation   uint64 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -926,6 +1107,13 @@ func (x *HeadRequest) GetRef() *StreamRef {
 		return x.Ref
 	}
 	return nil
+}
+
+func (x *HeadRequest) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
 }
 
 type HeadResponse struct {
@@ -1425,6 +1613,1013 @@ func (x *GetClusterInfoResponse) GetGroupLeaders() []uint64 {
 	return nil
 }
 
+// FrameAck is the outcome of one frame of an append batch.
+type FrameAck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// status is the HTTP status the frame would have had on its own.
+	Status        uint32 `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"`
+	NextOffset    string `protobuf:"bytes,2,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
+	RecordStart   uint64 `protobuf:"varint,3,opt,name=record_start,json=recordStart,proto3" json:"record_start,omitempty"`
+	RecordNext    uint64 `protobuf:"varint,4,opt,name=record_next,json=recordNext,proto3" json:"record_next,omitempty"`
+	Closed        bool   `protobuf:"varint,5,opt,name=closed,proto3" json:"closed,omitempty"`
+	ErrorCode     string `protobuf:"bytes,6,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FrameAck) Reset() {
+	*x = FrameAck{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FrameAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FrameAck) ProtoMessage() {}
+
+func (x *FrameAck) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FrameAck.ProtoReflect.Descriptor instead.
+func (*FrameAck) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *FrameAck) GetStatus() uint32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *FrameAck) GetNextOffset() string {
+	if x != nil {
+		return x.NextOffset
+	}
+	return ""
+}
+
+func (x *FrameAck) GetRecordStart() uint64 {
+	if x != nil {
+		return x.RecordStart
+	}
+	return 0
+}
+
+func (x *FrameAck) GetRecordNext() uint64 {
+	if x != nil {
+		return x.RecordNext
+	}
+	return 0
+}
+
+func (x *FrameAck) GetClosed() bool {
+	if x != nil {
+		return x.Closed
+	}
+	return false
+}
+
+func (x *FrameAck) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
+func (x *FrameAck) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type PutSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ref   *StreamRef             `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// offset is where the snapshot stands (an offset the server issued).
+	Offset string `protobuf:"bytes,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// content_type is the snapshot's own media type.
+	ContentType string `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	Body        []byte `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
+	// match, when not empty, is the digest the latest snapshot must have.
+	Match         string `protobuf:"bytes,5,opt,name=match,proto3" json:"match,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutSnapshotRequest) Reset() {
+	*x = PutSnapshotRequest{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutSnapshotRequest) ProtoMessage() {}
+
+func (x *PutSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*PutSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *PutSnapshotRequest) GetRef() *StreamRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *PutSnapshotRequest) GetOffset() string {
+	if x != nil {
+		return x.Offset
+	}
+	return ""
+}
+
+func (x *PutSnapshotRequest) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *PutSnapshotRequest) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *PutSnapshotRequest) GetMatch() string {
+	if x != nil {
+		return x.Match
+	}
+	return ""
+}
+
+type PutSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Offset        string                 `protobuf:"bytes,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Digest        string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	Created       bool                   `protobuf:"varint,3,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutSnapshotResponse) Reset() {
+	*x = PutSnapshotResponse{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutSnapshotResponse) ProtoMessage() {}
+
+func (x *PutSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*PutSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *PutSnapshotResponse) GetOffset() string {
+	if x != nil {
+		return x.Offset
+	}
+	return ""
+}
+
+func (x *PutSnapshotResponse) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *PutSnapshotResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+type GetSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ref   *StreamRef             `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// offset selects the snapshot; empty means the latest.
+	Offset        string `protobuf:"bytes,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSnapshotRequest) Reset() {
+	*x = GetSnapshotRequest{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSnapshotRequest) ProtoMessage() {}
+
+func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*GetSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetSnapshotRequest) GetRef() *StreamRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *GetSnapshotRequest) GetOffset() string {
+	if x != nil {
+		return x.Offset
+	}
+	return ""
+}
+
+type GetSnapshotResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Offset      string                 `protobuf:"bytes,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Digest      string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	ContentType string                 `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	Body        []byte                 `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
+	// The stream's state when read (through the leader).
+	NextOffset    string `protobuf:"bytes,5,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
+	UpToDate      bool   `protobuf:"varint,6,opt,name=up_to_date,json=upToDate,proto3" json:"up_to_date,omitempty"`
+	Closed        bool   `protobuf:"varint,7,opt,name=closed,proto3" json:"closed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSnapshotResponse) Reset() {
+	*x = GetSnapshotResponse{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSnapshotResponse) ProtoMessage() {}
+
+func (x *GetSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*GetSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GetSnapshotResponse) GetOffset() string {
+	if x != nil {
+		return x.Offset
+	}
+	return ""
+}
+
+func (x *GetSnapshotResponse) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *GetSnapshotResponse) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *GetSnapshotResponse) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *GetSnapshotResponse) GetNextOffset() string {
+	if x != nil {
+		return x.NextOffset
+	}
+	return ""
+}
+
+func (x *GetSnapshotResponse) GetUpToDate() bool {
+	if x != nil {
+		return x.UpToDate
+	}
+	return false
+}
+
+func (x *GetSnapshotResponse) GetClosed() bool {
+	if x != nil {
+		return x.Closed
+	}
+	return false
+}
+
+type StreamAttrs struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Title string                 `protobuf:"bytes,1,opt,name=title,proto3" json:"title,omitempty"`
+	// metadata is a JSON object, as bytes.
+	Metadata      []byte `protobuf:"bytes,2,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamAttrs) Reset() {
+	*x = StreamAttrs{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamAttrs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamAttrs) ProtoMessage() {}
+
+func (x *StreamAttrs) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamAttrs.ProtoReflect.Descriptor instead.
+func (*StreamAttrs) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *StreamAttrs) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *StreamAttrs) GetMetadata() []byte {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+type GetAttrsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ref           *StreamRef             `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAttrsRequest) Reset() {
+	*x = GetAttrsRequest{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAttrsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAttrsRequest) ProtoMessage() {}
+
+func (x *GetAttrsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAttrsRequest.ProtoReflect.Descriptor instead.
+func (*GetAttrsRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetAttrsRequest) GetRef() *StreamRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+type GetAttrsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Attrs         *StreamAttrs           `protobuf:"bytes,1,opt,name=attrs,proto3" json:"attrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAttrsResponse) Reset() {
+	*x = GetAttrsResponse{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAttrsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAttrsResponse) ProtoMessage() {}
+
+func (x *GetAttrsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAttrsResponse.ProtoReflect.Descriptor instead.
+func (*GetAttrsResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *GetAttrsResponse) GetAttrs() *StreamAttrs {
+	if x != nil {
+		return x.Attrs
+	}
+	return nil
+}
+
+type SetAttrsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ref           *StreamRef             `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	Attrs         *StreamAttrs           `protobuf:"bytes,2,opt,name=attrs,proto3" json:"attrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAttrsRequest) Reset() {
+	*x = SetAttrsRequest{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAttrsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAttrsRequest) ProtoMessage() {}
+
+func (x *SetAttrsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAttrsRequest.ProtoReflect.Descriptor instead.
+func (*SetAttrsRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SetAttrsRequest) GetRef() *StreamRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *SetAttrsRequest) GetAttrs() *StreamAttrs {
+	if x != nil {
+		return x.Attrs
+	}
+	return nil
+}
+
+type SetAttrsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAttrsResponse) Reset() {
+	*x = SetAttrsResponse{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAttrsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAttrsResponse) ProtoMessage() {}
+
+func (x *SetAttrsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAttrsResponse.ProtoReflect.Descriptor instead.
+func (*SetAttrsResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{32}
+}
+
+type GetBucketRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBucketRequest) Reset() {
+	*x = GetBucketRequest{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBucketRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBucketRequest) ProtoMessage() {}
+
+func (x *GetBucketRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBucketRequest.ProtoReflect.Descriptor instead.
+func (*GetBucketRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *GetBucketRequest) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+type GetBucketResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	CreatedMs     int64                  `protobuf:"varint,2,opt,name=created_ms,json=createdMs,proto3" json:"created_ms,omitempty"`
+	StreamCount   uint64                 `protobuf:"varint,3,opt,name=stream_count,json=streamCount,proto3" json:"stream_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBucketResponse) Reset() {
+	*x = GetBucketResponse{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBucketResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBucketResponse) ProtoMessage() {}
+
+func (x *GetBucketResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBucketResponse.ProtoReflect.Descriptor instead.
+func (*GetBucketResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *GetBucketResponse) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *GetBucketResponse) GetCreatedMs() int64 {
+	if x != nil {
+		return x.CreatedMs
+	}
+	return 0
+}
+
+func (x *GetBucketResponse) GetStreamCount() uint64 {
+	if x != nil {
+		return x.StreamCount
+	}
+	return 0
+}
+
+type DeleteBucketRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteBucketRequest) Reset() {
+	*x = DeleteBucketRequest{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteBucketRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteBucketRequest) ProtoMessage() {}
+
+func (x *DeleteBucketRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteBucketRequest.ProtoReflect.Descriptor instead.
+func (*DeleteBucketRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *DeleteBucketRequest) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+type DeleteBucketResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteBucketResponse) Reset() {
+	*x = DeleteBucketResponse{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteBucketResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteBucketResponse) ProtoMessage() {}
+
+func (x *DeleteBucketResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteBucketResponse.ProtoReflect.Descriptor instead.
+func (*DeleteBucketResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{36}
+}
+
+type ListStreamsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Bucket string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Prefix string                 `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// after is the cursor: the last stream id of the previous page.
+	After string `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	// limit is 1..1000 (0: 100).
+	Limit         uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListStreamsRequest) Reset() {
+	*x = ListStreamsRequest{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListStreamsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListStreamsRequest) ProtoMessage() {}
+
+func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListStreamsRequest.ProtoReflect.Descriptor instead.
+func (*ListStreamsRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ListStreamsRequest) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *ListStreamsRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListStreamsRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *ListStreamsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type StreamListing struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	StreamId string                 `protobuf:"bytes,1,opt,name=stream_id,json=streamId,proto3" json:"stream_id,omitempty"`
+	// status is "open", "closed" or "deleted" (soft-deleted, forks remain).
+	Status        string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	ContentType   string `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	TailOffset    string `protobuf:"bytes,4,opt,name=tail_offset,json=tailOffset,proto3" json:"tail_offset,omitempty"`
+	CreatedAtMs   int64  `protobuf:"varint,5,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	LastWriteAtMs int64  `protobuf:"varint,6,opt,name=last_write_at_ms,json=lastWriteAtMs,proto3" json:"last_write_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamListing) Reset() {
+	*x = StreamListing{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamListing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamListing) ProtoMessage() {}
+
+func (x *StreamListing) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamListing.ProtoReflect.Descriptor instead.
+func (*StreamListing) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *StreamListing) GetStreamId() string {
+	if x != nil {
+		return x.StreamId
+	}
+	return ""
+}
+
+func (x *StreamListing) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *StreamListing) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *StreamListing) GetTailOffset() string {
+	if x != nil {
+		return x.TailOffset
+	}
+	return ""
+}
+
+func (x *StreamListing) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *StreamListing) GetLastWriteAtMs() int64 {
+	if x != nil {
+		return x.LastWriteAtMs
+	}
+	return 0
+}
+
+type ListStreamsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Streams       []*StreamListing       `protobuf:"bytes,1,rep,name=streams,proto3" json:"streams,omitempty"`
+	NextCursor    string                 `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	HasMore       bool                   `protobuf:"varint,3,opt,name=has_more,json=hasMore,proto3" json:"has_more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListStreamsResponse) Reset() {
+	*x = ListStreamsResponse{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListStreamsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListStreamsResponse) ProtoMessage() {}
+
+func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListStreamsResponse.ProtoReflect.Descriptor instead.
+func (*ListStreamsResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ListStreamsResponse) GetStreams() []*StreamListing {
+	if x != nil {
+		return x.Streams
+	}
+	return nil
+}
+
+func (x *ListStreamsResponse) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
+}
+
+func (x *ListStreamsResponse) GetHasMore() bool {
+	if x != nil {
+		return x.HasMore
+	}
+	return false
+}
+
 var File_ursula_stream_v1_stream_proto protoreflect.FileDescriptor
 
 const file_ursula_stream_v1_stream_proto_rawDesc = "" +
@@ -1453,7 +2648,7 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"\x04body\x18\x06 \x01(\fR\x04body\x12\x19\n" +
 	"\bhas_body\x18\a \x01(\bR\ahasBody\x12.\n" +
 	"\x04fork\x18\b \x01(\v2\x1a.ursula.stream.v1.ForkSpecR\x04forkB\x0e\n" +
-	"\f_ttl_seconds\"\xdf\x01\n" +
+	"\f_ttl_seconds\"\xbd\x03\n" +
 	"\n" +
 	"StreamInfo\x12!\n" +
 	"\fcontent_type\x18\x01 \x01(\tR\vcontentType\x12\x1f\n" +
@@ -1464,7 +2659,16 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"ttlSeconds\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"expires_at\x18\x05 \x01(\tR\texpiresAt\x12 \n" +
-	"\vincarnation\x18\x06 \x01(\x04R\vincarnationB\x0e\n" +
+	"\vincarnation\x18\x06 \x01(\x04R\vincarnation\x12!\n" +
+	"\frecord_first\x18\a \x01(\x04R\vrecordFirst\x12\x1f\n" +
+	"\vrecord_next\x18\b \x01(\x04R\n" +
+	"recordNext\x12'\n" +
+	"\x0fretained_offset\x18\t \x01(\tR\x0eretainedOffset\x12'\n" +
+	"\x0fsnapshot_offset\x18\n" +
+	" \x01(\tR\x0esnapshotOffset\x12'\n" +
+	"\x0fsnapshot_digest\x18\v \x01(\tR\x0esnapshotDigest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\f \x01(\tR\tclusterIdB\x0e\n" +
 	"\f_ttl_seconds\"b\n" +
 	"\x14CreateStreamResponse\x12\x18\n" +
 	"\acreated\x18\x01 \x01(\bR\acreated\x120\n" +
@@ -1472,7 +2676,7 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"\bProducer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x10\n" +
-	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\xe2\x01\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\xd5\x02\n" +
 	"\rAppendRequest\x12-\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1b.ursula.stream.v1.StreamRefR\x03ref\x12!\n" +
 	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\x12\x12\n" +
@@ -1480,20 +2684,38 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"\x05close\x18\x04 \x01(\bR\x05close\x12\x1d\n" +
 	"\n" +
 	"stream_seq\x18\x05 \x01(\tR\tstreamSeq\x126\n" +
-	"\bproducer\x18\x06 \x01(\v2\x1a.ursula.stream.v1.ProducerR\bproducer\"\xb1\x01\n" +
+	"\bproducer\x18\x06 \x01(\v2\x1a.ursula.stream.v1.ProducerR\bproducer\x12\x16\n" +
+	"\x06frames\x18\a \x03(\fR\x06frames\x12 \n" +
+	"\vincarnation\x18\b \x01(\x04R\vincarnation\x12&\n" +
+	"\frecord_match\x18\t \x01(\x04H\x00R\vrecordMatch\x88\x01\x01B\x0f\n" +
+	"\r_record_match\"\xcb\x02\n" +
 	"\x0eAppendResponse\x12\x1f\n" +
 	"\vnext_offset\x18\x01 \x01(\tR\n" +
 	"nextOffset\x12\x16\n" +
 	"\x06closed\x18\x02 \x01(\bR\x06closed\x12\x1c\n" +
 	"\tduplicate\x18\x03 \x01(\bR\tduplicate\x12%\n" +
 	"\x0eproducer_epoch\x18\x04 \x01(\x04R\rproducerEpoch\x12!\n" +
-	"\fproducer_seq\x18\x05 \x01(\x04R\vproducerSeq\"\xa5\x01\n" +
+	"\fproducer_seq\x18\x05 \x01(\x04R\vproducerSeq\x12!\n" +
+	"\frecord_start\x18\x06 \x01(\x04R\vrecordStart\x12\x1f\n" +
+	"\vrecord_next\x18\a \x01(\x04R\n" +
+	"recordNext\x122\n" +
+	"\x06frames\x18\b \x03(\v2\x1a.ursula.stream.v1.FrameAckR\x06frames\x12 \n" +
+	"\vincarnation\x18\t \x01(\x04R\vincarnation\"\xd2\x02\n" +
 	"\vReadRequest\x12-\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1b.ursula.stream.v1.StreamRefR\x03ref\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\tR\x06offset\x12\x1b\n" +
 	"\tmax_bytes\x18\x03 \x01(\x04R\bmaxBytes\x12\x17\n" +
 	"\await_ms\x18\x04 \x01(\x04R\x06waitMs\x12\x19\n" +
-	"\bno_touch\x18\x05 \x01(\bR\anoTouch\"\xfe\x01\n" +
+	"\bno_touch\x18\x05 \x01(\bR\anoTouch\x12\x1b\n" +
+	"\x06record\x18\x06 \x01(\x04H\x00R\x06record\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"record_now\x18\a \x01(\bR\trecordNow\x12\x1f\n" +
+	"\vmax_records\x18\b \x01(\x04R\n" +
+	"maxRecords\x12!\n" +
+	"\ftail_records\x18\t \x01(\x04R\vtailRecords\x12 \n" +
+	"\vincarnation\x18\n" +
+	" \x01(\x04R\vincarnationB\t\n" +
+	"\a_record\"\xc2\x02\n" +
 	"\fReadResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12!\n" +
 	"\fstart_offset\x18\x02 \x01(\tR\vstartOffset\x12\x1f\n" +
@@ -1504,9 +2726,14 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"\x06closed\x18\x05 \x01(\bR\x06closed\x12!\n" +
 	"\fcontent_type\x18\x06 \x01(\tR\vcontentType\x12 \n" +
 	"\vincarnation\x18\a \x01(\x04R\vincarnation\x12\x1b\n" +
-	"\ttimed_out\x18\b \x01(\bR\btimedOut\"<\n" +
+	"\ttimed_out\x18\b \x01(\bR\btimedOut\x12!\n" +
+	"\frecord_first\x18\t \x01(\x04R\vrecordFirst\x12\x1f\n" +
+	"\vrecord_next\x18\n" +
+	" \x01(\x04R\n" +
+	"recordNext\"^\n" +
 	"\vHeadRequest\x12-\n" +
-	"\x03ref\x18\x01 \x01(\v2\x1b.ursula.stream.v1.StreamRefR\x03ref\"@\n" +
+	"\x03ref\x18\x01 \x01(\v2\x1b.ursula.stream.v1.StreamRefR\x03ref\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\"@\n" +
 	"\fHeadResponse\x120\n" +
 	"\x04info\x18\x01 \x01(\v2\x1c.ursula.stream.v1.StreamInfoR\x04info\"D\n" +
 	"\x13DeleteStreamRequest\x12-\n" +
@@ -1535,7 +2762,80 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"\vgroup_count\x18\x03 \x01(\rR\n" +
 	"groupCount\x120\n" +
 	"\x05nodes\x18\x04 \x03(\v2\x1a.ursula.stream.v1.NodeInfoR\x05nodes\x12#\n" +
-	"\rgroup_leaders\x18\x05 \x03(\x04R\fgroupLeaders2\xa3\x06\n" +
+	"\rgroup_leaders\x18\x05 \x03(\x04R\fgroupLeaders\"\xd4\x01\n" +
+	"\bFrameAck\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\rR\x06status\x12\x1f\n" +
+	"\vnext_offset\x18\x02 \x01(\tR\n" +
+	"nextOffset\x12!\n" +
+	"\frecord_start\x18\x03 \x01(\x04R\vrecordStart\x12\x1f\n" +
+	"\vrecord_next\x18\x04 \x01(\x04R\n" +
+	"recordNext\x12\x16\n" +
+	"\x06closed\x18\x05 \x01(\bR\x06closed\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x06 \x01(\tR\terrorCode\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\"\xa8\x01\n" +
+	"\x12PutSnapshotRequest\x12-\n" +
+	"\x03ref\x18\x01 \x01(\v2\x1b.ursula.stream.v1.StreamRefR\x03ref\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\tR\x06offset\x12!\n" +
+	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12\x12\n" +
+	"\x04body\x18\x04 \x01(\fR\x04body\x12\x14\n" +
+	"\x05match\x18\x05 \x01(\tR\x05match\"_\n" +
+	"\x13PutSnapshotResponse\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\tR\x06offset\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x18\n" +
+	"\acreated\x18\x03 \x01(\bR\acreated\"[\n" +
+	"\x12GetSnapshotRequest\x12-\n" +
+	"\x03ref\x18\x01 \x01(\v2\x1b.ursula.stream.v1.StreamRefR\x03ref\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\tR\x06offset\"\xd3\x01\n" +
+	"\x13GetSnapshotResponse\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\tR\x06offset\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12!\n" +
+	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12\x12\n" +
+	"\x04body\x18\x04 \x01(\fR\x04body\x12\x1f\n" +
+	"\vnext_offset\x18\x05 \x01(\tR\n" +
+	"nextOffset\x12\x1c\n" +
+	"\n" +
+	"up_to_date\x18\x06 \x01(\bR\bupToDate\x12\x16\n" +
+	"\x06closed\x18\a \x01(\bR\x06closed\"?\n" +
+	"\vStreamAttrs\x12\x14\n" +
+	"\x05title\x18\x01 \x01(\tR\x05title\x12\x1a\n" +
+	"\bmetadata\x18\x02 \x01(\fR\bmetadata\"@\n" +
+	"\x0fGetAttrsRequest\x12-\n" +
+	"\x03ref\x18\x01 \x01(\v2\x1b.ursula.stream.v1.StreamRefR\x03ref\"G\n" +
+	"\x10GetAttrsResponse\x123\n" +
+	"\x05attrs\x18\x01 \x01(\v2\x1d.ursula.stream.v1.StreamAttrsR\x05attrs\"u\n" +
+	"\x0fSetAttrsRequest\x12-\n" +
+	"\x03ref\x18\x01 \x01(\v2\x1b.ursula.stream.v1.StreamRefR\x03ref\x123\n" +
+	"\x05attrs\x18\x02 \x01(\v2\x1d.ursula.stream.v1.StreamAttrsR\x05attrs\"\x12\n" +
+	"\x10SetAttrsResponse\"*\n" +
+	"\x10GetBucketRequest\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"m\n" +
+	"\x11GetBucketResponse\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x1d\n" +
+	"\n" +
+	"created_ms\x18\x02 \x01(\x03R\tcreatedMs\x12!\n" +
+	"\fstream_count\x18\x03 \x01(\x04R\vstreamCount\"-\n" +
+	"\x13DeleteBucketRequest\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"\x16\n" +
+	"\x14DeleteBucketResponse\"p\n" +
+	"\x12ListStreamsRequest\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x14\n" +
+	"\x05after\x18\x03 \x01(\tR\x05after\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\"\xd5\x01\n" +
+	"\rStreamListing\x12\x1b\n" +
+	"\tstream_id\x18\x01 \x01(\tR\bstreamId\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12!\n" +
+	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12\x1f\n" +
+	"\vtail_offset\x18\x04 \x01(\tR\n" +
+	"tailOffset\x12\"\n" +
+	"\rcreated_at_ms\x18\x05 \x01(\x03R\vcreatedAtMs\x12'\n" +
+	"\x10last_write_at_ms\x18\x06 \x01(\x03R\rlastWriteAtMs\"\x8c\x01\n" +
+	"\x13ListStreamsResponse\x129\n" +
+	"\astreams\x18\x01 \x03(\v2\x1f.ursula.stream.v1.StreamListingR\astreams\x12\x1f\n" +
+	"\vnext_cursor\x18\x02 \x01(\tR\n" +
+	"nextCursor\x12\x19\n" +
+	"\bhas_more\x18\x03 \x01(\bR\ahasMore2\x92\v\n" +
 	"\rStreamService\x12]\n" +
 	"\fCreateBucket\x12%.ursula.stream.v1.CreateBucketRequest\x1a&.ursula.stream.v1.CreateBucketResponse\x12]\n" +
 	"\fCreateStream\x12%.ursula.stream.v1.CreateStreamRequest\x1a&.ursula.stream.v1.CreateStreamResponse\x12K\n" +
@@ -1543,7 +2843,14 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"\x04Read\x12\x1d.ursula.stream.v1.ReadRequest\x1a\x1e.ursula.stream.v1.ReadResponse\x12E\n" +
 	"\x04Head\x12\x1d.ursula.stream.v1.HeadRequest\x1a\x1e.ursula.stream.v1.HeadResponse\x12]\n" +
 	"\fDeleteStream\x12%.ursula.stream.v1.DeleteStreamRequest\x1a&.ursula.stream.v1.DeleteStreamResponse\x12]\n" +
-	"\fSetRetention\x12%.ursula.stream.v1.SetRetentionRequest\x1a&.ursula.stream.v1.SetRetentionResponse\x12V\n" +
+	"\fSetRetention\x12%.ursula.stream.v1.SetRetentionRequest\x1a&.ursula.stream.v1.SetRetentionResponse\x12Z\n" +
+	"\vPutSnapshot\x12$.ursula.stream.v1.PutSnapshotRequest\x1a%.ursula.stream.v1.PutSnapshotResponse\x12Z\n" +
+	"\vGetSnapshot\x12$.ursula.stream.v1.GetSnapshotRequest\x1a%.ursula.stream.v1.GetSnapshotResponse\x12Q\n" +
+	"\bGetAttrs\x12!.ursula.stream.v1.GetAttrsRequest\x1a\".ursula.stream.v1.GetAttrsResponse\x12Q\n" +
+	"\bSetAttrs\x12!.ursula.stream.v1.SetAttrsRequest\x1a\".ursula.stream.v1.SetAttrsResponse\x12T\n" +
+	"\tGetBucket\x12\".ursula.stream.v1.GetBucketRequest\x1a#.ursula.stream.v1.GetBucketResponse\x12]\n" +
+	"\fDeleteBucket\x12%.ursula.stream.v1.DeleteBucketRequest\x1a&.ursula.stream.v1.DeleteBucketResponse\x12Z\n" +
+	"\vListStreams\x12$.ursula.stream.v1.ListStreamsRequest\x1a%.ursula.stream.v1.ListStreamsResponse\x12V\n" +
 	"\tSubscribe\x12\".ursula.stream.v1.SubscribeRequest\x1a#.ursula.stream.v1.SubscribeResponse0\x01\x12c\n" +
 	"\x0eGetClusterInfo\x12'.ursula.stream.v1.GetClusterInfoRequest\x1a(.ursula.stream.v1.GetClusterInfoResponseB\xc6\x01\n" +
 	"\x14com.ursula.stream.v1B\vStreamProtoP\x01Z?github.com/ursula/ursula/proto/gen/go/ursula/stream/v1;streamv1\xa2\x02\x03USX\xaa\x02\x10Ursula.Stream.V1\xca\x02\x10Ursula\\Stream\\V1\xe2\x02\x1cUrsula\\Stream\\V1\\GPBMetadata\xea\x02\x12Ursula::Stream::V1b\x06proto3"
@@ -1560,7 +2867,7 @@ func file_ursula_stream_v1_stream_proto_rawDescGZIP() []byte {
 	return file_ursula_stream_v1_stream_proto_rawDescData
 }
 
-var file_ursula_stream_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_ursula_stream_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_ursula_stream_v1_stream_proto_goTypes = []any{
 	(*StreamRef)(nil),              // 0: ursula.stream.v1.StreamRef
 	(*CreateBucketRequest)(nil),    // 1: ursula.stream.v1.CreateBucketRequest
@@ -1585,6 +2892,23 @@ var file_ursula_stream_v1_stream_proto_goTypes = []any{
 	(*GetClusterInfoRequest)(nil),  // 20: ursula.stream.v1.GetClusterInfoRequest
 	(*NodeInfo)(nil),               // 21: ursula.stream.v1.NodeInfo
 	(*GetClusterInfoResponse)(nil), // 22: ursula.stream.v1.GetClusterInfoResponse
+	(*FrameAck)(nil),               // 23: ursula.stream.v1.FrameAck
+	(*PutSnapshotRequest)(nil),     // 24: ursula.stream.v1.PutSnapshotRequest
+	(*PutSnapshotResponse)(nil),    // 25: ursula.stream.v1.PutSnapshotResponse
+	(*GetSnapshotRequest)(nil),     // 26: ursula.stream.v1.GetSnapshotRequest
+	(*GetSnapshotResponse)(nil),    // 27: ursula.stream.v1.GetSnapshotResponse
+	(*StreamAttrs)(nil),            // 28: ursula.stream.v1.StreamAttrs
+	(*GetAttrsRequest)(nil),        // 29: ursula.stream.v1.GetAttrsRequest
+	(*GetAttrsResponse)(nil),       // 30: ursula.stream.v1.GetAttrsResponse
+	(*SetAttrsRequest)(nil),        // 31: ursula.stream.v1.SetAttrsRequest
+	(*SetAttrsResponse)(nil),       // 32: ursula.stream.v1.SetAttrsResponse
+	(*GetBucketRequest)(nil),       // 33: ursula.stream.v1.GetBucketRequest
+	(*GetBucketResponse)(nil),      // 34: ursula.stream.v1.GetBucketResponse
+	(*DeleteBucketRequest)(nil),    // 35: ursula.stream.v1.DeleteBucketRequest
+	(*DeleteBucketResponse)(nil),   // 36: ursula.stream.v1.DeleteBucketResponse
+	(*ListStreamsRequest)(nil),     // 37: ursula.stream.v1.ListStreamsRequest
+	(*StreamListing)(nil),          // 38: ursula.stream.v1.StreamListing
+	(*ListStreamsResponse)(nil),    // 39: ursula.stream.v1.ListStreamsResponse
 }
 var file_ursula_stream_v1_stream_proto_depIdxs = []int32{
 	0,  // 0: ursula.stream.v1.ForkSpec.source:type_name -> ursula.stream.v1.StreamRef
@@ -1593,37 +2917,59 @@ var file_ursula_stream_v1_stream_proto_depIdxs = []int32{
 	5,  // 3: ursula.stream.v1.CreateStreamResponse.info:type_name -> ursula.stream.v1.StreamInfo
 	0,  // 4: ursula.stream.v1.AppendRequest.ref:type_name -> ursula.stream.v1.StreamRef
 	7,  // 5: ursula.stream.v1.AppendRequest.producer:type_name -> ursula.stream.v1.Producer
-	0,  // 6: ursula.stream.v1.ReadRequest.ref:type_name -> ursula.stream.v1.StreamRef
-	0,  // 7: ursula.stream.v1.HeadRequest.ref:type_name -> ursula.stream.v1.StreamRef
-	5,  // 8: ursula.stream.v1.HeadResponse.info:type_name -> ursula.stream.v1.StreamInfo
-	0,  // 9: ursula.stream.v1.DeleteStreamRequest.ref:type_name -> ursula.stream.v1.StreamRef
-	0,  // 10: ursula.stream.v1.SetRetentionRequest.ref:type_name -> ursula.stream.v1.StreamRef
-	0,  // 11: ursula.stream.v1.SubscribeRequest.ref:type_name -> ursula.stream.v1.StreamRef
-	11, // 12: ursula.stream.v1.SubscribeResponse.chunk:type_name -> ursula.stream.v1.ReadResponse
-	21, // 13: ursula.stream.v1.GetClusterInfoResponse.nodes:type_name -> ursula.stream.v1.NodeInfo
-	1,  // 14: ursula.stream.v1.StreamService.CreateBucket:input_type -> ursula.stream.v1.CreateBucketRequest
-	4,  // 15: ursula.stream.v1.StreamService.CreateStream:input_type -> ursula.stream.v1.CreateStreamRequest
-	8,  // 16: ursula.stream.v1.StreamService.Append:input_type -> ursula.stream.v1.AppendRequest
-	10, // 17: ursula.stream.v1.StreamService.Read:input_type -> ursula.stream.v1.ReadRequest
-	12, // 18: ursula.stream.v1.StreamService.Head:input_type -> ursula.stream.v1.HeadRequest
-	14, // 19: ursula.stream.v1.StreamService.DeleteStream:input_type -> ursula.stream.v1.DeleteStreamRequest
-	16, // 20: ursula.stream.v1.StreamService.SetRetention:input_type -> ursula.stream.v1.SetRetentionRequest
-	18, // 21: ursula.stream.v1.StreamService.Subscribe:input_type -> ursula.stream.v1.SubscribeRequest
-	20, // 22: ursula.stream.v1.StreamService.GetClusterInfo:input_type -> ursula.stream.v1.GetClusterInfoRequest
-	2,  // 23: ursula.stream.v1.StreamService.CreateBucket:output_type -> ursula.stream.v1.CreateBucketResponse
-	6,  // 24: ursula.stream.v1.StreamService.CreateStream:output_type -> ursula.stream.v1.CreateStreamResponse
-	9,  // 25: ursula.stream.v1.StreamService.Append:output_type -> ursula.stream.v1.AppendResponse
-	11, // 26: ursula.stream.v1.StreamService.Read:output_type -> ursula.stream.v1.ReadResponse
-	13, // 27: ursula.stream.v1.StreamService.Head:output_type -> ursula.stream.v1.HeadResponse
-	15, // 28: ursula.stream.v1.StreamService.DeleteStream:output_type -> ursula.stream.v1.DeleteStreamResponse
-	17, // 29: ursula.stream.v1.StreamService.SetRetention:output_type -> ursula.stream.v1.SetRetentionResponse
-	19, // 30: ursula.stream.v1.StreamService.Subscribe:output_type -> ursula.stream.v1.SubscribeResponse
-	22, // 31: ursula.stream.v1.StreamService.GetClusterInfo:output_type -> ursula.stream.v1.GetClusterInfoResponse
-	23, // [23:32] is the sub-list for method output_type
-	14, // [14:23] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	23, // 6: ursula.stream.v1.AppendResponse.frames:type_name -> ursula.stream.v1.FrameAck
+	0,  // 7: ursula.stream.v1.ReadRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	0,  // 8: ursula.stream.v1.HeadRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	5,  // 9: ursula.stream.v1.HeadResponse.info:type_name -> ursula.stream.v1.StreamInfo
+	0,  // 10: ursula.stream.v1.DeleteStreamRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	0,  // 11: ursula.stream.v1.SetRetentionRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	0,  // 12: ursula.stream.v1.SubscribeRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	11, // 13: ursula.stream.v1.SubscribeResponse.chunk:type_name -> ursula.stream.v1.ReadResponse
+	21, // 14: ursula.stream.v1.GetClusterInfoResponse.nodes:type_name -> ursula.stream.v1.NodeInfo
+	0,  // 15: ursula.stream.v1.PutSnapshotRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	0,  // 16: ursula.stream.v1.GetSnapshotRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	0,  // 17: ursula.stream.v1.GetAttrsRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	28, // 18: ursula.stream.v1.GetAttrsResponse.attrs:type_name -> ursula.stream.v1.StreamAttrs
+	0,  // 19: ursula.stream.v1.SetAttrsRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	28, // 20: ursula.stream.v1.SetAttrsRequest.attrs:type_name -> ursula.stream.v1.StreamAttrs
+	38, // 21: ursula.stream.v1.ListStreamsResponse.streams:type_name -> ursula.stream.v1.StreamListing
+	1,  // 22: ursula.stream.v1.StreamService.CreateBucket:input_type -> ursula.stream.v1.CreateBucketRequest
+	4,  // 23: ursula.stream.v1.StreamService.CreateStream:input_type -> ursula.stream.v1.CreateStreamRequest
+	8,  // 24: ursula.stream.v1.StreamService.Append:input_type -> ursula.stream.v1.AppendRequest
+	10, // 25: ursula.stream.v1.StreamService.Read:input_type -> ursula.stream.v1.ReadRequest
+	12, // 26: ursula.stream.v1.StreamService.Head:input_type -> ursula.stream.v1.HeadRequest
+	14, // 27: ursula.stream.v1.StreamService.DeleteStream:input_type -> ursula.stream.v1.DeleteStreamRequest
+	16, // 28: ursula.stream.v1.StreamService.SetRetention:input_type -> ursula.stream.v1.SetRetentionRequest
+	24, // 29: ursula.stream.v1.StreamService.PutSnapshot:input_type -> ursula.stream.v1.PutSnapshotRequest
+	26, // 30: ursula.stream.v1.StreamService.GetSnapshot:input_type -> ursula.stream.v1.GetSnapshotRequest
+	29, // 31: ursula.stream.v1.StreamService.GetAttrs:input_type -> ursula.stream.v1.GetAttrsRequest
+	31, // 32: ursula.stream.v1.StreamService.SetAttrs:input_type -> ursula.stream.v1.SetAttrsRequest
+	33, // 33: ursula.stream.v1.StreamService.GetBucket:input_type -> ursula.stream.v1.GetBucketRequest
+	35, // 34: ursula.stream.v1.StreamService.DeleteBucket:input_type -> ursula.stream.v1.DeleteBucketRequest
+	37, // 35: ursula.stream.v1.StreamService.ListStreams:input_type -> ursula.stream.v1.ListStreamsRequest
+	18, // 36: ursula.stream.v1.StreamService.Subscribe:input_type -> ursula.stream.v1.SubscribeRequest
+	20, // 37: ursula.stream.v1.StreamService.GetClusterInfo:input_type -> ursula.stream.v1.GetClusterInfoRequest
+	2,  // 38: ursula.stream.v1.StreamService.CreateBucket:output_type -> ursula.stream.v1.CreateBucketResponse
+	6,  // 39: ursula.stream.v1.StreamService.CreateStream:output_type -> ursula.stream.v1.CreateStreamResponse
+	9,  // 40: ursula.stream.v1.StreamService.Append:output_type -> ursula.stream.v1.AppendResponse
+	11, // 41: ursula.stream.v1.StreamService.Read:output_type -> ursula.stream.v1.ReadResponse
+	13, // 42: ursula.stream.v1.StreamService.Head:output_type -> ursula.stream.v1.HeadResponse
+	15, // 43: ursula.stream.v1.StreamService.DeleteStream:output_type -> ursula.stream.v1.DeleteStreamResponse
+	17, // 44: ursula.stream.v1.StreamService.SetRetention:output_type -> ursula.stream.v1.SetRetentionResponse
+	25, // 45: ursula.stream.v1.StreamService.PutSnapshot:output_type -> ursula.stream.v1.PutSnapshotResponse
+	27, // 46: ursula.stream.v1.StreamService.GetSnapshot:output_type -> ursula.stream.v1.GetSnapshotResponse
+	30, // 47: ursula.stream.v1.StreamService.GetAttrs:output_type -> ursula.stream.v1.GetAttrsResponse
+	32, // 48: ursula.stream.v1.StreamService.SetAttrs:output_type -> ursula.stream.v1.SetAttrsResponse
+	34, // 49: ursula.stream.v1.StreamService.GetBucket:output_type -> ursula.stream.v1.GetBucketResponse
+	36, // 50: ursula.stream.v1.StreamService.DeleteBucket:output_type -> ursula.stream.v1.DeleteBucketResponse
+	39, // 51: ursula.stream.v1.StreamService.ListStreams:output_type -> ursula.stream.v1.ListStreamsResponse
+	19, // 52: ursula.stream.v1.StreamService.Subscribe:output_type -> ursula.stream.v1.SubscribeResponse
+	22, // 53: ursula.stream.v1.StreamService.GetClusterInfo:output_type -> ursula.stream.v1.GetClusterInfoResponse
+	38, // [38:54] is the sub-list for method output_type
+	22, // [22:38] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_ursula_stream_v1_stream_proto_init() }
@@ -1633,13 +2979,15 @@ func file_ursula_stream_v1_stream_proto_init() {
 	}
 	file_ursula_stream_v1_stream_proto_msgTypes[4].OneofWrappers = []any{}
 	file_ursula_stream_v1_stream_proto_msgTypes[5].OneofWrappers = []any{}
+	file_ursula_stream_v1_stream_proto_msgTypes[8].OneofWrappers = []any{}
+	file_ursula_stream_v1_stream_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_stream_v1_stream_proto_rawDesc), len(file_ursula_stream_v1_stream_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,13 @@ const (
 	StreamService_Head_FullMethodName           = "/ursula.stream.v1.StreamService/Head"
 	StreamService_DeleteStream_FullMethodName   = "/ursula.stream.v1.StreamService/DeleteStream"
 	StreamService_SetRetention_FullMethodName   = "/ursula.stream.v1.StreamService/SetRetention"
+	StreamService_PutSnapshot_FullMethodName    = "/ursula.stream.v1.StreamService/PutSnapshot"
+	StreamService_GetSnapshot_FullMethodName    = "/ursula.stream.v1.StreamService/GetSnapshot"
+	StreamService_GetAttrs_FullMethodName       = "/ursula.stream.v1.StreamService/GetAttrs"
+	StreamService_SetAttrs_FullMethodName       = "/ursula.stream.v1.StreamService/SetAttrs"
+	StreamService_GetBucket_FullMethodName      = "/ursula.stream.v1.StreamService/GetBucket"
+	StreamService_DeleteBucket_FullMethodName   = "/ursula.stream.v1.StreamService/DeleteBucket"
+	StreamService_ListStreams_FullMethodName    = "/ursula.stream.v1.StreamService/ListStreams"
 	StreamService_Subscribe_FullMethodName      = "/ursula.stream.v1.StreamService/Subscribe"
 	StreamService_GetClusterInfo_FullMethodName = "/ursula.stream.v1.StreamService/GetClusterInfo"
 )
@@ -57,6 +64,19 @@ type StreamServiceClient interface {
 	// objects wholly below it be collected after a grace period. Retention
 	// only moves forward.
 	SetRetention(ctx context.Context, in *SetRetentionRequest, opts ...grpc.CallOption) (*SetRetentionResponse, error)
+	// PutSnapshot publishes an application snapshot of the stream at an
+	// offset (compare-and-set on the latest snapshot's digest).
+	PutSnapshot(ctx context.Context, in *PutSnapshotRequest, opts ...grpc.CallOption) (*PutSnapshotResponse, error)
+	// GetSnapshot returns the latest snapshot, or the one at an offset.
+	GetSnapshot(ctx context.Context, in *GetSnapshotRequest, opts ...grpc.CallOption) (*GetSnapshotResponse, error)
+	// GetAttrs and SetAttrs read and replace a stream's {title, metadata}.
+	GetAttrs(ctx context.Context, in *GetAttrsRequest, opts ...grpc.CallOption) (*GetAttrsResponse, error)
+	SetAttrs(ctx context.Context, in *SetAttrsRequest, opts ...grpc.CallOption) (*SetAttrsResponse, error)
+	// GetBucket describes a bucket; DeleteBucket removes an empty one.
+	GetBucket(ctx context.Context, in *GetBucketRequest, opts ...grpc.CallOption) (*GetBucketResponse, error)
+	DeleteBucket(ctx context.Context, in *DeleteBucketRequest, opts ...grpc.CallOption) (*DeleteBucketResponse, error)
+	// ListStreams lists a bucket's streams in id order with a cursor.
+	ListStreams(ctx context.Context, in *ListStreamsRequest, opts ...grpc.CallOption) (*ListStreamsResponse, error)
 	// Subscribe streams catch-up chunks from an offset and then every new
 	// chunk as it commits, until the stream is closed and fully delivered or
 	// the caller goes away.
@@ -145,6 +165,76 @@ func (c *streamServiceClient) SetRetention(ctx context.Context, in *SetRetention
 	return out, nil
 }
 
+func (c *streamServiceClient) PutSnapshot(ctx context.Context, in *PutSnapshotRequest, opts ...grpc.CallOption) (*PutSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutSnapshotResponse)
+	err := c.cc.Invoke(ctx, StreamService_PutSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) GetSnapshot(ctx context.Context, in *GetSnapshotRequest, opts ...grpc.CallOption) (*GetSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSnapshotResponse)
+	err := c.cc.Invoke(ctx, StreamService_GetSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) GetAttrs(ctx context.Context, in *GetAttrsRequest, opts ...grpc.CallOption) (*GetAttrsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetAttrsResponse)
+	err := c.cc.Invoke(ctx, StreamService_GetAttrs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) SetAttrs(ctx context.Context, in *SetAttrsRequest, opts ...grpc.CallOption) (*SetAttrsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetAttrsResponse)
+	err := c.cc.Invoke(ctx, StreamService_SetAttrs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) GetBucket(ctx context.Context, in *GetBucketRequest, opts ...grpc.CallOption) (*GetBucketResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetBucketResponse)
+	err := c.cc.Invoke(ctx, StreamService_GetBucket_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) DeleteBucket(ctx context.Context, in *DeleteBucketRequest, opts ...grpc.CallOption) (*DeleteBucketResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteBucketResponse)
+	err := c.cc.Invoke(ctx, StreamService_DeleteBucket_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) ListStreams(ctx context.Context, in *ListStreamsRequest, opts ...grpc.CallOption) (*ListStreamsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListStreamsResponse)
+	err := c.cc.Invoke(ctx, StreamService_ListStreams_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *streamServiceClient) Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &StreamService_ServiceDesc.Streams[0], StreamService_Subscribe_FullMethodName, cOpts...)
@@ -201,6 +291,19 @@ type StreamServiceServer interface {
 	// objects wholly below it be collected after a grace period. Retention
 	// only moves forward.
 	SetRetention(context.Context, *SetRetentionRequest) (*SetRetentionResponse, error)
+	// PutSnapshot publishes an application snapshot of the stream at an
+	// offset (compare-and-set on the latest snapshot's digest).
+	PutSnapshot(context.Context, *PutSnapshotRequest) (*PutSnapshotResponse, error)
+	// GetSnapshot returns the latest snapshot, or the one at an offset.
+	GetSnapshot(context.Context, *GetSnapshotRequest) (*GetSnapshotResponse, error)
+	// GetAttrs and SetAttrs read and replace a stream's {title, metadata}.
+	GetAttrs(context.Context, *GetAttrsRequest) (*GetAttrsResponse, error)
+	SetAttrs(context.Context, *SetAttrsRequest) (*SetAttrsResponse, error)
+	// GetBucket describes a bucket; DeleteBucket removes an empty one.
+	GetBucket(context.Context, *GetBucketRequest) (*GetBucketResponse, error)
+	DeleteBucket(context.Context, *DeleteBucketRequest) (*DeleteBucketResponse, error)
+	// ListStreams lists a bucket's streams in id order with a cursor.
+	ListStreams(context.Context, *ListStreamsRequest) (*ListStreamsResponse, error)
 	// Subscribe streams catch-up chunks from an offset and then every new
 	// chunk as it commits, until the stream is closed and fully delivered or
 	// the caller goes away.
@@ -239,6 +342,27 @@ func (UnimplementedStreamServiceServer) DeleteStream(context.Context, *DeleteStr
 }
 func (UnimplementedStreamServiceServer) SetRetention(context.Context, *SetRetentionRequest) (*SetRetentionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetRetention not implemented")
+}
+func (UnimplementedStreamServiceServer) PutSnapshot(context.Context, *PutSnapshotRequest) (*PutSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutSnapshot not implemented")
+}
+func (UnimplementedStreamServiceServer) GetSnapshot(context.Context, *GetSnapshotRequest) (*GetSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSnapshot not implemented")
+}
+func (UnimplementedStreamServiceServer) GetAttrs(context.Context, *GetAttrsRequest) (*GetAttrsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetAttrs not implemented")
+}
+func (UnimplementedStreamServiceServer) SetAttrs(context.Context, *SetAttrsRequest) (*SetAttrsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetAttrs not implemented")
+}
+func (UnimplementedStreamServiceServer) GetBucket(context.Context, *GetBucketRequest) (*GetBucketResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetBucket not implemented")
+}
+func (UnimplementedStreamServiceServer) DeleteBucket(context.Context, *DeleteBucketRequest) (*DeleteBucketResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteBucket not implemented")
+}
+func (UnimplementedStreamServiceServer) ListStreams(context.Context, *ListStreamsRequest) (*ListStreamsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListStreams not implemented")
 }
 func (UnimplementedStreamServiceServer) Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[SubscribeResponse]) error {
 	return status.Error(codes.Unimplemented, "method Subscribe not implemented")
@@ -393,6 +517,132 @@ func _StreamService_SetRetention_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _StreamService_PutSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).PutSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_PutSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).PutSnapshot(ctx, req.(*PutSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_GetSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).GetSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_GetSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).GetSnapshot(ctx, req.(*GetSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_GetAttrs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetAttrsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).GetAttrs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_GetAttrs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).GetAttrs(ctx, req.(*GetAttrsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_SetAttrs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetAttrsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).SetAttrs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_SetAttrs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).SetAttrs(ctx, req.(*SetAttrsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_GetBucket_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetBucketRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).GetBucket(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_GetBucket_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).GetBucket(ctx, req.(*GetBucketRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_DeleteBucket_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteBucketRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).DeleteBucket(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_DeleteBucket_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).DeleteBucket(ctx, req.(*DeleteBucketRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_ListStreams_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListStreamsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).ListStreams(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_ListStreams_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).ListStreams(ctx, req.(*ListStreamsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _StreamService_Subscribe_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(SubscribeRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -456,6 +706,34 @@ var StreamService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetRetention",
 			Handler:    _StreamService_SetRetention_Handler,
+		},
+		{
+			MethodName: "PutSnapshot",
+			Handler:    _StreamService_PutSnapshot_Handler,
+		},
+		{
+			MethodName: "GetSnapshot",
+			Handler:    _StreamService_GetSnapshot_Handler,
+		},
+		{
+			MethodName: "GetAttrs",
+			Handler:    _StreamService_GetAttrs_Handler,
+		},
+		{
+			MethodName: "SetAttrs",
+			Handler:    _StreamService_SetAttrs_Handler,
+		},
+		{
+			MethodName: "GetBucket",
+			Handler:    _StreamService_GetBucket_Handler,
+		},
+		{
+			MethodName: "DeleteBucket",
+			Handler:    _StreamService_DeleteBucket_Handler,
+		},
+		{
+			MethodName: "ListStreams",
+			Handler:    _StreamService_ListStreams_Handler,
 		},
 		{
 			MethodName: "GetClusterInfo",
