@@ -28,6 +28,7 @@ var httpStatus = map[errcode.Code]int{
 	errcode.OffsetOutOfRange:    http.StatusBadRequest,
 	errcode.ForkSourceGone:      http.StatusConflict,
 	errcode.IncarnationMismatch: http.StatusPreconditionFailed,
+	errcode.RecordMismatch:      http.StatusPreconditionFailed,
 	errcode.PayloadTooLarge:     http.StatusRequestEntityTooLarge,
 	errcode.NotLeader:           http.StatusServiceUnavailable,
 	errcode.OutcomeUnknown:      http.StatusServiceUnavailable,
@@ -36,6 +37,8 @@ var httpStatus = map[errcode.Code]int{
 	errcode.ColdStoreFailed:     http.StatusBadGateway,
 	errcode.OffsetTrimmed:       http.StatusGone,
 	errcode.Unimplemented:       http.StatusNotImplemented,
+	errcode.SnapshotConflict:    http.StatusConflict,
+	errcode.SnapshotNotFound:    http.StatusNotFound,
 	errcode.Internal:            http.StatusInternalServerError,
 }
 
@@ -105,11 +108,17 @@ func writeDomainError(w http.ResponseWriter, de *errcode.Error) {
 	if v := md[errcode.KeyProducerSeq]; v != "" && de.Code != errcode.ProducerSeqGap {
 		h.Set(hProducerSeq, v)
 	}
+	if v := md[errcode.KeyRecordNext]; v != "" {
+		h.Set(hStreamRecordNext, v)
+	}
 	if v := md[errcode.KeyExpectedSeq]; v != "" {
 		h.Set(hProducerExpectedSeq, v)
 	}
 	if v := md[errcode.KeyReceivedSeq]; v != "" {
 		h.Set(hProducerReceivedSeq, v)
+	}
+	if v := md[errcode.KeyIncarnation]; v != "" && de.Code == errcode.IncarnationMismatch {
+		h.Set(hStreamIncarnation, v)
 	}
 	switch de.Code {
 	case errcode.Unavailable, errcode.Overloaded, errcode.NotLeader, errcode.OutcomeUnknown:

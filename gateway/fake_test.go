@@ -29,6 +29,9 @@ type fakeClient struct {
 	setRetention func(*streamv1.SetRetentionRequest) (*streamv1.SetRetentionResponse, error)
 	deleteStream func(*streamv1.DeleteStreamRequest) (*streamv1.DeleteStreamResponse, error)
 	subscribe    func(context.Context, *streamv1.SubscribeRequest) (grpc.ServerStreamingClient[streamv1.SubscribeResponse], error)
+	putSnapshot  func(*streamv1.PutSnapshotRequest) (*streamv1.PutSnapshotResponse, error)
+	getSnapshot  func(*streamv1.GetSnapshotRequest) (*streamv1.GetSnapshotResponse, error)
+	bucketFakes  // attrs, buckets and listing (buckets_test.go)
 }
 
 func (f *fakeClient) missing(name string) error {
@@ -199,56 +202,77 @@ func (c failingClient) SetRetention(context.Context, *streamv1.SetRetentionReque
 	return nil, c.err()
 }
 
-func (f *fakeClient) PutSnapshot(context.Context, *streamv1.PutSnapshotRequest, ...grpc.CallOption) (*streamv1.PutSnapshotResponse, error) {
-	return nil, f.missing("PutSnapshot")
+func (f *fakeClient) PutSnapshot(_ context.Context, in *streamv1.PutSnapshotRequest, _ ...grpc.CallOption) (*streamv1.PutSnapshotResponse, error) {
+	if f.putSnapshot == nil {
+		return nil, f.missing("PutSnapshot")
+	}
+	return f.putSnapshot(in)
 }
 
 func (c failingClient) PutSnapshot(context.Context, *streamv1.PutSnapshotRequest, ...grpc.CallOption) (*streamv1.PutSnapshotResponse, error) {
 	return nil, c.err()
 }
 
-func (f *fakeClient) GetSnapshot(context.Context, *streamv1.GetSnapshotRequest, ...grpc.CallOption) (*streamv1.GetSnapshotResponse, error) {
-	return nil, f.missing("GetSnapshot")
+func (f *fakeClient) GetSnapshot(_ context.Context, in *streamv1.GetSnapshotRequest, _ ...grpc.CallOption) (*streamv1.GetSnapshotResponse, error) {
+	if f.getSnapshot == nil {
+		return nil, f.missing("GetSnapshot")
+	}
+	return f.getSnapshot(in)
 }
 
 func (c failingClient) GetSnapshot(context.Context, *streamv1.GetSnapshotRequest, ...grpc.CallOption) (*streamv1.GetSnapshotResponse, error) {
 	return nil, c.err()
 }
 
-func (f *fakeClient) GetAttrs(context.Context, *streamv1.GetAttrsRequest, ...grpc.CallOption) (*streamv1.GetAttrsResponse, error) {
-	return nil, f.missing("GetAttrs")
+func (f *fakeClient) GetAttrs(_ context.Context, in *streamv1.GetAttrsRequest, _ ...grpc.CallOption) (*streamv1.GetAttrsResponse, error) {
+	if f.getAttrs == nil {
+		return nil, f.missing("GetAttrs")
+	}
+	return f.getAttrs(in)
 }
 
 func (c failingClient) GetAttrs(context.Context, *streamv1.GetAttrsRequest, ...grpc.CallOption) (*streamv1.GetAttrsResponse, error) {
 	return nil, c.err()
 }
 
-func (f *fakeClient) SetAttrs(context.Context, *streamv1.SetAttrsRequest, ...grpc.CallOption) (*streamv1.SetAttrsResponse, error) {
-	return nil, f.missing("SetAttrs")
+func (f *fakeClient) SetAttrs(_ context.Context, in *streamv1.SetAttrsRequest, _ ...grpc.CallOption) (*streamv1.SetAttrsResponse, error) {
+	if f.setAttrs == nil {
+		return nil, f.missing("SetAttrs")
+	}
+	return f.setAttrs(in)
 }
 
 func (c failingClient) SetAttrs(context.Context, *streamv1.SetAttrsRequest, ...grpc.CallOption) (*streamv1.SetAttrsResponse, error) {
 	return nil, c.err()
 }
 
-func (f *fakeClient) GetBucket(context.Context, *streamv1.GetBucketRequest, ...grpc.CallOption) (*streamv1.GetBucketResponse, error) {
-	return nil, f.missing("GetBucket")
+func (f *fakeClient) GetBucket(_ context.Context, in *streamv1.GetBucketRequest, _ ...grpc.CallOption) (*streamv1.GetBucketResponse, error) {
+	if f.getBucket == nil {
+		return nil, f.missing("GetBucket")
+	}
+	return f.getBucket(in)
 }
 
 func (c failingClient) GetBucket(context.Context, *streamv1.GetBucketRequest, ...grpc.CallOption) (*streamv1.GetBucketResponse, error) {
 	return nil, c.err()
 }
 
-func (f *fakeClient) DeleteBucket(context.Context, *streamv1.DeleteBucketRequest, ...grpc.CallOption) (*streamv1.DeleteBucketResponse, error) {
-	return nil, f.missing("DeleteBucket")
+func (f *fakeClient) DeleteBucket(_ context.Context, in *streamv1.DeleteBucketRequest, _ ...grpc.CallOption) (*streamv1.DeleteBucketResponse, error) {
+	if f.deleteBucket == nil {
+		return nil, f.missing("DeleteBucket")
+	}
+	return f.deleteBucket(in)
 }
 
 func (c failingClient) DeleteBucket(context.Context, *streamv1.DeleteBucketRequest, ...grpc.CallOption) (*streamv1.DeleteBucketResponse, error) {
 	return nil, c.err()
 }
 
-func (f *fakeClient) ListStreams(context.Context, *streamv1.ListStreamsRequest, ...grpc.CallOption) (*streamv1.ListStreamsResponse, error) {
-	return nil, f.missing("ListStreams")
+func (f *fakeClient) ListStreams(_ context.Context, in *streamv1.ListStreamsRequest, _ ...grpc.CallOption) (*streamv1.ListStreamsResponse, error) {
+	if f.listStreams == nil {
+		return nil, f.missing("ListStreams")
+	}
+	return f.listStreams(in)
 }
 
 func (c failingClient) ListStreams(context.Context, *streamv1.ListStreamsRequest, ...grpc.CallOption) (*streamv1.ListStreamsResponse, error) {

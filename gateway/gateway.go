@@ -151,7 +151,9 @@ var (
 	valAllowOrigin = []string{"*"}
 	valExpose      = []string{"Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, " +
 		"Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, " +
-		"Stream-SSE-Data-Encoding, Stream-TTL, Stream-Expires-At, Retry-After, Content-Type"}
+		"Stream-SSE-Data-Encoding, Stream-TTL, Stream-Expires-At, Retry-After, Content-Type, " +
+		"Stream-Incarnation, Ursula-Cluster-Id, Stream-Retained-Offset, Stream-Snapshot-Offset, Stream-Snapshot-Digest, " +
+		"Stream-Record-Start, Stream-Record-Next, Stream-Record-First"}
 	valAllowMethods = []string{"GET, POST, PUT, DELETE, HEAD, OPTIONS"}
 	valTrue         = []string{"true"}
 	valNoStore      = []string{"no-store"}
@@ -291,6 +293,8 @@ type target struct {
 	// path is the stream path relative to the stream root for the Durable
 	// Streams family, empty for Ursula's family (no observer calls).
 	path string
+	// incarnation is the request's Stream-Incarnation (0: none).
+	incarnation uint64
 }
 
 // serveUrsula serves Ursula's /{bucket} and /{bucket}/{stream} family.
@@ -309,11 +313,7 @@ func (g *Gateway) serveUrsula(w http.ResponseWriter, r *http.Request, path strin
 		return
 	}
 	if !hasStream || stream == "" {
-		if r.Method != http.MethodPut {
-			methodNotAllowed(w, "PUT, OPTIONS")
-			return
-		}
-		g.createBucket(w, r, bucket)
+		g.serveBucket(w, r, bucket)
 		return
 	}
 	stream, sub, hasSub := strings.Cut(stream, "/")
@@ -323,6 +323,10 @@ func (g *Gateway) serveUrsula(w http.ResponseWriter, r *http.Request, path strin
 	}
 	t := target{ref: &streamv1.StreamRef{Bucket: bucket, Stream: stream}}
 	if !hasSub {
+		if stream == listSegment {
+			g.serveList(w, r, bucket)
+			return
+		}
 		g.serveStream(w, r, t)
 		return
 	}
@@ -333,6 +337,24 @@ func (g *Gateway) serveUrsula(w http.ResponseWriter, r *http.Request, path strin
 			return
 		}
 		g.setRetention(w, r, t, arg)
+	case res == "append-batch" && arg == "":
+		if r.Method != http.MethodPost {
+			methodNotAllowed(w, "POST, OPTIONS")
+			return
+		}
+		inc, err := parseIncarnation(r.Header)
+		if err != nil {
+			badRequest(w, err)
+			return
+		}
+		t.incarnation = inc
+		g.appendBatch(w, r, t)
+	case res == "snapshot" && !strings.Contains(arg, "/"):
+		g.serveSnapshot(w, r, t, arg)
+	case res == "bootstrap" && arg == "":
+		g.bootstrap(w, r, t)
+	case res == "attrs" && arg == "":
+		g.serveAttrs(w, r, t)
 	default:
 		notFound(w, "no such resource")
 	}
@@ -340,6 +362,12 @@ func (g *Gateway) serveUrsula(w http.ResponseWriter, r *http.Request, path strin
 
 // serveStream dispatches a stream operation by method.
 func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, t target) {
+	inc, err := parseIncarnation(r.Header)
+	if err != nil {
+		badRequest(w, err)
+		return
+	}
+	t.incarnation = inc
 	switch r.Method {
 	case http.MethodPut:
 		g.createStream(w, r, t)

@@ -533,7 +533,7 @@ func TestBuckets(t *testing.T) {
 		{"PUT", "/existing/", 200},
 		{"PUT", "/__ds", 400},
 		{"PUT", "/x", 400},
-		{"GET", "/fresh", 405},
+		{"POST", "/fresh", 405}, // GET /{bucket} is in TestBucketRoutes
 		{"GET", "/", 404},
 		{"GET", "/a1/b/c", 404},
 	}

@@ -26,7 +26,7 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request, t target, p r
 	defer cancel()
 	// The first read answers at once (even for an empty stream), so that
 	// errors become HTTP errors and the encoding header is known.
-	resp, err := g.client.Read(ctx, &streamv1.ReadRequest{Ref: t.ref, Offset: p.offset, MaxBytes: g.maxBytes()})
+	resp, err := g.client.Read(ctx, &streamv1.ReadRequest{Ref: t.ref, Offset: p.offset, MaxBytes: g.maxBytes(), Incarnation: t.incarnation})
 	if err != nil {
 		g.liveError(w, r, err)
 		return

@@ -179,6 +179,7 @@ func (g *Gateway) createStream(w http.ResponseWriter, r *http.Request, t target)
 	h := w.Header()
 	setContentType(h, info.GetContentType())
 	h[hStreamNextOffset] = []string{info.GetNextOffset()}
+	setIncarnation(h, info.GetIncarnation())
 	if info.GetClosed() {
 		h[hStreamClosed] = valTrue
 	}
@@ -229,7 +230,13 @@ func (g *Gateway) appendStream(w http.ResponseWriter, r *http.Request, t target)
 		badRequest(w, ErrMissingType)
 		return
 	}
-	req := &streamv1.AppendRequest{Ref: t.ref, ContentType: ct, Body: body, Close: closeReq, StreamSeq: seq}
+	req := &streamv1.AppendRequest{Ref: t.ref, ContentType: ct, Body: body, Close: closeReq, StreamSeq: seq, Incarnation: t.incarnation}
+	if match, hasMatch, err := parseRecordMatch(h); err != nil {
+		badRequest(w, err)
+		return
+	} else if hasMatch {
+		req.RecordMatch = &match
+	}
 	if hasProd {
 		req.Producer = &streamv1.Producer{Id: prod.ID, Epoch: prod.Epoch, Seq: prod.Seq}
 	}
@@ -250,6 +257,10 @@ func (g *Gateway) appendStream(w http.ResponseWriter, r *http.Request, t target)
 	out[hStreamNextOffset] = vals[0:1:1]
 	if resp.GetClosed() {
 		out[hStreamClosed] = valTrue
+	}
+	setIncarnation(out, resp.GetIncarnation())
+	if len(body) > 0 {
+		setAppendRecords(out, resp, ct)
 	}
 	status := http.StatusNoContent
 	if hasProd {
@@ -281,7 +292,7 @@ func echoUint(h http.Header, key string, parsed, v uint64) string {
 
 // headStream serves HEAD on a stream.
 func (g *Gateway) headStream(w http.ResponseWriter, r *http.Request, t target) {
-	resp, err := g.client.Head(r.Context(), &streamv1.HeadRequest{Ref: t.ref})
+	resp, err := g.client.Head(r.Context(), &streamv1.HeadRequest{Ref: t.ref, Incarnation: t.incarnation})
 	if err != nil {
 		g.upstreamError(w, r, err)
 		return
@@ -291,12 +302,18 @@ func (g *Gateway) headStream(w http.ResponseWriter, r *http.Request, t target) {
 	setContentType(h, info.GetContentType())
 	h[hStreamNextOffset] = []string{info.GetNextOffset()}
 	h[hCacheControl] = valNoStore
+	setIncarnation(h, info.GetIncarnation())
+	setRecordRange(h, info.GetContentType(), info.GetRecordFirst(), info.GetRecordNext())
+	if id := info.GetClusterId(); id != "" {
+		h[hClusterID] = []string{id}
+	}
 	if info.TtlSeconds != nil {
 		h[hStreamTTL] = []string{strconv.FormatUint(info.GetTtlSeconds(), 10)}
 	}
 	if v := info.GetExpiresAt(); v != "" {
 		h[hStreamExpiresAt] = []string{v}
 	}
+	setSnapshotInfo(h, info)
 	if info.GetClosed() {
 		h[hStreamClosed] = valTrue
 	}
@@ -320,6 +337,7 @@ type readParams struct {
 	offset string
 	live   string
 	cursor string
+	rec    recordParams
 }
 
 // parseReadParams parses offset, live and cursor from a raw query.
@@ -343,7 +361,13 @@ func parseReadParams(rawQuery string) (readParams, error) {
 	if v := q["live"]; len(v) > 0 {
 		p.live = v[0]
 	}
-	if (p.live == "long-poll" || p.live == "sse") && !hasOffset {
+	if p.rec, err = parseRecordParams(q, hasOffset); err != nil {
+		return readParams{}, err
+	}
+	if p.live == "sse" && (p.rec.start() || p.rec.envelope) {
+		return readParams{}, ErrRecordsLive
+	}
+	if (p.live == "long-poll" || p.live == "sse") && !hasOffset && !p.rec.start() {
 		return readParams{}, ErrLiveNeedsOffset
 	}
 	if v := q["cursor"]; len(v) > 0 {
@@ -374,13 +398,13 @@ func (g *Gateway) maxBytes() uint64 { return uint64(g.cfg.ReadChunkBytes) }
 
 // catchUp serves a plain GET.
 func (g *Gateway) catchUp(w http.ResponseWriter, r *http.Request, t target, p readParams) {
-	resp, err := g.client.Read(r.Context(), &streamv1.ReadRequest{Ref: t.ref, Offset: p.offset, MaxBytes: g.maxBytes()})
+	resp, err := g.client.Read(r.Context(), p.rec.apply(&streamv1.ReadRequest{Ref: t.ref, Offset: p.offset, MaxBytes: g.maxBytes(), Incarnation: t.incarnation}))
 	if err != nil {
 		g.upstreamError(w, r, err)
 		return
 	}
 	h := w.Header()
-	if p.offset == "now" {
+	if p.offset == "now" || p.rec.recordNow || p.rec.tailRecords > 0 {
 		h[hCacheControl] = valNoStore
 	} else {
 		h[hCacheControl] = valCacheable
@@ -395,6 +419,7 @@ func (g *Gateway) writeReadResponse(w http.ResponseWriter, r *http.Request, resp
 	ct := resp.GetContentType()
 	setContentType(h, ct)
 	h[hStreamNextOffset] = []string{resp.GetNextOffset()}
+	setIncarnation(h, resp.GetIncarnation())
 	if resp.GetUpToDate() {
 		h[hStreamUpToDate] = valTrue
 	}
@@ -404,14 +429,23 @@ func (g *Gateway) writeReadResponse(w http.ResponseWriter, r *http.Request, resp
 	if cursor != "" {
 		h[hStreamCursor] = []string{cursor}
 	}
+	setRecordRange(h, ct, resp.GetRecordFirst(), resp.GetRecordNext())
+	envelope := isJSONType(ct) && strings.Contains(r.URL.RawQuery, "record_view=envelope")
 	tag := etag(resp.GetIncarnation(), resp.GetStartOffset(), resp.GetNextOffset(), resp.GetClosed())
+	if envelope {
+		tag = tag[:len(tag)-1] + `:e"`
+	}
 	h[hETag] = []string{tag}
 	if inm, ok := headerValue(r.Header, hIfNoneMatch); ok && etagMatches(inm, tag) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
 	body := resp.GetData()
-	if isJSONType(ct) {
+	switch {
+	case envelope:
+		h[hContentType] = []string{ctRecordsNDJSON}
+		body = appendEnvelope(make([]byte, 0, len(body)+32*bytes.Count(body, []byte{'\n'})), body, resp.GetRecordFirst())
+	case isJSONType(ct):
 		body = appendJSONArray(make([]byte, 0, jsonArrayLen(body)), body)
 	}
 	h["Content-Length"] = []string{strconv.Itoa(len(body))}
@@ -446,9 +480,9 @@ func (g *Gateway) longPoll(w http.ResponseWriter, r *http.Request, t target, p r
 	ctx, cancel := g.liveContext(r, 0)
 	defer cancel()
 	wait := g.cfg.LongPollTimeout
-	resp, err := g.client.Read(ctx, &streamv1.ReadRequest{
-		Ref: t.ref, Offset: p.offset, MaxBytes: g.maxBytes(), WaitMs: uint64(wait / time.Millisecond),
-	})
+	resp, err := g.client.Read(ctx, p.rec.apply(&streamv1.ReadRequest{
+		Ref: t.ref, Offset: p.offset, MaxBytes: g.maxBytes(), WaitMs: uint64(wait / time.Millisecond), Incarnation: t.incarnation,
+	}))
 	if err != nil {
 		if g.stopCtx.Err() != nil {
 			writeDomainError(w, errShuttingDown)
@@ -463,6 +497,8 @@ func (g *Gateway) longPoll(w http.ResponseWriter, r *http.Request, t target, p r
 		h[hStreamNextOffset] = []string{resp.GetNextOffset()}
 		h[hStreamUpToDate] = valTrue
 		h[hCacheControl] = valNoStore
+		setIncarnation(h, resp.GetIncarnation())
+		setRecordRange(h, resp.GetContentType(), resp.GetRecordFirst(), resp.GetRecordNext())
 		if resp.GetClosed() {
 			h[hStreamClosed] = valTrue
 		} else {

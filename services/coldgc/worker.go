@@ -315,7 +315,8 @@ func (w *Worker) compact(ctx context.Context, g uint32, c *coldgcv1.Compaction) 
 	}
 	swap := &storagev1.ColdSwap{
 		Bucket: c.GetBucket(), Stream: c.GetStream(), Incarnation: c.GetIncarnation(), Replaced: run,
-		Chunk: &storagev1.ColdRef{Start: start, End: end, Key: key, Kind: storagev1.ColdKind_COLD_KIND_CHUNK, Size: uint64(len(body)), Records: uint32(len(records))},
+		Chunk: &storagev1.ColdRef{Start: start, End: end, Key: key, Kind: storagev1.ColdKind_COLD_KIND_CHUNK, Size: uint64(len(body)), Records: uint32(len(records)),
+			FirstRecord: run[0].GetFirstRecord(), NextRecord: run[len(run)-1].GetNextRecord()},
 	}
 	if _, err := w.node.CommitCompaction(ctx, &coldgcv1.CommitCompactionRequest{Group: g, Swap: swap}); err != nil {
 		w.stats.CompactRejected.Add(1)

@@ -15,6 +15,7 @@
 //
 //	GET    /__ursula/metrics                        metrics document
 //	GET    /__ursula/ready                          readiness (503 when not ready)
+//	GET    /__ursula/usage                          usage counters (also on the client plane)
 //	GET    /__ursula/leadership-shed                leadership-shed state
 //	POST   /__ursula/leadership-shed/maintenance    maintenance drain on
 //	DELETE /__ursula/leadership-shed/maintenance    maintenance drain off

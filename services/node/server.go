@@ -350,11 +350,12 @@ func (s *Server) metricsSnapshot() map[string]any {
 	return m
 }
 
-// httpHandler serves /__ursula/{metrics,ready} on the client plane.
+// httpHandler serves /__ursula/{metrics,ready,usage} on the client plane.
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /__ursula/metrics", s.serveMetrics)
 	mux.HandleFunc("GET /__ursula/ready", s.serveReady)
+	mux.HandleFunc("GET /__ursula/usage", s.serveUsage)
 	return mux
 }
 
@@ -389,6 +390,7 @@ func (s *Server) adminHandler(ctx context.Context) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /__ursula/ready", s.serveReady)
 	mux.HandleFunc("GET /__ursula/prometheus", s.servePrometheus)
+	mux.HandleFunc("GET /__ursula/usage", s.serveUsage)
 	// Profiles are served on the loopback admin plane only.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

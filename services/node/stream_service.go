@@ -111,6 +111,9 @@ func (s *streamService) Read(ctx context.Context, req *streamv1.ReadRequest) (re
 
 func (s *streamService) Head(ctx context.Context, req *streamv1.HeadRequest) (*streamv1.HeadResponse, error) {
 	resp, err := s.eng.Head(ctx, req)
+	if resp.GetInfo() != nil {
+		resp.Info.ClusterId = s.clusterID
+	}
 	return resp, s.status(err)
 }
 

@@ -283,6 +283,7 @@ func (e *Engine) flushStream(ctx context.Context, g uint32, h stream.HotStream) 
 		chunks = append(chunks, &storagev1.ColdRef{
 			Start: p.Start, End: p.End, Key: key, Kind: storagev1.ColdKind_COLD_KIND_CHUNK,
 			Size: uint64(len(body)), Records: uint32(len(p.Records)),
+			FirstRecord: p.FirstRecord, NextRecord: p.NextRecord,
 		})
 	}
 	// Seal full levels, as apply will: the pages are uploaded first.
@@ -303,7 +304,8 @@ func (e *Engine) flushStream(ctx context.Context, g uint32, h stream.HotStream) 
 			c.stats.Uploads.Add(1)
 			c.stats.UploadBytes.Add(uint64(len(body)))
 			seals = append(seals, &storagev1.ColdSeal{Level: uint32(k), Count: stream.PageFanout, Key: key, Size: uint64(len(body)), Digest: digest})
-			page := &storagev1.ColdRef{Start: run[0].GetStart(), End: run[len(run)-1].GetEnd(), Key: key, Kind: storagev1.ColdKind_COLD_KIND_PAGE, Size: uint64(len(body)), Records: stream.PageFanout, Level: uint32(k + 1)}
+			page := &storagev1.ColdRef{Start: run[0].GetStart(), End: run[len(run)-1].GetEnd(), Key: key, Kind: storagev1.ColdKind_COLD_KIND_PAGE, Size: uint64(len(body)), Records: stream.PageFanout, Level: uint32(k + 1),
+				FirstRecord: run[0].GetFirstRecord(), NextRecord: run[len(run)-1].GetNextRecord()}
 			levels[k].Entries = levels[k].Entries[stream.PageFanout:]
 			if k+1 == len(levels) {
 				levels = append(levels, &storagev1.ColdLevel{})

@@ -152,6 +152,9 @@ func (e *Engine) ColdReferences(ctx context.Context, prefix string) (keys []stri
 			return nil, false, nil
 		}
 		keys = append(keys, m.HotExternalKeys(k, meta.Incarnation)...)
+		if snap := m.SnapshotOf(k, meta.Incarnation); snap.GetKey() != "" {
+			keys = append(keys, snap.GetKey())
+		}
 		var walk func(refs []*storagev1.ColdRef) error
 		walk = func(refs []*storagev1.ColdRef) error {
 			for _, r := range refs {

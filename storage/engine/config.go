@@ -39,7 +39,10 @@ type Config struct {
 	SyncWindow time.Duration `toml:"sync_window"`
 	// TickInterval is the Raft tick.
 	TickInterval time.Duration `toml:"tick_interval"`
-	// ExpirySweepInterval is how often a leader looks for expired streams.
+	// ExpirySweepInterval is how often each group's leader removes the
+	// streams that expired in its group (a minute by default; set it to a
+	// quarter of the deleted-data bound when that is shorter). Expired
+	// streams are also removed lazily when accessed.
 	ExpirySweepInterval time.Duration `toml:"expiry_sweep_interval"`
 	// Cold configures the cold tier (set from the [cold] section; the zero
 	// value means DefaultColdConfig).
@@ -79,7 +82,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.SnapshotBytes, "raft.snapshot-bytes", 512<<10, "snapshot a group after this many bytes of entries")
 	fs.DurationVar(&c.SyncWindow, "raft.sync-window", 2*time.Millisecond, `minimum interval between fsyncs of one shard under fsync "always"`)
 	fs.DurationVar(&c.TickInterval, "raft.tick-interval", 100*time.Millisecond, "Raft tick interval")
-	fs.DurationVar(&c.ExpirySweepInterval, "expiry-sweep-interval", time.Second, "interval of the TTL expiry sweep")
+	fs.DurationVar(&c.ExpirySweepInterval, "expiry-sweep-interval", time.Minute, "interval of the TTL expiry sweep (each pass removes at most 16×257 expired streams per group)")
 }
 
 // Validate checks the configuration.

@@ -50,6 +50,9 @@ type Engine struct {
 	walRecovery bool
 	// commitStalls counts watchdog interventions.
 	commitStalls atomic.Uint64
+	// sweepEntries and sweepDue are the TTL sweep's metrics (sweep.go).
+	sweepEntries atomic.Uint64
+	sweepDue     atomic.Int64
 
 	bg       sync.WaitGroup
 	bgMu     sync.Mutex
@@ -428,7 +431,8 @@ func (e *Engine) touch(m stream.Meta) {
 	})
 }
 
-// sweepLoop expires streams whose TTL passed, on the groups this node leads.
+// sweepLoop removes expired streams from the groups this node leads,
+// every ExpirySweepInterval, in bounded passes (sweep.go).
 func (e *Engine) sweepLoop(ctx context.Context) {
 	t := time.NewTicker(e.cfg.ExpirySweepInterval)
 	defer t.Stop()
@@ -438,15 +442,9 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		now := e.nowMs()
-		for g, m := range e.machines {
-			if !e.host.Status(uint32(g)).IsLeader {
-				continue
-			}
-			for _, meta := range m.Expired(now, 256) {
-				e.expire(ctx, meta)
-			}
-		}
+		st := e.sweepPass(ctx)
+		e.sweepEntries.Add(st.entries)
+		e.sweepDue.Store(st.dueGroups)
 	}
 }
 

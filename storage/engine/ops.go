@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
@@ -22,6 +23,8 @@ func info(m stream.Meta) *streamv1.StreamInfo {
 		Closed:      m.Closed,
 		ExpiresAt:   m.ExpiresAt,
 		Incarnation: m.Incarnation,
+		RecordFirst: m.RecordFirst,
+		RecordNext:  m.RecordNext,
 	}
 	if m.HasTTL {
 		ttl := m.TTLSeconds
@@ -50,6 +53,9 @@ func validBucketName(b string) error {
 	}
 	if builtinBucket(b) {
 		return errcode.New(errcode.InvalidArgument, "bucket names starting with __ are reserved")
+	}
+	if b == reservedBucketName {
+		return errcode.New(errcode.InvalidArgument, "bucket name %q is reserved", b)
 	}
 	for i := 0; i < len(b); i++ {
 		c := b[i]
@@ -81,6 +87,9 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 	k := keyOf(req.GetRef())
 	if err := validKey(k); err != nil {
 		return nil, err
+	}
+	if k.Stream == reservedStreamID && !builtinBucket(k.Bucket) {
+		return nil, errcode.New(errcode.InvalidArgument, "stream id %q is reserved", k.Stream)
 	}
 	if err := e.checkBucket(ctx, k.Bucket); err != nil {
 		return nil, err
@@ -210,6 +219,13 @@ func (e *Engine) resolveFork(ctx context.Context, req *streamv1.CreateStreamRequ
 		}
 		pos = end
 	}
+	if src.JSON {
+		rec, err := e.recordAt(ctx, src, pos)
+		if err != nil {
+			return src, err
+		}
+		c.BaseRecord = rec
+	}
 	if !c.HasTtl && c.ExpiresAt == "" {
 		c.HasTtl, c.TtlSeconds = src.HasTTL, src.TTLSeconds
 		c.ExpiresAt, c.ExpiresAtMs = src.ExpiresAt, src.ExpiresAtMs
@@ -253,6 +269,9 @@ func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*stre
 	if err := validKey(k); err != nil {
 		return nil, err
 	}
+	if len(req.GetFrames()) > 0 {
+		return e.appendBatch(ctx, k, req)
+	}
 	body := req.GetBody()
 	if len(body) == 0 && !req.GetClose() {
 		return nil, errcode.New(errcode.InvalidArgument, "empty body: nothing to append")
@@ -263,8 +282,16 @@ func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*stre
 	if p := req.GetProducer(); p != nil && p.GetId() == "" {
 		return nil, errcode.New(errcode.InvalidArgument, "Producer-Id must not be empty")
 	}
+	// A write is answered by its group's leader: another replica's state
+	// (it may lag, or hold nothing) must not decide it.
+	if !e.leads(k) {
+		return nil, e.notLeader(k)
+	}
 	m, err := e.live(k)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkIncarnation(m, req.GetIncarnation()); err != nil {
 		return nil, err
 	}
 	if m.JSON && len(body) > 0 {
@@ -289,7 +316,8 @@ func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*stre
 	}
 	a := &storagev1.Append{
 		Bucket: k.Bucket, Stream: k.Stream, ContentType: req.GetContentType(), Body: body,
-		Close: req.GetClose(), StreamSeq: req.GetStreamSeq(),
+		Close: req.GetClose(), StreamSeq: req.GetStreamSeq(), Incarnation: req.GetIncarnation(),
+		RecordMatch: req.RecordMatch,
 	}
 	if p := req.GetProducer(); p != nil {
 		a.Producer = &storagev1.ProducerRef{Id: p.GetId(), Epoch: p.GetEpoch(), Seq: p.GetSeq()}
@@ -300,6 +328,9 @@ func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*stre
 		ext, err := e.storeExternal(ctx, m, body)
 		if err != nil {
 			return nil, err
+		}
+		if m.JSON {
+			ext.NextRecord = frameRecords(body) // relative; apply rebases it
 		}
 		a.Body, a.External, a.Incarnation = nil, ext, m.Incarnation
 	}
@@ -319,6 +350,9 @@ func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*stre
 		Duplicate:     res.Duplicate,
 		ProducerEpoch: res.ProducerEpoch,
 		ProducerSeq:   res.ProducerSeq,
+		Incarnation:   res.Meta.Incarnation,
+		RecordStart:   res.RecordStart,
+		RecordNext:    res.RecordNext,
 	}, nil
 }
 
@@ -335,7 +369,10 @@ func (e *Engine) Head(_ context.Context, req *streamv1.HeadRequest) (*streamv1.H
 	if err != nil {
 		return nil, err
 	}
-	return &streamv1.HeadResponse{Info: info(m)}, nil
+	if err := checkIncarnation(m, req.GetIncarnation()); err != nil {
+		return nil, err
+	}
+	return &streamv1.HeadResponse{Info: e.snapshotInfo(m, info(m))}, nil
 }
 
 // DeleteStream deletes a stream; a stream forks still reference is
@@ -344,6 +381,9 @@ func (e *Engine) DeleteStream(ctx context.Context, req *streamv1.DeleteStreamReq
 	k := keyOf(req.GetRef())
 	if err := validKey(k); err != nil {
 		return nil, err
+	}
+	if !e.leads(k) {
+		return nil, e.notLeader(k)
 	}
 	m, err := e.live(k)
 	if err != nil {
@@ -364,6 +404,9 @@ func (e *Engine) SetRetention(ctx context.Context, req *streamv1.SetRetentionReq
 	if err := validKey(k); err != nil {
 		return nil, err
 	}
+	if !e.leads(k) {
+		return nil, e.notLeader(k)
+	}
 	m, err := e.live(k)
 	if err != nil {
 		return nil, err
@@ -379,9 +422,15 @@ func (e *Engine) SetRetention(ctx context.Context, req *streamv1.SetRetentionReq
 	case off.Now:
 		pos = m.Tail
 	}
+	var recordFirst uint64
+	if m.JSON && pos > m.Retained && pos <= m.Tail {
+		if recordFirst, err = e.recordAt(ctx, m, pos); err != nil {
+			return nil, err
+		}
+	}
 	g := e.GroupOf(k)
 	res, err := e.propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_SetRetention{SetRetention: &storagev1.SetRetention{
-		Bucket: k.Bucket, Stream: k.Stream, Incarnation: m.Incarnation, Position: pos,
+		Bucket: k.Bucket, Stream: k.Stream, Incarnation: m.Incarnation, Position: pos, RecordFirst: recordFirst,
 	}}})
 	if err != nil {
 		return nil, err
@@ -397,4 +446,21 @@ func (e *Engine) SetRetention(ctx context.Context, req *streamv1.SetRetentionReq
 		e.logger.Warn("retire cold objects below retention", "stream", k.Stream, "err", err)
 	}
 	return &streamv1.SetRetentionResponse{RetainedOffset: stream.FormatOffset(res.Meta.Retained)}, nil
+}
+
+// Reserved names: the bucket "snapshots" and, in Ursula's family, the
+// stream id "streams" (GET /{bucket}/streams lists a bucket).
+const (
+	reservedBucketName = "snapshots"
+	reservedStreamID   = "streams"
+)
+
+// checkIncarnation answers INCARNATION_MISMATCH (412, with the current
+// token) when a request names an incarnation other than the stream's.
+func checkIncarnation(m stream.Meta, want uint64) error {
+	if want == 0 || want == m.Incarnation {
+		return nil
+	}
+	return errcode.New(errcode.IncarnationMismatch, "stream %s has incarnation %d, not %d", m.Key.Stream, m.Incarnation, want).
+		With(errcode.KeyIncarnation, strconv.FormatUint(m.Incarnation, 10))
 }

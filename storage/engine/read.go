@@ -24,6 +24,9 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 	if err != nil {
 		return nil, err
 	}
+	if err := checkIncarnation(m, req.GetIncarnation()); err != nil {
+		return nil, err
+	}
 	leader := e.leads(k)
 	if !leader && (req.GetOffset() == stream.OffsetNow || req.GetWaitMs() > 0) {
 		return nil, e.notLeader(k)
@@ -31,7 +34,15 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 	if !req.GetNoTouch() {
 		e.touch(m)
 	}
-	pos, err := startPosition(req.GetOffset(), m)
+	if req.GetMaxRecords() > 0 && !hasRecordStart(req) {
+		return nil, errcode.New(errcode.InvalidArgument, "max_records needs a record start (record or tail_records)")
+	}
+	var pos uint64
+	if hasRecordStart(req) {
+		pos, err = e.recordStart(ctx, req, m, leader)
+	} else {
+		pos, err = startPosition(req.GetOffset(), m)
+	}
 	if err != nil {
 		var de *errcode.Error
 		if !leader && errors.As(err, &de) && de.Code == errcode.OffsetOutOfRange {
@@ -42,7 +53,14 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 		return nil, err
 	}
 	limit := e.limit(req.GetMaxBytes())
-	resp, err := e.readAt(ctx, m, pos, limit)
+	readAt := func(cur stream.Meta) (*streamv1.ReadResponse, error) {
+		resp, err := e.readAt(ctx, cur, pos, limit)
+		if err == nil {
+			err = e.withRecords(ctx, cur, resp, pos, req.GetMaxRecords())
+		}
+		return resp, err
+	}
+	resp, err := readAt(m)
 	if err == nil && !leader {
 		// A follower serves history, but it cannot know that its tail is
 		// the stream's tail: it never claims to be up to date or closed,
@@ -64,7 +82,7 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 			if cur.SoftDeleted {
 				return nil, errcode.New(errcode.StreamGone, "stream %s is deleted", k.Stream)
 			}
-			return e.readAt(ctx, cur, pos, limit)
+			return readAt(cur)
 		}
 		select {
 		case <-ch:

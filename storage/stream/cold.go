@@ -129,6 +129,10 @@ func (m *Machine) applyColdFlush(now int64, c *storagev1.ColdFlush) *Result {
 		}
 		pos = ch.GetEnd()
 	}
+	hotRecord, rerr := s.flushRecords(chunks)
+	if rerr != nil {
+		return &Result{Err: rerr}
+	}
 	levels := cloneLevels(s.meta.GetColdIndex())
 	if len(levels) == 0 {
 		levels = append(levels, &storagev1.ColdLevel{})
@@ -140,6 +144,7 @@ func (m *Machine) applyColdFlush(now int64, c *storagev1.ColdFlush) *Result {
 	}
 	s.meta.ColdIndex = levels
 	s.meta.ColdEnd = pos
+	s.meta.HotRecord = hotRecord
 	m.hotSize.Add(-int64(s.buf.TrimTo(pos)))
 	i := sort.Search(len(s.records), func(i int) bool { return s.records[i] > pos })
 	s.records = append([]uint64(nil), s.records[i:]...)
@@ -169,6 +174,7 @@ func seal(levels []*storagev1.ColdLevel, seals []*storagev1.ColdSeal) ([]*storag
 			Start: run[0].GetStart(), End: run[n-1].GetEnd(), Key: sl.GetKey(),
 			Kind: storagev1.ColdKind_COLD_KIND_PAGE, Size: sl.GetSize(), Records: uint32(n), Level: uint32(k + 1),
 		}
+		pageRecords(page, run)
 		levels[k].Entries = append([]*storagev1.ColdRef(nil), levels[k].Entries[n:]...)
 		if k+1 == len(levels) {
 			levels = append(levels, &storagev1.ColdLevel{})
@@ -188,6 +194,7 @@ func (m *Machine) applySetRetention(c *storagev1.SetRetention) *Result {
 	}
 	if c.GetPosition() > s.meta.GetRetained() {
 		s.meta.Retained = c.GetPosition()
+		s.meta.RecordFirst = max(s.meta.GetRecordFirst(), min(c.GetRecordFirst(), s.meta.GetRecordNext()))
 		s.signal.Notify()
 	}
 	return &Result{Meta: s.metaView()}
@@ -255,7 +262,7 @@ func (m *Machine) applyColdSwap(now int64, c *storagev1.ColdSwap) *Result {
 	}
 	next := make([]*storagev1.ColdRef, 0, len(es)-len(old)+1)
 	next = append(next, es[:i]...)
-	next = append(next, ch)
+	next = append(next, swapRecords(ch, es[i:i+len(old)]))
 	next = append(next, es[i+len(old):]...)
 	levels[0].Entries = next
 	for _, o := range old {
@@ -289,6 +296,7 @@ func (m *Machine) applyPurgeBucket(now int64, c *storagev1.PurgeBucket) *Result 
 	b := c.GetBucket()
 	m.fenced[b] = struct{}{}
 	delete(m.buckets, b)
+	delete(m.bucketCreated, b) // usage counters stay
 	var keys []Key
 	for k := range m.streams {
 		if k.Bucket == b {
@@ -352,6 +360,8 @@ type FlushPiece struct {
 	Data       [][]byte
 	Records    []uint64
 	External   *storagev1.ColdRef
+	// FirstRecord/NextRecord: the piece's JSON record range.
+	FirstRecord, NextRecord uint64
 }
 
 // FlushPlan returns the oldest part of a stream's hot window: pieces cut on
@@ -368,9 +378,12 @@ func (m *Machine) FlushPlan(key Key, inc uint64, maxBytes uint64) (pieces []Flus
 	pos, end := s.buf.Base(), s.buf.End()
 	ri := 0
 	var total uint64
+	rec := s.meta.GetHotRecord()
 	for pos < end && total < maxBytes {
 		if hs, he, tag, hole := s.buf.Hole(pos); hole && hs == pos {
-			pieces = append(pieces, FlushPiece{Start: hs, End: he, External: tag.(*storagev1.ColdRef)})
+			ref := tag.(*storagev1.ColdRef)
+			pieces = append(pieces, FlushPiece{Start: hs, End: he, External: ref, FirstRecord: ref.GetFirstRecord(), NextRecord: ref.GetNextRecord()})
+			rec = ref.GetNextRecord()
 			pos = he
 			continue
 		}
@@ -394,7 +407,14 @@ func (m *Machine) FlushPlan(key Key, inc uint64, maxBytes uint64) (pieces []Flus
 			recs = append(recs, s.records[ri])
 			ri++
 		}
-		pieces = append(pieces, FlushPiece{Start: pos, End: cut, Data: s.buf.Segments(pos, cut), Records: recs})
+		p := FlushPiece{Start: pos, End: cut, Data: s.buf.Segments(pos, cut), Records: recs, FirstRecord: rec, NextRecord: rec}
+		if s.meta.GetJson() {
+			for _, seg := range p.Data {
+				p.NextRecord += countRecords(seg)
+			}
+		}
+		rec = p.NextRecord
+		pieces = append(pieces, p)
 		total += cut - pos
 		pos = cut
 	}

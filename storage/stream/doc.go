@@ -16,6 +16,24 @@
 // stream's own appends (one per append, whatever its size), used to cut
 // reads on append boundaries and to resolve fork sub-offsets.
 //
+// # JSON record coordinates
+//
+// Every message of a JSON stream has a zero-based ordinal (its record),
+// never renumbered: record_next counts the messages of the stream's view,
+// record_first is the first retained one (SetRetention carries the ordinal
+// at its position), and a fork starts at base_record, the source's ordinal
+// at its base. No per-message index is kept (see records.go): hot_record
+// is the ordinal of the hot window's first message, and every cold-index
+// entry (chunk, external payload, page) carries first_record/next_record,
+// the ordinals of its first message and of the one after its last. The
+// leader sets them on the chunks and pages it flushes, apply checks them
+// against the bytes it drops; a compaction's chunk takes the range of the
+// entries it replaces. A record is located by finding the one entry (or
+// the hot window) that holds it and counting '\n' inside it.
+//
+// An Append with frames is an append batch: the frames are appended as
+// one write, each its own append (record end), in one log entry.
+//
 // # Forks
 //
 // A fork holds a ForkOrigin: its source (bucket, stream, incarnation) and
@@ -30,7 +48,10 @@
 // encoding: format 2, buckets sorted, streams sorted by (bucket, stream),
 // producers sorted by id, data the bytes of the stream's hot window (from
 // cold_end to the tail, external payloads left out and listed in
-// hot_external), its cold index, the GC queue and the purge fences. The
+// hot_external), its cold index and attributes, the GC queue, the purge
+// fences, the per-bucket usage counters (sorted by bucket) with the write
+// unit they were counted in (write_unit_bytes; a snapshot with another
+// unit is refused) and the buckets' creation times. The
 // same state always yields the same bytes. Format 1 (no cold tier: data
 // from base) is still restored.
 //
@@ -42,4 +63,18 @@
 // move the split (ColdFlush), retire index entries (SetRetention,
 // ColdRetire, ColdSwap) or remove streams queue the objects that become
 // garbage in the group's replicated GC queue.
+//
+// # Application snapshots
+//
+// A stream holds at most one application snapshot (StreamState.snapshot, a
+// SnapshotRef; snapshot_ext.go): its position (an append or message
+// boundary, at or above the retention, at or below the tail), its digest
+// (lower-case hex SHA-256 of the content type, a NUL byte and the body),
+// its content type and size, and either the key of its object in the cold
+// store, "{ColdPrefix}s/{position:020d}-{digest}-{nonce}", or, without a
+// cold store, its bytes inline (data). PublishSnapshot replaces it: the
+// same position and digest is a duplicate; a different digest at the same
+// position, a failed match or a position past the tail is refused; the
+// replaced object is queued for GC after grace_ms. Removing the stream
+// collects the object with the stream's prefix.
 package stream

@@ -60,12 +60,17 @@ type Machine struct {
 	gc          []*storagev1.GCEntry
 	gcNextSeq   uint64
 	gcReclaimed map[string]uint64
+	// usage holds the committed usage counters per bucket (usage.go);
+	// bucketCreated when each bucket was created (group 0).
+	usage         map[string]*storagev1.BucketUsage
+	bucketCreated map[string]int64
 }
 
 // NewMachine returns an empty state machine for a group.
 func NewMachine(group uint32) *Machine {
 	return &Machine{group: group, buckets: map[string]struct{}{}, streams: map[Key]*stream{},
-		fenced: map[string]struct{}{}, gcNextSeq: 1, gcReclaimed: map[string]uint64{}}
+		fenced: map[string]struct{}{}, gcNextSeq: 1, gcReclaimed: map[string]uint64{},
+		usage: map[string]*storagev1.BucketUsage{}, bucketCreated: map[string]int64{}}
 }
 
 // Group is the group this machine belongs to.
@@ -91,6 +96,11 @@ type Result struct {
 	Duplicate bool
 	// ProducerEpoch/ProducerSeq are the producer state after an append.
 	ProducerEpoch, ProducerSeq uint64
+	// RecordStart/RecordNext are an append's JSON record range (for a
+	// duplicate, the range of the producer's last accepted write).
+	RecordStart, RecordNext uint64
+	// Frames describes each frame of an append batch.
+	Frames []FrameResult
 	// Release lists fork origins whose references the engine must drop in
 	// the sources' groups (a removed fork, cascading).
 	Release []*storagev1.ForkOrigin
@@ -122,7 +132,7 @@ func (m *Machine) apply(index uint64, data []byte) *Result {
 	now := cmd.GetNowMs()
 	switch op := cmd.GetOp().(type) {
 	case *storagev1.Command_CreateBucket:
-		return m.applyCreateBucket(op.CreateBucket)
+		return m.applyCreateBucket(now, op.CreateBucket)
 	case *storagev1.Command_CreateStream:
 		return m.applyCreate(index, now, op.CreateStream)
 	case *storagev1.Command_Append:
@@ -132,7 +142,15 @@ func (m *Machine) apply(index uint64, data []byte) *Result {
 		return m.applyRemove(now, Key{c.GetBucket(), c.GetStream()}, c.GetIncarnation(), false)
 	case *storagev1.Command_Expire:
 		c := op.Expire
-		return m.applyRemove(now, Key{c.GetBucket(), c.GetStream()}, c.GetIncarnation(), true)
+		r := m.applyRemove(now, Key{c.GetBucket(), c.GetStream()}, c.GetIncarnation(), true)
+		for _, k := range c.GetMore() {
+			r.Release = append(r.Release, m.applyRemove(now, Key{k.GetBucket(), k.GetStream()}, k.GetIncarnation(), true).Release...)
+		}
+		return r
+	case *storagev1.Command_SetAttrs:
+		return m.applySetAttrs(op.SetAttrs)
+	case *storagev1.Command_DeleteBucket:
+		return m.applyDeleteBucket(op.DeleteBucket)
 	case *storagev1.Command_AddForkRef:
 		return m.applyAddForkRef(op.AddForkRef)
 	case *storagev1.Command_ReleaseForkRef:
@@ -149,6 +167,8 @@ func (m *Machine) apply(index uint64, data []byte) *Result {
 		return m.applyGCAck(op.GcAck)
 	case *storagev1.Command_PurgeBucket:
 		return m.applyPurgeBucket(now, op.PurgeBucket)
+	case *storagev1.Command_PublishSnapshot:
+		return m.applyPublishSnapshot(now, op.PublishSnapshot)
 	case *storagev1.Command_Barrier:
 		return &Result{}
 	case *storagev1.Command_Touch:
@@ -162,7 +182,7 @@ func (m *Machine) apply(index uint64, data []byte) *Result {
 	}
 }
 
-func (m *Machine) applyCreateBucket(c *storagev1.CreateBucket) *Result {
+func (m *Machine) applyCreateBucket(now int64, c *storagev1.CreateBucket) *Result {
 	if _, ok := m.fenced[c.GetBucket()]; ok {
 		return &Result{Err: errcode.New(errcode.BucketNotFound, "bucket %s was purged", c.GetBucket())}
 	}
@@ -170,6 +190,7 @@ func (m *Machine) applyCreateBucket(c *storagev1.CreateBucket) *Result {
 		return &Result{}
 	}
 	m.buckets[c.GetBucket()] = struct{}{}
+	m.bucketCreated[c.GetBucket()] = now
 	return &Result{Created: true}
 }
 
@@ -209,13 +230,19 @@ func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream
 		ExpiresAtMs: c.GetExpiresAtMs(),
 		CreatedMs:   now,
 		TouchedMs:   now,
+		LastWriteMs: now,
 		Closed:      c.GetClosed(),
 		Fork:        c.GetFork(),
 		Base:        base,
 		ColdEnd:     base,
+		BaseRecord:  c.GetBaseRecord(),
+		HotRecord:   c.GetBaseRecord(),
+		RecordNext:  c.GetBaseRecord(),
 	}
 	s := &stream{meta: st, buf: hot.NewBuffer(base), producers: map[string]*storagev1.ProducerState{}}
 	s.appendStored(now, c.GetBody(), nil, c.GetBodyRecords(), &m.hotSize)
+	n := uint64(len(c.GetBody()))
+	m.countWrite(key.Bucket, n, writeRecords(n, c.GetBodyRecords()))
 	m.streams[key] = s
 	return &Result{Created: true, Meta: s.metaView(), Release: release}
 }
@@ -262,13 +289,21 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 			With(errcode.KeyIncarnation, strconv.FormatUint(st.GetIncarnation(), 10))}
 	}
 	p := c.GetProducer()
-	body := c.GetBody()
+	body, rel := c.GetBody(), c.GetRecords()
+	if fr := c.GetFrames(); len(fr) > 0 {
+		body, rel = batchBody(fr)
+	}
 	ext := c.GetExternal()
 	size := uint64(len(body)) + ext.GetSize()
 	if st.GetClosed() {
 		if p != nil {
 			if cb := st.GetClosedBy(); cb != nil && cb.GetId() == p.GetId() && cb.GetEpoch() == p.GetEpoch() && cb.GetSeq() == p.GetSeq() {
-				return &Result{Meta: s.metaView(), Duplicate: true, ProducerEpoch: p.GetEpoch(), ProducerSeq: p.GetSeq()}
+				r := &Result{Meta: s.metaView(), Duplicate: true, ProducerEpoch: p.GetEpoch(), ProducerSeq: p.GetSeq()}
+				r.RecordStart, r.RecordNext = st.GetRecordNext(), st.GetRecordNext()
+				if cur := s.producers[p.GetId()]; cur != nil && cur.GetSeq() == p.GetSeq() {
+					r.RecordStart, r.RecordNext = cur.GetRecordStart(), cur.GetRecordNext()
+				}
+				return r
 			}
 		} else if size == 0 && c.GetClose() {
 			return &Result{Meta: s.metaView()} // closing a closed stream is idempotent
@@ -298,11 +333,15 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 				return &Result{Err: errcode.New(errcode.ProducerEpochSeq, "a new producer epoch must start at seq 0, got %d", p.GetSeq())}
 			}
 		case p.GetSeq() <= cur.GetSeq():
-			return &Result{Meta: s.metaView(), Duplicate: true, ProducerEpoch: cur.GetEpoch(), ProducerSeq: cur.GetSeq()}
+			return &Result{Meta: s.metaView(), Duplicate: true, ProducerEpoch: cur.GetEpoch(), ProducerSeq: cur.GetSeq(),
+				RecordStart: cur.GetRecordStart(), RecordNext: cur.GetRecordNext()}
 		case p.GetSeq() != cur.GetSeq()+1:
 			return &Result{Err: seqGap(cur.GetSeq()+1, p.GetSeq())}
 		}
 		ps = &storagev1.ProducerState{Id: p.GetId(), Epoch: p.GetEpoch(), Seq: p.GetSeq(), UpdatedMs: now}
+	}
+	if c.RecordMatch != nil && c.GetRecordMatch() != st.GetRecordNext() {
+		return &Result{Err: recordMismatch(s, c.GetRecordMatch())}
 	}
 	if seq := c.GetStreamSeq(); seq != "" {
 		if last := st.GetLastStreamSeq(); last != "" && seq <= last {
@@ -310,8 +349,10 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 		}
 		st.LastStreamSeq = seq
 	}
-	s.appendStored(now, body, ext, c.GetRecords(), &m.hotSize)
+	start, recStart := s.buf.End(), st.GetRecordNext()
+	s.appendStored(now, body, ext, rel, &m.hotSize)
 	if ps != nil {
+		ps.RecordStart, ps.RecordNext = recStart, st.GetRecordNext()
 		s.putProducer(ps)
 	}
 	if c.GetClose() {
@@ -321,8 +362,13 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 		}
 	}
 	st.TouchedMs = max(st.GetTouchedMs(), now)
+	st.LastWriteMs = now
+	m.countWrite(key.Bucket, size, writeRecords(size, c.GetRecords()))
 	s.signal.Notify()
-	r := &Result{Meta: s.metaView()}
+	r := &Result{Meta: s.metaView(), RecordStart: recStart, RecordNext: st.GetRecordNext()}
+	if fr := c.GetFrames(); len(fr) > 0 {
+		r.Frames = s.frameResults(fr, start, recStart)
+	}
 	if p != nil {
 		r.ProducerEpoch, r.ProducerSeq = p.GetEpoch(), p.GetSeq()
 	}
@@ -375,8 +421,10 @@ func (s *stream) appendStored(now int64, body []byte, ext *storagev1.ColdRef, re
 	if ext != nil {
 		ref := proto.CloneOf(ext)
 		ref.Start, ref.End, ref.Kind = start, start+n, storagev1.ColdKind_COLD_KIND_EXTERNAL
+		s.addRecords(nil, ref)
 		s.buf.AppendHole(n, ref)
 	} else {
+		s.addRecords(body, nil)
 		s.buf.Append(body)
 		hotSize.Add(int64(n))
 	}
@@ -486,6 +534,9 @@ type Meta struct {
 	Tail     uint64
 	Fork     *storagev1.ForkOrigin
 	ForkRefs uint64
+	// RecordFirst/RecordNext: the retained JSON record range; BaseRecord
+	// the ordinal at Base (records below it are the fork source's).
+	RecordFirst, RecordNext, BaseRecord uint64
 }
 
 // ExpiredAt reports whether the stream's TTL or expiry has passed at nowMs.
@@ -517,6 +568,9 @@ func (s *stream) metaView() Meta {
 		Tail:          s.buf.End(),
 		Fork:          st.GetFork(),
 		ForkRefs:      st.GetForkRefs(),
+		RecordFirst:   st.GetRecordFirst(),
+		RecordNext:    st.GetRecordNext(),
+		BaseRecord:    st.GetBaseRecord(),
 	}
 }
 

@@ -24,6 +24,7 @@ func (m *Machine) Snapshot() ([]byte, error) {
 	}
 	sort.Strings(snap.FencedBuckets)
 	snap.GcQueue = m.gc
+	m.snapshotUsage(snap)
 	if len(m.gcReclaimed) > 0 {
 		snap.GcReclaimed = m.gcReclaimed
 	}
@@ -69,6 +70,10 @@ func (m *Machine) Restore(data []byte) error {
 	if f := snap.GetFormat(); f != snapshotFormat && f != 1 {
 		return fmt.Errorf("stream: snapshot of group %d has format %d, want %d", m.group, f, snapshotFormat)
 	}
+	usage, created, err := restoreUsage(&snap)
+	if err != nil {
+		return fmt.Errorf("stream: snapshot of group %d: %w", m.group, err)
+	}
 	buckets := make(map[string]struct{}, len(snap.GetBuckets()))
 	for _, b := range snap.GetBuckets() {
 		buckets[b] = struct{}{}
@@ -109,6 +114,7 @@ func (m *Machine) Restore(data []byte) error {
 	m.gc = snap.GetGcQueue()
 	m.gcNextSeq = max(snap.GetGcNextSeq(), 1)
 	m.gcReclaimed = reclaimed
+	m.usage, m.bucketCreated = usage, created
 	m.hotSize.Store(hotBytes)
 	for _, s := range old {
 		s.signal.Notify() // wake readers of the replaced state

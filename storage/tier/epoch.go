@@ -32,15 +32,29 @@ func CheckFormatEpoch(ctx context.Context, store objstore.Store) error {
 	case !errors.Is(err, objstore.ErrNotFound):
 		return fmt.Errorf("cold store: read the format epoch: %w", err)
 	}
+	// Another node may write the marker while this one looks: a listing
+	// that finds it validates it instead of taking it for a stranger.
 	var first string
+	sawMarker := false
 	err = store.List(ctx, "", func(in objstore.Info) error {
+		if in.Key == FormatEpochKey {
+			sawMarker = true
+			return nil
+		}
 		first = in.Key
 		return errFound
 	})
 	if err != nil && !errors.Is(err, errFound) {
 		return fmt.Errorf("cold store: list the root: %w", err)
 	}
+	if sawMarker {
+		return CheckFormatEpochWritten(ctx, store)
+	}
 	if first != "" {
+		// The marker may have landed after the listing passed its key.
+		if werr := CheckFormatEpochWritten(ctx, store); werr == nil {
+			return nil
+		}
 		return fmt.Errorf("cold store: the root holds objects (such as %q) but no %s marker: refusing a prefix that is not Ursula's", first, FormatEpochKey)
 	}
 	if _, err := store.PutIfAbsent(ctx, FormatEpochKey, []byte(FormatEpoch+"\n")); err != nil {

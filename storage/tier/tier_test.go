@@ -137,3 +137,20 @@ func TestCheckFormatEpoch(t *testing.T) {
 		t.Fatal("another format epoch was accepted")
 	}
 }
+
+// TestCheckFormatEpochConcurrent: nodes of a cluster start together on an
+// empty shared root; each must accept the marker another one wrote.
+func TestCheckFormatEpochConcurrent(t *testing.T) {
+	for range 20 {
+		s := objstore.NewMemory()
+		errs := make(chan error, 5)
+		for range 5 {
+			go func() { errs <- CheckFormatEpoch(context.Background(), s) }()
+		}
+		for range 5 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

@@ -3,7 +3,8 @@
 //
 //	go run ./tests/bench -server bin/ursula [-duration 10s] [-streams 500] ...
 //
-// For each server it runs these workloads, the first three for -duration:
+// For each server it runs these workloads, the first four for -duration
+// (bootstrap twice: bootstrap, then catch-up):
 //
 //   - multi-stream: -streams streams, 256-byte appends (-payload), one
 //     request in flight per stream, idempotent-producer headers
@@ -15,6 +16,13 @@
 //   - replay: -replay-clients clients, each with its own stream pre-filled
 //     with -replay-events appends of -replay-event-bytes, reading it from
 //     offset -1 to the tail all at once, round after round;
+//   - bootstrap: -replay-clients clients, each with its own stream in one
+//     bucket of the Ursula URL family: 64 appends of -replay-event-bytes
+//     (the history), a 64 KiB snapshot published at their end, then a tail
+//     of -replay-events appends; every client GETs /{bucket}/{stream}/bootstrap
+//     (the snapshot and the tail as multipart/mixed) round after round for
+//     -duration, then, for comparison, catches up on the same stream from
+//     offset -1 (history and tail) for -duration (extra.catch_up_*);
 //   - memory (fsync=never servers only): 16 writers append 64 KiB bodies to
 //     8 streams, -memory-warmup bytes (20 MiB) first, then up to
 //     -memory-total (2 GiB), retrying 503s (cold-write backpressure); the

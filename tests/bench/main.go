@@ -52,7 +52,7 @@ func main() {
 	flag.StringVar(&c.target, "target", "", "measure this running server (origin URL) instead of starting one")
 	flag.IntVar(&c.pid, "pid", 0, "with -target: the server's pid, for RSS")
 	flag.StringVar(&c.fsyncModes, "fsync", "never,always", "raft.fsync modes to start ursula with, in order")
-	flag.StringVar(&c.workloads, "workloads", "multi-stream,fan-out,replay,memory", "workloads to run, in order (memory runs only against fsync=never servers)")
+	flag.StringVar(&c.workloads, "workloads", "multi-stream,fan-out,replay,bootstrap,memory", "workloads to run, in order (memory runs only against fsync=never servers)")
 	flag.StringVar(&c.cold, "cold", "s3", `also run the fsync=never server with this cold store ("s3": a versitygw the bench starts; "" for none) and compare it with the local-directory run`)
 	flag.Int64Var(&c.memWarmup, "memory-warmup", 20<<20, "memory: bytes appended before the first RSS sample")
 	flag.Int64Var(&c.memTotal, "memory-total", 2<<30, "memory: bytes appended before the second RSS sample")
@@ -153,7 +153,7 @@ func run(ctx context.Context, c config) (*Report, error) {
 	workloads := splitList(c.workloads)
 	for _, w := range workloads {
 		switch w {
-		case "multi-stream", "fan-out", "replay", "memory":
+		case "multi-stream", "fan-out", "replay", "bootstrap", "memory":
 		default:
 			return nil, fmt.Errorf("unknown workload %q", w)
 		}
@@ -296,6 +296,8 @@ func runWorkloads(ctx context.Context, c config, b *bench, sr *ServerRun, worklo
 			res, err = b.fanOut(ctx, c.subscribers, c.writerRate, c.payload, c.duration)
 		case "replay":
 			res, err = b.replay(ctx, c.replayCl, c.replayEv, c.replayBytes, c.duration)
+		case "bootstrap":
+			res, err = b.bootstrap(ctx, c.replayCl, c.replayEv, c.replayBytes, c.duration)
 		case "memory":
 			if b.isNull || !strings.Contains(sr.Name, "never") {
 				continue

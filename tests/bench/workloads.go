@@ -586,34 +586,5 @@ func (b *bench) replay(ctx context.Context, clients, events, eventBytes int, d t
 // readAll reads a stream from -1 until Stream-Up-To-Date and returns the
 // number of bytes. Errors are short kinds, used as error-count keys.
 func (b *bench) readAll(ctx context.Context, c *http.Client, name string) (int64, error) {
-	var total int64
-	offset := "-1"
-	for range 10000 {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.streamURL(name)+"?offset="+offset, nil)
-		resp, err := c.Do(req)
-		if err != nil {
-			return total, fmt.Errorf("transport")
-		}
-		n, err := io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return total, fmt.Errorf("body")
-		}
-		total += n
-		if b.isNull && resp.StatusCode == http.StatusNoContent {
-			return total, nil
-		}
-		if resp.StatusCode != http.StatusOK {
-			return total, fmt.Errorf("%s", statusKind(resp.StatusCode))
-		}
-		if resp.Header.Get("Stream-Up-To-Date") == "true" {
-			return total, nil
-		}
-		next := resp.Header.Get("Stream-Next-Offset")
-		if next == "" || (n == 0 && next == offset) {
-			return total, fmt.Errorf("no_progress")
-		}
-		offset = next
-	}
-	return total, fmt.Errorf("too_many_pages")
+	return b.catchUpURL(ctx, c, b.streamURL(name))
 }

@@ -26,6 +26,7 @@ const (
 	OffsetOutOfRange    Code = "OFFSET_OUT_OF_RANGE"
 	ForkSourceGone      Code = "FORK_SOURCE_GONE"
 	IncarnationMismatch Code = "INCARNATION_MISMATCH"
+	RecordMismatch      Code = "RECORD_MISMATCH" // Stream-Record-Match is not the record tail
 	PayloadTooLarge     Code = "PAYLOAD_TOO_LARGE"
 	NotLeader           Code = "NOT_LEADER"
 	OutcomeUnknown      Code = "OUTCOME_UNKNOWN"
@@ -35,6 +36,8 @@ const (
 	OffsetTrimmed       Code = "OFFSET_TRIMMED"    // below the stream's retention
 	Internal            Code = "INTERNAL"
 	Unimplemented       Code = "UNIMPLEMENTED"
+	SnapshotConflict    Code = "SNAPSHOT_CONFLICT"  // a snapshot publish that contradicts the stream or its latest snapshot
+	SnapshotNotFound    Code = "SNAPSHOT_NOT_FOUND" // no snapshot (at that offset)
 )
 
 // Metadata keys carried next to a code.
@@ -49,6 +52,7 @@ const (
 	KeyLeaderAddr    = "leader_addr"
 	KeyRetryAfterMS  = "retry_after_ms"
 	KeyIncarnation   = "incarnation"
+	KeyRecordNext    = "record_next"
 )
 
 // Error is a domain error with a code, a human message and metadata.

@@ -31,6 +31,7 @@ var grpcCodes = map[errcode.Code]codes.Code{
 	errcode.OffsetOutOfRange:    codes.OutOfRange,
 	errcode.ForkSourceGone:      codes.FailedPrecondition,
 	errcode.IncarnationMismatch: codes.FailedPrecondition,
+	errcode.RecordMismatch:      codes.FailedPrecondition,
 	errcode.PayloadTooLarge:     codes.ResourceExhausted,
 	errcode.NotLeader:           codes.Unavailable,
 	errcode.OutcomeUnknown:      codes.Unavailable,
@@ -40,6 +41,8 @@ var grpcCodes = map[errcode.Code]codes.Code{
 	errcode.OffsetTrimmed:       codes.OutOfRange,
 	errcode.Internal:            codes.Internal,
 	errcode.Unimplemented:       codes.Unimplemented,
+	errcode.SnapshotConflict:    codes.Aborted,
+	errcode.SnapshotNotFound:    codes.NotFound,
 }
 
 // ToStatus converts err into a gRPC status error. Domain errors keep their

@@ -670,8 +670,11 @@ type CreateStream struct {
 	// replace_incarnation, when not zero, replaces an expired stream of that
 	// incarnation at the same name.
 	ReplaceIncarnation uint64 `protobuf:"varint,13,opt,name=replace_incarnation,json=replaceIncarnation,proto3" json:"replace_incarnation,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// base_record is the JSON record ordinal at a fork's base (the number of
+	// messages it inherits).
+	BaseRecord    uint64 `protobuf:"varint,50,opt,name=base_record,json=baseRecord,proto3" json:"base_record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateStream) Reset() {
@@ -791,6 +794,13 @@ func (x *CreateStream) GetFork() *ForkOrigin {
 func (x *CreateStream) GetReplaceIncarnation() uint64 {
 	if x != nil {
 		return x.ReplaceIncarnation
+	}
+	return 0
+}
+
+func (x *CreateStream) GetBaseRecord() uint64 {
+	if x != nil {
+		return x.BaseRecord
 	}
 	return 0
 }
@@ -1412,7 +1422,9 @@ type PublishSnapshot struct {
 	Incarnation uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	Snapshot    *SnapshotRef           `protobuf:"bytes,4,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	// match, when not empty, is the digest the current snapshot must have.
-	Match         string `protobuf:"bytes,5,opt,name=match,proto3" json:"match,omitempty"`
+	Match string `protobuf:"bytes,5,opt,name=match,proto3" json:"match,omitempty"`
+	// grace_ms delays the GC of the replaced snapshot's object.
+	GraceMs       int64 `protobuf:"varint,6,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1480,6 +1492,13 @@ func (x *PublishSnapshot) GetMatch() string {
 		return x.Match
 	}
 	return ""
+}
+
+func (x *PublishSnapshot) GetGraceMs() int64 {
+	if x != nil {
+		return x.GraceMs
+	}
+	return 0
 }
 
 // SetAttrs replaces a stream's attributes (nil clears them).
@@ -1890,7 +1909,13 @@ type ColdRef struct {
 	Records uint32 `protobuf:"varint,6,opt,name=records,proto3" json:"records,omitempty"`
 	// level is 0 for chunks and external payloads, k >= 1 for a page whose
 	// entries are of level k-1.
-	Level         uint32 `protobuf:"varint,7,opt,name=level,proto3" json:"level,omitempty"`
+	Level uint32 `protobuf:"varint,7,opt,name=level,proto3" json:"level,omitempty"`
+	// first_record and next_record are the JSON record ordinals of the first
+	// message the range holds and of the one after its last (JSON streams;
+	// for a page, of its first and last entries). For an external payload in
+	// an Append command they are relative to the payload (0 and its count).
+	FirstRecord   uint64 `protobuf:"varint,8,opt,name=first_record,json=firstRecord,proto3" json:"first_record,omitempty"`
+	NextRecord    uint64 `protobuf:"varint,9,opt,name=next_record,json=nextRecord,proto3" json:"next_record,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1970,6 +1995,20 @@ func (x *ColdRef) GetRecords() uint32 {
 func (x *ColdRef) GetLevel() uint32 {
 	if x != nil {
 		return x.Level
+	}
+	return 0
+}
+
+func (x *ColdRef) GetFirstRecord() uint64 {
+	if x != nil {
+		return x.FirstRecord
+	}
+	return 0
+}
+
+func (x *ColdRef) GetNextRecord() uint64 {
+	if x != nil {
+		return x.NextRecord
 	}
 	return 0
 }
@@ -2280,11 +2319,14 @@ func (x *ColdFlush) GetGraceMs() int64 {
 // SetRetention makes bytes below position unreadable (410) and their cold
 // objects garbage once the grace has passed.
 type SetRetention struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
-	Incarnation   uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
-	Position      uint64                 `protobuf:"varint,4,opt,name=position,proto3" json:"position,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Bucket      string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Stream      string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Incarnation uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Position    uint64                 `protobuf:"varint,4,opt,name=position,proto3" json:"position,omitempty"`
+	// record_first is the JSON record ordinal at position (the engine
+	// computes it); it becomes the stream's record_first.
+	RecordFirst   uint64 `protobuf:"varint,5,opt,name=record_first,json=recordFirst,proto3" json:"record_first,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2343,6 +2385,13 @@ func (x *SetRetention) GetIncarnation() uint64 {
 func (x *SetRetention) GetPosition() uint64 {
 	if x != nil {
 		return x.Position
+	}
+	return 0
+}
+
+func (x *SetRetention) GetRecordFirst() uint64 {
+	if x != nil {
+		return x.RecordFirst
 	}
 	return 0
 }
@@ -2671,11 +2720,15 @@ func (x *PurgeBucket) GetBucket() string {
 }
 
 type ProducerState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
-	UpdatedMs     int64                  `protobuf:"varint,4,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Epoch     uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Seq       uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	UpdatedMs int64                  `protobuf:"varint,4,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
+	// record_start/record_next: the JSON record range of the producer's
+	// last accepted write (a deduplicated retry answers it).
+	RecordStart   uint64 `protobuf:"varint,5,opt,name=record_start,json=recordStart,proto3" json:"record_start,omitempty"`
+	RecordNext    uint64 `protobuf:"varint,6,opt,name=record_next,json=recordNext,proto3" json:"record_next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2738,6 +2791,20 @@ func (x *ProducerState) GetUpdatedMs() int64 {
 	return 0
 }
 
+func (x *ProducerState) GetRecordStart() uint64 {
+	if x != nil {
+		return x.RecordStart
+	}
+	return 0
+}
+
+func (x *ProducerState) GetRecordNext() uint64 {
+	if x != nil {
+		return x.RecordNext
+	}
+	return 0
+}
+
 type StreamState struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
@@ -2779,8 +2846,14 @@ type StreamState struct {
 	AttrsMetadata []byte       `protobuf:"bytes,29,opt,name=attrs_metadata,json=attrsMetadata,proto3" json:"attrs_metadata,omitempty"`
 	HasAttrs      bool         `protobuf:"varint,30,opt,name=has_attrs,json=hasAttrs,proto3" json:"has_attrs,omitempty"`
 	// record_first/record_next: the retained JSON record range (ordinals).
-	RecordFirst   uint64 `protobuf:"varint,31,opt,name=record_first,json=recordFirst,proto3" json:"record_first,omitempty"`
-	RecordNext    uint64 `protobuf:"varint,32,opt,name=record_next,json=recordNext,proto3" json:"record_next,omitempty"`
+	RecordFirst uint64 `protobuf:"varint,31,opt,name=record_first,json=recordFirst,proto3" json:"record_first,omitempty"`
+	RecordNext  uint64 `protobuf:"varint,32,opt,name=record_next,json=recordNext,proto3" json:"record_next,omitempty"`
+	// hot_record is the JSON record ordinal at cold_end (the first message
+	// of the hot window).
+	HotRecord uint64 `protobuf:"varint,50,opt,name=hot_record,json=hotRecord,proto3" json:"hot_record,omitempty"`
+	// base_record is the JSON record ordinal at base (a fork's inherited
+	// messages; 0 otherwise).
+	BaseRecord    uint64 `protobuf:"varint,51,opt,name=base_record,json=baseRecord,proto3" json:"base_record,omitempty"`
 	LastWriteMs   int64  `protobuf:"varint,33,opt,name=last_write_ms,json=lastWriteMs,proto3" json:"last_write_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3040,6 +3113,20 @@ func (x *StreamState) GetRecordNext() uint64 {
 	return 0
 }
 
+func (x *StreamState) GetHotRecord() uint64 {
+	if x != nil {
+		return x.HotRecord
+	}
+	return 0
+}
+
+func (x *StreamState) GetBaseRecord() uint64 {
+	if x != nil {
+		return x.BaseRecord
+	}
+	return 0
+}
+
 func (x *StreamState) GetLastWriteMs() int64 {
 	if x != nil {
 		return x.LastWriteMs
@@ -3243,7 +3330,7 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
 	"offset_raw\x18\x05 \x01(\tR\toffsetRaw\x12\x1d\n" +
 	"\n" +
-	"sub_offset\x18\x06 \x01(\x04R\tsubOffset\"\xa5\x03\n" +
+	"sub_offset\x18\x06 \x01(\x04R\tsubOffset\"\xc6\x03\n" +
 	"\fCreateStream\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12!\n" +
@@ -3260,7 +3347,9 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	" \x01(\fR\x04body\x12!\n" +
 	"\fbody_records\x18\v \x03(\x04R\vbodyRecords\x121\n" +
 	"\x04fork\x18\f \x01(\v2\x1d.ursula.storage.v1.ForkOriginR\x04fork\x12/\n" +
-	"\x13replace_incarnation\x18\r \x01(\x04R\x12replaceIncarnation\"E\n" +
+	"\x13replace_incarnation\x18\r \x01(\x04R\x12replaceIncarnation\x12\x1f\n" +
+	"\vbase_record\x182 \x01(\x04R\n" +
+	"baseRecord\"E\n" +
 	"\vProducerRef\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x10\n" +
@@ -3310,13 +3399,14 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12\x10\n" +
 	"\x03key\x18\x04 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x05 \x01(\x04R\x04size\x12\x12\n" +
-	"\x04data\x18\x06 \x01(\fR\x04data\"\xb5\x01\n" +
+	"\x04data\x18\x06 \x01(\fR\x04data\"\xd0\x01\n" +
 	"\x0fPublishSnapshot\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12:\n" +
 	"\bsnapshot\x18\x04 \x01(\v2\x1e.ursula.storage.v1.SnapshotRefR\bsnapshot\x12\x14\n" +
-	"\x05match\x18\x05 \x01(\tR\x05match\"\x8e\x01\n" +
+	"\x05match\x18\x05 \x01(\tR\x05match\x12\x19\n" +
+	"\bgrace_ms\x18\x06 \x01(\x03R\agraceMs\"\x8e\x01\n" +
 	"\bSetAttrs\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
@@ -3354,7 +3444,7 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1aB\n" +
 	"\x14BucketCreatedMsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xb8\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xfc\x01\n" +
 	"\aColdRef\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x10\n" +
@@ -3362,7 +3452,10 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x04kind\x18\x04 \x01(\x0e2\x1b.ursula.storage.v1.ColdKindR\x04kind\x12\x12\n" +
 	"\x04size\x18\x05 \x01(\x04R\x04size\x12\x18\n" +
 	"\arecords\x18\x06 \x01(\rR\arecords\x12\x14\n" +
-	"\x05level\x18\a \x01(\rR\x05level\"@\n" +
+	"\x05level\x18\a \x01(\rR\x05level\x12!\n" +
+	"\ffirst_record\x18\b \x01(\x04R\vfirstRecord\x12\x1f\n" +
+	"\vnext_record\x18\t \x01(\x04R\n" +
+	"nextRecord\"@\n" +
 	"\bColdPage\x124\n" +
 	"\aentries\x18\x01 \x03(\v2\x1a.ursula.storage.v1.ColdRefR\aentries\"A\n" +
 	"\tColdLevel\x124\n" +
@@ -3381,12 +3474,13 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x122\n" +
 	"\x06chunks\x18\x04 \x03(\v2\x1a.ursula.storage.v1.ColdRefR\x06chunks\x121\n" +
 	"\x05seals\x18\x05 \x03(\v2\x1b.ursula.storage.v1.ColdSealR\x05seals\x12\x19\n" +
-	"\bgrace_ms\x18\x06 \x01(\x03R\agraceMs\"|\n" +
+	"\bgrace_ms\x18\x06 \x01(\x03R\agraceMs\"\x9f\x01\n" +
 	"\fSetRetention\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12\x1a\n" +
-	"\bposition\x18\x04 \x01(\x04R\bposition\"y\n" +
+	"\bposition\x18\x04 \x01(\x04R\bposition\x12!\n" +
+	"\frecord_first\x18\x05 \x01(\x04R\vrecordFirst\"y\n" +
 	"\n" +
 	"ColdRetire\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
@@ -3409,13 +3503,16 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x05GCAck\x12\x12\n" +
 	"\x04seqs\x18\x01 \x03(\x04R\x04seqs\"%\n" +
 	"\vPurgeBucket\x12\x16\n" +
-	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"f\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"\xaa\x01\n" +
 	"\rProducerState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
-	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs\"\xa5\t\n" +
+	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs\x12!\n" +
+	"\frecord_start\x18\x05 \x01(\x04R\vrecordStart\x12\x1f\n" +
+	"\vrecord_next\x18\x06 \x01(\x04R\n" +
+	"recordNext\"\xe5\t\n" +
 	"\vStreamState\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
@@ -3457,7 +3554,11 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\thas_attrs\x18\x1e \x01(\bR\bhasAttrs\x12!\n" +
 	"\frecord_first\x18\x1f \x01(\x04R\vrecordFirst\x12\x1f\n" +
 	"\vrecord_next\x18  \x01(\x04R\n" +
-	"recordNext\x12\"\n" +
+	"recordNext\x12\x1d\n" +
+	"\n" +
+	"hot_record\x182 \x01(\x04R\thotRecord\x12\x1f\n" +
+	"\vbase_record\x183 \x01(\x04R\n" +
+	"baseRecord\x12\"\n" +
 	"\rlast_write_ms\x18! \x01(\x03R\vlastWriteMs\"\xe2\x04\n" +
 	"\vApplyResult\x12\x1d\n" +
 	"\n" +

@@ -1,0 +1,57 @@
+package node
+
+import (
+	"net/http"
+
+	"github.com/ursula/ursula/storage/stream"
+)
+
+// usageVersion is the version of the usage document's contract.
+const usageVersion = 1
+
+// usageDoc is the document GET /__ursula/usage answers on the client and
+// admin planes: committed counters and current gauges from this node's
+// replicated state, aggregated by bucket across its groups.
+type usageDoc struct {
+	Version        int                    `json:"version"`
+	NodeID         uint64                 `json:"node_id"`
+	WriteUnitBytes uint64                 `json:"write_unit_bytes"`
+	Buckets        map[string]bucketUsage `json:"buckets"`
+	RaftGroupCount int                    `json:"raft_group_count"`
+	// StagedSnapshotParts lists staged snapshot parts no commit has used
+	// yet, per group this node leads (none are tracked yet: always empty).
+	StagedSnapshotParts []stagedParts `json:"staged_snapshot_parts"`
+}
+
+type bucketUsage struct {
+	CommittedAppendBytes uint64 `json:"committed_append_bytes"`
+	CommittedRecords     uint64 `json:"committed_records"`
+	CommittedWriteUnits  uint64 `json:"committed_write_units"`
+	RetainedBytes        uint64 `json:"retained_bytes"`
+	StreamCount          uint64 `json:"stream_count"`
+}
+
+type stagedParts struct {
+	RaftGroupID      uint32            `json:"raft_group_id"`
+	Term             uint64            `json:"term"`
+	CountingFinished bool              `json:"counting_finished"`
+	Bytes            map[string]uint64 `json:"bytes"`
+}
+
+// buildUsage renders the usage document.
+func buildUsage(nodeID uint64, groups int, usage map[string]stream.BucketUsage) usageDoc {
+	doc := usageDoc{
+		Version: usageVersion, NodeID: nodeID, WriteUnitBytes: stream.WriteUnitBytes,
+		Buckets: make(map[string]bucketUsage, len(usage)), RaftGroupCount: groups,
+		StagedSnapshotParts: []stagedParts{},
+	}
+	for b, u := range usage {
+		doc.Buckets[b] = bucketUsage(u)
+	}
+	return doc
+}
+
+// serveUsage answers GET /__ursula/usage.
+func (s *Server) serveUsage(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, buildUsage(s.eng.Config().NodeID, len(s.eng.Machines()), s.eng.Usage()))
+}

@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+
+	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/stream"
+)
+
+// JSON record coordinates: the engine resolves records to positions (and
+// back) through the state machine, which knows the ordinals at the hot
+// window's start and at every cold-index entry, and scans one hot range or
+// one cold object for the rest. Nothing is kept per message.
+
+// hasRecordStart reports whether a read starts at a record coordinate.
+func hasRecordStart(req *streamv1.ReadRequest) bool {
+	return req.Record != nil || req.GetRecordNow() || req.GetTailRecords() > 0
+}
+
+// recordStart resolves a read's record coordinate to a position.
+func (e *Engine) recordStart(ctx context.Context, req *streamv1.ReadRequest, m stream.Meta, leader bool) (uint64, error) {
+	if !m.JSON {
+		return 0, errcode.New(errcode.InvalidArgument, "record coordinates need an application/json stream")
+	}
+	n := m.RecordNext
+	switch {
+	case req.Record != nil:
+		n = req.GetRecord()
+	case req.GetTailRecords() > 0:
+		n = m.RecordNext - min(req.GetTailRecords(), m.RecordNext-m.RecordFirst)
+	}
+	if n < m.RecordFirst {
+		return 0, errcode.New(errcode.OffsetTrimmed, "record %d is below the stream's first retained record %d", n, m.RecordFirst).
+			With(errcode.KeyNextOffset, stream.FormatOffset(m.Retained)).
+			With(errcode.KeyRecordNext, uintString(m.RecordNext))
+	}
+	if n > m.RecordNext {
+		if !leader {
+			return 0, e.notLeader(m.Key)
+		}
+		return 0, errcode.New(errcode.OffsetOutOfRange, "record %d is beyond the record tail %d", n, m.RecordNext).
+			With(errcode.KeyRecordNext, uintString(m.RecordNext))
+	}
+	return e.recordPos(ctx, m, n)
+}
+
+// recordPos returns the position where JSON record n of m's view starts,
+// following the fork chain for records m inherited.
+func (e *Engine) recordPos(ctx context.Context, m stream.Meta, n uint64) (uint64, error) {
+	for depth := 0; depth < 1024; depth++ {
+		if n >= m.BaseRecord {
+			pos, ref, ok := e.machine(m.Key).RecordPos(m.Key, m.Incarnation, n)
+			if !ok {
+				return 0, errcode.New(errcode.OffsetOutOfRange, "record %d of stream %s is not held here", n, m.Key.Stream)
+			}
+			if ref == nil {
+				return pos, nil
+			}
+			if e.cold == nil {
+				return 0, errcode.New(errcode.Internal, "stream %s has cold records but no cold store is configured", m.Key.Stream)
+			}
+			leaf, err := e.cold.reader.LeafByRecord(ctx, ref, n)
+			if err == nil {
+				pos, err = e.cold.reader.RecordPos(ctx, leaf, n)
+			}
+			if err != nil {
+				return 0, e.coldRecordErr(ctx, m, err)
+			}
+			return pos, nil
+		}
+		src, err := e.forkSource(m)
+		if err != nil {
+			return 0, err
+		}
+		m = src
+	}
+	return 0, errcode.New(errcode.Internal, "fork chain too deep")
+}
+
+// recordAt returns the JSON record ordinal at a message boundary pos of
+// m's view (the number of messages before it).
+func (e *Engine) recordAt(ctx context.Context, m stream.Meta, pos uint64) (uint64, error) {
+	for depth := 0; depth < 1024; depth++ {
+		if pos >= m.Base {
+			rec, ref, ok := e.machine(m.Key).RecordAt(m.Key, m.Incarnation, pos)
+			if !ok {
+				return 0, errcode.New(errcode.OffsetOutOfRange, "position %d of stream %s is not held here", pos, m.Key.Stream)
+			}
+			if ref == nil {
+				return rec, nil
+			}
+			if e.cold == nil {
+				return 0, errcode.New(errcode.Internal, "stream %s has cold records but no cold store is configured", m.Key.Stream)
+			}
+			leaf, err := e.cold.reader.Leaf(ctx, ref, pos)
+			if err == nil {
+				rec, err = e.cold.reader.RecordAt(ctx, leaf, pos)
+			}
+			if err != nil {
+				return 0, e.coldRecordErr(ctx, m, err)
+			}
+			return rec, nil
+		}
+		src, err := e.forkSource(m)
+		if err != nil {
+			return 0, err
+		}
+		m = src
+	}
+	return 0, errcode.New(errcode.Internal, "fork chain too deep")
+}
+
+func (e *Engine) coldRecordErr(ctx context.Context, m stream.Meta, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	e.cold.stats.ReadErrors.Add(1)
+	return errcode.New(errcode.ColdStoreFailed, "locate a record of stream %s: %v", m.Key.Stream, err)
+}
+
+// forkSource is the local replica of m's fork source.
+func (e *Engine) forkSource(m stream.Meta) (stream.Meta, error) {
+	f := m.Fork
+	if f == nil {
+		return m, errcode.New(errcode.Internal, "stream %s starts at %d but has no fork origin", m.Key.Stream, m.Base)
+	}
+	sk := stream.Key{Bucket: f.GetSourceBucket(), Stream: f.GetSourceStream()}
+	src, ok := e.machine(sk).Lookup(sk)
+	if !ok || src.Incarnation != f.GetSourceIncarnation() {
+		return m, errcode.New(errcode.Unavailable, "fork source %s of %s is not replicated here", sk.Stream, m.Key.Stream).With(errcode.KeyRetryAfterMS, "200")
+	}
+	return src, nil
+}
+
+// withRecords adds the JSON record range of a read's data, first cutting
+// it after maxRecords messages (0: no bound).
+func (e *Engine) withRecords(ctx context.Context, m stream.Meta, resp *streamv1.ReadResponse, pos, maxRecords uint64) error {
+	if !m.JSON {
+		return nil
+	}
+	first, err := e.recordAt(ctx, m, pos)
+	if err != nil {
+		return err
+	}
+	data := resp.GetData()
+	if maxRecords > 0 {
+		if cut := nthLineEnd(data, maxRecords); cut < len(data) {
+			data = data[:cut]
+			resp.Data = data
+			resp.NextOffset = stream.FormatOffset(pos + uint64(cut))
+			resp.UpToDate, resp.Closed = false, false
+		}
+	}
+	resp.RecordFirst = first
+	resp.RecordNext = first + uint64(bytes.Count(data, []byte{'\n'}))
+	return nil
+}
+
+// nthLineEnd is the length of the first n lines of data (all of it when it
+// holds fewer).
+func nthLineEnd(data []byte, n uint64) int {
+	p := 0
+	for k := uint64(0); k < n; k++ {
+		j := bytes.IndexByte(data[p:], '\n')
+		if j < 0 {
+			return len(data)
+		}
+		p += j + 1
+	}
+	return p
+}
+
+func uintString(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// frameRecords is the number of records an external JSON payload holds.
+func frameRecords(stored []byte) uint64 { return uint64(bytes.Count(stored, []byte{'\n'})) }

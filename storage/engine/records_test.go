@@ -1,0 +1,175 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/objstore"
+	"github.com/ursula/ursula/storage/stream"
+)
+
+func u64p(v uint64) *uint64 { return &v }
+
+func TestAppendBatchOneEntry(t *testing.T) {
+	e := startEngine(t, nil)
+	mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("js"), ContentType: "application/json"})
+	mustAppend(t, e, "js", "application/json", `"zero"`)
+	before := e.machine(key("js")).Applied()
+	batch := &streamv1.AppendRequest{Ref: ref("js"), ContentType: "application/json",
+		Frames:   [][]byte{[]byte(`{"a":1}`), []byte(`not json`), []byte(`[2, 3]`)},
+		Producer: &streamv1.Producer{Id: "p", Epoch: 0, Seq: 0}}
+	resp, err := e.Append(t.Context(), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.machine(key("js")).Applied() - before; got != 1 {
+		t.Fatalf("the batch took %d log entries, want 1", got)
+	}
+	acks := resp.GetFrames()
+	type ack struct {
+		status            uint32
+		next              string
+		recStart, recNext uint64
+		code              string
+	}
+	want := []ack{{200, off(15), 1, 2, ""}, {400, "", 0, 0, string(errcode.InvalidArgument)}, {200, off(19), 2, 4, ""}}
+	for i, w := range want {
+		a := acks[i]
+		got := ack{a.GetStatus(), a.GetNextOffset(), a.GetRecordStart(), a.GetRecordNext(), a.GetErrorCode()}
+		if got != w {
+			t.Fatalf("frame %d: %+v, want %+v", i, got, w)
+		}
+	}
+	if resp.GetRecordStart() != 1 || resp.GetRecordNext() != 4 {
+		t.Fatalf("batch range [%d, %d)", resp.GetRecordStart(), resp.GetRecordNext())
+	}
+	if got := readAll(t, e, "js"); got != "\"zero\"\n{\"a\":1}\n2\n3\n" {
+		t.Fatalf("stream holds %q", got)
+	}
+	// A retry of the producer tuple is a duplicate of the whole batch.
+	dup, err := e.Append(t.Context(), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !dup.GetDuplicate() || dup.GetRecordStart() != 1 || dup.GetRecordNext() != 4 || dup.GetFrames()[0].GetStatus() != 204 {
+		t.Fatalf("retry: %v", dup)
+	}
+	// Record match.
+	_, err = e.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("js"), ContentType: "application/json",
+		Frames: [][]byte{[]byte(`5`)}, RecordMatch: u64p(3)})
+	wantCode(t, "batch with a stale record match", err, errcode.RecordMismatch)
+	resp, err = e.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("js"), ContentType: "application/json",
+		Body: []byte(`5`), RecordMatch: u64p(4)})
+	if err != nil || resp.GetRecordStart() != 4 || resp.GetRecordNext() != 5 {
+		t.Fatalf("append at the record tail: %v %v", resp, err)
+	}
+	head, err := e.Head(t.Context(), &streamv1.HeadRequest{Ref: ref("js")})
+	if err != nil || head.GetInfo().GetRecordNext() != 5 || head.GetInfo().GetRecordFirst() != 0 {
+		t.Fatalf("head: %v %v", head, err)
+	}
+	// Frame bounds.
+	_, err = e.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("js"), ContentType: "application/json", Frames: make([][]byte, MaxBatchFrames+1)})
+	wantCode(t, "too many frames", err, errcode.PayloadTooLarge)
+}
+
+func TestRecordReadsHotAndCold(t *testing.T) {
+	cfg := coldTestConfig(t.TempDir())
+	cfg.Cold.ExternalMinBytes = 1 << 10
+	e := startColdEngine(t, cfg, objstore.NewMemory())
+	mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("js"), ContentType: "application/json"})
+	var msgs []string
+	for i := range 300 {
+		a, b := fmt.Sprintf(`{"i":%d,"s":"%s"}`, i, strings.Repeat("y", i%23)), fmt.Sprintf(`[%d]`, i)
+		body := "[" + a + "," + b + "]"
+		if i == 150 {
+			// An external payload of many messages.
+			var big []string
+			for j := range 100 {
+				big = append(big, fmt.Sprintf(`"big-%03d-%s"`, j, strings.Repeat("z", 8)))
+			}
+			body = "[" + strings.Join(big, ",") + "]"
+			msgs = append(msgs, big...)
+		} else {
+			msgs = append(msgs, a, b)
+		}
+		r := mustAppend(t, e, "js", "application/json", body)
+		if r.GetRecordNext() != uint64(len(msgs)) {
+			t.Fatalf("append %d: record tail %d, want %d", i, r.GetRecordNext(), len(msgs))
+		}
+	}
+	waitFlushed(t, e, "js")
+	m := mustLookup(t, e, "js")
+	if lv, _ := e.machine(key("js")).ColdLevels(key("js"), m.Incarnation); len(lv) < 2 {
+		t.Fatalf("cold index has %d levels, want sealed pages", len(lv))
+	}
+	// A few hot messages after the cold history.
+	for i := range 5 {
+		s := fmt.Sprintf(`"hot-%d"`, i)
+		mustAppend(t, e, "js", "application/json", s)
+		msgs = append(msgs, s)
+	}
+	total := uint64(len(msgs))
+	read := func(req *streamv1.ReadRequest) *streamv1.ReadResponse {
+		t.Helper()
+		req.Ref, req.NoTouch = ref("js"), true
+		resp, err := e.Read(t.Context(), req)
+		if err != nil {
+			t.Fatalf("read %v: %v", req, err)
+		}
+		return resp
+	}
+	for _, n := range []uint64{0, 1, 2, 63, 250, 299, 300, 301, 350, 399, 400, 598, total - 5, total - 1} {
+		resp := read(&streamv1.ReadRequest{Record: u64p(n), MaxRecords: 2})
+		want := msgs[n] + "\n"
+		if n+1 < total {
+			want += msgs[n+1] + "\n"
+		}
+		if string(resp.GetData()) != want || resp.GetRecordFirst() != n || resp.GetRecordNext() != min(n+2, total) {
+			t.Fatalf("record %d: %q [%d, %d), want %q", n, resp.GetData(), resp.GetRecordFirst(), resp.GetRecordNext(), want)
+		}
+		// The offset it answers continues at the next record.
+		next := read(&streamv1.ReadRequest{Offset: resp.GetNextOffset(), MaxBytes: 1})
+		if next.GetRecordFirst() != resp.GetRecordNext() {
+			t.Fatalf("after record %d: read at %s starts at record %d, want %d", n, resp.GetNextOffset(), next.GetRecordFirst(), resp.GetRecordNext())
+		}
+	}
+	if resp := read(&streamv1.ReadRequest{RecordNow: true}); len(resp.GetData()) != 0 || resp.GetRecordFirst() != total || resp.GetNextOffset() != stream.FormatOffset(m.Tail+uint64(len("\"hot-0\"\n"))*5) {
+		t.Fatalf("record=now: %v", resp)
+	}
+	if resp := read(&streamv1.ReadRequest{TailRecords: 3}); resp.GetRecordFirst() != total-3 || strings.Count(string(resp.GetData()), "\n") != 3 {
+		t.Fatalf("tail_records=3: %v", resp)
+	}
+	_, err := e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("js"), Record: u64p(total + 1)})
+	wantCode(t, "record beyond the tail", err, errcode.OffsetOutOfRange)
+	_, err = e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("js"), MaxRecords: 1})
+	wantCode(t, "max_records without a record start", err, errcode.InvalidArgument)
+
+	// Retention moves record_first; records below it are gone.
+	at := read(&streamv1.ReadRequest{Record: u64p(120), MaxRecords: 1})
+	if _, err := e.SetRetention(t.Context(), &streamv1.SetRetentionRequest{Ref: ref("js"), Offset: at.GetStartOffset()}); err != nil {
+		t.Fatal(err)
+	}
+	if m := mustLookup(t, e, "js"); m.RecordFirst != 120 {
+		t.Fatalf("record_first %d after retention, want 120", m.RecordFirst)
+	}
+	_, err = e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("js"), Record: u64p(119)})
+	wantCode(t, "record below the retention", err, errcode.OffsetTrimmed)
+	if resp := read(&streamv1.ReadRequest{TailRecords: total}); resp.GetRecordFirst() != 120 {
+		t.Fatalf("tail_records beyond the retained range starts at %d", resp.GetRecordFirst())
+	}
+
+	// A fork inherits the records below its base.
+	fork := read(&streamv1.ReadRequest{Record: u64p(400), MaxRecords: 1})
+	mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("fk"), Fork: &streamv1.ForkSpec{Source: ref("js"), Offset: fork.GetStartOffset()}})
+	r := mustAppend(t, e, "fk", "application/json", `"own"`)
+	if r.GetRecordStart() != 400 || r.GetRecordNext() != 401 {
+		t.Fatalf("fork append range [%d, %d), want [400, 401)", r.GetRecordStart(), r.GetRecordNext())
+	}
+	resp, err := e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("fk"), Record: u64p(399), NoTouch: true})
+	if err != nil || string(resp.GetData()) != msgs[399]+"\n\"own\"\n" || resp.GetRecordFirst() != 399 {
+		t.Fatalf("fork read from record 399: %q %v", resp.GetData(), err)
+	}
+}

@@ -1,0 +1,213 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/stream"
+	"github.com/ursula/ursula/storage/tier"
+)
+
+// MaxSnapshotBytes bounds the body of a snapshot published in one request.
+const MaxSnapshotBytes = 32 << 20
+
+// maxCachedSnapshotBytes: snapshots up to this size are read through the
+// cold block cache, larger ones straight from the store (so that one big
+// snapshot does not evict the cache).
+const maxCachedSnapshotBytes = 1 << 20
+
+// PutSnapshot publishes a stream's application snapshot at an offset. The
+// offset must be a boundary the server issued (see boundary); with a cold
+// store the body is uploaded under the stream's prefix before the
+// PublishSnapshot command is proposed, otherwise it travels inline.
+func (e *Engine) PutSnapshot(ctx context.Context, req *streamv1.PutSnapshotRequest) (*streamv1.PutSnapshotResponse, error) {
+	k := keyOf(req.GetRef())
+	if err := validKey(k); err != nil {
+		return nil, err
+	}
+	body := req.GetBody()
+	if len(body) > MaxSnapshotBytes {
+		return nil, errcode.New(errcode.PayloadTooLarge, "snapshot of %d bytes exceeds %d", len(body), MaxSnapshotBytes)
+	}
+	off, err := stream.ParseOffset(req.GetOffset())
+	if err != nil {
+		return nil, err
+	}
+	if off.Start || off.Now {
+		return nil, errcode.New(errcode.InvalidArgument, "a snapshot offset must be an offset the server issued, not %q", req.GetOffset())
+	}
+	pos := off.Pos
+	m, err := e.live(k)
+	if err != nil {
+		return nil, err
+	}
+	ct := strings.TrimSpace(req.GetContentType())
+	if ct == "" {
+		ct = DefaultContentType
+	}
+	digest := stream.SnapshotDigest(ct, body)
+	resp := &streamv1.PutSnapshotResponse{Offset: stream.FormatOffset(pos), Digest: digest}
+	if pos > m.Tail {
+		return nil, errcode.New(errcode.SnapshotConflict, "snapshot offset %s is beyond the tail %s", req.GetOffset(), stream.FormatOffset(m.Tail))
+	}
+	if pos < m.Retained {
+		return nil, trimmed(m, pos)
+	}
+	g := e.GroupOf(k)
+	if cur := e.machines[g].SnapshotOf(k, m.Incarnation); cur != nil && cur.GetPosition() == pos && cur.GetDigest() == digest {
+		return resp, nil // the same snapshot again
+	}
+	ok, err := e.boundary(ctx, m, pos)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errcode.New(errcode.InvalidArgument, "snapshot offset %s is not an append or message boundary", req.GetOffset())
+	}
+	ref := &storagev1.SnapshotRef{Position: pos, Digest: digest, ContentType: ct, Size: uint64(len(body))}
+	grace := DefaultColdConfig().GCGrace
+	if c := e.cold; c != nil {
+		grace = c.cfg.GCGrace
+		ref.Key = tier.SnapshotKey(stream.ColdPrefix(k.Bucket, k.Stream, m.Incarnation), pos, digest)
+		if err := c.store.Put(ctx, ref.Key, body); err != nil {
+			c.stats.UploadErrors.Add(1)
+			return nil, errcode.New(errcode.Unavailable, "store a %d-byte snapshot in the cold store: %v", len(body), err).With(errcode.KeyRetryAfterMS, "1000")
+		}
+		c.stats.Uploads.Add(1)
+		c.stats.UploadBytes.Add(uint64(len(body)))
+	} else {
+		ref.Data = body
+	}
+	res, err := e.propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_PublishSnapshot{PublishSnapshot: &storagev1.PublishSnapshot{
+		Bucket: k.Bucket, Stream: k.Stream, Incarnation: m.Incarnation, Snapshot: ref, Match: req.GetMatch(),
+		GraceMs: grace.Milliseconds(),
+	}}})
+	if ref.Key != "" && (err != nil || res.Duplicate) {
+		var de *errcode.Error
+		if res != nil || (errors.As(err, &de) && de.Code != errcode.OutcomeUnknown) {
+			e.discard(ref.Key) // not committed: nothing names it
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	resp.Created = !res.Duplicate
+	return resp, nil
+}
+
+// boundary decides whether pos is an offset the server could have issued
+// for m's view: 0, the tail, the retention, the end of an append, or (JSON)
+// the end of a message. Below a fork's base the source decides; cold
+// positions are checked against the chunk's record ends (or its bytes).
+func (e *Engine) boundary(ctx context.Context, m stream.Meta, pos uint64) (bool, error) {
+	for depth := 0; depth < 1024; depth++ {
+		if pos == 0 || pos == m.Tail || pos == m.Retained {
+			return true, nil
+		}
+		if pos >= m.Base {
+			ok, ref, found := e.machine(m.Key).Boundary(m.Key, m.Incarnation, pos)
+			if !found {
+				return false, errcode.New(errcode.StreamNotFound, "stream %s was deleted", m.Key.Stream)
+			}
+			if ok || ref == nil {
+				return ok, nil
+			}
+			if e.cold == nil {
+				return false, errcode.New(errcode.Internal, "stream %s has cold bytes but no cold store is configured", m.Key.Stream)
+			}
+			leaf, err := e.cold.reader.Leaf(ctx, ref, pos-1)
+			if err == nil {
+				ok, err = e.cold.reader.Boundary(ctx, leaf, pos, m.JSON)
+			}
+			if err != nil {
+				return false, errcode.New(errcode.ColdStoreFailed, "read cold bytes of %s at %d: %v", m.Key.Stream, pos, err)
+			}
+			return ok, nil
+		}
+		f := m.Fork
+		if f == nil {
+			return false, nil
+		}
+		sk := stream.Key{Bucket: f.GetSourceBucket(), Stream: f.GetSourceStream()}
+		src, ok := e.machine(sk).Lookup(sk)
+		if !ok || src.Incarnation != f.GetSourceIncarnation() {
+			return false, nil
+		}
+		m = src
+	}
+	return false, nil
+}
+
+// GetSnapshot returns the stream's latest snapshot (or the one at an
+// offset: any other offset is SNAPSHOT_NOT_FOUND) with the stream's state,
+// on the group's leader so that the state is fresh.
+func (e *Engine) GetSnapshot(ctx context.Context, req *streamv1.GetSnapshotRequest) (*streamv1.GetSnapshotResponse, error) {
+	k := keyOf(req.GetRef())
+	if err := validKey(k); err != nil {
+		return nil, err
+	}
+	if !e.leads(k) {
+		return nil, e.notLeader(k)
+	}
+	m, err := e.live(k)
+	if err != nil {
+		return nil, err
+	}
+	snap := e.machine(k).SnapshotOf(k, m.Incarnation)
+	if snap == nil {
+		return nil, errcode.New(errcode.SnapshotNotFound, "stream %s has no snapshot", k.Stream)
+	}
+	if raw := req.GetOffset(); raw != "" {
+		off, err := stream.ParseOffset(raw)
+		if err != nil {
+			return nil, err
+		}
+		if off.Start || off.Now || off.Pos != snap.GetPosition() {
+			return nil, errcode.New(errcode.SnapshotNotFound, "stream %s has no snapshot at %s", k.Stream, raw)
+		}
+	}
+	body := snap.GetData()
+	if key := snap.GetKey(); key != "" {
+		if e.cold == nil {
+			return nil, errcode.New(errcode.Internal, "snapshot of %s is in the cold store but none is configured", k.Stream)
+		}
+		size := int64(snap.GetSize())
+		if size <= maxCachedSnapshotBytes {
+			// Small snapshots are read through the block cache: a
+			// bootstrap storm reads the same object again and again.
+			body, err = e.cold.reader.Cache().ReadAt(ctx, key, size, 0, size)
+		} else {
+			body, err = e.cold.store.Get(ctx, key)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			e.cold.stats.ReadErrors.Add(1)
+			return nil, errcode.New(errcode.ColdStoreFailed, "read the snapshot of %s: %v", k.Stream, err)
+		}
+	}
+	upToDate := snap.GetPosition() >= m.Tail
+	return &streamv1.GetSnapshotResponse{
+		Offset:      stream.FormatOffset(snap.GetPosition()),
+		Digest:      snap.GetDigest(),
+		ContentType: snap.GetContentType(),
+		Body:        body,
+		NextOffset:  stream.FormatOffset(m.Tail),
+		UpToDate:    upToDate,
+		Closed:      m.Closed,
+	}, nil
+}
+
+// snapshotInfo adds the latest snapshot's offset and digest to in.
+func (e *Engine) snapshotInfo(m stream.Meta, in *streamv1.StreamInfo) *streamv1.StreamInfo {
+	if snap := e.machine(m.Key).SnapshotOf(m.Key, m.Incarnation); snap != nil {
+		in.SnapshotOffset = stream.FormatOffset(snap.GetPosition())
+		in.SnapshotDigest = snap.GetDigest()
+	}
+	return in
+}

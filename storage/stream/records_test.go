@@ -1,0 +1,219 @@
+package stream
+
+import (
+	"testing"
+
+	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	"github.com/ursula/ursula/services/platform/errcode"
+)
+
+const jsonCT = "application/json"
+
+func newJSONStream(t testing.TB) *applier {
+	t.Helper()
+	a := newApplier(t)
+	if r := a.apply(1, &storagev1.CreateStream{Bucket: "b", Stream: "s", ContentType: jsonCT, Json: true}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	return a
+}
+
+func jsonAppend(body string) *storagev1.Append {
+	return &storagev1.Append{Bucket: "b", Stream: "s", ContentType: jsonCT, Body: []byte(body)}
+}
+
+func u64(v uint64) *uint64 { return &v }
+
+func TestRecordCounting(t *testing.T) {
+	type step struct {
+		a                   *storagev1.Append
+		wantCode            errcode.Code
+		wantStart, wantNext uint64
+		wantDup             bool
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"one message per append", []step{
+			{a: jsonAppend("1\n"), wantStart: 0, wantNext: 1},
+			{a: jsonAppend("2\n"), wantStart: 1, wantNext: 2},
+		}},
+		{"a flattened array counts each message", []step{
+			{a: jsonAppend("1\n2\n3\n"), wantStart: 0, wantNext: 3},
+			{a: jsonAppend("{}\n"), wantStart: 3, wantNext: 4},
+		}},
+		{"record match applies at the tail", []step{
+			{a: jsonAppend("1\n2\n"), wantNext: 2},
+			{a: func() *storagev1.Append { x := jsonAppend("3\n"); x.RecordMatch = u64(2); return x }(), wantStart: 2, wantNext: 3},
+		}},
+		{"record match elsewhere is refused", []step{
+			{a: jsonAppend("1\n2\n"), wantNext: 2},
+			{a: func() *storagev1.Append { x := jsonAppend("3\n"); x.RecordMatch = u64(1); return x }(), wantCode: errcode.RecordMismatch},
+		}},
+		{"dedup returns the original range", []step{
+			{a: jsonAppend("0\n"), wantNext: 1},
+			{a: func() *storagev1.Append { x := jsonAppend("1\n2\n"); x.Producer = producer("p", 0, 0); return x }(), wantStart: 1, wantNext: 3},
+			{a: jsonAppend("3\n"), wantStart: 3, wantNext: 4},
+			{a: func() *storagev1.Append { x := jsonAppend("1\n2\n"); x.Producer = producer("p", 0, 0); return x }(), wantStart: 1, wantNext: 3, wantDup: true},
+		}},
+		{"a duplicate wins over a stale record match", []step{
+			{a: func() *storagev1.Append {
+				x := jsonAppend("1\n")
+				x.Producer, x.RecordMatch = producer("p", 0, 0), u64(0)
+				return x
+			}(), wantStart: 0, wantNext: 1},
+			{a: func() *storagev1.Append {
+				x := jsonAppend("1\n")
+				x.Producer, x.RecordMatch = producer("p", 0, 0), u64(0)
+				return x
+			}(), wantStart: 0, wantNext: 1, wantDup: true},
+		}},
+		{"a batch is one write of many records", []step{
+			{a: &storagev1.Append{Bucket: "b", Stream: "s", ContentType: jsonCT, Frames: [][]byte{[]byte("1\n"), []byte("2\n3\n")}}, wantStart: 0, wantNext: 3},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newJSONStream(t)
+			for i, s := range tc.steps {
+				r := a.apply(2, s.a)
+				if code(r) != s.wantCode {
+					t.Fatalf("step %d: code %q, want %q", i, code(r), s.wantCode)
+				}
+				if r.Err != nil {
+					continue
+				}
+				if r.RecordStart != s.wantStart || r.RecordNext != s.wantNext || r.Duplicate != s.wantDup {
+					t.Fatalf("step %d: range [%d, %d) dup %v, want [%d, %d) dup %v", i, r.RecordStart, r.RecordNext, r.Duplicate, s.wantStart, s.wantNext, s.wantDup)
+				}
+			}
+		})
+	}
+}
+
+func TestRecordMismatchMetadata(t *testing.T) {
+	a := newJSONStream(t)
+	a.apply(2, jsonAppend("1\n2\n"))
+	x := jsonAppend("3\n")
+	x.RecordMatch = u64(5)
+	r := a.apply(3, x)
+	if code(r) != errcode.RecordMismatch || r.Err.Metadata[errcode.KeyRecordNext] != "2" || r.Err.Metadata[errcode.KeyNextOffset] != FormatOffset(4) {
+		t.Fatalf("got %v", r.Err)
+	}
+}
+
+func TestBatchFrames(t *testing.T) {
+	a := newJSONStream(t)
+	a.apply(2, jsonAppend("0\n"))
+	r := a.apply(3, &storagev1.Append{Bucket: "b", Stream: "s", ContentType: jsonCT,
+		Frames: [][]byte{[]byte("1\n"), []byte("22\n33\n"), []byte("4\n")}})
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	want := []FrameResult{{End: 4, RecordStart: 1, RecordNext: 2}, {End: 10, RecordStart: 2, RecordNext: 4}, {End: 12, RecordStart: 4, RecordNext: 5}}
+	if len(r.Frames) != len(want) {
+		t.Fatalf("frames %+v", r.Frames)
+	}
+	for i := range want {
+		if r.Frames[i] != want[i] {
+			t.Fatalf("frame %d: %+v, want %+v", i, r.Frames[i], want[i])
+		}
+	}
+	// Each frame is its own append: a read limited inside the second frame
+	// cuts at the first frame's end.
+	if _, end, _, _ := a.m.ReadOwn(Key{"b", "s"}, r.Meta.Incarnation, 2, 100, 3, nil); end != 4 {
+		t.Fatalf("cut at %d, want 4", end)
+	}
+}
+
+func TestRecordLookupHot(t *testing.T) {
+	a := newJSONStream(t)
+	a.apply(2, jsonAppend("a\nbb\n"))
+	r := a.apply(3, jsonAppend("ccc\n"))
+	k, inc := Key{"b", "s"}, r.Meta.Incarnation
+	tests := []struct {
+		name string
+		n    uint64
+		pos  uint64
+		ok   bool
+	}{
+		{"first", 0, 0, true},
+		{"second", 1, 2, true},
+		{"in the next append", 2, 5, true},
+		{"the tail", 3, 9, true},
+		{"beyond", 4, 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pos, ref, ok := a.m.RecordPos(k, inc, tc.n)
+			if ok != tc.ok || ref != nil || (ok && pos != tc.pos) {
+				t.Fatalf("RecordPos(%d) = %d, %v, %v", tc.n, pos, ref, ok)
+			}
+			if !ok {
+				return
+			}
+			rec, ref, ok := a.m.RecordAt(k, inc, tc.pos)
+			if !ok || ref != nil || rec != tc.n {
+				t.Fatalf("RecordAt(%d) = %d, %v, %v", tc.pos, rec, ref, ok)
+			}
+		})
+	}
+}
+
+func TestRecordsAcrossFlush(t *testing.T) {
+	a := newJSONStream(t)
+	a.apply(2, jsonAppend("a\nb\n"))
+	r := a.apply(3, jsonAppend("c\n"))
+	k, inc := Key{"b", "s"}, r.Meta.Incarnation
+	chunk := &storagev1.ColdRef{Start: 0, End: 4, Key: "k1", Kind: storagev1.ColdKind_COLD_KIND_CHUNK, Size: 10, Records: 1}
+	// Wrong record range: refused.
+	bad := a.apply(4, &storagev1.ColdFlush{Bucket: "b", Stream: "s", Incarnation: inc, Chunks: []*storagev1.ColdRef{chunk}})
+	if code(bad) != errcode.InvalidArgument {
+		t.Fatalf("flush without records: %v", bad.Err)
+	}
+	pieces, _, _ := a.m.FlushPlan(k, inc, 4)
+	if len(pieces) != 1 || pieces[0].FirstRecord != 0 || pieces[0].NextRecord != 2 {
+		t.Fatalf("plan %+v", pieces)
+	}
+	chunk.FirstRecord, chunk.NextRecord = 0, 2
+	if r := a.apply(5, &storagev1.ColdFlush{Bucket: "b", Stream: "s", Incarnation: inc, Chunks: []*storagev1.ColdRef{chunk}}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if pos, ref, ok := a.m.RecordPos(k, inc, 1); !ok || ref.GetKey() != "k1" || pos != 0 {
+		t.Fatalf("cold record: %d %v %v", pos, ref, ok)
+	}
+	if pos, ref, ok := a.m.RecordPos(k, inc, 2); !ok || ref != nil || pos != 4 {
+		t.Fatalf("hot record: %d %v %v", pos, ref, ok)
+	}
+	if rec, ref, ok := a.m.RecordAt(k, inc, 4); !ok || ref != nil || rec != 2 {
+		t.Fatalf("RecordAt(4) = %d %v %v", rec, ref, ok)
+	}
+	if r := a.apply(6, &storagev1.SetRetention{Bucket: "b", Stream: "s", Incarnation: inc, Position: 2, RecordFirst: 1}); r.Err != nil || r.Meta.RecordFirst != 1 {
+		t.Fatalf("retention: %v %+v", r.Err, r.Meta)
+	}
+}
+
+func TestRecordsSurviveSwap(t *testing.T) {
+	a := newJSONStream(t)
+	a.apply(2, jsonAppend("a\n"))
+	r := a.apply(3, jsonAppend("b\nc\n"))
+	inc := r.Meta.Incarnation
+	c1 := &storagev1.ColdRef{Start: 0, End: 2, Key: "k1", Kind: storagev1.ColdKind_COLD_KIND_CHUNK, Size: 6, Records: 1, FirstRecord: 0, NextRecord: 1}
+	c2 := &storagev1.ColdRef{Start: 2, End: 6, Key: "k2", Kind: storagev1.ColdKind_COLD_KIND_CHUNK, Size: 10, Records: 1, FirstRecord: 1, NextRecord: 3}
+	if r := a.apply(4, &storagev1.ColdFlush{Bucket: "b", Stream: "s", Incarnation: inc, Chunks: []*storagev1.ColdRef{c1, c2}}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	// The compacted chunk takes the record range of what it replaces,
+	// whatever the command says.
+	merged := &storagev1.ColdRef{Start: 0, End: 6, Key: "k3", Kind: storagev1.ColdKind_COLD_KIND_CHUNK, Size: 14, Records: 2}
+	if r := a.apply(5, &storagev1.ColdSwap{Bucket: "b", Stream: "s", Incarnation: inc, Replaced: []*storagev1.ColdRef{c1, c2}, Chunk: merged}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if pos, ref, ok := a.m.RecordPos(Key{"b", "s"}, inc, 2); !ok || ref.GetKey() != "k3" || ref.GetFirstRecord() != 0 || ref.GetNextRecord() != 3 || pos != 0 {
+		t.Fatalf("after swap: %d %v %v", pos, ref, ok)
+	}
+	if merged.GetNextRecord() != 0 {
+		t.Fatal("apply modified the command")
+	}
+}

@@ -1,0 +1,46 @@
+package tier
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+)
+
+// SnapshotKey names a new application-snapshot object under a stream
+// prefix: the position and digest it stands for, and a nonce so that a
+// snapshot published again after it was replaced never reuses a key the
+// GC queue still holds.
+func SnapshotKey(prefix string, pos uint64, digest string) string {
+	return fmt.Sprintf("%ss/%020d-%s-%s", prefix, pos, digest, nonce())
+}
+
+// Boundary reports whether pos, inside or at the end of leaf (a chunk or
+// external payload), is a unit boundary: the end of the leaf, a record end
+// of a chunk, or (json) the end of a message.
+func (r *Reader) Boundary(ctx context.Context, leaf *storagev1.ColdRef, pos uint64, json bool) (bool, error) {
+	if pos <= leaf.GetStart() || pos > leaf.GetEnd() {
+		return false, fmt.Errorf("tier: position %d outside object %q (%d, %d]", pos, leaf.GetKey(), leaf.GetStart(), leaf.GetEnd())
+	}
+	if pos == leaf.GetEnd() {
+		return true, nil
+	}
+	if leaf.GetKind() == storagev1.ColdKind_COLD_KIND_CHUNK && leaf.GetRecords() > 0 {
+		recs, err := r.records(ctx, leaf)
+		if err != nil {
+			return false, err
+		}
+		if i := sort.Search(len(recs), func(i int) bool { return recs[i] >= pos }); i < len(recs) && recs[i] == pos {
+			return true, nil
+		}
+	}
+	if !json {
+		return false, nil
+	}
+	b, err := r.cache.ReadAt(ctx, leaf.GetKey(), int64(leaf.GetSize()), int64(pos-1-leaf.GetStart()), 1)
+	if err != nil {
+		return false, err
+	}
+	return len(b) == 1 && b[0] == '\n', nil
+}
