@@ -39,6 +39,7 @@ var httpStatus = map[errcode.Code]int{
 	errcode.Unimplemented:       http.StatusNotImplemented,
 	errcode.SnapshotConflict:    http.StatusConflict,
 	errcode.SnapshotNotFound:    http.StatusNotFound,
+	errcode.NoColdStore:         http.StatusNotImplemented,
 	errcode.Internal:            http.StatusInternalServerError,
 }
 

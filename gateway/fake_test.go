@@ -31,6 +31,8 @@ type fakeClient struct {
 	subscribe    func(context.Context, *streamv1.SubscribeRequest) (grpc.ServerStreamingClient[streamv1.SubscribeResponse], error)
 	putSnapshot  func(*streamv1.PutSnapshotRequest) (*streamv1.PutSnapshotResponse, error)
 	getSnapshot  func(*streamv1.GetSnapshotRequest) (*streamv1.GetSnapshotResponse, error)
+	putPart      func(*streamv1.PutSnapshotPartRequest) (*streamv1.PutSnapshotPartResponse, error)
+	commit       func(*streamv1.CommitSnapshotRequest) (*streamv1.CommitSnapshotResponse, error)
 	bucketFakes  // attrs, buckets and listing (buckets_test.go)
 }
 
@@ -221,6 +223,28 @@ func (f *fakeClient) GetSnapshot(_ context.Context, in *streamv1.GetSnapshotRequ
 }
 
 func (c failingClient) GetSnapshot(context.Context, *streamv1.GetSnapshotRequest, ...grpc.CallOption) (*streamv1.GetSnapshotResponse, error) {
+	return nil, c.err()
+}
+
+func (f *fakeClient) PutSnapshotPart(_ context.Context, in *streamv1.PutSnapshotPartRequest, _ ...grpc.CallOption) (*streamv1.PutSnapshotPartResponse, error) {
+	if f.putPart == nil {
+		return nil, f.missing("PutSnapshotPart")
+	}
+	return f.putPart(in)
+}
+
+func (c failingClient) PutSnapshotPart(context.Context, *streamv1.PutSnapshotPartRequest, ...grpc.CallOption) (*streamv1.PutSnapshotPartResponse, error) {
+	return nil, c.err()
+}
+
+func (f *fakeClient) CommitSnapshot(_ context.Context, in *streamv1.CommitSnapshotRequest, _ ...grpc.CallOption) (*streamv1.CommitSnapshotResponse, error) {
+	if f.commit == nil {
+		return nil, f.missing("CommitSnapshot")
+	}
+	return f.commit(in)
+}
+
+func (c failingClient) CommitSnapshot(context.Context, *streamv1.CommitSnapshotRequest, ...grpc.CallOption) (*streamv1.CommitSnapshotResponse, error) {
 	return nil, c.err()
 }
 

@@ -152,7 +152,7 @@ var (
 	valExpose      = []string{"Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, " +
 		"Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, " +
 		"Stream-SSE-Data-Encoding, Stream-TTL, Stream-Expires-At, Retry-After, Content-Type, " +
-		"Stream-Incarnation, Ursula-Cluster-Id, Stream-Retained-Offset, Stream-Snapshot-Offset, Stream-Snapshot-Digest, " +
+		"Stream-Incarnation, Ursula-Cluster-Id, Stream-Retained-Offset, Stream-Snapshot-Offset, Stream-Snapshot-Digest, Stream-Snapshot-Part-Digest, " +
 		"Stream-Record-Start, Stream-Record-Next, Stream-Record-First"}
 	valAllowMethods = []string{"GET, POST, PUT, DELETE, HEAD, OPTIONS"}
 	valTrue         = []string{"true"}
@@ -351,6 +351,8 @@ func (g *Gateway) serveUrsula(w http.ResponseWriter, r *http.Request, path strin
 		g.appendBatch(w, r, t)
 	case res == "snapshot" && !strings.Contains(arg, "/"):
 		g.serveSnapshot(w, r, t, arg)
+	case res == "snapshot":
+		g.serveSnapshotParts(w, r, t, arg)
 	case res == "bootstrap" && arg == "":
 		g.bootstrap(w, r, t)
 	case res == "attrs" && arg == "":

@@ -22,8 +22,8 @@ const (
 	hSnapshotMatch  = "Stream-Snapshot-Match"
 )
 
-// maxSnapshotBytes bounds a snapshot published in one request body
-// (larger snapshots would go up in staged parts, which are not built).
+// maxSnapshotBytes bounds a snapshot published in one request body, and
+// one staged part of a larger one (snapshot_parts.go).
 const maxSnapshotBytes = 32 << 20
 
 // ErrBootstrapLive refuses a live bootstrap.
@@ -135,7 +135,9 @@ func snapshotPath(t target) string {
 }
 
 // getSnapshot serves GET …/snapshot/{offset}: the snapshot's bytes with
-// the stream's state as its leader sees it.
+// the stream's state as its leader sees it. A snapshot committed from
+// staged parts is read and written a part at a time; a failure after the
+// headers went out cuts the body short of its Content-Length.
 func (g *Gateway) getSnapshot(w http.ResponseWriter, r *http.Request, t target, offset string) {
 	resp, err := g.client.GetSnapshot(r.Context(), &streamv1.GetSnapshotRequest{Ref: t.ref, Offset: offset})
 	if err != nil {
@@ -146,10 +148,26 @@ func (g *Gateway) getSnapshot(w http.ResponseWriter, r *http.Request, t target, 
 	setContentType(h, resp.GetContentType())
 	setSnapshotState(h, resp)
 	h[hCacheControl] = valNoStore
-	h["Content-Length"] = []string{strconv.Itoa(len(resp.GetBody()))}
+	size := uint64(len(resp.GetBody()))
+	if resp.GetParts() > 1 {
+		size = resp.GetSize()
+	}
+	h["Content-Length"] = []string{strconv.FormatUint(size, 10)}
 	w.WriteHeader(http.StatusOK)
 	n, _ := w.Write(resp.GetBody())
 	g.metrics.bytesServed.Add(uint64(n))
+	for p := uint32(2); p <= resp.GetParts(); p++ {
+		body, err := g.nextSnapshotPart(r, t, resp, p)
+		if err != nil {
+			g.logger.WarnContext(r.Context(), "snapshot part read failed", "path", r.URL.Path, "part", p, "err", err)
+			panic(http.ErrAbortHandler)
+		}
+		n, err := w.Write(body)
+		g.metrics.bytesServed.Add(uint64(n))
+		if err != nil {
+			panic(http.ErrAbortHandler)
+		}
+	}
 }
 
 // setSnapshotState sets the snapshot and stream-state headers of a
@@ -255,7 +273,7 @@ func (g *Gateway) bootstrap(w http.ResponseWriter, r *http.Request, t target) {
 	}
 	h[hCacheControl] = valNoStore
 	w.WriteHeader(http.StatusOK)
-	part := func(ct string, body []byte) {
+	part := func(ct string, body []byte) io.Writer {
 		p, err := mw.CreatePart(textproto.MIMEHeader{hContentType: {ct}})
 		if err != nil {
 			panic(http.ErrAbortHandler)
@@ -264,9 +282,22 @@ func (g *Gateway) bootstrap(w http.ResponseWriter, r *http.Request, t target) {
 			panic(http.ErrAbortHandler)
 		}
 		g.metrics.bytesServed.Add(uint64(len(body)))
+		return p
 	}
 	if snap != nil {
-		part(orDefault(snap.GetContentType()), snap.GetBody())
+		p := part(orDefault(snap.GetContentType()), snap.GetBody())
+		// A snapshot committed from staged parts goes out a part at a time.
+		for n := uint32(2); n <= snap.GetParts(); n++ {
+			body, err := g.nextSnapshotPart(r, t, snap, n)
+			if err != nil {
+				g.logger.WarnContext(ctx, "bootstrap snapshot part read failed", "path", r.URL.Path, "part", n, "err", err)
+				panic(http.ErrAbortHandler)
+			}
+			if _, err := p.Write(body); err != nil {
+				panic(http.ErrAbortHandler)
+			}
+			g.metrics.bytesServed.Add(uint64(len(body)))
+		}
 	} else {
 		part("application/octet-stream", nil)
 	}

@@ -253,6 +253,27 @@ func (r *Router) GetSnapshot(ctx context.Context, in *streamv1.GetSnapshotReques
 	})
 }
 
+// PutSnapshotPart goes to the leader of the stream's group, which keeps
+// the index of staged parts.
+func (r *Router) PutSnapshotPart(ctx context.Context, in *streamv1.PutSnapshotPartRequest, opts ...grpc.CallOption) (*streamv1.PutSnapshotPartResponse, error) {
+	if v := r.view.Load(); v != nil && v.single != nil {
+		return v.single.client.PutSnapshotPart(ctx, in, opts...)
+	}
+	return do(ctx, r, in.GetRef(), modeWrite, func(nc *nodeConn) (*streamv1.PutSnapshotPartResponse, error) {
+		return nc.client.PutSnapshotPart(ctx, in, opts...)
+	})
+}
+
+// CommitSnapshot goes to the leader of the stream's group.
+func (r *Router) CommitSnapshot(ctx context.Context, in *streamv1.CommitSnapshotRequest, opts ...grpc.CallOption) (*streamv1.CommitSnapshotResponse, error) {
+	if v := r.view.Load(); v != nil && v.single != nil {
+		return v.single.client.CommitSnapshot(ctx, in, opts...)
+	}
+	return do(ctx, r, in.GetRef(), modeWrite, func(nc *nodeConn) (*streamv1.CommitSnapshotResponse, error) {
+		return nc.client.CommitSnapshot(ctx, in, opts...)
+	})
+}
+
 // GetAttrs goes to the leader of the stream's group.
 func (r *Router) GetAttrs(ctx context.Context, in *streamv1.GetAttrsRequest, opts ...grpc.CallOption) (*streamv1.GetAttrsResponse, error) {
 	if v := r.view.Load(); v != nil && v.single != nil {

@@ -176,6 +176,14 @@ func (c *localClient) PutSnapshot(ctx context.Context, in *streamv1.PutSnapshotR
 	return c.svc.PutSnapshot(ctx, in)
 }
 
+func (c *localClient) PutSnapshotPart(ctx context.Context, in *streamv1.PutSnapshotPartRequest, _ ...grpc.CallOption) (*streamv1.PutSnapshotPartResponse, error) {
+	return c.svc.PutSnapshotPart(ctx, in)
+}
+
+func (c *localClient) CommitSnapshot(ctx context.Context, in *streamv1.CommitSnapshotRequest, _ ...grpc.CallOption) (*streamv1.CommitSnapshotResponse, error) {
+	return c.svc.CommitSnapshot(ctx, in)
+}
+
 func (c *localClient) GetSnapshot(ctx context.Context, in *streamv1.GetSnapshotRequest, _ ...grpc.CallOption) (*streamv1.GetSnapshotResponse, error) {
 	return c.svc.GetSnapshot(ctx, in)
 }

@@ -177,6 +177,16 @@ func (s *streamService) GetSnapshot(ctx context.Context, req *streamv1.GetSnapsh
 	return resp, s.status(err)
 }
 
+func (s *streamService) PutSnapshotPart(ctx context.Context, req *streamv1.PutSnapshotPartRequest) (*streamv1.PutSnapshotPartResponse, error) {
+	resp, err := s.eng.PutSnapshotPart(ctx, req)
+	return resp, s.status(err)
+}
+
+func (s *streamService) CommitSnapshot(ctx context.Context, req *streamv1.CommitSnapshotRequest) (*streamv1.CommitSnapshotResponse, error) {
+	resp, err := s.eng.CommitSnapshot(ctx, req)
+	return resp, s.status(err)
+}
+
 func (s *streamService) GetAttrs(ctx context.Context, req *streamv1.GetAttrsRequest) (*streamv1.GetAttrsResponse, error) {
 	resp, err := s.eng.GetAttrs(ctx, req)
 	return resp, s.status(err)

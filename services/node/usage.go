@@ -2,7 +2,9 @@ package node
 
 import (
 	"net/http"
+	"sort"
 
+	"github.com/ursula/ursula/storage/engine"
 	"github.com/ursula/ursula/storage/stream"
 )
 
@@ -19,7 +21,8 @@ type usageDoc struct {
 	Buckets        map[string]bucketUsage `json:"buckets"`
 	RaftGroupCount int                    `json:"raft_group_count"`
 	// StagedSnapshotParts lists staged snapshot parts no commit has used
-	// yet, per group this node leads (none are tracked yet: always empty).
+	// yet, per group this node leads (from the leader's in-memory index;
+	// groups without staged parts are left out).
 	StagedSnapshotParts []stagedParts `json:"staged_snapshot_parts"`
 }
 
@@ -39,7 +42,7 @@ type stagedParts struct {
 }
 
 // buildUsage renders the usage document.
-func buildUsage(nodeID uint64, groups int, usage map[string]stream.BucketUsage) usageDoc {
+func buildUsage(nodeID uint64, groups int, usage map[string]stream.BucketUsage, staged []engine.StagedUsage) usageDoc {
 	doc := usageDoc{
 		Version: usageVersion, NodeID: nodeID, WriteUnitBytes: stream.WriteUnitBytes,
 		Buckets: make(map[string]bucketUsage, len(usage)), RaftGroupCount: groups,
@@ -48,10 +51,18 @@ func buildUsage(nodeID uint64, groups int, usage map[string]stream.BucketUsage) 
 	for b, u := range usage {
 		doc.Buckets[b] = bucketUsage(u)
 	}
+	for _, u := range staged {
+		doc.StagedSnapshotParts = append(doc.StagedSnapshotParts, stagedParts{
+			RaftGroupID: u.GroupID, Term: u.Term, CountingFinished: u.CountingFinished, Bytes: u.Bytes,
+		})
+	}
+	sort.Slice(doc.StagedSnapshotParts, func(i, j int) bool {
+		return doc.StagedSnapshotParts[i].RaftGroupID < doc.StagedSnapshotParts[j].RaftGroupID
+	})
 	return doc
 }
 
 // serveUsage answers GET /__ursula/usage.
-func (s *Server) serveUsage(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, buildUsage(s.eng.Config().NodeID, len(s.eng.Machines()), s.eng.Usage()))
+func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, buildUsage(s.eng.Config().NodeID, len(s.eng.Machines()), s.eng.Usage(), s.eng.StagedUsage(r.Context())))
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/storage/engine"
 	"github.com/ursula/ursula/storage/stream"
 )
 
@@ -21,16 +22,20 @@ func TestUsageGolden(t *testing.T) {
 		name   string
 		golden string
 		usage  map[string]stream.BucketUsage
+		staged []engine.StagedUsage
 	}{
 		{"two buckets", "usage.golden.json", map[string]stream.BucketUsage{
 			"tenant-a": {CommittedAppendBytes: 24576, CommittedRecords: 3, CommittedWriteUnits: 4, RetainedBytes: 24576, StreamCount: 1},
 			"tenant-b": {CommittedAppendBytes: 10, CommittedRecords: 1, CommittedWriteUnits: 2},
+		}, []engine.StagedUsage{
+			{GroupID: 2, Term: 7, CountingFinished: true, Bytes: map[string]uint64{"tenant-a": 33554432}},
+			{GroupID: 0, Term: 3, CountingFinished: true, Bytes: map[string]uint64{"tenant-a": 5, "tenant-b": 1}},
 		}},
-		{"no buckets", "usage_empty.golden.json", nil},
+		{"no buckets", "usage_empty.golden.json", nil, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := json.MarshalIndent(buildUsage(1, 4, tc.usage), "", "  ")
+			got, err := json.MarshalIndent(buildUsage(1, 4, tc.usage, tc.staged), "", "  ")
 			if err != nil {
 				t.Fatal(err)
 			}

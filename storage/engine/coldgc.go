@@ -152,8 +152,13 @@ func (e *Engine) ColdReferences(ctx context.Context, prefix string) (keys []stri
 			return nil, false, nil
 		}
 		keys = append(keys, m.HotExternalKeys(k, meta.Incarnation)...)
-		if snap := m.SnapshotOf(k, meta.Incarnation); snap.GetKey() != "" {
-			keys = append(keys, snap.GetKey())
+		if snap := m.SnapshotOf(k, meta.Incarnation); snap != nil {
+			// Committed parts only: staged ones no commit named are
+			// orphans for the sweep.
+			if snap.GetKey() != "" {
+				keys = append(keys, snap.GetKey())
+			}
+			keys = append(keys, snap.GetPartKeys()...)
 		}
 		var walk func(refs []*storagev1.ColdRef) error
 		walk = func(refs []*storagev1.ColdRef) error {

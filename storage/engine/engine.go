@@ -42,6 +42,7 @@ type Engine struct {
 	now      func() time.Time
 
 	cold     *coldTier // nil without a cold store
+	staged   stagedIndex
 	cluster  atomic.Pointer[ClusterDeps]
 	rejoined sync.Map // group → leader id: joined with a vote floor, awaiting rebuild
 	rebuilds sync.Map // rebuildKey → true: replicas to remove and add back

@@ -144,7 +144,9 @@ func (e *Engine) boundary(ctx context.Context, m stream.Meta, pos uint64) (bool,
 
 // GetSnapshot returns the stream's latest snapshot (or the one at an
 // offset: any other offset is SNAPSHOT_NOT_FOUND) with the stream's state,
-// on the group's leader so that the state is fresh.
+// on the group's leader so that the state is fresh. A snapshot committed
+// from staged parts comes one part per call (req.Part; resp.Parts says
+// how many).
 func (e *Engine) GetSnapshot(ctx context.Context, req *streamv1.GetSnapshotRequest) (*streamv1.GetSnapshotResponse, error) {
 	k := keyOf(req.GetRef())
 	if err := validKey(k); err != nil {
@@ -170,12 +172,21 @@ func (e *Engine) GetSnapshot(ctx context.Context, req *streamv1.GetSnapshotReque
 			return nil, errcode.New(errcode.SnapshotNotFound, "stream %s has no snapshot at %s", k.Stream, raw)
 		}
 	}
-	body := snap.GetData()
-	if key := snap.GetKey(); key != "" {
+	// A snapshot committed from staged parts is read a part per call
+	// (part 0 is the first), so no message holds more than a part.
+	parts := uint32(max(len(snap.GetPartKeys()), 1))
+	n := max(req.GetPart(), 1)
+	if n > parts {
+		return nil, errcode.New(errcode.InvalidArgument, "the snapshot of %s has %d parts, not %d", k.Stream, parts, n)
+	}
+	body, key, size := snap.GetData(), snap.GetKey(), int64(snap.GetSize())
+	if len(snap.GetPartKeys()) > 0 {
+		key, size = snap.GetPartKeys()[n-1], int64(snap.GetPartSizes()[n-1])
+	}
+	if key != "" {
 		if e.cold == nil {
 			return nil, errcode.New(errcode.Internal, "snapshot of %s is in the cold store but none is configured", k.Stream)
 		}
-		size := int64(snap.GetSize())
 		if size <= maxCachedSnapshotBytes {
 			// Small snapshots are read through the block cache: a
 			// bootstrap storm reads the same object again and again.
@@ -200,6 +211,8 @@ func (e *Engine) GetSnapshot(ctx context.Context, req *streamv1.GetSnapshotReque
 		NextOffset:  stream.FormatOffset(m.Tail),
 		UpToDate:    upToDate,
 		Closed:      m.Closed,
+		Parts:       parts,
+		Size:        snap.GetSize(),
 	}, nil
 }
 

@@ -3,6 +3,7 @@ package stream
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"sort"
 
 	"google.golang.org/protobuf/proto"
@@ -14,7 +15,8 @@ import (
 // Application snapshots (the protocol's /snapshot resources, not the Raft
 // snapshot of snapshot.go): a stream holds at most one, a SnapshotRef in
 // its StreamState. Its body lives in the cold store under the stream's
-// prefix (key) or, without a cold store, inline (data).
+// prefix (key), in staged parts committed as one snapshot (part_keys, in
+// order, part_sizes bytes each) or, without a cold store, inline (data).
 
 // SnapshotDigest is the digest of a snapshot: the lower-case hex SHA-256 of
 // the content type, a NUL byte, and the body. The same bytes with the same
@@ -47,6 +49,9 @@ func (m *Machine) applyPublishSnapshot(now int64, c *storagev1.PublishSnapshot) 
 	if ref.GetDigest() == "" {
 		return &Result{Err: errcode.New(errcode.InvalidArgument, "snapshot without a digest")}
 	}
+	if n := len(ref.GetPartKeys()); n != len(ref.GetPartSizes()) || n != len(ref.GetPartDigests()) {
+		return &Result{Err: errcode.New(errcode.InvalidArgument, "snapshot with %d part keys, %d part sizes and %d part digests", n, len(ref.GetPartSizes()), len(ref.GetPartDigests()))}
+	}
 	if pos > s.buf.End() {
 		return &Result{Err: errcode.New(errcode.SnapshotConflict, "snapshot offset %s is beyond the tail %s", FormatOffset(pos), FormatOffset(s.buf.End()))}
 	}
@@ -65,10 +70,20 @@ func (m *Machine) applyPublishSnapshot(now int64, c *storagev1.PublishSnapshot) 
 		return &Result{Err: errcode.New(errcode.SnapshotConflict, "a different snapshot exists at offset %s", FormatOffset(pos))}
 	}
 	st.Snapshot = proto.CloneOf(ref)
-	if k := cur.GetKey(); k != "" && k != ref.GetKey() {
-		m.enqueueGC(st.GetBucket(), storagev1.GCKind_GC_KIND_OBJECT, k, now+c.GetGraceMs())
+	for _, k := range snapshotKeys(cur) {
+		if !slices.Contains(snapshotKeys(ref), k) {
+			m.enqueueGC(st.GetBucket(), storagev1.GCKind_GC_KIND_OBJECT, k, now+c.GetGraceMs())
+		}
 	}
 	return &Result{Meta: s.metaView()}
+}
+
+// snapshotKeys lists the objects a snapshot's body lives in.
+func snapshotKeys(r *storagev1.SnapshotRef) []string {
+	if k := r.GetKey(); k != "" {
+		return append([]string{k}, r.GetPartKeys()...)
+	}
+	return r.GetPartKeys()
 }
 
 // SnapshotOf returns a copy of a stream's latest snapshot (nil when it has
@@ -83,7 +98,8 @@ func (m *Machine) SnapshotOf(key Key, inc uint64) *storagev1.SnapshotRef {
 	r := s.meta.GetSnapshot()
 	// The body (inline data) is immutable: shared, not copied.
 	return &storagev1.SnapshotRef{Position: r.GetPosition(), Digest: r.GetDigest(), ContentType: r.GetContentType(),
-		Key: r.GetKey(), Size: r.GetSize(), Data: r.GetData()}
+		Key: r.GetKey(), Size: r.GetSize(), Data: r.GetData(),
+		PartKeys: slices.Clone(r.GetPartKeys()), PartSizes: slices.Clone(r.GetPartSizes()), PartDigests: slices.Clone(r.GetPartDigests())}
 }
 
 // Boundary reports whether pos, a position of the stream's own range

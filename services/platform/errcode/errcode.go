@@ -38,6 +38,7 @@ const (
 	Unimplemented       Code = "UNIMPLEMENTED"
 	SnapshotConflict    Code = "SNAPSHOT_CONFLICT"  // a snapshot publish that contradicts the stream or its latest snapshot
 	SnapshotNotFound    Code = "SNAPSHOT_NOT_FOUND" // no snapshot (at that offset)
+	NoColdStore         Code = "NO_COLD_STORE"      // the operation needs a cold store and none is configured
 )
 
 // Metadata keys carried next to a code.

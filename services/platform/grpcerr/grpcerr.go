@@ -43,6 +43,7 @@ var grpcCodes = map[errcode.Code]codes.Code{
 	errcode.Unimplemented:       codes.Unimplemented,
 	errcode.SnapshotConflict:    codes.Aborted,
 	errcode.SnapshotNotFound:    codes.NotFound,
+	errcode.NoColdStore:         codes.Unimplemented,
 }
 
 // ToStatus converts err into a gRPC status error. Domain errors keep their

@@ -1329,7 +1329,11 @@ func (x *StreamKey) GetIncarnation() uint64 {
 }
 
 // SnapshotRef is a stream's latest application snapshot: its body lives in
-// the cold store at key (or inline in data when there is no cold store).
+// the cold store at key (or inline in data when there is no cold store),
+// or, for a snapshot committed from staged parts, in the objects part_keys
+// names in order, part_sizes[i] bytes each (size is their sum) with the
+// SHA-256 part_digests[i] (so that a commit retried after it succeeded is
+// recognized).
 type SnapshotRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Position      uint64                 `protobuf:"varint,1,opt,name=position,proto3" json:"position,omitempty"`
@@ -1338,6 +1342,9 @@ type SnapshotRef struct {
 	Key           string                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
 	Size          uint64                 `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
 	Data          []byte                 `protobuf:"bytes,6,opt,name=data,proto3" json:"data,omitempty"`
+	PartKeys      []string               `protobuf:"bytes,7,rep,name=part_keys,json=partKeys,proto3" json:"part_keys,omitempty"`
+	PartSizes     []uint64               `protobuf:"varint,8,rep,packed,name=part_sizes,json=partSizes,proto3" json:"part_sizes,omitempty"`
+	PartDigests   []string               `protobuf:"bytes,9,rep,name=part_digests,json=partDigests,proto3" json:"part_digests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1410,6 +1417,27 @@ func (x *SnapshotRef) GetSize() uint64 {
 func (x *SnapshotRef) GetData() []byte {
 	if x != nil {
 		return x.Data
+	}
+	return nil
+}
+
+func (x *SnapshotRef) GetPartKeys() []string {
+	if x != nil {
+		return x.PartKeys
+	}
+	return nil
+}
+
+func (x *SnapshotRef) GetPartSizes() []uint64 {
+	if x != nil {
+		return x.PartSizes
+	}
+	return nil
+}
+
+func (x *SnapshotRef) GetPartDigests() []string {
+	if x != nil {
+		return x.PartDigests
 	}
 	return nil
 }
@@ -3392,14 +3420,18 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\tStreamKey\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"\x9e\x01\n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\"\xfd\x01\n" +
 	"\vSnapshotRef\x12\x1a\n" +
 	"\bposition\x18\x01 \x01(\x04R\bposition\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12!\n" +
 	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12\x10\n" +
 	"\x03key\x18\x04 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x05 \x01(\x04R\x04size\x12\x12\n" +
-	"\x04data\x18\x06 \x01(\fR\x04data\"\xd0\x01\n" +
+	"\x04data\x18\x06 \x01(\fR\x04data\x12\x1b\n" +
+	"\tpart_keys\x18\a \x03(\tR\bpartKeys\x12\x1d\n" +
+	"\n" +
+	"part_sizes\x18\b \x03(\x04R\tpartSizes\x12!\n" +
+	"\fpart_digests\x18\t \x03(\tR\vpartDigests\"\xd0\x01\n" +
 	"\x0fPublishSnapshot\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +

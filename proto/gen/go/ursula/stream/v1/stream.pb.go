@@ -1850,7 +1850,10 @@ type GetSnapshotRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ref   *StreamRef             `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
 	// offset selects the snapshot; empty means the latest.
-	Offset        string `protobuf:"bytes,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Offset string `protobuf:"bytes,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// part selects one part (1-based) of a snapshot committed from staged
+	// parts; 0 is the first part (or the whole body of a one-object snapshot).
+	Part          uint32 `protobuf:"varint,3,opt,name=part,proto3" json:"part,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1899,6 +1902,13 @@ func (x *GetSnapshotRequest) GetOffset() string {
 	return ""
 }
 
+func (x *GetSnapshotRequest) GetPart() uint32 {
+	if x != nil {
+		return x.Part
+	}
+	return 0
+}
+
 type GetSnapshotResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Offset      string                 `protobuf:"bytes,1,opt,name=offset,proto3" json:"offset,omitempty"`
@@ -1906,9 +1916,13 @@ type GetSnapshotResponse struct {
 	ContentType string                 `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	Body        []byte                 `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
 	// The stream's state when read (through the leader).
-	NextOffset    string `protobuf:"bytes,5,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
-	UpToDate      bool   `protobuf:"varint,6,opt,name=up_to_date,json=upToDate,proto3" json:"up_to_date,omitempty"`
-	Closed        bool   `protobuf:"varint,7,opt,name=closed,proto3" json:"closed,omitempty"`
+	NextOffset string `protobuf:"bytes,5,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
+	UpToDate   bool   `protobuf:"varint,6,opt,name=up_to_date,json=upToDate,proto3" json:"up_to_date,omitempty"`
+	Closed     bool   `protobuf:"varint,7,opt,name=closed,proto3" json:"closed,omitempty"`
+	// parts is how many parts the snapshot has (1 for a one-object
+	// snapshot); body holds the requested part. size is the whole snapshot.
+	Parts         uint32 `protobuf:"varint,8,opt,name=parts,proto3" json:"parts,omitempty"`
+	Size          uint64 `protobuf:"varint,9,opt,name=size,proto3" json:"size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1992,6 +2006,324 @@ func (x *GetSnapshotResponse) GetClosed() bool {
 	return false
 }
 
+func (x *GetSnapshotResponse) GetParts() uint32 {
+	if x != nil {
+		return x.Parts
+	}
+	return 0
+}
+
+func (x *GetSnapshotResponse) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+type PutSnapshotPartRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Ref    *StreamRef             `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	Offset string                 `protobuf:"bytes,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// part is the part number, 1 and up.
+	Part          uint32 `protobuf:"varint,3,opt,name=part,proto3" json:"part,omitempty"`
+	Body          []byte `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutSnapshotPartRequest) Reset() {
+	*x = PutSnapshotPartRequest{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutSnapshotPartRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutSnapshotPartRequest) ProtoMessage() {}
+
+func (x *PutSnapshotPartRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutSnapshotPartRequest.ProtoReflect.Descriptor instead.
+func (*PutSnapshotPartRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *PutSnapshotPartRequest) GetRef() *StreamRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *PutSnapshotPartRequest) GetOffset() string {
+	if x != nil {
+		return x.Offset
+	}
+	return ""
+}
+
+func (x *PutSnapshotPartRequest) GetPart() uint32 {
+	if x != nil {
+		return x.Part
+	}
+	return 0
+}
+
+func (x *PutSnapshotPartRequest) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+type PutSnapshotPartResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// digest is the lower-case hex SHA-256 of the part's bytes.
+	Digest        string `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutSnapshotPartResponse) Reset() {
+	*x = PutSnapshotPartResponse{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutSnapshotPartResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutSnapshotPartResponse) ProtoMessage() {}
+
+func (x *PutSnapshotPartResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutSnapshotPartResponse.ProtoReflect.Descriptor instead.
+func (*PutSnapshotPartResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *PutSnapshotPartResponse) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+type SnapshotPartDigest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Part          uint32                 `protobuf:"varint,1,opt,name=part,proto3" json:"part,omitempty"`
+	Digest        string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotPartDigest) Reset() {
+	*x = SnapshotPartDigest{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotPartDigest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotPartDigest) ProtoMessage() {}
+
+func (x *SnapshotPartDigest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotPartDigest.ProtoReflect.Descriptor instead.
+func (*SnapshotPartDigest) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SnapshotPartDigest) GetPart() uint32 {
+	if x != nil {
+		return x.Part
+	}
+	return 0
+}
+
+func (x *SnapshotPartDigest) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+type CommitSnapshotRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Ref         *StreamRef             `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	Offset      string                 `protobuf:"bytes,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	ContentType string                 `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// parts lists the parts 1..N in order with their digests.
+	Parts []*SnapshotPartDigest `protobuf:"bytes,4,rep,name=parts,proto3" json:"parts,omitempty"`
+	// match, when not empty, is the digest the latest snapshot must have.
+	Match         string `protobuf:"bytes,5,opt,name=match,proto3" json:"match,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitSnapshotRequest) Reset() {
+	*x = CommitSnapshotRequest{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitSnapshotRequest) ProtoMessage() {}
+
+func (x *CommitSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*CommitSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *CommitSnapshotRequest) GetRef() *StreamRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *CommitSnapshotRequest) GetOffset() string {
+	if x != nil {
+		return x.Offset
+	}
+	return ""
+}
+
+func (x *CommitSnapshotRequest) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *CommitSnapshotRequest) GetParts() []*SnapshotPartDigest {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+func (x *CommitSnapshotRequest) GetMatch() string {
+	if x != nil {
+		return x.Match
+	}
+	return ""
+}
+
+type CommitSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Offset        string                 `protobuf:"bytes,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Digest        string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	Created       bool                   `protobuf:"varint,3,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitSnapshotResponse) Reset() {
+	*x = CommitSnapshotResponse{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitSnapshotResponse) ProtoMessage() {}
+
+func (x *CommitSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*CommitSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *CommitSnapshotResponse) GetOffset() string {
+	if x != nil {
+		return x.Offset
+	}
+	return ""
+}
+
+func (x *CommitSnapshotResponse) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *CommitSnapshotResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
 type StreamAttrs struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Title string                 `protobuf:"bytes,1,opt,name=title,proto3" json:"title,omitempty"`
@@ -2003,7 +2335,7 @@ type StreamAttrs struct {
 
 func (x *StreamAttrs) Reset() {
 	*x = StreamAttrs{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[28]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2347,7 @@ func (x *StreamAttrs) String() string {
 func (*StreamAttrs) ProtoMessage() {}
 
 func (x *StreamAttrs) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[28]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2360,7 @@ func (x *StreamAttrs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAttrs.ProtoReflect.Descriptor instead.
 func (*StreamAttrs) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{28}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StreamAttrs) GetTitle() string {
@@ -2054,7 +2386,7 @@ type GetAttrsRequest struct {
 
 func (x *GetAttrsRequest) Reset() {
 	*x = GetAttrsRequest{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[29]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2398,7 @@ func (x *GetAttrsRequest) String() string {
 func (*GetAttrsRequest) ProtoMessage() {}
 
 func (x *GetAttrsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[29]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2411,7 @@ func (x *GetAttrsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrsRequest.ProtoReflect.Descriptor instead.
 func (*GetAttrsRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{29}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetAttrsRequest) GetRef() *StreamRef {
@@ -2098,7 +2430,7 @@ type GetAttrsResponse struct {
 
 func (x *GetAttrsResponse) Reset() {
 	*x = GetAttrsResponse{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[30]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2442,7 @@ func (x *GetAttrsResponse) String() string {
 func (*GetAttrsResponse) ProtoMessage() {}
 
 func (x *GetAttrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[30]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2455,7 @@ func (x *GetAttrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrsResponse.ProtoReflect.Descriptor instead.
 func (*GetAttrsResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{30}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetAttrsResponse) GetAttrs() *StreamAttrs {
@@ -2143,7 +2475,7 @@ type SetAttrsRequest struct {
 
 func (x *SetAttrsRequest) Reset() {
 	*x = SetAttrsRequest{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[31]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2487,7 @@ func (x *SetAttrsRequest) String() string {
 func (*SetAttrsRequest) ProtoMessage() {}
 
 func (x *SetAttrsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[31]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2500,7 @@ func (x *SetAttrsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAttrsRequest.ProtoReflect.Descriptor instead.
 func (*SetAttrsRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{31}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetAttrsRequest) GetRef() *StreamRef {
@@ -2193,7 +2525,7 @@ type SetAttrsResponse struct {
 
 func (x *SetAttrsResponse) Reset() {
 	*x = SetAttrsResponse{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[32]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +2537,7 @@ func (x *SetAttrsResponse) String() string {
 func (*SetAttrsResponse) ProtoMessage() {}
 
 func (x *SetAttrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[32]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +2550,7 @@ func (x *SetAttrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAttrsResponse.ProtoReflect.Descriptor instead.
 func (*SetAttrsResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{32}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{37}
 }
 
 type GetBucketRequest struct {
@@ -2230,7 +2562,7 @@ type GetBucketRequest struct {
 
 func (x *GetBucketRequest) Reset() {
 	*x = GetBucketRequest{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[33]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2574,7 @@ func (x *GetBucketRequest) String() string {
 func (*GetBucketRequest) ProtoMessage() {}
 
 func (x *GetBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[33]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2587,7 @@ func (x *GetBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBucketRequest.ProtoReflect.Descriptor instead.
 func (*GetBucketRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{33}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetBucketRequest) GetBucket() string {
@@ -2276,7 +2608,7 @@ type GetBucketResponse struct {
 
 func (x *GetBucketResponse) Reset() {
 	*x = GetBucketResponse{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[34]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2620,7 @@ func (x *GetBucketResponse) String() string {
 func (*GetBucketResponse) ProtoMessage() {}
 
 func (x *GetBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[34]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2633,7 @@ func (x *GetBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBucketResponse.ProtoReflect.Descriptor instead.
 func (*GetBucketResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{34}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetBucketResponse) GetBucket() string {
@@ -2334,7 +2666,7 @@ type DeleteBucketRequest struct {
 
 func (x *DeleteBucketRequest) Reset() {
 	*x = DeleteBucketRequest{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[35]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2678,7 @@ func (x *DeleteBucketRequest) String() string {
 func (*DeleteBucketRequest) ProtoMessage() {}
 
 func (x *DeleteBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[35]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2691,7 @@ func (x *DeleteBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBucketRequest.ProtoReflect.Descriptor instead.
 func (*DeleteBucketRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{35}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteBucketRequest) GetBucket() string {
@@ -2377,7 +2709,7 @@ type DeleteBucketResponse struct {
 
 func (x *DeleteBucketResponse) Reset() {
 	*x = DeleteBucketResponse{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[36]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2389,7 +2721,7 @@ func (x *DeleteBucketResponse) String() string {
 func (*DeleteBucketResponse) ProtoMessage() {}
 
 func (x *DeleteBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[36]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2402,7 +2734,7 @@ func (x *DeleteBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBucketResponse.ProtoReflect.Descriptor instead.
 func (*DeleteBucketResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{36}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{41}
 }
 
 type ListStreamsRequest struct {
@@ -2419,7 +2751,7 @@ type ListStreamsRequest struct {
 
 func (x *ListStreamsRequest) Reset() {
 	*x = ListStreamsRequest{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[37]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2431,7 +2763,7 @@ func (x *ListStreamsRequest) String() string {
 func (*ListStreamsRequest) ProtoMessage() {}
 
 func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[37]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2444,7 +2776,7 @@ func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsRequest.ProtoReflect.Descriptor instead.
 func (*ListStreamsRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{37}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListStreamsRequest) GetBucket() string {
@@ -2490,7 +2822,7 @@ type StreamListing struct {
 
 func (x *StreamListing) Reset() {
 	*x = StreamListing{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[38]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2834,7 @@ func (x *StreamListing) String() string {
 func (*StreamListing) ProtoMessage() {}
 
 func (x *StreamListing) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[38]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2847,7 @@ func (x *StreamListing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamListing.ProtoReflect.Descriptor instead.
 func (*StreamListing) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{38}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StreamListing) GetStreamId() string {
@@ -2571,7 +2903,7 @@ type ListStreamsResponse struct {
 
 func (x *ListStreamsResponse) Reset() {
 	*x = ListStreamsResponse{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[39]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2583,7 +2915,7 @@ func (x *ListStreamsResponse) String() string {
 func (*ListStreamsResponse) ProtoMessage() {}
 
 func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[39]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2596,7 +2928,7 @@ func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsResponse.ProtoReflect.Descriptor instead.
 func (*ListStreamsResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{39}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListStreamsResponse) GetStreams() []*StreamListing {
@@ -2783,10 +3115,11 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"\x13PutSnapshotResponse\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\tR\x06offset\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x18\n" +
-	"\acreated\x18\x03 \x01(\bR\acreated\"[\n" +
+	"\acreated\x18\x03 \x01(\bR\acreated\"o\n" +
 	"\x12GetSnapshotRequest\x12-\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1b.ursula.stream.v1.StreamRefR\x03ref\x12\x16\n" +
-	"\x06offset\x18\x02 \x01(\tR\x06offset\"\xd3\x01\n" +
+	"\x06offset\x18\x02 \x01(\tR\x06offset\x12\x12\n" +
+	"\x04part\x18\x03 \x01(\rR\x04part\"\xfd\x01\n" +
 	"\x13GetSnapshotResponse\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\tR\x06offset\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12!\n" +
@@ -2796,7 +3129,29 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"nextOffset\x12\x1c\n" +
 	"\n" +
 	"up_to_date\x18\x06 \x01(\bR\bupToDate\x12\x16\n" +
-	"\x06closed\x18\a \x01(\bR\x06closed\"?\n" +
+	"\x06closed\x18\a \x01(\bR\x06closed\x12\x14\n" +
+	"\x05parts\x18\b \x01(\rR\x05parts\x12\x12\n" +
+	"\x04size\x18\t \x01(\x04R\x04size\"\x87\x01\n" +
+	"\x16PutSnapshotPartRequest\x12-\n" +
+	"\x03ref\x18\x01 \x01(\v2\x1b.ursula.stream.v1.StreamRefR\x03ref\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\tR\x06offset\x12\x12\n" +
+	"\x04part\x18\x03 \x01(\rR\x04part\x12\x12\n" +
+	"\x04body\x18\x04 \x01(\fR\x04body\"1\n" +
+	"\x17PutSnapshotPartResponse\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\"@\n" +
+	"\x12SnapshotPartDigest\x12\x12\n" +
+	"\x04part\x18\x01 \x01(\rR\x04part\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\"\xd3\x01\n" +
+	"\x15CommitSnapshotRequest\x12-\n" +
+	"\x03ref\x18\x01 \x01(\v2\x1b.ursula.stream.v1.StreamRefR\x03ref\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\tR\x06offset\x12!\n" +
+	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12:\n" +
+	"\x05parts\x18\x04 \x03(\v2$.ursula.stream.v1.SnapshotPartDigestR\x05parts\x12\x14\n" +
+	"\x05match\x18\x05 \x01(\tR\x05match\"b\n" +
+	"\x16CommitSnapshotResponse\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\tR\x06offset\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x18\n" +
+	"\acreated\x18\x03 \x01(\bR\acreated\"?\n" +
 	"\vStreamAttrs\x12\x14\n" +
 	"\x05title\x18\x01 \x01(\tR\x05title\x12\x1a\n" +
 	"\bmetadata\x18\x02 \x01(\fR\bmetadata\"@\n" +
@@ -2835,7 +3190,7 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"\astreams\x18\x01 \x03(\v2\x1f.ursula.stream.v1.StreamListingR\astreams\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
 	"nextCursor\x12\x19\n" +
-	"\bhas_more\x18\x03 \x01(\bR\ahasMore2\x92\v\n" +
+	"\bhas_more\x18\x03 \x01(\bR\ahasMore2\xdf\f\n" +
 	"\rStreamService\x12]\n" +
 	"\fCreateBucket\x12%.ursula.stream.v1.CreateBucketRequest\x1a&.ursula.stream.v1.CreateBucketResponse\x12]\n" +
 	"\fCreateStream\x12%.ursula.stream.v1.CreateStreamRequest\x1a&.ursula.stream.v1.CreateStreamResponse\x12K\n" +
@@ -2845,7 +3200,9 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"\fDeleteStream\x12%.ursula.stream.v1.DeleteStreamRequest\x1a&.ursula.stream.v1.DeleteStreamResponse\x12]\n" +
 	"\fSetRetention\x12%.ursula.stream.v1.SetRetentionRequest\x1a&.ursula.stream.v1.SetRetentionResponse\x12Z\n" +
 	"\vPutSnapshot\x12$.ursula.stream.v1.PutSnapshotRequest\x1a%.ursula.stream.v1.PutSnapshotResponse\x12Z\n" +
-	"\vGetSnapshot\x12$.ursula.stream.v1.GetSnapshotRequest\x1a%.ursula.stream.v1.GetSnapshotResponse\x12Q\n" +
+	"\vGetSnapshot\x12$.ursula.stream.v1.GetSnapshotRequest\x1a%.ursula.stream.v1.GetSnapshotResponse\x12f\n" +
+	"\x0fPutSnapshotPart\x12(.ursula.stream.v1.PutSnapshotPartRequest\x1a).ursula.stream.v1.PutSnapshotPartResponse\x12c\n" +
+	"\x0eCommitSnapshot\x12'.ursula.stream.v1.CommitSnapshotRequest\x1a(.ursula.stream.v1.CommitSnapshotResponse\x12Q\n" +
 	"\bGetAttrs\x12!.ursula.stream.v1.GetAttrsRequest\x1a\".ursula.stream.v1.GetAttrsResponse\x12Q\n" +
 	"\bSetAttrs\x12!.ursula.stream.v1.SetAttrsRequest\x1a\".ursula.stream.v1.SetAttrsResponse\x12T\n" +
 	"\tGetBucket\x12\".ursula.stream.v1.GetBucketRequest\x1a#.ursula.stream.v1.GetBucketResponse\x12]\n" +
@@ -2867,48 +3224,53 @@ func file_ursula_stream_v1_stream_proto_rawDescGZIP() []byte {
 	return file_ursula_stream_v1_stream_proto_rawDescData
 }
 
-var file_ursula_stream_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_ursula_stream_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_ursula_stream_v1_stream_proto_goTypes = []any{
-	(*StreamRef)(nil),              // 0: ursula.stream.v1.StreamRef
-	(*CreateBucketRequest)(nil),    // 1: ursula.stream.v1.CreateBucketRequest
-	(*CreateBucketResponse)(nil),   // 2: ursula.stream.v1.CreateBucketResponse
-	(*ForkSpec)(nil),               // 3: ursula.stream.v1.ForkSpec
-	(*CreateStreamRequest)(nil),    // 4: ursula.stream.v1.CreateStreamRequest
-	(*StreamInfo)(nil),             // 5: ursula.stream.v1.StreamInfo
-	(*CreateStreamResponse)(nil),   // 6: ursula.stream.v1.CreateStreamResponse
-	(*Producer)(nil),               // 7: ursula.stream.v1.Producer
-	(*AppendRequest)(nil),          // 8: ursula.stream.v1.AppendRequest
-	(*AppendResponse)(nil),         // 9: ursula.stream.v1.AppendResponse
-	(*ReadRequest)(nil),            // 10: ursula.stream.v1.ReadRequest
-	(*ReadResponse)(nil),           // 11: ursula.stream.v1.ReadResponse
-	(*HeadRequest)(nil),            // 12: ursula.stream.v1.HeadRequest
-	(*HeadResponse)(nil),           // 13: ursula.stream.v1.HeadResponse
-	(*DeleteStreamRequest)(nil),    // 14: ursula.stream.v1.DeleteStreamRequest
-	(*DeleteStreamResponse)(nil),   // 15: ursula.stream.v1.DeleteStreamResponse
-	(*SetRetentionRequest)(nil),    // 16: ursula.stream.v1.SetRetentionRequest
-	(*SetRetentionResponse)(nil),   // 17: ursula.stream.v1.SetRetentionResponse
-	(*SubscribeRequest)(nil),       // 18: ursula.stream.v1.SubscribeRequest
-	(*SubscribeResponse)(nil),      // 19: ursula.stream.v1.SubscribeResponse
-	(*GetClusterInfoRequest)(nil),  // 20: ursula.stream.v1.GetClusterInfoRequest
-	(*NodeInfo)(nil),               // 21: ursula.stream.v1.NodeInfo
-	(*GetClusterInfoResponse)(nil), // 22: ursula.stream.v1.GetClusterInfoResponse
-	(*FrameAck)(nil),               // 23: ursula.stream.v1.FrameAck
-	(*PutSnapshotRequest)(nil),     // 24: ursula.stream.v1.PutSnapshotRequest
-	(*PutSnapshotResponse)(nil),    // 25: ursula.stream.v1.PutSnapshotResponse
-	(*GetSnapshotRequest)(nil),     // 26: ursula.stream.v1.GetSnapshotRequest
-	(*GetSnapshotResponse)(nil),    // 27: ursula.stream.v1.GetSnapshotResponse
-	(*StreamAttrs)(nil),            // 28: ursula.stream.v1.StreamAttrs
-	(*GetAttrsRequest)(nil),        // 29: ursula.stream.v1.GetAttrsRequest
-	(*GetAttrsResponse)(nil),       // 30: ursula.stream.v1.GetAttrsResponse
-	(*SetAttrsRequest)(nil),        // 31: ursula.stream.v1.SetAttrsRequest
-	(*SetAttrsResponse)(nil),       // 32: ursula.stream.v1.SetAttrsResponse
-	(*GetBucketRequest)(nil),       // 33: ursula.stream.v1.GetBucketRequest
-	(*GetBucketResponse)(nil),      // 34: ursula.stream.v1.GetBucketResponse
-	(*DeleteBucketRequest)(nil),    // 35: ursula.stream.v1.DeleteBucketRequest
-	(*DeleteBucketResponse)(nil),   // 36: ursula.stream.v1.DeleteBucketResponse
-	(*ListStreamsRequest)(nil),     // 37: ursula.stream.v1.ListStreamsRequest
-	(*StreamListing)(nil),          // 38: ursula.stream.v1.StreamListing
-	(*ListStreamsResponse)(nil),    // 39: ursula.stream.v1.ListStreamsResponse
+	(*StreamRef)(nil),               // 0: ursula.stream.v1.StreamRef
+	(*CreateBucketRequest)(nil),     // 1: ursula.stream.v1.CreateBucketRequest
+	(*CreateBucketResponse)(nil),    // 2: ursula.stream.v1.CreateBucketResponse
+	(*ForkSpec)(nil),                // 3: ursula.stream.v1.ForkSpec
+	(*CreateStreamRequest)(nil),     // 4: ursula.stream.v1.CreateStreamRequest
+	(*StreamInfo)(nil),              // 5: ursula.stream.v1.StreamInfo
+	(*CreateStreamResponse)(nil),    // 6: ursula.stream.v1.CreateStreamResponse
+	(*Producer)(nil),                // 7: ursula.stream.v1.Producer
+	(*AppendRequest)(nil),           // 8: ursula.stream.v1.AppendRequest
+	(*AppendResponse)(nil),          // 9: ursula.stream.v1.AppendResponse
+	(*ReadRequest)(nil),             // 10: ursula.stream.v1.ReadRequest
+	(*ReadResponse)(nil),            // 11: ursula.stream.v1.ReadResponse
+	(*HeadRequest)(nil),             // 12: ursula.stream.v1.HeadRequest
+	(*HeadResponse)(nil),            // 13: ursula.stream.v1.HeadResponse
+	(*DeleteStreamRequest)(nil),     // 14: ursula.stream.v1.DeleteStreamRequest
+	(*DeleteStreamResponse)(nil),    // 15: ursula.stream.v1.DeleteStreamResponse
+	(*SetRetentionRequest)(nil),     // 16: ursula.stream.v1.SetRetentionRequest
+	(*SetRetentionResponse)(nil),    // 17: ursula.stream.v1.SetRetentionResponse
+	(*SubscribeRequest)(nil),        // 18: ursula.stream.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),       // 19: ursula.stream.v1.SubscribeResponse
+	(*GetClusterInfoRequest)(nil),   // 20: ursula.stream.v1.GetClusterInfoRequest
+	(*NodeInfo)(nil),                // 21: ursula.stream.v1.NodeInfo
+	(*GetClusterInfoResponse)(nil),  // 22: ursula.stream.v1.GetClusterInfoResponse
+	(*FrameAck)(nil),                // 23: ursula.stream.v1.FrameAck
+	(*PutSnapshotRequest)(nil),      // 24: ursula.stream.v1.PutSnapshotRequest
+	(*PutSnapshotResponse)(nil),     // 25: ursula.stream.v1.PutSnapshotResponse
+	(*GetSnapshotRequest)(nil),      // 26: ursula.stream.v1.GetSnapshotRequest
+	(*GetSnapshotResponse)(nil),     // 27: ursula.stream.v1.GetSnapshotResponse
+	(*PutSnapshotPartRequest)(nil),  // 28: ursula.stream.v1.PutSnapshotPartRequest
+	(*PutSnapshotPartResponse)(nil), // 29: ursula.stream.v1.PutSnapshotPartResponse
+	(*SnapshotPartDigest)(nil),      // 30: ursula.stream.v1.SnapshotPartDigest
+	(*CommitSnapshotRequest)(nil),   // 31: ursula.stream.v1.CommitSnapshotRequest
+	(*CommitSnapshotResponse)(nil),  // 32: ursula.stream.v1.CommitSnapshotResponse
+	(*StreamAttrs)(nil),             // 33: ursula.stream.v1.StreamAttrs
+	(*GetAttrsRequest)(nil),         // 34: ursula.stream.v1.GetAttrsRequest
+	(*GetAttrsResponse)(nil),        // 35: ursula.stream.v1.GetAttrsResponse
+	(*SetAttrsRequest)(nil),         // 36: ursula.stream.v1.SetAttrsRequest
+	(*SetAttrsResponse)(nil),        // 37: ursula.stream.v1.SetAttrsResponse
+	(*GetBucketRequest)(nil),        // 38: ursula.stream.v1.GetBucketRequest
+	(*GetBucketResponse)(nil),       // 39: ursula.stream.v1.GetBucketResponse
+	(*DeleteBucketRequest)(nil),     // 40: ursula.stream.v1.DeleteBucketRequest
+	(*DeleteBucketResponse)(nil),    // 41: ursula.stream.v1.DeleteBucketResponse
+	(*ListStreamsRequest)(nil),      // 42: ursula.stream.v1.ListStreamsRequest
+	(*StreamListing)(nil),           // 43: ursula.stream.v1.StreamListing
+	(*ListStreamsResponse)(nil),     // 44: ursula.stream.v1.ListStreamsResponse
 }
 var file_ursula_stream_v1_stream_proto_depIdxs = []int32{
 	0,  // 0: ursula.stream.v1.ForkSpec.source:type_name -> ursula.stream.v1.StreamRef
@@ -2928,48 +3290,55 @@ var file_ursula_stream_v1_stream_proto_depIdxs = []int32{
 	21, // 14: ursula.stream.v1.GetClusterInfoResponse.nodes:type_name -> ursula.stream.v1.NodeInfo
 	0,  // 15: ursula.stream.v1.PutSnapshotRequest.ref:type_name -> ursula.stream.v1.StreamRef
 	0,  // 16: ursula.stream.v1.GetSnapshotRequest.ref:type_name -> ursula.stream.v1.StreamRef
-	0,  // 17: ursula.stream.v1.GetAttrsRequest.ref:type_name -> ursula.stream.v1.StreamRef
-	28, // 18: ursula.stream.v1.GetAttrsResponse.attrs:type_name -> ursula.stream.v1.StreamAttrs
-	0,  // 19: ursula.stream.v1.SetAttrsRequest.ref:type_name -> ursula.stream.v1.StreamRef
-	28, // 20: ursula.stream.v1.SetAttrsRequest.attrs:type_name -> ursula.stream.v1.StreamAttrs
-	38, // 21: ursula.stream.v1.ListStreamsResponse.streams:type_name -> ursula.stream.v1.StreamListing
-	1,  // 22: ursula.stream.v1.StreamService.CreateBucket:input_type -> ursula.stream.v1.CreateBucketRequest
-	4,  // 23: ursula.stream.v1.StreamService.CreateStream:input_type -> ursula.stream.v1.CreateStreamRequest
-	8,  // 24: ursula.stream.v1.StreamService.Append:input_type -> ursula.stream.v1.AppendRequest
-	10, // 25: ursula.stream.v1.StreamService.Read:input_type -> ursula.stream.v1.ReadRequest
-	12, // 26: ursula.stream.v1.StreamService.Head:input_type -> ursula.stream.v1.HeadRequest
-	14, // 27: ursula.stream.v1.StreamService.DeleteStream:input_type -> ursula.stream.v1.DeleteStreamRequest
-	16, // 28: ursula.stream.v1.StreamService.SetRetention:input_type -> ursula.stream.v1.SetRetentionRequest
-	24, // 29: ursula.stream.v1.StreamService.PutSnapshot:input_type -> ursula.stream.v1.PutSnapshotRequest
-	26, // 30: ursula.stream.v1.StreamService.GetSnapshot:input_type -> ursula.stream.v1.GetSnapshotRequest
-	29, // 31: ursula.stream.v1.StreamService.GetAttrs:input_type -> ursula.stream.v1.GetAttrsRequest
-	31, // 32: ursula.stream.v1.StreamService.SetAttrs:input_type -> ursula.stream.v1.SetAttrsRequest
-	33, // 33: ursula.stream.v1.StreamService.GetBucket:input_type -> ursula.stream.v1.GetBucketRequest
-	35, // 34: ursula.stream.v1.StreamService.DeleteBucket:input_type -> ursula.stream.v1.DeleteBucketRequest
-	37, // 35: ursula.stream.v1.StreamService.ListStreams:input_type -> ursula.stream.v1.ListStreamsRequest
-	18, // 36: ursula.stream.v1.StreamService.Subscribe:input_type -> ursula.stream.v1.SubscribeRequest
-	20, // 37: ursula.stream.v1.StreamService.GetClusterInfo:input_type -> ursula.stream.v1.GetClusterInfoRequest
-	2,  // 38: ursula.stream.v1.StreamService.CreateBucket:output_type -> ursula.stream.v1.CreateBucketResponse
-	6,  // 39: ursula.stream.v1.StreamService.CreateStream:output_type -> ursula.stream.v1.CreateStreamResponse
-	9,  // 40: ursula.stream.v1.StreamService.Append:output_type -> ursula.stream.v1.AppendResponse
-	11, // 41: ursula.stream.v1.StreamService.Read:output_type -> ursula.stream.v1.ReadResponse
-	13, // 42: ursula.stream.v1.StreamService.Head:output_type -> ursula.stream.v1.HeadResponse
-	15, // 43: ursula.stream.v1.StreamService.DeleteStream:output_type -> ursula.stream.v1.DeleteStreamResponse
-	17, // 44: ursula.stream.v1.StreamService.SetRetention:output_type -> ursula.stream.v1.SetRetentionResponse
-	25, // 45: ursula.stream.v1.StreamService.PutSnapshot:output_type -> ursula.stream.v1.PutSnapshotResponse
-	27, // 46: ursula.stream.v1.StreamService.GetSnapshot:output_type -> ursula.stream.v1.GetSnapshotResponse
-	30, // 47: ursula.stream.v1.StreamService.GetAttrs:output_type -> ursula.stream.v1.GetAttrsResponse
-	32, // 48: ursula.stream.v1.StreamService.SetAttrs:output_type -> ursula.stream.v1.SetAttrsResponse
-	34, // 49: ursula.stream.v1.StreamService.GetBucket:output_type -> ursula.stream.v1.GetBucketResponse
-	36, // 50: ursula.stream.v1.StreamService.DeleteBucket:output_type -> ursula.stream.v1.DeleteBucketResponse
-	39, // 51: ursula.stream.v1.StreamService.ListStreams:output_type -> ursula.stream.v1.ListStreamsResponse
-	19, // 52: ursula.stream.v1.StreamService.Subscribe:output_type -> ursula.stream.v1.SubscribeResponse
-	22, // 53: ursula.stream.v1.StreamService.GetClusterInfo:output_type -> ursula.stream.v1.GetClusterInfoResponse
-	38, // [38:54] is the sub-list for method output_type
-	22, // [22:38] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	0,  // 17: ursula.stream.v1.PutSnapshotPartRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	0,  // 18: ursula.stream.v1.CommitSnapshotRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	30, // 19: ursula.stream.v1.CommitSnapshotRequest.parts:type_name -> ursula.stream.v1.SnapshotPartDigest
+	0,  // 20: ursula.stream.v1.GetAttrsRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	33, // 21: ursula.stream.v1.GetAttrsResponse.attrs:type_name -> ursula.stream.v1.StreamAttrs
+	0,  // 22: ursula.stream.v1.SetAttrsRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	33, // 23: ursula.stream.v1.SetAttrsRequest.attrs:type_name -> ursula.stream.v1.StreamAttrs
+	43, // 24: ursula.stream.v1.ListStreamsResponse.streams:type_name -> ursula.stream.v1.StreamListing
+	1,  // 25: ursula.stream.v1.StreamService.CreateBucket:input_type -> ursula.stream.v1.CreateBucketRequest
+	4,  // 26: ursula.stream.v1.StreamService.CreateStream:input_type -> ursula.stream.v1.CreateStreamRequest
+	8,  // 27: ursula.stream.v1.StreamService.Append:input_type -> ursula.stream.v1.AppendRequest
+	10, // 28: ursula.stream.v1.StreamService.Read:input_type -> ursula.stream.v1.ReadRequest
+	12, // 29: ursula.stream.v1.StreamService.Head:input_type -> ursula.stream.v1.HeadRequest
+	14, // 30: ursula.stream.v1.StreamService.DeleteStream:input_type -> ursula.stream.v1.DeleteStreamRequest
+	16, // 31: ursula.stream.v1.StreamService.SetRetention:input_type -> ursula.stream.v1.SetRetentionRequest
+	24, // 32: ursula.stream.v1.StreamService.PutSnapshot:input_type -> ursula.stream.v1.PutSnapshotRequest
+	26, // 33: ursula.stream.v1.StreamService.GetSnapshot:input_type -> ursula.stream.v1.GetSnapshotRequest
+	28, // 34: ursula.stream.v1.StreamService.PutSnapshotPart:input_type -> ursula.stream.v1.PutSnapshotPartRequest
+	31, // 35: ursula.stream.v1.StreamService.CommitSnapshot:input_type -> ursula.stream.v1.CommitSnapshotRequest
+	34, // 36: ursula.stream.v1.StreamService.GetAttrs:input_type -> ursula.stream.v1.GetAttrsRequest
+	36, // 37: ursula.stream.v1.StreamService.SetAttrs:input_type -> ursula.stream.v1.SetAttrsRequest
+	38, // 38: ursula.stream.v1.StreamService.GetBucket:input_type -> ursula.stream.v1.GetBucketRequest
+	40, // 39: ursula.stream.v1.StreamService.DeleteBucket:input_type -> ursula.stream.v1.DeleteBucketRequest
+	42, // 40: ursula.stream.v1.StreamService.ListStreams:input_type -> ursula.stream.v1.ListStreamsRequest
+	18, // 41: ursula.stream.v1.StreamService.Subscribe:input_type -> ursula.stream.v1.SubscribeRequest
+	20, // 42: ursula.stream.v1.StreamService.GetClusterInfo:input_type -> ursula.stream.v1.GetClusterInfoRequest
+	2,  // 43: ursula.stream.v1.StreamService.CreateBucket:output_type -> ursula.stream.v1.CreateBucketResponse
+	6,  // 44: ursula.stream.v1.StreamService.CreateStream:output_type -> ursula.stream.v1.CreateStreamResponse
+	9,  // 45: ursula.stream.v1.StreamService.Append:output_type -> ursula.stream.v1.AppendResponse
+	11, // 46: ursula.stream.v1.StreamService.Read:output_type -> ursula.stream.v1.ReadResponse
+	13, // 47: ursula.stream.v1.StreamService.Head:output_type -> ursula.stream.v1.HeadResponse
+	15, // 48: ursula.stream.v1.StreamService.DeleteStream:output_type -> ursula.stream.v1.DeleteStreamResponse
+	17, // 49: ursula.stream.v1.StreamService.SetRetention:output_type -> ursula.stream.v1.SetRetentionResponse
+	25, // 50: ursula.stream.v1.StreamService.PutSnapshot:output_type -> ursula.stream.v1.PutSnapshotResponse
+	27, // 51: ursula.stream.v1.StreamService.GetSnapshot:output_type -> ursula.stream.v1.GetSnapshotResponse
+	29, // 52: ursula.stream.v1.StreamService.PutSnapshotPart:output_type -> ursula.stream.v1.PutSnapshotPartResponse
+	32, // 53: ursula.stream.v1.StreamService.CommitSnapshot:output_type -> ursula.stream.v1.CommitSnapshotResponse
+	35, // 54: ursula.stream.v1.StreamService.GetAttrs:output_type -> ursula.stream.v1.GetAttrsResponse
+	37, // 55: ursula.stream.v1.StreamService.SetAttrs:output_type -> ursula.stream.v1.SetAttrsResponse
+	39, // 56: ursula.stream.v1.StreamService.GetBucket:output_type -> ursula.stream.v1.GetBucketResponse
+	41, // 57: ursula.stream.v1.StreamService.DeleteBucket:output_type -> ursula.stream.v1.DeleteBucketResponse
+	44, // 58: ursula.stream.v1.StreamService.ListStreams:output_type -> ursula.stream.v1.ListStreamsResponse
+	19, // 59: ursula.stream.v1.StreamService.Subscribe:output_type -> ursula.stream.v1.SubscribeResponse
+	22, // 60: ursula.stream.v1.StreamService.GetClusterInfo:output_type -> ursula.stream.v1.GetClusterInfoResponse
+	43, // [43:61] is the sub-list for method output_type
+	25, // [25:43] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_ursula_stream_v1_stream_proto_init() }
@@ -2987,7 +3356,7 @@ func file_ursula_stream_v1_stream_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_stream_v1_stream_proto_rawDesc), len(file_ursula_stream_v1_stream_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   40,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

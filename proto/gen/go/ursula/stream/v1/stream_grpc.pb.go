@@ -19,22 +19,24 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	StreamService_CreateBucket_FullMethodName   = "/ursula.stream.v1.StreamService/CreateBucket"
-	StreamService_CreateStream_FullMethodName   = "/ursula.stream.v1.StreamService/CreateStream"
-	StreamService_Append_FullMethodName         = "/ursula.stream.v1.StreamService/Append"
-	StreamService_Read_FullMethodName           = "/ursula.stream.v1.StreamService/Read"
-	StreamService_Head_FullMethodName           = "/ursula.stream.v1.StreamService/Head"
-	StreamService_DeleteStream_FullMethodName   = "/ursula.stream.v1.StreamService/DeleteStream"
-	StreamService_SetRetention_FullMethodName   = "/ursula.stream.v1.StreamService/SetRetention"
-	StreamService_PutSnapshot_FullMethodName    = "/ursula.stream.v1.StreamService/PutSnapshot"
-	StreamService_GetSnapshot_FullMethodName    = "/ursula.stream.v1.StreamService/GetSnapshot"
-	StreamService_GetAttrs_FullMethodName       = "/ursula.stream.v1.StreamService/GetAttrs"
-	StreamService_SetAttrs_FullMethodName       = "/ursula.stream.v1.StreamService/SetAttrs"
-	StreamService_GetBucket_FullMethodName      = "/ursula.stream.v1.StreamService/GetBucket"
-	StreamService_DeleteBucket_FullMethodName   = "/ursula.stream.v1.StreamService/DeleteBucket"
-	StreamService_ListStreams_FullMethodName    = "/ursula.stream.v1.StreamService/ListStreams"
-	StreamService_Subscribe_FullMethodName      = "/ursula.stream.v1.StreamService/Subscribe"
-	StreamService_GetClusterInfo_FullMethodName = "/ursula.stream.v1.StreamService/GetClusterInfo"
+	StreamService_CreateBucket_FullMethodName    = "/ursula.stream.v1.StreamService/CreateBucket"
+	StreamService_CreateStream_FullMethodName    = "/ursula.stream.v1.StreamService/CreateStream"
+	StreamService_Append_FullMethodName          = "/ursula.stream.v1.StreamService/Append"
+	StreamService_Read_FullMethodName            = "/ursula.stream.v1.StreamService/Read"
+	StreamService_Head_FullMethodName            = "/ursula.stream.v1.StreamService/Head"
+	StreamService_DeleteStream_FullMethodName    = "/ursula.stream.v1.StreamService/DeleteStream"
+	StreamService_SetRetention_FullMethodName    = "/ursula.stream.v1.StreamService/SetRetention"
+	StreamService_PutSnapshot_FullMethodName     = "/ursula.stream.v1.StreamService/PutSnapshot"
+	StreamService_GetSnapshot_FullMethodName     = "/ursula.stream.v1.StreamService/GetSnapshot"
+	StreamService_PutSnapshotPart_FullMethodName = "/ursula.stream.v1.StreamService/PutSnapshotPart"
+	StreamService_CommitSnapshot_FullMethodName  = "/ursula.stream.v1.StreamService/CommitSnapshot"
+	StreamService_GetAttrs_FullMethodName        = "/ursula.stream.v1.StreamService/GetAttrs"
+	StreamService_SetAttrs_FullMethodName        = "/ursula.stream.v1.StreamService/SetAttrs"
+	StreamService_GetBucket_FullMethodName       = "/ursula.stream.v1.StreamService/GetBucket"
+	StreamService_DeleteBucket_FullMethodName    = "/ursula.stream.v1.StreamService/DeleteBucket"
+	StreamService_ListStreams_FullMethodName     = "/ursula.stream.v1.StreamService/ListStreams"
+	StreamService_Subscribe_FullMethodName       = "/ursula.stream.v1.StreamService/Subscribe"
+	StreamService_GetClusterInfo_FullMethodName  = "/ursula.stream.v1.StreamService/GetClusterInfo"
 )
 
 // StreamServiceClient is the client API for StreamService service.
@@ -69,6 +71,11 @@ type StreamServiceClient interface {
 	PutSnapshot(ctx context.Context, in *PutSnapshotRequest, opts ...grpc.CallOption) (*PutSnapshotResponse, error)
 	// GetSnapshot returns the latest snapshot, or the one at an offset.
 	GetSnapshot(ctx context.Context, in *GetSnapshotRequest, opts ...grpc.CallOption) (*GetSnapshotResponse, error)
+	// PutSnapshotPart stages one part of a snapshot above the direct-publish
+	// limit in the cold store (not replicated until CommitSnapshot).
+	PutSnapshotPart(ctx context.Context, in *PutSnapshotPartRequest, opts ...grpc.CallOption) (*PutSnapshotPartResponse, error)
+	// CommitSnapshot publishes the staged parts 1..N as one snapshot.
+	CommitSnapshot(ctx context.Context, in *CommitSnapshotRequest, opts ...grpc.CallOption) (*CommitSnapshotResponse, error)
 	// GetAttrs and SetAttrs read and replace a stream's {title, metadata}.
 	GetAttrs(ctx context.Context, in *GetAttrsRequest, opts ...grpc.CallOption) (*GetAttrsResponse, error)
 	SetAttrs(ctx context.Context, in *SetAttrsRequest, opts ...grpc.CallOption) (*SetAttrsResponse, error)
@@ -179,6 +186,26 @@ func (c *streamServiceClient) GetSnapshot(ctx context.Context, in *GetSnapshotRe
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetSnapshotResponse)
 	err := c.cc.Invoke(ctx, StreamService_GetSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) PutSnapshotPart(ctx context.Context, in *PutSnapshotPartRequest, opts ...grpc.CallOption) (*PutSnapshotPartResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutSnapshotPartResponse)
+	err := c.cc.Invoke(ctx, StreamService_PutSnapshotPart_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) CommitSnapshot(ctx context.Context, in *CommitSnapshotRequest, opts ...grpc.CallOption) (*CommitSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CommitSnapshotResponse)
+	err := c.cc.Invoke(ctx, StreamService_CommitSnapshot_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -296,6 +323,11 @@ type StreamServiceServer interface {
 	PutSnapshot(context.Context, *PutSnapshotRequest) (*PutSnapshotResponse, error)
 	// GetSnapshot returns the latest snapshot, or the one at an offset.
 	GetSnapshot(context.Context, *GetSnapshotRequest) (*GetSnapshotResponse, error)
+	// PutSnapshotPart stages one part of a snapshot above the direct-publish
+	// limit in the cold store (not replicated until CommitSnapshot).
+	PutSnapshotPart(context.Context, *PutSnapshotPartRequest) (*PutSnapshotPartResponse, error)
+	// CommitSnapshot publishes the staged parts 1..N as one snapshot.
+	CommitSnapshot(context.Context, *CommitSnapshotRequest) (*CommitSnapshotResponse, error)
 	// GetAttrs and SetAttrs read and replace a stream's {title, metadata}.
 	GetAttrs(context.Context, *GetAttrsRequest) (*GetAttrsResponse, error)
 	SetAttrs(context.Context, *SetAttrsRequest) (*SetAttrsResponse, error)
@@ -348,6 +380,12 @@ func (UnimplementedStreamServiceServer) PutSnapshot(context.Context, *PutSnapsho
 }
 func (UnimplementedStreamServiceServer) GetSnapshot(context.Context, *GetSnapshotRequest) (*GetSnapshotResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSnapshot not implemented")
+}
+func (UnimplementedStreamServiceServer) PutSnapshotPart(context.Context, *PutSnapshotPartRequest) (*PutSnapshotPartResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutSnapshotPart not implemented")
+}
+func (UnimplementedStreamServiceServer) CommitSnapshot(context.Context, *CommitSnapshotRequest) (*CommitSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CommitSnapshot not implemented")
 }
 func (UnimplementedStreamServiceServer) GetAttrs(context.Context, *GetAttrsRequest) (*GetAttrsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetAttrs not implemented")
@@ -553,6 +591,42 @@ func _StreamService_GetSnapshot_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _StreamService_PutSnapshotPart_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutSnapshotPartRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).PutSnapshotPart(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_PutSnapshotPart_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).PutSnapshotPart(ctx, req.(*PutSnapshotPartRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_CommitSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CommitSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).CommitSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_CommitSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).CommitSnapshot(ctx, req.(*CommitSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _StreamService_GetAttrs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetAttrsRequest)
 	if err := dec(in); err != nil {
@@ -714,6 +788,14 @@ var StreamService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetSnapshot",
 			Handler:    _StreamService_GetSnapshot_Handler,
+		},
+		{
+			MethodName: "PutSnapshotPart",
+			Handler:    _StreamService_PutSnapshotPart_Handler,
+		},
+		{
+			MethodName: "CommitSnapshot",
+			Handler:    _StreamService_CommitSnapshot_Handler,
 		},
 		{
 			MethodName: "GetAttrs",

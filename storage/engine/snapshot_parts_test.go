@@ -1,0 +1,274 @@
+package engine
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strings"
+	"testing"
+
+	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/objstore"
+	"github.com/ursula/ursula/storage/stream"
+)
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func putPart(tb testing.TB, e *testEngine, name, offset string, n uint32, body []byte) (string, error) {
+	tb.Helper()
+	resp, err := e.PutSnapshotPart(tb.Context(), &streamv1.PutSnapshotPartRequest{Ref: ref(name), Offset: offset, Part: n, Body: body})
+	return resp.GetDigest(), err
+}
+
+func commitParts(tb testing.TB, e *testEngine, name, offset, match string, digests ...string) (*streamv1.CommitSnapshotResponse, error) {
+	tb.Helper()
+	req := &streamv1.CommitSnapshotRequest{Ref: ref(name), Offset: offset, ContentType: "application/x", Match: match}
+	for i, d := range digests {
+		req.Parts = append(req.Parts, &streamv1.SnapshotPartDigest{Part: uint32(i + 1), Digest: d})
+	}
+	return e.CommitSnapshot(tb.Context(), req)
+}
+
+// readSnapshot reads the latest snapshot part by part.
+func readSnapshot(tb testing.TB, e *testEngine, name string) (*streamv1.GetSnapshotResponse, []byte) {
+	tb.Helper()
+	first, err := e.GetSnapshot(tb.Context(), &streamv1.GetSnapshotRequest{Ref: ref(name)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	body := slices.Clone(first.GetBody())
+	for n := uint32(2); n <= first.GetParts(); n++ {
+		resp, err := e.GetSnapshot(tb.Context(), &streamv1.GetSnapshotRequest{Ref: ref(name), Offset: first.GetOffset(), Part: n})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		body = append(body, resp.GetBody()...)
+	}
+	if uint64(len(body)) != first.GetSize() {
+		tb.Fatalf("read %d bytes, the snapshot says %d", len(body), first.GetSize())
+	}
+	return first, body
+}
+
+// stagedKeys lists the staged-part objects of a stream.
+func stagedKeys(tb testing.TB, e *testEngine, store objstore.Store, name string) []string {
+	tb.Helper()
+	m := mustLookup(tb, e, name)
+	var keys []string
+	if err := store.List(tb.Context(), stream.ColdPrefix(testBucket, name, m.Incarnation)+"sp/", func(in objstore.Info) error {
+		keys = append(keys, in.Key)
+		return nil
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	return keys
+}
+
+func stagedBytes(tb testing.TB, e *testEngine) uint64 {
+	tb.Helper()
+	var n uint64
+	for _, u := range e.StagedUsage(tb.Context()) {
+		if !u.CountingFinished {
+			tb.Fatalf("staged usage of group %d has not finished counting", u.GroupID)
+		}
+		n += u.Bytes[testBucket]
+	}
+	return n
+}
+
+func TestSnapshotStagedParts(t *testing.T) {
+	store := objstore.NewMemory()
+	cfg := coldTestConfig(t.TempDir())
+	e := startColdEngine(t, cfg, store)
+	mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("s"), ContentType: "application/octet-stream"})
+	for _, b := range []string{"aaaa", "bbbb", "cccc"} { // appends end at 4, 8, 12
+		mustAppend(t, e, "s", "application/octet-stream", b)
+	}
+	waitFlushed(t, e, "s")
+	p1, p2, p3 := bytes.Repeat([]byte("1"), 3000), bytes.Repeat([]byte("2"), 200), []byte("3")
+	for _, st := range []struct {
+		n    uint32
+		body []byte
+	}{{3, p3}, {1, p1}, {2, []byte("old")}, {2, p2}} { // any order; part 2 replaced
+		d, err := putPart(t, e, "s", off(8), st.n, st.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d != sha(st.body) {
+			t.Fatalf("part %d digest %s, want %s", st.n, d, sha(st.body))
+		}
+	}
+	if keys := stagedKeys(t, e, store, "s"); len(keys) != 3 {
+		t.Fatalf("staged objects %v, want 3 (the replaced part deleted)", keys)
+	}
+	if n := stagedBytes(t, e); n != 3201 {
+		t.Fatalf("staged usage %d bytes, want 3201", n)
+	}
+	d1, d2, d3 := sha(p1), sha(p2), sha(p3)
+	bad := strings.Repeat("0", 64)
+
+	partSteps := []struct {
+		name string
+		n    uint32
+		body []byte
+		off  string
+		code errcode.Code
+	}{
+		{"part zero", 0, p3, off(8), errcode.InvalidArgument},
+		{"empty part", 1, nil, off(8), errcode.InvalidArgument},
+		{"part too large", 1, make([]byte, MaxSnapshotPartBytes+1), off(8), errcode.PayloadTooLarge},
+		{"part beyond the tail", 1, p3, off(13), errcode.SnapshotConflict},
+		{"part of a missing stream", 1, p3, off(0), errcode.StreamNotFound},
+	}
+	for _, st := range partSteps {
+		t.Run(st.name, func(t *testing.T) {
+			name := "s"
+			if st.code == errcode.StreamNotFound {
+				name = "nope"
+			}
+			_, err := putPart(t, e, name, st.off, st.n, st.body)
+			wantCode(t, st.name, err, st.code)
+		})
+	}
+	commitSteps := []struct {
+		name    string
+		off     string
+		match   string
+		digests []string
+		code    errcode.Code
+	}{
+		{"missing part", off(8), "", []string{d1, d2, d3, d3}, errcode.InvalidArgument},
+		{"digest mismatch", off(8), "", []string{d1, bad, d3}, errcode.SnapshotConflict},
+		{"malformed digest", off(8), "", []string{d1, "xyz", d3}, errcode.InvalidArgument},
+		{"no parts", off(8), "", nil, errcode.InvalidArgument},
+		{"beyond the tail", off(13), "", []string{d1}, errcode.SnapshotConflict},
+		{"nothing staged there", off(4), "", []string{d1}, errcode.InvalidArgument},
+		{"match without a snapshot", off(8), "x", []string{d1, d2, d3}, errcode.SnapshotConflict},
+	}
+	for _, st := range commitSteps {
+		t.Run(st.name, func(t *testing.T) {
+			_, err := commitParts(t, e, "s", st.off, st.match, st.digests...)
+			wantCode(t, st.name, err, st.code)
+		})
+	}
+
+	whole := slices.Concat(p1, p2, p3)
+	want := stream.SnapshotDigest("application/x", whole)
+	resp, err := commitParts(t, e, "s", off(8), "", d1, d2, d3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.GetCreated() || resp.GetDigest() != want || resp.GetOffset() != off(8) {
+		t.Fatalf("commit = %v, want digest %s", resp, want)
+	}
+	if resp, err := commitParts(t, e, "s", off(8), "", d1, d2, d3); err != nil || resp.GetCreated() || resp.GetDigest() != want {
+		t.Fatalf("commit again = %v, %v", resp, err)
+	}
+	if n := stagedBytes(t, e); n != 0 {
+		t.Fatalf("staged usage after the commit %d bytes, want 0", n)
+	}
+	check := func(e *testEngine) {
+		t.Helper()
+		got, body := readSnapshot(t, e, "s")
+		if !bytes.Equal(body, whole) || got.GetParts() != 3 || got.GetDigest() != want || got.GetOffset() != off(8) || got.GetContentType() != "application/x" {
+			t.Fatalf("GetSnapshot = %v (%d bytes)", got.GetDigest(), len(body))
+		}
+		_, err := e.GetSnapshot(t.Context(), &streamv1.GetSnapshotRequest{Ref: ref("s"), Part: 4})
+		wantCode(t, "part 4 of 3", err, errcode.InvalidArgument)
+	}
+	check(e)
+	m := mustLookup(t, e, "s")
+	refs, _, err := e.ColdReferences(t.Context(), stream.ColdPrefix(testBucket, "s", m.Incarnation))
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := stagedKeys(t, e, store, "s")
+	for _, k := range committed {
+		if !slices.Contains(refs, k) {
+			t.Fatalf("cold references %v lack committed part %s", refs, k)
+		}
+	}
+
+	// Staged parts survive a restart: the new term's index is rebuilt
+	// from a listing (digests unknown until the commit reads the parts).
+	q1, q2 := []byte("later-1"), []byte("later-2")
+	for i, b := range [][]byte{q1, q2} {
+		if _, err := putPart(t, e, "s", off(12), uint32(i+1), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Staged parts no commit named are not references: the orphan sweep
+	// reclaims them after OrphanAge.
+	refs, _, err = e.ColdReferences(t.Context(), stream.ColdPrefix(testBucket, "s", m.Incarnation))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range stagedKeys(t, e, store, "s") {
+		if slices.Contains(refs, k) != slices.Contains(committed, k) {
+			t.Fatalf("cold references %v: staged %s referenced", refs, k)
+		}
+	}
+	e.stop(t)
+	e = newEngine(t, cfg, nil)
+	e.SetColdStore(store)
+	e.run(t)
+	e.waitReady(t)
+	check(e)
+	if n := stagedBytes(t, e); n != uint64(len(q1)+len(q2)) {
+		t.Fatalf("staged usage after restart %d bytes, want %d", n, len(q1)+len(q2))
+	}
+	_, err = commitParts(t, e, "s", off(12), "", sha(q1), bad)
+	wantCode(t, "listed part with another digest", err, errcode.SnapshotConflict)
+	if _, err := commitParts(t, e, "s", off(12), want, sha(q1), sha(q2)); err != nil {
+		t.Fatal(err)
+	}
+	_, body := readSnapshot(t, e, "s")
+	if string(body) != "later-1later-2" {
+		t.Fatalf("replaced snapshot body %q", body)
+	}
+	// While a commit reads the parts at an offset, they cannot be replaced
+	// (a replaced part's object is deleted) and no second commit starts.
+	if _, err := putPart(t, e, "s", off(4), 1, q1); err != nil {
+		t.Fatal(err)
+	}
+	g := e.GroupOf(key("s"))
+	ss := e.staged.groups[g].streams[stream.ColdPrefix(testBucket, "s", m.Incarnation)]
+	e.staged.mu.Lock()
+	ss.committing[4] = true
+	e.staged.mu.Unlock()
+	_, err = putPart(t, e, "s", off(4), 1, q2)
+	wantCode(t, "replace during a commit", err, errcode.SnapshotConflict)
+	_, err = commitParts(t, e, "s", off(4), "", sha(q1))
+	wantCode(t, "second commit", err, errcode.SnapshotConflict)
+	e.staged.mu.Lock()
+	delete(ss.committing, 4)
+	e.staged.mu.Unlock()
+	// The replaced snapshot's parts are queued for GC.
+	q, _, err := e.GCQueue(t.Context(), g, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queued []string
+	for _, en := range q {
+		queued = append(queued, en.GetKey())
+	}
+	for _, k := range committed {
+		if !slices.Contains(queued, k) {
+			t.Fatalf("GC queue %v lacks replaced part %s", queued, k)
+		}
+	}
+}
+
+func TestSnapshotPartsNeedColdStore(t *testing.T) {
+	e := startEngine(t, nil)
+	mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("s"), ContentType: "text/plain"})
+	_, err := putPart(t, e, "s", off(0), 1, []byte("x"))
+	wantCode(t, "stage", err, errcode.NoColdStore)
+	_, err = commitParts(t, e, "s", off(0), "", sha([]byte("x")))
+	wantCode(t, "commit", err, errcode.NoColdStore)
+}
