@@ -93,6 +93,7 @@ func readLimited(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, e
 		return nil, nil
 	}
 	if r.ContentLength > 0 {
+		// The server already limits the body to Content-Length.
 		buf := make([]byte, r.ContentLength)
 		if _, err := io.ReadFull(r.Body, buf); err != nil {
 			return nil, errcode.New(errcode.InvalidArgument, "read request body: %v", err)

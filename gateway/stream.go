@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -67,30 +66,7 @@ func ValidateStreamID(id string) error {
 
 // readBody reads the request body within the configured limit.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	limit := g.cfg.MaxBodyBytes
-	if r.ContentLength > limit {
-		return nil, errcode.New(errcode.PayloadTooLarge, "request body of %d bytes exceeds %d", r.ContentLength, limit)
-	}
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-		return nil, nil
-	}
-	if r.ContentLength > 0 {
-		// The server already limits the body to Content-Length.
-		buf := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, buf); err != nil {
-			return nil, errcode.New(errcode.InvalidArgument, "read request body: %v", err)
-		}
-		return buf, nil
-	}
-	var b bytes.Buffer
-	if _, err := b.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, errcode.New(errcode.PayloadTooLarge, "request body exceeds %d bytes", limit)
-		}
-		return nil, errcode.New(errcode.InvalidArgument, "read request body: %v", err)
-	}
-	return b.Bytes(), nil
+	return readLimited(w, r, g.cfg.MaxBodyBytes)
 }
 
 // absoluteURL returns the absolute URL of the request, honouring

@@ -351,6 +351,16 @@ func (e *Engine) settle(k stream.Key) error {
 // live looks a stream up as a client sees it: missing and expired streams
 // are STREAM_NOT_FOUND, soft-deleted ones STREAM_GONE. An expired stream
 // found here is expired in the background.
+// leaderLive is live on the stream's group leader: another replica (which
+// may lag, or hold nothing) answers NOT_LEADER without looking at its
+// state.
+func (e *Engine) leaderLive(k stream.Key) (stream.Meta, error) {
+	if !e.leads(k) {
+		return stream.Meta{}, e.notLeader(k)
+	}
+	return e.live(k)
+}
+
 func (e *Engine) live(k stream.Key) (stream.Meta, error) {
 	if err := e.settle(k); err != nil {
 		return stream.Meta{}, err

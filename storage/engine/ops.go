@@ -284,10 +284,7 @@ func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*stre
 	}
 	// A write is answered by its group's leader: another replica's state
 	// (it may lag, or hold nothing) must not decide it.
-	if !e.leads(k) {
-		return nil, e.notLeader(k)
-	}
-	m, err := e.live(k)
+	m, err := e.leaderLive(k)
 	if err != nil {
 		return nil, err
 	}
@@ -362,10 +359,7 @@ func (e *Engine) Head(_ context.Context, req *streamv1.HeadRequest) (*streamv1.H
 	if err := validKey(k); err != nil {
 		return nil, err
 	}
-	if !e.leads(k) {
-		return nil, e.notLeader(k)
-	}
-	m, err := e.live(k)
+	m, err := e.leaderLive(k)
 	if err != nil {
 		return nil, err
 	}
@@ -382,10 +376,7 @@ func (e *Engine) DeleteStream(ctx context.Context, req *streamv1.DeleteStreamReq
 	if err := validKey(k); err != nil {
 		return nil, err
 	}
-	if !e.leads(k) {
-		return nil, e.notLeader(k)
-	}
-	m, err := e.live(k)
+	m, err := e.leaderLive(k)
 	if err != nil {
 		return nil, err
 	}
@@ -404,10 +395,7 @@ func (e *Engine) SetRetention(ctx context.Context, req *streamv1.SetRetentionReq
 	if err := validKey(k); err != nil {
 		return nil, err
 	}
-	if !e.leads(k) {
-		return nil, e.notLeader(k)
-	}
-	m, err := e.live(k)
+	m, err := e.leaderLive(k)
 	if err != nil {
 		return nil, err
 	}

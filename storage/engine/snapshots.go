@@ -33,15 +33,7 @@ func (e *Engine) PutSnapshot(ctx context.Context, req *streamv1.PutSnapshotReque
 	if len(body) > MaxSnapshotBytes {
 		return nil, errcode.New(errcode.PayloadTooLarge, "snapshot of %d bytes exceeds %d", len(body), MaxSnapshotBytes)
 	}
-	off, err := stream.ParseOffset(req.GetOffset())
-	if err != nil {
-		return nil, err
-	}
-	if off.Start || off.Now {
-		return nil, errcode.New(errcode.InvalidArgument, "a snapshot offset must be an offset the server issued, not %q", req.GetOffset())
-	}
-	pos := off.Pos
-	m, err := e.live(k)
+	m, pos, err := e.snapshotTarget(k, req.GetOffset())
 	if err != nil {
 		return nil, err
 	}
@@ -51,12 +43,6 @@ func (e *Engine) PutSnapshot(ctx context.Context, req *streamv1.PutSnapshotReque
 	}
 	digest := stream.SnapshotDigest(ct, body)
 	resp := &streamv1.PutSnapshotResponse{Offset: stream.FormatOffset(pos), Digest: digest}
-	if pos > m.Tail {
-		return nil, errcode.New(errcode.SnapshotConflict, "snapshot offset %s is beyond the tail %s", req.GetOffset(), stream.FormatOffset(m.Tail))
-	}
-	if pos < m.Retained {
-		return nil, trimmed(m, pos)
-	}
 	g := e.GroupOf(k)
 	if cur := e.machines[g].SnapshotOf(k, m.Incarnation); cur != nil && cur.GetPosition() == pos && cur.GetDigest() == digest {
 		return resp, nil // the same snapshot again
@@ -152,10 +138,7 @@ func (e *Engine) GetSnapshot(ctx context.Context, req *streamv1.GetSnapshotReque
 	if err := validKey(k); err != nil {
 		return nil, err
 	}
-	if !e.leads(k) {
-		return nil, e.notLeader(k)
-	}
-	m, err := e.live(k)
+	m, err := e.leaderLive(k)
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,15 @@ func (r *Reader) Cache() *Cache { return r.cache }
 // Leaf descends from ref (a page, chunk or external payload covering pos)
 // to the chunk or external payload holding pos.
 func (r *Reader) Leaf(ctx context.Context, ref *storagev1.ColdRef, pos uint64) (*storagev1.ColdRef, error) {
+	return r.descend(ctx, ref, func(entries []*storagev1.ColdRef) *storagev1.ColdRef {
+		return stream.FindRef(entries, pos)
+	}, fmt.Sprintf("position %d", pos))
+}
+
+// descend follows pages from ref, choosing the entry pick returns at each
+// level, down to a chunk or external payload; what names the wanted
+// position for errors.
+func (r *Reader) descend(ctx context.Context, ref *storagev1.ColdRef, pick func([]*storagev1.ColdRef) *storagev1.ColdRef, what string) (*storagev1.ColdRef, error) {
 	for depth := 0; ref.GetKind() == storagev1.ColdKind_COLD_KIND_PAGE; depth++ {
 		if depth > 64 {
 			return nil, fmt.Errorf("tier: cold index deeper than 64 levels at %q", ref.GetKey())
@@ -37,9 +46,9 @@ func (r *Reader) Leaf(ctx context.Context, ref *storagev1.ColdRef, pos uint64) (
 		if err != nil {
 			return nil, fmt.Errorf("tier: page %q: %w", ref.GetKey(), err)
 		}
-		next := stream.FindRef(entries, pos)
+		next := pick(entries)
 		if next == nil {
-			return nil, fmt.Errorf("tier: page %q does not cover position %d", ref.GetKey(), pos)
+			return nil, fmt.Errorf("tier: page %q does not hold %s", ref.GetKey(), what)
 		}
 		ref = next
 	}

@@ -6,38 +6,20 @@ import (
 	"fmt"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
-	"github.com/ursula/ursula/storage/stream"
 )
 
 // LeafByRecord descends from ref (a page, chunk or external payload whose
 // record range holds JSON record n) to the chunk or external payload
 // holding it.
 func (r *Reader) LeafByRecord(ctx context.Context, ref *storagev1.ColdRef, n uint64) (*storagev1.ColdRef, error) {
-	for depth := 0; ref.GetKind() == storagev1.ColdKind_COLD_KIND_PAGE; depth++ {
-		if depth > 64 {
-			return nil, fmt.Errorf("tier: cold index deeper than 64 levels at %q", ref.GetKey())
-		}
-		body, err := r.cache.ReadAt(ctx, ref.GetKey(), int64(ref.GetSize()), 0, int64(ref.GetSize()))
-		if err != nil {
-			return nil, err
-		}
-		entries, err := stream.DecodePage(body)
-		if err != nil {
-			return nil, fmt.Errorf("tier: page %q: %w", ref.GetKey(), err)
-		}
-		var next *storagev1.ColdRef
+	return r.descend(ctx, ref, func(entries []*storagev1.ColdRef) *storagev1.ColdRef {
 		for _, e := range entries {
 			if e.GetFirstRecord() <= n && n < e.GetNextRecord() {
-				next = e
-				break
+				return e
 			}
 		}
-		if next == nil {
-			return nil, fmt.Errorf("tier: page %q does not hold record %d", ref.GetKey(), n)
-		}
-		ref = next
-	}
-	return ref, nil
+		return nil
+	}, fmt.Sprintf("record %d", n))
 }
 
 // RecordPos returns the position where JSON record n starts inside leaf
