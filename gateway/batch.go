@@ -155,10 +155,7 @@ func (g *Gateway) appendBatch(w http.ResponseWriter, r *http.Request, t target) 
 	if resp.GetClosed() {
 		out[hStreamClosed] = valTrue
 	}
-	if isJSONType(ct) {
-		out.Set(hStreamRecordStart, strconv.FormatUint(resp.GetRecordStart(), 10))
-		out.Set(hStreamRecordNext, strconv.FormatUint(resp.GetRecordNext(), 10))
-	}
+	setAppendRecords(out, resp, ct)
 	if hasProd {
 		out.Set(hProducerEpoch, strconv.FormatUint(resp.GetProducerEpoch(), 10))
 		out.Set(hProducerSeq, strconv.FormatUint(resp.GetProducerSeq(), 10))

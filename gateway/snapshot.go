@@ -77,10 +77,7 @@ func (g *Gateway) putSnapshot(w http.ResponseWriter, r *http.Request, t target, 
 		g.upstreamError(w, r, err)
 		return
 	}
-	h := w.Header()
-	h[hSnapshotOffset] = []string{resp.GetOffset()}
-	h[hSnapshotDigest] = []string{resp.GetDigest()}
-	w.WriteHeader(http.StatusNoContent)
+	publishedSnapshot(w, resp.GetOffset(), resp.GetDigest())
 }
 
 // readLimited reads a request body of at most limit bytes; a larger
@@ -359,4 +356,13 @@ func orDefault(ct string) string {
 		return "application/octet-stream"
 	}
 	return ct
+}
+
+// publishedSnapshot answers a successful publish or commit: 204 with the
+// snapshot's offset and digest.
+func publishedSnapshot(w http.ResponseWriter, offset, digest string) {
+	h := w.Header()
+	h[hSnapshotOffset] = []string{offset}
+	h[hSnapshotDigest] = []string{digest}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -125,10 +125,7 @@ func (g *Gateway) commitSnapshot(w http.ResponseWriter, r *http.Request, t targe
 		g.upstreamError(w, r, err)
 		return
 	}
-	h := w.Header()
-	h[hSnapshotOffset] = []string{resp.GetOffset()}
-	h[hSnapshotDigest] = []string{resp.GetDigest()}
-	w.WriteHeader(http.StatusNoContent)
+	publishedSnapshot(w, resp.GetOffset(), resp.GetDigest())
 }
 
 // nextSnapshotPart reads part n of the snapshot first described (the one
