@@ -80,7 +80,7 @@ func (e *Engine) CompactionCandidates(ctx context.Context, g uint32, small, max 
 			}
 			run, size = nil, 0
 		}
-		for _, r := range s.Level0 {
+		for _, r := range s.Entries {
 			n := r.GetEnd() - r.GetStart()
 			if r.GetKind() != storagev1.ColdKind_COLD_KIND_CHUNK || n >= small {
 				flush()

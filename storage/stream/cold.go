@@ -477,27 +477,24 @@ func (m *Machine) GCPending(bucket string) uint64 {
 	return n
 }
 
-// StreamsWithColdIndex lists streams whose level-0 index holds at least
-// min entries (compaction candidates) with a copy of that level.
-func (m *Machine) StreamsWithColdIndex(minEntries int) map[Key]struct {
+// ColdLevel0 is a copy of one stream's newest cold-index level.
+type ColdLevel0 struct {
 	Incarnation uint64
-	Level0      []*storagev1.ColdRef
-} {
+	Entries     []*storagev1.ColdRef
+}
+
+// StreamsWithColdIndex lists streams whose level-0 index holds at least
+// minEntries entries (compaction candidates) with a copy of that level.
+func (m *Machine) StreamsWithColdIndex(minEntries int) map[Key]ColdLevel0 {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	out := map[Key]struct {
-		Incarnation uint64
-		Level0      []*storagev1.ColdRef
-	}{}
+	out := map[Key]ColdLevel0{}
 	for k, s := range m.streams {
 		lv := s.meta.GetColdIndex()
 		if len(lv) == 0 || len(lv[0].GetEntries()) < minEntries {
 			continue
 		}
-		out[k] = struct {
-			Incarnation uint64
-			Level0      []*storagev1.ColdRef
-		}{s.meta.GetIncarnation(), append([]*storagev1.ColdRef(nil), lv[0].GetEntries()...)}
+		out[k] = ColdLevel0{s.meta.GetIncarnation(), append([]*storagev1.ColdRef(nil), lv[0].GetEntries()...)}
 	}
 	return out
 }
