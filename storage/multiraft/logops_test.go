@@ -31,6 +31,15 @@ func TestSnapshotAndPurgeOnRequest(t *testing.T) {
 			t.Fatalf("Propose: %v", err)
 		}
 	}
+	// Status is published after the proposers are answered: wait until it
+	// shows the last proposal applied.
+	n.sms[1].mu.Lock()
+	last := n.sms[1].last
+	n.sms[1].mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for n.h.Status(1).Applied < last && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 	applied := n.h.Status(1).Applied
 	if got := n.h.Status(1).SnapshotIndex; got >= applied {
 		t.Fatalf("group 1 already has a snapshot at %d (applied %d): raise SnapshotEntries", got, applied)
