@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/tests/await"
 )
 
 // fakeStream is one text stream behind Read and Subscribe, with the node's
@@ -185,7 +186,7 @@ func TestSSEFanOutSharesOneSubscription(t *testing.T) {
 	for range live {
 		go connect("now")
 	}
-	waitFor(t, func() bool { h := g.hubOf("s"); return h != nil && h.clientCount() == live })
+	await.True(t, "the condition", func() bool { h := g.hubOf("s"); return h != nil && h.clientCount() == live })
 	var want strings.Builder
 	for i := range 30 {
 		p := fmt.Sprintf("event-%02d;", i)
@@ -197,7 +198,7 @@ func TestSSEFanOutSharesOneSubscription(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, func() bool { h := g.hubOf("s"); return h != nil && h.clientCount() == live+behind })
+	await.True(t, "the condition", func() bool { h := g.hubOf("s"); return h != nil && h.clientCount() == live+behind })
 	fs.append("last", true)
 	want.WriteString("last")
 	for range live + behind {
@@ -255,7 +256,7 @@ func TestSSESlowClientCatchesUp(t *testing.T) {
 		req := httptest.NewRequest("GET", "/v1/stream/s?offset=now&live=sse", nil)
 		g.Handler().ServeHTTP(slow, req)
 	}()
-	waitFor(t, func() bool { h := g.hubOf("s"); return h != nil && h.clientCount() == 1 })
+	await.True(t, "the condition", func() bool { h := g.hubOf("s"); return h != nil && h.clientCount() == 1 })
 
 	fastDone := make(chan string, 1)
 	go func() {
@@ -268,7 +269,7 @@ func TestSSESlowClientCatchesUp(t *testing.T) {
 		defer resp.Body.Close()
 		fastDone <- sseData(t, resp.Body)
 	}()
-	waitFor(t, func() bool { return g.hubOf("s").clientCount() == 2 })
+	await.True(t, "the condition", func() bool { return g.hubOf("s").clientCount() == 2 })
 
 	var want strings.Builder
 	n := hubMaxEvents + 200
@@ -423,7 +424,7 @@ func TestSSEDirectWritesAndBackedUpClient(t *testing.T) {
 	if err := req.Write(slow); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { h := g.hubOf("s"); return h != nil && h.clientCount() == fast+1 })
+	await.True(t, "the condition", func() bool { h := g.hubOf("s"); return h != nil && h.clientCount() == fast+1 })
 
 	var want strings.Builder
 	chunk := strings.Repeat("x", 4000)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/tests/await"
 )
 
 func TestMain(m *testing.M) {
@@ -75,7 +76,7 @@ func TestServeSSEAndShutdown(t *testing.T) {
 		r.Body.Close()
 		lpDone <- r
 	}()
-	waitFor(t, func() bool { return g.metrics.longPolls.Load() == 1 })
+	await.True(t, "the condition", func() bool { return g.metrics.longPolls.Load() == 1 })
 
 	start := time.Now()
 	cancel()
@@ -139,17 +140,6 @@ func TestConfig(t *testing.T) {
 	}
 	if _, err := New(Config{}, nil, nil); err == nil {
 		t.Fatal("New with a nil client succeeded")
-	}
-}
-
-func waitFor(t testing.TB, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"go.uber.org/goleak"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/tests/await"
 )
 
 func TestMain(m *testing.M) {
@@ -120,17 +121,6 @@ func (h *harness) tail(path string) string {
 	return info.GetNextOffset()
 }
 
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // receiver is a webhook endpoint recording requests.
 type receiver struct {
 	srv     *httptest.Server
@@ -178,7 +168,7 @@ func (r *receiver) count() int {
 
 func (r *receiver) wait(t testing.TB, n int) received {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d webhook requests", n), func() bool { return r.count() >= n })
+	await.True(t, fmt.Sprintf("%d webhook requests", n), func() bool { return r.count() >= n })
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.got[n-1]
@@ -546,7 +536,7 @@ func TestWebhookSynchronousDone(t *testing.T) {
 	if st["has_pending"] != true || st["tail_offset"] != h.tail("events/one") || st["link_type"] != "glob" {
 		t.Errorf("stream = %v", st)
 	}
-	waitFor(t, "auto-ack", func() bool {
+	await.True(t, "auto-ack", func() bool {
 		_, body := h.do("GET", "subscriptions/sync", nil)
 		return streamByPath(t, body, "events/one")["acked_offset"] == st["tail_offset"]
 	})
@@ -669,7 +659,7 @@ func TestWebhookRetries(t *testing.T) {
 	if got.body["wake_id"] != first.body["wake_id"] {
 		t.Errorf("retry changed the wake: %v vs %v", got.body["wake_id"], first.body["wake_id"])
 	}
-	waitFor(t, "ack after retries", func() bool {
+	await.True(t, "ack after retries", func() bool {
 		_, body := h.do("GET", "subscriptions/retry", nil)
 		return body["status"] == "active" && streamByPath(t, body, "r/a/b")["acked_offset"] == h.tail("r/a/b")
 	})
@@ -757,7 +747,7 @@ func TestPullWake(t *testing.T) {
 		t.Errorf("claim with nothing pending = %d %v", status, body)
 	}
 	h.write("events/pull", `{"event":"created"}`)
-	waitFor(t, "wake event", func() bool {
+	await.True(t, "wake event", func() bool {
 		for _, ev := range h.fake.lines("__ds", "wake/pool") {
 			if ev["subscription_id"] == "pull" && ev["type"] == "wake" && ev["stream"] == "events/pull" {
 				return true
@@ -821,7 +811,7 @@ func TestPullWakeLeaseExpiry(t *testing.T) {
 		t.Fatalf("claim = %v", c1)
 	}
 	var c2 map[string]any
-	waitFor(t, "lease expiry", func() bool {
+	await.True(t, "lease expiry", func() bool {
 		var status int
 		status, c2 = h.do("POST", "subscriptions/exp/claim", map[string]any{"worker": "fast"})
 		return status == http.StatusOK
@@ -849,7 +839,7 @@ func TestStateSurvivesRestart(t *testing.T) {
 	h1.write("d/a", `{"v":1}`)
 	rcv.wait(t, 1)
 	tail := h1.tail("d/a")
-	waitFor(t, "auto-ack", func() bool {
+	await.True(t, "auto-ack", func() bool {
 		_, body := h1.do("GET", "subscriptions/durable", nil)
 		return streamByPath(t, body, "d/a")["acked_offset"] == tail
 	})
@@ -881,7 +871,7 @@ func TestStateSurvivesRestart(t *testing.T) {
 	h2.stop()
 	h3 := newHarness(t, Config{}, fake)
 	rcv.wait(t, 2)
-	waitFor(t, "ack after restart", func() bool {
+	await.True(t, "ack after restart", func() bool {
 		_, body := h3.do("GET", "subscriptions/durable", nil)
 		return streamByPath(t, body, "d/a")["acked_offset"] == h3.tail("d/a")
 	})
@@ -895,7 +885,7 @@ func TestStreamDeletedDropsGlobLink(t *testing.T) {
 	})
 	h.write("z/drop", `{}`)
 	h.write("z/keep", `{}`)
-	waitFor(t, "acks", func() bool {
+	await.True(t, "acks", func() bool {
 		_, body := h.do("GET", "subscriptions/del", nil)
 		return len(body["streams"].([]any)) == 2 &&
 			streamByPath(t, body, "z/drop")["acked_offset"] == h.tail("z/drop") &&
@@ -907,7 +897,7 @@ func TestStreamDeletedDropsGlobLink(t *testing.T) {
 		}
 		h.m.StreamDeleted(t.Context(), p)
 	}
-	waitFor(t, "unlink", func() bool {
+	await.True(t, "unlink", func() bool {
 		_, body := h.do("GET", "subscriptions/del", nil)
 		streams := body["streams"].([]any)
 		return len(streams) == 1 && streams[0].(map[string]any)["acked_offset"] == zeroOffset

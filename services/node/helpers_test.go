@@ -149,15 +149,3 @@ func incarnation(v string) http.Header {
 	}
 	return http.Header{IncarnationHeader: []string{v}}
 }
-
-// eventually polls cond until it holds or the timeout passes.
-func eventually(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/tests/await"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -82,7 +83,7 @@ func TestServerRun(t *testing.T) {
 		t.Run("ready on the "+plane.name+" plane", func(t *testing.T) {
 			var code int
 			var body map[string]any
-			eventually(t, 10*time.Second, "readiness", func() bool {
+			await.True(t, "readiness", func() bool {
 				var err error
 				code, body, err = tryDo(t.Context(), hc, http.MethodGet, "http://"+plane.addr+"/__ursula/ready", nil)
 				return err == nil && code == http.StatusOK

@@ -16,6 +16,7 @@ import (
 	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/services/platform/grpcerr"
 	"github.com/ursula/ursula/storage/stream"
+	"github.com/ursula/ursula/tests/await"
 )
 
 // errorInfo returns the gRPC code and the Ursula ErrorInfo of err.
@@ -191,7 +192,7 @@ func TestLocalClient(t *testing.T) {
 			t.Fatal("Recv did not return after cancel")
 		}
 		// The server half has finished too (goleak checks the goroutine).
-		eventually(t, 5*time.Second, "the subscriber gauge to drop", func() bool {
+		await.True(t, "the subscriber gauge to drop", func() bool {
 			return s.metricsSnapshot()["sse_subscribers"] == float64(0)
 		})
 	})
@@ -211,11 +212,11 @@ func TestLocalClient(t *testing.T) {
 		if _, err := c.Subscribe(ctx, &streamv1.SubscribeRequest{Ref: ref, MaxBytes: 1}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 5*time.Second, "the subscriber to start", func() bool {
+		await.True(t, "the subscriber to start", func() bool {
 			return s.metricsSnapshot()["sse_subscribers"] == float64(1)
 		})
 		cancel()
-		eventually(t, 5*time.Second, "the blocked server half to end", func() bool {
+		await.True(t, "the blocked server half to end", func() bool {
 			return s.metricsSnapshot()["sse_subscribers"] == float64(0)
 		})
 	})

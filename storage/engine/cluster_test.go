@@ -17,6 +17,7 @@ import (
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/storage/stream"
+	"github.com/ursula/ursula/tests/await"
 )
 
 // memCluster connects engines of one process: Raft messages go through one
@@ -196,7 +197,7 @@ func (c *memCluster) leaderOf(g uint32) uint64 {
 func (c *memCluster) waitLeader(tb testing.TB, g uint32) uint64 {
 	tb.Helper()
 	var lead uint64
-	eventually(tb, 10*time.Second, fmt.Sprintf("an agreed leader of group %d", g), func() bool {
+	await.True(tb, fmt.Sprintf("an agreed leader of group %d", g), func() bool {
 		lead = c.leaderOf(g)
 		return lead != 0
 	})
@@ -263,7 +264,7 @@ func TestCluster(t *testing.T) {
 	if _, err := c.engines[lead0].CreateBucket(t.Context(), &streamv1.CreateBucketRequest{Bucket: testBucket}); err != nil {
 		t.Fatalf("CreateBucket on group 0's leader: %v", err)
 	}
-	eventually(t, 10*time.Second, "the bucket on every node", func() bool {
+	await.True(t, "the bucket on every node", func() bool {
 		for _, e := range c.engines {
 			if !e.machines[bucketGroup].HasBucket(testBucket) {
 				return false
@@ -311,7 +312,7 @@ func TestCluster(t *testing.T) {
 			}
 			t.Run(fmt.Sprintf("node %d", id), func(t *testing.T) {
 				var r *streamv1.ReadResponse
-				eventually(t, 10*time.Second, "the follower to apply the writes", func() bool {
+				await.True(t, "the follower to apply the writes", func() bool {
 					var err error
 					r, err = fe.Read(t.Context(), &streamv1.ReadRequest{Ref: ref(name), Offset: "-1", MaxBytes: 4})
 					return err == nil
@@ -319,7 +320,7 @@ func TestCluster(t *testing.T) {
 				if string(r.GetData()) != "aaaa" || r.GetUpToDate() {
 					t.Fatalf("follower history read = %v", r)
 				}
-				eventually(t, 10*time.Second, "the follower to serve the whole history", func() bool {
+				await.True(t, "the follower to serve the whole history", func() bool {
 					all, err := fe.Read(t.Context(), &streamv1.ReadRequest{Ref: ref(name), Offset: "-1"})
 					return err == nil && string(all.GetData()) == "aaaabbbb" && !all.GetUpToDate() && !all.GetClosed()
 				})
@@ -374,7 +375,7 @@ func TestCluster(t *testing.T) {
 		if got := readAll(t, fe, fork); got != "base!" {
 			t.Fatalf("fork reads %q", got)
 		}
-		eventually(t, 10*time.Second, "the reference on every replica of the source", func() bool {
+		await.True(t, "the reference on every replica of the source", func() bool {
 			for _, e := range c.engines {
 				if m, ok := e.machine(key(src)).Lookup(key(src)); !ok || m.ForkRefs != 1 {
 					return false
@@ -386,7 +387,7 @@ func TestCluster(t *testing.T) {
 		if _, err := fe.DeleteStream(t.Context(), &streamv1.DeleteStreamRequest{Ref: ref(fork)}); err != nil {
 			t.Fatalf("delete fork: %v", err)
 		}
-		eventually(t, 10*time.Second, "the reference to be released", func() bool {
+		await.True(t, "the reference to be released", func() bool {
 			m, ok := c.engines[srcLead].machine(key(src)).Lookup(key(src))
 			return ok && m.ForkRefs == 0
 		})
@@ -404,7 +405,7 @@ func TestCluster(t *testing.T) {
 			t.Fatal("no node leads any group")
 		}
 		de.SetDraining(true)
-		eventually(t, 15*time.Second, "the drained node to lead nothing", func() bool { return de.LeaderCount() == 0 })
+		await.True(t, "the drained node to lead nothing", func() bool { return de.LeaderCount() == 0 })
 		for g := range uint32(groups) {
 			if l := c.waitLeader(t, g); l == drained {
 				t.Fatalf("group %d still led by the drained node", g)
@@ -415,7 +416,7 @@ func TestCluster(t *testing.T) {
 		mustCreate(t, c.engines[c.leaderOf(c.engines[1].GroupOf(key(name)))], &streamv1.CreateStreamRequest{Ref: ref(name)})
 
 		de.SetDraining(false)
-		eventually(t, 15*time.Second, "the balancer to give the node a leadership back", func() bool { return de.LeaderCount() > 0 })
+		await.True(t, "the balancer to give the node a leadership back", func() bool { return de.LeaderCount() > 0 })
 	})
 
 	t.Run("commit-stall watchdog intervenes and the group recovers", func(t *testing.T) {
@@ -442,13 +443,13 @@ func TestCluster(t *testing.T) {
 		// The watchdog's handoff cannot complete here (raft first brings
 		// the transferee up to the leader's last index, through the lost
 		// appends), but it must notice the stall.
-		eventually(t, 15*time.Second, "the watchdog to count the stall", func() bool { return se.CommitStalls() > before })
+		await.True(t, "the watchdog to count the stall", func() bool { return se.CommitStalls() > before })
 		c.drop.Store(nil)
 		if err := <-appended; err != nil && codeOf(err) != errcode.OutcomeUnknown {
 			t.Fatalf("the stalled append ended with %v", err)
 		}
 		var err error
-		eventually(t, 15*time.Second, "a write through the group's leader", func() bool {
+		await.True(t, "a write through the group's leader", func() bool {
 			le, _ := c.engine(c.waitLeader(t, g))
 			_, err = le.Append(t.Context(), &streamv1.AppendRequest{Ref: ref(name), ContentType: DefaultContentType, Body: []byte("after")})
 			return err == nil
@@ -485,7 +486,7 @@ func TestClusterRestartAndRebuild(t *testing.T) {
 		tb.Helper()
 		for g, name := range names {
 			var err error
-			eventually(tb, 15*time.Second, "an append through the leader", func() bool {
+			await.True(tb, "an append through the leader", func() bool {
 				e, _ := c.engine(c.waitLeader(tb, g))
 				_, err = e.Append(tb.Context(), &streamv1.AppendRequest{Ref: ref(name), ContentType: DefaultContentType, Body: []byte(body)})
 				return err == nil
@@ -516,7 +517,7 @@ func TestClusterRestartAndRebuild(t *testing.T) {
 		ne := c.restart(t, victim, false)
 		appendEverywhere(t, "+restart")
 		ne.waitReady(t)
-		eventually(t, 20*time.Second, "every replica to catch up", caughtUp(uint64(len("before+restart"))))
+		await.True(t, "every replica to catch up", caughtUp(uint64(len("before+restart"))))
 		ne.rejoined.Range(func(k, _ any) bool {
 			t.Errorf("group %v rejoined with a vote floor after a plain restart", k)
 			return true
@@ -525,7 +526,7 @@ func TestClusterRestartAndRebuild(t *testing.T) {
 	t.Run("wiped node is rebuilt", func(t *testing.T) {
 		ne := c.restart(t, victim, true)
 		appendEverywhere(t, "+wipe")
-		eventually(t, 40*time.Second, "the wiped node to be rebuilt into every group", caughtUp(uint64(len("before+restart+wipe"))))
+		await.True(t, "the wiped node to be rebuilt into every group", caughtUp(uint64(len("before+restart+wipe"))))
 		ne.waitReady(t)
 		for g, name := range names {
 			if got := string(readOwn(t, ne, name)); got != "before+restart+wipe" {

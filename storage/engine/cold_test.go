@@ -14,6 +14,7 @@ import (
 	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/storage/objstore"
 	"github.com/ursula/ursula/storage/stream"
+	"github.com/ursula/ursula/tests/await"
 )
 
 // flakyStore fails every call while down is set, like an unreachable S3.
@@ -102,7 +103,7 @@ func readPaged(tb testing.TB, e *testEngine, name string, limit uint64) string {
 
 func waitFlushed(tb testing.TB, e *testEngine, name string) {
 	tb.Helper()
-	eventually(tb, 10*time.Second, name+" flushed", func() bool {
+	await.True(tb, name+" flushed", func() bool {
 		m, ok := e.machine(key(name)).Lookup(key(name))
 		return ok && m.ColdEnd == m.Tail
 	})

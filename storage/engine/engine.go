@@ -54,6 +54,8 @@ type Engine struct {
 	// sweepEntries and sweepDue are the TTL sweep's metrics (sweep.go).
 	sweepEntries atomic.Uint64
 	sweepDue     atomic.Int64
+	// sweepBudget bounds one sweep pass, measured on now.
+	sweepBudget time.Duration
 
 	bg       sync.WaitGroup
 	bgMu     sync.Mutex
@@ -68,12 +70,13 @@ func New(cfg Config, tr multiraft.Transport, logger *slog.Logger) (*Engine, erro
 		return nil, fmt.Errorf("engine config: %w", err)
 	}
 	e := &Engine{
-		cfg:      cfg,
-		machines: make([]*stream.Machine, cfg.GroupCount),
-		logger:   logger,
-		now:      time.Now,
-		inflight: map[stream.Key]struct{}{},
-		stopping: make(chan struct{}),
+		cfg:         cfg,
+		machines:    make([]*stream.Machine, cfg.GroupCount),
+		logger:      logger,
+		now:         time.Now,
+		sweepBudget: defaultSweepBudget,
+		inflight:    map[stream.Key]struct{}{},
+		stopping:    make(chan struct{}),
 	}
 	for g := range e.machines {
 		e.machines[g] = stream.NewMachine(uint32(g))

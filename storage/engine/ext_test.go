@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -260,5 +261,39 @@ func TestTTLSweepBatching(t *testing.T) {
 	}
 	if !exists(e, "keep") {
 		t.Fatal("the sweep removed a stream without a TTL")
+	}
+}
+
+// TestTTLSweepBudget: a pass starts no entry once it has run for its
+// budget on the engine's clock (here every reading of the clock during the
+// pass costs 100 ms, so a 250 ms budget admits the entries started at 0,
+// 100 and 200 ms: three).
+func TestTTLSweepBudget(t *testing.T) {
+	clock := newFakeClock(ttlEpoch)
+	cfg := testConfig(t.TempDir())
+	cfg.GroupCount = 1
+	cfg.ShardCount = 1
+	cfg.ExpirySweepInterval = time.Hour
+	e := startEngineAt(t, cfg, clock)
+	const total = 5 * sweepBatch
+	for i := range total {
+		mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref(fmt.Sprintf("t%05d", i)), TtlSeconds: ttlSeconds(1)})
+	}
+	clock.Advance(3 * time.Second)
+	var ticking atomic.Bool
+	e.now = func() time.Time {
+		if ticking.Load() {
+			clock.Advance(100 * time.Millisecond)
+		}
+		return clock.Now()
+	}
+	ticking.Store(true)
+	st := e.sweepPass(t.Context())
+	ticking.Store(false)
+	if st.entries == 0 || st.entries >= 5 || st.dueGroups != 1 {
+		t.Fatalf("pass with a spent budget: %+v, want fewer than 5 entries and the group left due", st)
+	}
+	if left := e.machines[0].Stats().Streams; left != total-int(st.entries)*sweepBatch {
+		t.Fatalf("%d streams left after %d entries, want %d", left, st.entries, total-int(st.entries)*sweepBatch)
 	}
 }

@@ -208,15 +208,3 @@ func readAll(tb testing.TB, e *testEngine, name string) string {
 }
 
 func off(pos uint64) string { return stream.FormatOffset(pos) }
-
-// eventually polls cond until it holds or the timeout passes.
-func eventually(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}

@@ -12,13 +12,14 @@ import (
 
 // TTL expiry sweep bounds: per group and pass at most sweepEntries Expire
 // entries, each removing up to sweepBatch streams (the one it names and
-// sweepBatch-1 more); no entry starts after sweepBudget; a stream is
-// removed once the leader's clock is sweepGrace past its expiry.
+// sweepBatch-1 more); no entry starts once the pass has run for
+// Engine.sweepBudget (defaultSweepBudget, on the engine's clock); a stream
+// is removed once the leader's clock is sweepGrace past its expiry.
 const (
-	sweepEntries = 16
-	sweepBatch   = 257
-	sweepBudget  = 250 * time.Millisecond
-	sweepGrace   = time.Second
+	sweepEntries       = 16
+	sweepBatch         = 257
+	defaultSweepBudget = 250 * time.Millisecond
+	sweepGrace         = time.Second
 )
 
 // sweepStats are the sweep's metrics.
@@ -38,7 +39,7 @@ func (e *Engine) TTLExpirySweepDueGroups() int64 { return e.sweepDue.Load() }
 // bounded batches (see the constants above). It returns the entries it
 // wrote and the groups it left with expired streams.
 func (e *Engine) sweepPass(ctx context.Context) sweepStats {
-	start := time.Now()
+	start := e.now()
 	var st sweepStats
 	for g, m := range e.machines {
 		if ctx.Err() != nil {
@@ -50,7 +51,7 @@ func (e *Engine) sweepPass(ctx context.Context) sweepStats {
 		due := m.Expired(e.nowMs()-sweepGrace.Milliseconds(), sweepEntries*sweepBatch+1)
 		left := len(due) > 0
 		for i := 0; i < sweepEntries && len(due) > 0; i++ {
-			if time.Since(start) >= sweepBudget {
+			if e.now().Sub(start) >= e.sweepBudget {
 				break
 			}
 			n := min(len(due), sweepBatch)

@@ -6,6 +6,7 @@ import (
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/tests/await"
 )
 
 var ttlEpoch = time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
@@ -103,7 +104,7 @@ func TestTTL(t *testing.T) {
 			// Access expires the stream in the background (an access while
 			// another background command for it is in flight leaves it to
 			// the next access or the sweep).
-			eventually(t, 5*time.Second, "the expired stream to be removed", func() bool {
+			await.True(t, "the expired stream to be removed", func() bool {
 				wantCode(t, "Head of an expired stream", headErr(t, e, "s"), errcode.StreamNotFound)
 				return !exists(e, "s")
 			})
@@ -152,7 +153,7 @@ func TestTTLSweep(t *testing.T) {
 	mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("keep")})
 	clock.Advance(2 * time.Second)
 	// Nothing touches the streams: only the sweep can remove them.
-	eventually(t, 5*time.Second, "the sweep to expire every stream", func() bool {
+	await.True(t, "the sweep to expire every stream", func() bool {
 		return !exists(e, "a") && !exists(e, "b") && !exists(e, "c")
 	})
 	if !exists(e, "keep") {
@@ -208,7 +209,7 @@ func TestTouchSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	touched := clock.Now().UnixMilli()
-	eventually(t, 5*time.Second, "the touch to be replicated", func() bool {
+	await.True(t, "the touch to be replicated", func() bool {
 		m, ok := e.machine(key("s")).Lookup(key("s"))
 		return ok && m.ReplTouchedMs == touched
 	})

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/ursula/ursula/tests/await"
 )
 
 // memNetwork is an in-memory Transport between Hosts of one process.
@@ -130,7 +132,7 @@ func (c *cluster) leader(tb testing.TB, g uint32) *testNode {
 
 		}
 	}()
-	eventually(tb, fmt.Sprintf("leader of group %d", g), func() bool {
+	await.True(tb, fmt.Sprintf("leader of group %d", g), func() bool {
 		lead = 0
 		for _, n := range c.nodes {
 			st := n.h.Status(g)
@@ -167,7 +169,7 @@ func (c *cluster) proposeN(tb testing.TB, g uint32, count int) {
 
 func (c *cluster) converged(tb testing.TB, g uint32) {
 	tb.Helper()
-	eventually(tb, fmt.Sprintf("group %d replicas to converge", g), func() bool {
+	await.True(tb, fmt.Sprintf("group %d replicas to converge", g), func() bool {
 		var want [2]uint64
 		first := true
 		for _, n := range c.nodes {

@@ -207,15 +207,3 @@ func dirSize(tb testing.TB, dir string) int64 {
 	}
 	return n
 }
-
-// eventually polls cond until it holds or 10 seconds pass.
-func eventually(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

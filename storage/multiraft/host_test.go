@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ursula/ursula/storage/wal"
+	"github.com/ursula/ursula/tests/await"
 )
 
 func TestProposeApplyRestart(t *testing.T) {
@@ -93,7 +94,7 @@ func TestSnapshotPurgeBoundsLog(t *testing.T) {
 	// Group 1 and 2 are idle: their bootstrap entries must not pin the
 	// first segment forever.
 	logDir := wal.LogDir(dir)
-	eventually(t, "wal purge", func() bool { return dirSize(t, logDir) < 6*cfg.SegmentBytes })
+	await.True(t, "wal purge", func() bool { return dirSize(t, logDir) < 6*cfg.SegmentBytes })
 	snaps, _ := filepath.Glob(filepath.Join(dir, "snapshots", "group-0000", "*.snap"))
 	if len(snaps) > 2 {
 		t.Fatalf("%d snapshot files kept, want at most 2", len(snaps))
@@ -106,7 +107,7 @@ func TestSnapshotPurgeBoundsLog(t *testing.T) {
 
 	n2 := startNode(t, cfg, nil)
 	waitReady(t, n2.h)
-	eventually(t, "restored state", func() bool {
+	await.True(t, "restored state", func() bool {
 		s, c := n2.sms[0].state()
 		return s == sum && c == count
 	})
@@ -173,7 +174,7 @@ func TestFsyncAlwaysOncePerBatch(t *testing.T) {
 		})
 	}
 	s := h.shards[0]
-	eventually(t, "queued proposals", func() bool {
+	await.True(t, "queued proposals", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return len(s.inbox) == n

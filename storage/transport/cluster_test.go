@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ursula/ursula/storage/multiraft"
+	"github.com/ursula/ursula/tests/await"
 )
 
 // counter is a toy state machine: every entry adds its u64 payload to sum.
@@ -174,7 +175,7 @@ func (c *raftCluster) stop(id uint64) {
 func (c *raftCluster) leader(tb testing.TB, g uint32) *raftNode {
 	tb.Helper()
 	var lead uint64
-	eventually(tb, fmt.Sprintf("leader of group %d", g), func() bool {
+	await.True(tb, fmt.Sprintf("leader of group %d", g), func() bool {
 		lead = 0
 		for _, n := range c.nodes {
 			st := n.h.Status(g)
@@ -218,7 +219,7 @@ func (c *raftCluster) proposeN(tb testing.TB, g uint32, count int) (unknown uint
 // entries, between want and want+slack of them.
 func (c *raftCluster) converged(tb testing.TB, g uint32, want, slack uint64) {
 	tb.Helper()
-	eventually(tb, fmt.Sprintf("group %d replicas to converge", g), func() bool {
+	await.True(tb, fmt.Sprintf("group %d replicas to converge", g), func() bool {
 		var first [2]uint64
 		i := 0
 		for _, n := range c.nodes {

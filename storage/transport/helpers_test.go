@@ -203,18 +203,6 @@ func (s *served) stop(tb testing.TB) {
 	<-s.srvDone
 }
 
-// eventually polls cond until it holds or 20 seconds pass.
-func eventually(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func msg(typ pb.MessageType, from, to uint64) *pb.Message {
 	return &pb.Message{Type: typ.Enum(), From: &from, To: &to}
 }

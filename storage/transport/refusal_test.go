@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	raftv1 "github.com/ursula/ursula/proto/gen/go/ursula/raft/v1"
+	"github.com/ursula/ursula/tests/await"
 )
 
 func TestPeerClusterMismatch(t *testing.T) {
@@ -27,7 +28,7 @@ func TestPeerClusterMismatch(t *testing.T) {
 		a.tr.Send(0, []*pb.Message{msg(pb.MessageType_MsgHeartbeat, 1, 2)})
 		time.Sleep(10 * time.Millisecond)
 	}
-	eventually(t, "repeated refusals", func() bool {
+	await.True(t, "repeated refusals", func() bool {
 		return a.tr.Stats().PeerClusterRefusals >= 8 && b.tr.Stats().PeerClusterRefusals >= 8
 	})
 	if len(a.host.stepped()) != 0 || len(b.host.stepped()) != 0 {
@@ -118,9 +119,9 @@ func TestPeerClusterMismatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		serve(t, fixed, lis)
-		eventually(t, "peer accepted", func() bool { return a.tr.Stats().Peers[0].Connected })
+		await.True(t, "peer accepted", func() bool { return a.tr.Stats().Peers[0].Connected })
 		a.tr.Send(0, []*pb.Message{msg(pb.MessageType_MsgHeartbeat, 1, 2)})
-		eventually(t, "message delivered", func() bool { return len(h.stepped()) == 1 })
+		await.True(t, "message delivered", func() bool { return len(h.stepped()) == 1 })
 		if a.tr.Stats().Peers[0].Refused {
 			t.Fatal("peer still marked refused")
 		}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	raftv1 "github.com/ursula/ursula/proto/gen/go/ursula/raft/v1"
+	"github.com/ursula/ursula/tests/await"
 )
 
 // node is one transport on a fake host.
@@ -84,7 +85,7 @@ func TestSendDeliversInOrder(t *testing.T) {
 		m.Entries = []*pb.Entry{{Data: bytes.Repeat([]byte{byte(i)}, 100)}}
 		a.tr.Send(uint32(i%3), []*pb.Message{m})
 	}
-	eventually(t, "all messages stepped", func() bool { return len(b.host.stepped()) == n })
+	await.True(t, "all messages stepped", func() bool { return len(b.host.stepped()) == n })
 	last := map[uint32]uint64{}
 	for _, s := range b.host.stepped() {
 		if s.m.GetIndex() <= last[s.group] {
@@ -127,7 +128,7 @@ func TestSendUnreachable(t *testing.T) {
 			a.tr.Send(0, []*pb.Message{msg(pb.MessageType_MsgHeartbeat, 1, 2)})
 			time.Sleep(5 * time.Millisecond)
 		}
-		eventually(t, "unreachable reports", func() bool { return a.host.unreachableCount(2) > 0 })
+		await.True(t, "unreachable reports", func() bool { return a.host.unreachableCount(2) > 0 })
 		if a.tr.Stats().Peers[0].Connected {
 			t.Fatal("peer reported connected while down")
 		}
@@ -164,7 +165,7 @@ func TestSnapshotTransfer(t *testing.T) {
 	m.Term = &term
 	m.Snapshot = &pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{Index: &idx, Term: &term}}
 	a.tr.Send(5, []*pb.Message{m})
-	eventually(t, "snapshot report", func() bool { return len(a.host.snapshotReports()) == 1 })
+	await.True(t, "snapshot report", func() bool { return len(a.host.snapshotReports()) == 1 })
 	if r := a.host.snapshotReports()[0]; r != (snapReport{group: 5, to: 2, failed: false}) {
 		t.Fatalf("report %+v", r)
 	}
@@ -189,7 +190,7 @@ func TestSnapshotTransfer(t *testing.T) {
 	t.Run("failed", func(t *testing.T) {
 		b.s.stop(t)
 		a.tr.Send(6, []*pb.Message{m})
-		eventually(t, "failed snapshot report", func() bool { return len(a.host.snapshotReports()) == 2 })
+		await.True(t, "failed snapshot report", func() bool { return len(a.host.snapshotReports()) == 2 })
 		if r := a.host.snapshotReports()[1]; r != (snapReport{group: 6, to: 2, failed: true}) {
 			t.Fatalf("report %+v", r)
 		}
@@ -224,7 +225,7 @@ func TestBadMessagesDoNotEndStream(t *testing.T) {
 	if err := stream.Send(&raftv1.MessageBatch{Messages: []*raftv1.GroupMessage{{GroupId: 2, Message: good}}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "good messages stepped", func() bool { return len(b.host.stepped()) == 2 })
+	await.True(t, "good messages stepped", func() bool { return len(b.host.stepped()) == 2 })
 	if st := b.tr.Stats(); st.BadMessages != 2 {
 		t.Fatalf("bad messages %d, want 2", st.BadMessages)
 	}
@@ -337,7 +338,7 @@ func TestAddRemovePeer(t *testing.T) {
 		t.Fatalf("AddPeer(self) = %v", err)
 	}
 	a.tr.Send(0, []*pb.Message{msg(pb.MessageType_MsgHeartbeat, 1, 2)})
-	eventually(t, "delivery to an added peer", func() bool { return len(b.host.stepped()) == 1 })
+	await.True(t, "delivery to an added peer", func() bool { return len(b.host.stepped()) == 1 })
 	if ps := a.tr.Stats().Peers; len(ps) != 1 || ps[0].NodeID != 2 || !ps[0].Connected {
 		t.Fatalf("peers %+v", ps)
 	}
