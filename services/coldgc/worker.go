@@ -12,9 +12,8 @@ import (
 
 	coldgcv1 "github.com/ursula/ursula/proto/gen/go/ursula/coldgc/v1"
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/objstore"
-	"github.com/ursula/ursula/storage/stream"
-	"github.com/ursula/ursula/storage/tier"
 )
 
 // Config configures the worker.
@@ -244,7 +243,7 @@ func (w *Worker) deletePage(ctx context.Context, key string, depth int) error {
 	if err != nil {
 		return err
 	}
-	entries, err := stream.DecodePage(body)
+	entries, err := coldfmt.DecodePage(body)
 	if err != nil {
 		return err
 	}
@@ -300,7 +299,7 @@ func (w *Worker) compact(ctx context.Context, g uint32, c *coldgcv1.Compaction) 
 		if uint64(len(body)) < n {
 			return fmt.Errorf("chunk %q holds %d bytes, its index entry %d", r.GetKey(), len(body), n)
 		}
-		recs, err := tier.DecodeRecords(r.GetStart(), body[n:])
+		recs, err := coldfmt.DecodeRecords(r.GetStart(), body[n:])
 		if err != nil {
 			return fmt.Errorf("chunk %q: %w", r.GetKey(), err)
 		}
@@ -308,8 +307,8 @@ func (w *Worker) compact(ctx context.Context, g uint32, c *coldgcv1.Compaction) 
 		records = append(records, recs...)
 	}
 	start, end := run[0].GetStart(), run[len(run)-1].GetEnd()
-	body := tier.EncodeChunk(start, segments, records)
-	key := tier.ChunkKey(stream.ColdPrefix(c.GetBucket(), c.GetStream(), c.GetIncarnation()), start, end)
+	body := coldfmt.EncodeChunk(start, segments, records)
+	key := coldfmt.ChunkKey(coldfmt.StreamPrefix(c.GetBucket(), c.GetStream(), c.GetIncarnation()), start, end)
 	if err := w.store.Put(ctx, key, body); err != nil {
 		return err
 	}
@@ -349,7 +348,7 @@ func (w *Worker) Sweep(ctx context.Context) (int, error) {
 	refs := map[string]map[string]bool{} // live prefix → referenced keys
 	var orphans []string
 	err = w.store.List(ctx, "", func(in objstore.Info) error {
-		if in.Key == tier.FormatEpochKey || !in.Modified.Before(cutoff) {
+		if in.Key == coldfmt.FormatEpochKey || !in.Modified.Before(cutoff) {
 			return nil
 		}
 		prefix, ok := streamPrefix(in.Key)

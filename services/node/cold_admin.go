@@ -9,8 +9,8 @@ import (
 
 	adminv1 "github.com/ursula/ursula/proto/gen/go/ursula/admin/v1"
 	"github.com/ursula/ursula/services/coldgc"
+	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/objstore"
-	"github.com/ursula/ursula/storage/stream"
 )
 
 // purgeReclaimPasses bounds the GC passes one purge request runs before it
@@ -61,7 +61,7 @@ func (s *Server) purge(ctx context.Context, bucket string) (*adminv1.PurgeBucket
 	if !rep.ColdGcComplete {
 		return rep, nil
 	}
-	prefix := stream.BucketPrefix(bucket)
+	prefix := coldfmt.BucketPrefix(bucket)
 	if err := worker.DeletePrefix(ctx, prefix); err != nil {
 		return fail(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/coldgc"
+	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/engine"
 	"github.com/ursula/ursula/storage/objstore"
 	"github.com/ursula/ursula/storage/stream"
@@ -119,8 +120,8 @@ func TestColdGCReclaimsDeletedStreams(t *testing.T) {
 		m, _ := eng.Machines()[eng.GroupOf(k)].Lookup(k)
 		return m.Incarnation
 	}
-	gonePrefix := stream.ColdPrefix("gc", "gone", inc("gc", "gone"))
-	keptPrefix := stream.ColdPrefix("gc2", "kept", inc("gc2", "kept"))
+	gonePrefix := coldfmt.StreamPrefix("gc", "gone", inc("gc", "gone"))
+	keptPrefix := coldfmt.StreamPrefix("gc2", "kept", inc("gc2", "kept"))
 	if len(listKeys(t, store, gonePrefix)) == 0 {
 		t.Fatal("no cold objects for the stream")
 	}
@@ -163,11 +164,11 @@ func TestColdGCCompactsSmallChunks(t *testing.T) {
 	if got := readWhole(t, eng, "cmp", "s"); got != want {
 		t.Fatalf("after compaction the stream reads %d bytes, want %d", len(got), len(want))
 	}
-	objects := len(listKeys(t, store, stream.ColdPrefix("cmp", "s", meta.Incarnation)))
+	objects := len(listKeys(t, store, coldfmt.StreamPrefix("cmp", "s", meta.Incarnation)))
 	if n, err := w.Reclaim(t.Context(), ""); err != nil || n == 0 {
 		t.Fatalf("reclaim of the replaced chunks: %d, %v", n, err)
 	}
-	if left := len(listKeys(t, store, stream.ColdPrefix("cmp", "s", meta.Incarnation))); left >= objects {
+	if left := len(listKeys(t, store, coldfmt.StreamPrefix("cmp", "s", meta.Incarnation))); left >= objects {
 		t.Fatalf("replaced chunks not deleted: %d objects, %d before", left, objects)
 	}
 	if got := readWhole(t, eng, "cmp", "s"); got != want {
@@ -190,8 +191,8 @@ func TestColdGCSweepsOnlyOldOrphans(t *testing.T) {
 	want := fill(t, eng, "sw", "live", 80)
 	k := stream.Key{Bucket: "sw", Stream: "live"}
 	meta, _ := eng.Machines()[eng.GroupOf(k)].Lookup(k)
-	live := stream.ColdPrefix("sw", "live", meta.Incarnation)
-	deadOld := stream.ColdPrefix("sw", "gone", 999) + "c/x"
+	live := coldfmt.StreamPrefix("sw", "live", meta.Incarnation)
+	deadOld := coldfmt.StreamPrefix("sw", "gone", 999) + "c/x"
 	strayOld := live + "c/00000000000000000000-00000000000000000001-ffff"
 	_ = store.Put(t.Context(), deadOld, []byte("old"))
 	_ = store.Put(t.Context(), strayOld, []byte("old"))
@@ -209,7 +210,7 @@ func TestColdGCSweepsOnlyOldOrphans(t *testing.T) {
 			t.Errorf("orphan %s survived", key)
 		}
 	}
-	for _, key := range []string{young, "not-ours.txt", tier.FormatEpochKey} {
+	for _, key := range []string{young, "not-ours.txt", coldfmt.FormatEpochKey} {
 		if _, err := store.Head(t.Context(), key); err != nil {
 			t.Errorf("%s was deleted: %v", key, err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/objstore"
 	"github.com/ursula/ursula/storage/stream"
 	"github.com/ursula/ursula/storage/tier"
@@ -117,7 +118,7 @@ func (e *Engine) admitWrite(g uint32) error {
 // returns its locator for the Append command.
 func (e *Engine) storeExternal(ctx context.Context, m stream.Meta, body []byte) (*storagev1.ColdRef, error) {
 	c := e.cold
-	key := tier.ExternalKey(stream.ColdPrefix(m.Key.Bucket, m.Key.Stream, m.Incarnation))
+	key := coldfmt.ExternalKey(coldfmt.StreamPrefix(m.Key.Bucket, m.Key.Stream, m.Incarnation))
 	if err := c.store.Put(ctx, key, body); err != nil {
 		c.stats.UploadErrors.Add(1)
 		return nil, errcode.New(errcode.Unavailable, "store a %d-byte append in the cold store: %v", len(body), err).With(errcode.KeyRetryAfterMS, "1000")
@@ -259,7 +260,7 @@ func (e *Engine) flushStream(ctx context.Context, g uint32, h stream.HotStream) 
 	if len(pieces) > flushPieces {
 		pieces = pieces[:flushPieces]
 	}
-	prefix := stream.ColdPrefix(h.Key.Bucket, h.Key.Stream, h.Incarnation)
+	prefix := coldfmt.StreamPrefix(h.Key.Bucket, h.Key.Stream, h.Incarnation)
 	var uploaded []string
 	fail := func(err error) error {
 		c.stats.UploadErrors.Add(1)
@@ -272,8 +273,8 @@ func (e *Engine) flushStream(ctx context.Context, g uint32, h stream.HotStream) 
 			chunks = append(chunks, proto.CloneOf(p.External))
 			continue
 		}
-		body := tier.EncodeChunk(p.Start, p.Data, p.Records)
-		key := tier.ChunkKey(prefix, p.Start, p.End)
+		body := coldfmt.EncodeChunk(p.Start, p.Data, p.Records)
+		key := coldfmt.ChunkKey(prefix, p.Start, p.End)
 		if err := c.store.Put(ctx, key, body); err != nil {
 			return fail(fmt.Errorf("upload chunk [%d, %d): %w", p.Start, p.End, err))
 		}
@@ -293,20 +294,20 @@ func (e *Engine) flushStream(ctx context.Context, g uint32, h stream.HotStream) 
 	levels[0].Entries = append(levels[0].Entries, chunks...)
 	var seals []*storagev1.ColdSeal
 	for k := 0; k < len(levels); k++ {
-		for len(levels[k].GetEntries()) >= stream.PageFanout {
-			run := levels[k].Entries[:stream.PageFanout]
-			body, digest := stream.EncodePage(run)
-			key := tier.PageKey(prefix, uint32(k+1), run[0].GetStart(), run[len(run)-1].GetEnd())
+		for len(levels[k].GetEntries()) >= coldfmt.PageFanout {
+			run := levels[k].Entries[:coldfmt.PageFanout]
+			body, digest := coldfmt.EncodePage(run)
+			key := coldfmt.PageKey(prefix, uint32(k+1), run[0].GetStart(), run[len(run)-1].GetEnd())
 			if err := c.store.Put(ctx, key, body); err != nil {
 				return fail(fmt.Errorf("upload index page: %w", err))
 			}
 			uploaded = append(uploaded, key)
 			c.stats.Uploads.Add(1)
 			c.stats.UploadBytes.Add(uint64(len(body)))
-			seals = append(seals, &storagev1.ColdSeal{Level: uint32(k), Count: stream.PageFanout, Key: key, Size: uint64(len(body)), Digest: digest})
-			page := &storagev1.ColdRef{Start: run[0].GetStart(), End: run[len(run)-1].GetEnd(), Key: key, Kind: storagev1.ColdKind_COLD_KIND_PAGE, Size: uint64(len(body)), Records: stream.PageFanout, Level: uint32(k + 1),
+			seals = append(seals, &storagev1.ColdSeal{Level: uint32(k), Count: coldfmt.PageFanout, Key: key, Size: uint64(len(body)), Digest: digest})
+			page := &storagev1.ColdRef{Start: run[0].GetStart(), End: run[len(run)-1].GetEnd(), Key: key, Kind: storagev1.ColdKind_COLD_KIND_PAGE, Size: uint64(len(body)), Records: coldfmt.PageFanout, Level: uint32(k + 1),
 				FirstRecord: run[0].GetFirstRecord(), NextRecord: run[len(run)-1].GetNextRecord()}
-			levels[k].Entries = levels[k].Entries[stream.PageFanout:]
+			levels[k].Entries = levels[k].Entries[coldfmt.PageFanout:]
 			if k+1 == len(levels) {
 				levels = append(levels, &storagev1.ColdLevel{})
 			}

@@ -12,6 +12,7 @@ import (
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/objstore"
 	"github.com/ursula/ursula/storage/stream"
 	"github.com/ursula/ursula/tests/await"
@@ -290,7 +291,7 @@ func TestColdRetention(t *testing.T) {
 		t.Fatalf("no GC entries after retention retired chunks")
 	} else {
 		for _, en := range q {
-			if !strings.HasPrefix(en.GetKey(), stream.ColdPrefix(testBucket, "r", mustLookup(t, e, "r").Incarnation)) {
+			if !strings.HasPrefix(en.GetKey(), coldfmt.StreamPrefix(testBucket, "r", mustLookup(t, e, "r").Incarnation)) {
 				t.Fatalf("GC entry %q outside the stream's prefix", en.GetKey())
 			}
 		}

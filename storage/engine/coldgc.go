@@ -6,6 +6,7 @@ import (
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/stream"
 )
 
@@ -174,7 +175,7 @@ func (e *Engine) ColdReferences(ctx context.Context, prefix string) (keys []stri
 				if err != nil {
 					return errcode.New(errcode.ColdStoreFailed, "read index page %s: %v", r.GetKey(), err)
 				}
-				entries, err := stream.DecodePage(body)
+				entries, err := coldfmt.DecodePage(body)
 				if err != nil {
 					return errcode.New(errcode.ColdStoreFailed, "index page %s: %v", r.GetKey(), err)
 				}

@@ -14,9 +14,9 @@ import (
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/objstore"
 	"github.com/ursula/ursula/storage/stream"
-	"github.com/ursula/ursula/storage/tier"
 )
 
 // Snapshots above MaxSnapshotBytes go up in staged parts: each part is an
@@ -121,7 +121,7 @@ func (e *Engine) listStaged(ctx context.Context, g uint32, term uint64, k stream
 	}
 	found := map[uint64]map[uint32]stagedPart{}
 	err := e.cold.store.List(ctx, prefix+"sp/", func(in objstore.Info) error {
-		pos, n, ok := tier.ParseSnapshotPartKey(prefix, in.Key)
+		pos, n, ok := coldfmt.ParseSnapshotPartKey(prefix, in.Key)
 		if !ok {
 			return nil
 		}
@@ -228,7 +228,7 @@ func (e *Engine) PutSnapshotPart(ctx context.Context, req *streamv1.PutSnapshotP
 	}
 	g := e.GroupOf(k)
 	term := e.term(g)
-	prefix := stream.ColdPrefix(k.Bucket, k.Stream, m.Incarnation)
+	prefix := coldfmt.StreamPrefix(k.Bucket, k.Stream, m.Incarnation)
 	if err := e.listStaged(ctx, g, term, k, prefix); err != nil {
 		return nil, err
 	}
@@ -249,7 +249,7 @@ func (e *Engine) PutSnapshotPart(ctx context.Context, req *streamv1.PutSnapshotP
 	}
 	sum := sha256.Sum256(body)
 	digest := hex.EncodeToString(sum[:])
-	key := tier.SnapshotPartKey(prefix, pos, n)
+	key := coldfmt.SnapshotPartKey(prefix, pos, n)
 	if err := e.cold.store.Put(ctx, key, body); err != nil {
 		e.cold.stats.UploadErrors.Add(1)
 		return nil, errcode.New(errcode.Unavailable, "store a %d-byte snapshot part in the cold store: %v", len(body), err).With(errcode.KeyRetryAfterMS, "1000")
@@ -317,7 +317,7 @@ func (e *Engine) CommitSnapshot(ctx context.Context, req *streamv1.CommitSnapsho
 	}
 	g := e.GroupOf(k)
 	term := e.term(g)
-	prefix := stream.ColdPrefix(k.Bucket, k.Stream, m.Incarnation)
+	prefix := coldfmt.StreamPrefix(k.Bucket, k.Stream, m.Incarnation)
 	if err := e.listStaged(ctx, g, term, k, prefix); err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/objstore"
 	"github.com/ursula/ursula/storage/stream"
 )
@@ -60,7 +61,7 @@ func stagedKeys(tb testing.TB, e *testEngine, store objstore.Store, name string)
 	tb.Helper()
 	m := mustLookup(tb, e, name)
 	var keys []string
-	if err := store.List(tb.Context(), stream.ColdPrefix(testBucket, name, m.Incarnation)+"sp/", func(in objstore.Info) error {
+	if err := store.List(tb.Context(), coldfmt.StreamPrefix(testBucket, name, m.Incarnation)+"sp/", func(in objstore.Info) error {
 		keys = append(keys, in.Key)
 		return nil
 	}); err != nil {
@@ -183,7 +184,7 @@ func TestSnapshotStagedParts(t *testing.T) {
 	}
 	check(e)
 	m := mustLookup(t, e, "s")
-	refs, _, err := e.ColdReferences(t.Context(), stream.ColdPrefix(testBucket, "s", m.Incarnation))
+	refs, _, err := e.ColdReferences(t.Context(), coldfmt.StreamPrefix(testBucket, "s", m.Incarnation))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +205,7 @@ func TestSnapshotStagedParts(t *testing.T) {
 	}
 	// Staged parts no commit named are not references: the orphan sweep
 	// reclaims them after OrphanAge.
-	refs, _, err = e.ColdReferences(t.Context(), stream.ColdPrefix(testBucket, "s", m.Incarnation))
+	refs, _, err = e.ColdReferences(t.Context(), coldfmt.StreamPrefix(testBucket, "s", m.Incarnation))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func TestSnapshotStagedParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := e.GroupOf(key("s"))
-	ss := e.staged.groups[g].streams[stream.ColdPrefix(testBucket, "s", m.Incarnation)]
+	ss := e.staged.groups[g].streams[coldfmt.StreamPrefix(testBucket, "s", m.Incarnation)]
 	e.staged.mu.Lock()
 	ss.committing[4] = true
 	e.staged.mu.Unlock()

@@ -8,8 +8,8 @@ import (
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/stream"
-	"github.com/ursula/ursula/storage/tier"
 )
 
 // MaxSnapshotBytes bounds the body of a snapshot published in one request.
@@ -58,7 +58,7 @@ func (e *Engine) PutSnapshot(ctx context.Context, req *streamv1.PutSnapshotReque
 	grace := DefaultColdConfig().GCGrace
 	if c := e.cold; c != nil {
 		grace = c.cfg.GCGrace
-		ref.Key = tier.SnapshotKey(stream.ColdPrefix(k.Bucket, k.Stream, m.Incarnation), pos, digest)
+		ref.Key = coldfmt.SnapshotKey(coldfmt.StreamPrefix(k.Bucket, k.Stream, m.Incarnation), pos, digest)
 		if err := c.store.Put(ctx, ref.Key, body); err != nil {
 			c.stats.UploadErrors.Add(1)
 			return nil, errcode.New(errcode.Unavailable, "store a %d-byte snapshot in the cold store: %v", len(body), err).With(errcode.KeyRetryAfterMS, "1000")

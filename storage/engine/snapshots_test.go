@@ -7,6 +7,7 @@ import (
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/objstore"
 	"github.com/ursula/ursula/storage/stream"
 )
@@ -79,7 +80,7 @@ func TestSnapshotPublishColdStore(t *testing.T) {
 		t.Fatalf("GC queue %v, want the first snapshot's object", queued)
 	}
 	m := mustLookup(t, e, "s")
-	refs, _, err := e.ColdReferences(t.Context(), stream.ColdPrefix(testBucket, "s", m.Incarnation))
+	refs, _, err := e.ColdReferences(t.Context(), coldfmt.StreamPrefix(testBucket, "s", m.Incarnation))
 	if err != nil {
 		t.Fatal(err)
 	}

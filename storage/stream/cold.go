@@ -1,72 +1,20 @@
 package stream
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
-	"hash/crc32"
 	"sort"
 
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/coldfmt"
 )
-
-// PageFanout is how many entries a cold-index level holds before its
-// oldest PageFanout entries are sealed into a page one level up. A
-// stream's replicated index is therefore at most PageFanout entries per
-// level, and the number of levels grows with the logarithm of its history.
-const PageFanout = 64
-
-// ColdPrefix is the object-key prefix of one stream incarnation: every
-// object of the stream (chunks, external payloads, index pages) lives below
-// it, and it lives below "{bucket}/". Stream names are hashed because they
-// may hold '/' and be longer than an object key allows.
-func ColdPrefix(bucket, stream string, incarnation uint64) string {
-	h := sha256.Sum256([]byte(stream))
-	return fmt.Sprintf("%s/%s/%d/", bucket, hex.EncodeToString(h[:16]), incarnation)
-}
-
-// BucketPrefix is the erasure domain of a bucket in the cold store.
-func BucketPrefix(bucket string) string { return bucket + "/" }
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// EncodePage is the body of a page object sealing entries, and its digest.
-// The encoding is deterministic, so apply can check a seal against its own
-// state.
-func EncodePage(entries []*storagev1.ColdRef) ([]byte, uint32) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&storagev1.ColdPage{Entries: entries})
-	if err != nil {
-		panic(fmt.Sprintf("stream: encode cold page: %v", err)) // only fails on invalid UTF-8, which keys never hold
-	}
-	return b, crc32.Checksum(b, castagnoli)
-}
-
-// DecodePage parses a page object.
-func DecodePage(b []byte) ([]*storagev1.ColdRef, error) {
-	var p storagev1.ColdPage
-	if err := proto.Unmarshal(b, &p); err != nil {
-		return nil, fmt.Errorf("stream: decode cold page: %w", err)
-	}
-	return p.GetEntries(), nil
-}
-
-// FindRef returns the entry of a sorted, contiguous run that covers pos.
-func FindRef(entries []*storagev1.ColdRef, pos uint64) *storagev1.ColdRef {
-	i := sort.Search(len(entries), func(i int) bool { return entries[i].GetEnd() > pos })
-	if i < len(entries) && entries[i].GetStart() <= pos {
-		return entries[i]
-	}
-	return nil
-}
 
 // coldRef finds the index entry covering pos (below the hot window): level
 // 0 holds the newest range, each level above an older one.
 func (s *stream) coldRef(pos uint64) *storagev1.ColdRef {
 	for _, lv := range s.meta.GetColdIndex() {
-		if r := FindRef(lv.GetEntries(), pos); r != nil {
+		if r := coldfmt.FindRef(lv.GetEntries(), pos); r != nil {
 			return r
 		}
 	}
@@ -166,7 +114,7 @@ func seal(levels []*storagev1.ColdLevel, seals []*storagev1.ColdSeal) ([]*storag
 			return nil, errcode.New(errcode.InvalidArgument, "cold seal of %d entries at level %d does not match the index", n, k)
 		}
 		run := levels[k].Entries[:n]
-		body, digest := EncodePage(run)
+		body, digest := coldfmt.EncodePage(run)
 		if digest != sl.GetDigest() || uint64(len(body)) != sl.GetSize() {
 			return nil, errcode.New(errcode.InvalidArgument, "cold seal at level %d does not match this replica's entries", k)
 		}
@@ -506,7 +454,7 @@ func (m *Machine) LivePrefixes() map[string]Key {
 	defer m.mu.RUnlock()
 	out := make(map[string]Key, len(m.streams))
 	for k, s := range m.streams {
-		out[ColdPrefix(k.Bucket, k.Stream, s.meta.GetIncarnation())] = k
+		out[coldfmt.StreamPrefix(k.Bucket, k.Stream, s.meta.GetIncarnation())] = k
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/coldfmt"
 )
 
 // flushAll flushes a stream's whole hot window as the leader would: one
@@ -34,16 +35,16 @@ func flushAll(t *testing.T, a *applier, name string, inc uint64) *Result {
 	levels[0].Entries = append(levels[0].Entries, chunks...)
 	var seals []*storagev1.ColdSeal
 	for k := 0; k < len(levels); k++ {
-		for len(levels[k].GetEntries()) >= PageFanout {
-			run := levels[k].Entries[:PageFanout]
-			body, digest := EncodePage(run)
+		for len(levels[k].GetEntries()) >= coldfmt.PageFanout {
+			run := levels[k].Entries[:coldfmt.PageFanout]
+			body, digest := coldfmt.EncodePage(run)
 			key := fmt.Sprintf("%s/p/%d/%d", name, k+1, run[0].GetStart())
-			seals = append(seals, &storagev1.ColdSeal{Level: uint32(k), Count: PageFanout, Key: key, Size: uint64(len(body)), Digest: digest})
-			levels[k].Entries = levels[k].Entries[PageFanout:]
+			seals = append(seals, &storagev1.ColdSeal{Level: uint32(k), Count: coldfmt.PageFanout, Key: key, Size: uint64(len(body)), Digest: digest})
+			levels[k].Entries = levels[k].Entries[coldfmt.PageFanout:]
 			if k+1 == len(levels) {
 				levels = append(levels, &storagev1.ColdLevel{})
 			}
-			levels[k+1].Entries = append(levels[k+1].Entries, &storagev1.ColdRef{Start: run[0].GetStart(), End: run[len(run)-1].GetEnd(), Key: key, Kind: storagev1.ColdKind_COLD_KIND_PAGE, Size: uint64(len(body)), Records: PageFanout, Level: uint32(k + 1)})
+			levels[k+1].Entries = append(levels[k+1].Entries, &storagev1.ColdRef{Start: run[0].GetStart(), End: run[len(run)-1].GetEnd(), Key: key, Kind: storagev1.ColdKind_COLD_KIND_PAGE, Size: uint64(len(body)), Records: coldfmt.PageFanout, Level: uint32(k + 1)})
 		}
 	}
 	return a.apply(1, &storagev1.ColdFlush{Bucket: "b", Stream: name, Incarnation: inc, Chunks: chunks, Seals: seals})
@@ -70,7 +71,7 @@ func TestColdFlushIndexesAndFreesHotBytes(t *testing.T) {
 		t.Fatalf("cold end %d tail %d, want %d", m.ColdEnd, m.Tail, want.Len())
 	}
 	levels, _ := a.m.ColdLevels(Key{"b", "s"}, inc)
-	if len(levels) != 2 || len(levels[1].GetEntries()) != 3 || len(levels[0].GetEntries()) != 200-3*PageFanout {
+	if len(levels) != 2 || len(levels[1].GetEntries()) != 3 || len(levels[0].GetEntries()) != 200-3*coldfmt.PageFanout {
 		t.Fatalf("index shape: %d levels", len(levels))
 	}
 	// Every position resolves to the entry that covers it.
@@ -225,7 +226,7 @@ func TestColdRetentionSwapGCAndPurge(t *testing.T) {
 	}
 	q, _ = a.m.GCQueue(100)
 	last := q[len(q)-1]
-	if last.GetKind() != storagev1.GCKind_GC_KIND_PREFIX || last.GetKey() != ColdPrefix("b", "s", inc) {
+	if last.GetKind() != storagev1.GCKind_GC_KIND_PREFIX || last.GetKey() != coldfmt.StreamPrefix("b", "s", inc) {
 		t.Fatalf("purge queued %v", last)
 	}
 	if r := a.apply(1, &storagev1.CreateBucket{Bucket: "b"}); code(r) != errcode.BucketNotFound {

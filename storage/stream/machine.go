@@ -12,6 +12,7 @@ import (
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/hot"
 )
 
@@ -471,7 +472,7 @@ func (m *Machine) remove(now int64, key Key, s *stream) []*storagev1.ForkOrigin 
 func (m *Machine) drop(now int64, key Key, s *stream) []*storagev1.ForkOrigin {
 	delete(m.streams, key)
 	m.hotSize.Add(-int64(s.buf.Bytes()))
-	m.enqueueGC(key.Bucket, storagev1.GCKind_GC_KIND_PREFIX, ColdPrefix(key.Bucket, key.Stream, s.meta.GetIncarnation()), now)
+	m.enqueueGC(key.Bucket, storagev1.GCKind_GC_KIND_PREFIX, coldfmt.StreamPrefix(key.Bucket, key.Stream, s.meta.GetIncarnation()), now)
 	if f := s.meta.GetFork(); f != nil {
 		return []*storagev1.ForkOrigin{f}
 	}

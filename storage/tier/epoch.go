@@ -6,14 +6,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/objstore"
 )
-
-// FormatEpochKey is the marker at the cold root.
-const FormatEpochKey = "URSULA_FORMAT_EPOCH"
-
-// FormatEpoch is the layout version of the objects this build writes.
-const FormatEpoch = "1"
 
 var errFound = errors.New("found")
 
@@ -22,11 +17,11 @@ var errFound = errors.New("found")
 // without the marker, or another epoch, is refused: it belongs to something
 // else, and our GC would delete its objects.
 func CheckFormatEpoch(ctx context.Context, store objstore.Store) error {
-	body, err := store.Get(ctx, FormatEpochKey)
+	body, err := store.Get(ctx, coldfmt.FormatEpochKey)
 	switch {
 	case err == nil:
-		if got := strings.TrimSpace(string(body)); got != FormatEpoch {
-			return fmt.Errorf("cold store: format epoch %q, this build writes %q", got, FormatEpoch)
+		if got := strings.TrimSpace(string(body)); got != coldfmt.FormatEpoch {
+			return fmt.Errorf("cold store: format epoch %q, this build writes %q", got, coldfmt.FormatEpoch)
 		}
 		return nil
 	case !errors.Is(err, objstore.ErrNotFound):
@@ -37,7 +32,7 @@ func CheckFormatEpoch(ctx context.Context, store objstore.Store) error {
 	var first string
 	sawMarker := false
 	err = store.List(ctx, "", func(in objstore.Info) error {
-		if in.Key == FormatEpochKey {
+		if in.Key == coldfmt.FormatEpochKey {
 			sawMarker = true
 			return nil
 		}
@@ -55,9 +50,9 @@ func CheckFormatEpoch(ctx context.Context, store objstore.Store) error {
 		if werr := CheckFormatEpochWritten(ctx, store); werr == nil {
 			return nil
 		}
-		return fmt.Errorf("cold store: the root holds objects (such as %q) but no %s marker: refusing a prefix that is not Ursula's", first, FormatEpochKey)
+		return fmt.Errorf("cold store: the root holds objects (such as %q) but no %s marker: refusing a prefix that is not Ursula's", first, coldfmt.FormatEpochKey)
 	}
-	if _, err := store.PutIfAbsent(ctx, FormatEpochKey, []byte(FormatEpoch+"\n")); err != nil {
+	if _, err := store.PutIfAbsent(ctx, coldfmt.FormatEpochKey, []byte(coldfmt.FormatEpoch+"\n")); err != nil {
 		return fmt.Errorf("cold store: write the format epoch: %w", err)
 	}
 	return CheckFormatEpochWritten(ctx, store)
@@ -66,12 +61,12 @@ func CheckFormatEpoch(ctx context.Context, store objstore.Store) error {
 // CheckFormatEpochWritten re-reads the marker (another node may have
 // written it first).
 func CheckFormatEpochWritten(ctx context.Context, store objstore.Store) error {
-	body, err := store.Get(ctx, FormatEpochKey)
+	body, err := store.Get(ctx, coldfmt.FormatEpochKey)
 	if err != nil {
 		return fmt.Errorf("cold store: read the format epoch: %w", err)
 	}
-	if got := strings.TrimSpace(string(body)); got != FormatEpoch {
-		return fmt.Errorf("cold store: format epoch %q, this build writes %q", got, FormatEpoch)
+	if got := strings.TrimSpace(string(body)); got != coldfmt.FormatEpoch {
+		return fmt.Errorf("cold store: format epoch %q, this build writes %q", got, coldfmt.FormatEpoch)
 	}
 	return nil
 }

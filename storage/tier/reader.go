@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
-	"github.com/ursula/ursula/storage/stream"
+	"github.com/ursula/ursula/storage/coldfmt"
 )
 
 // Reader reads stream bytes from cold-index references.
@@ -26,7 +26,7 @@ func (r *Reader) Cache() *Cache { return r.cache }
 // to the chunk or external payload holding pos.
 func (r *Reader) Leaf(ctx context.Context, ref *storagev1.ColdRef, pos uint64) (*storagev1.ColdRef, error) {
 	return r.descend(ctx, ref, func(entries []*storagev1.ColdRef) *storagev1.ColdRef {
-		return stream.FindRef(entries, pos)
+		return coldfmt.FindRef(entries, pos)
 	}, fmt.Sprintf("position %d", pos))
 }
 
@@ -42,7 +42,7 @@ func (r *Reader) descend(ctx context.Context, ref *storagev1.ColdRef, pick func(
 		if err != nil {
 			return nil, err
 		}
-		entries, err := stream.DecodePage(body)
+		entries, err := coldfmt.DecodePage(body)
 		if err != nil {
 			return nil, fmt.Errorf("tier: page %q: %w", ref.GetKey(), err)
 		}
@@ -138,7 +138,7 @@ func (r *Reader) records(ctx context.Context, leaf *storagev1.ColdRef) ([]uint64
 	if err != nil {
 		return nil, err
 	}
-	return DecodeRecords(leaf.GetStart(), tail)
+	return coldfmt.DecodeRecords(leaf.GetStart(), tail)
 }
 
 // UnitEnd resolves a fork sub-offset inside a cold leaf: the position after

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/objstore"
 )
 
@@ -40,7 +41,7 @@ func TestBoundary(t *testing.T) {
 			t.Fatalf("json Boundary(%d) = %v, %v; want %v", pos, got, err, want)
 		}
 	}
-	k1, k2 := SnapshotKey("b/x/1/", 8, "d"), SnapshotKey("b/x/1/", 8, "d")
+	k1, k2 := coldfmt.SnapshotKey("b/x/1/", 8, "d"), coldfmt.SnapshotKey("b/x/1/", 8, "d")
 	if !strings.HasPrefix(k1, "b/x/1/s/00000000000000000008-d-") || k1 == k2 {
 		t.Fatalf("snapshot keys %q, %q: want the prefix, position and digest, and a nonce", k1, k2)
 	}

@@ -1,29 +1,14 @@
 package tier
 
 import (
-	"bytes"
 	"context"
 	"strings"
 	"testing"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/objstore"
-	"github.com/ursula/ursula/storage/stream"
 )
-
-func TestChunkRoundTrip(t *testing.T) {
-	body := EncodeChunk(100, [][]byte{[]byte("abc"), []byte("defgh")}, []uint64{103, 108})
-	if !bytes.HasPrefix(body, []byte("abcdefgh")) || uint64(len(body)) != ChunkSize(8, 2) {
-		t.Fatalf("chunk layout: %q", body)
-	}
-	recs, err := DecodeRecords(100, body[8:])
-	if err != nil || len(recs) != 2 || recs[0] != 103 || recs[1] != 108 {
-		t.Fatalf("records %v, %v", recs, err)
-	}
-	if _, err := DecodeRecords(100, body[9:]); err == nil {
-		t.Fatal("a truncated trailer decoded")
-	}
-}
 
 // putChunk stores a chunk of appends starting at start and returns its ref.
 func putChunk(t *testing.T, s objstore.Store, key string, start uint64, appends ...string) *storagev1.ColdRef {
@@ -36,7 +21,7 @@ func putChunk(t *testing.T, s objstore.Store, key string, start uint64, appends 
 		pos += uint64(len(a))
 		recs = append(recs, pos)
 	}
-	body := EncodeChunk(start, segs, recs)
+	body := coldfmt.EncodeChunk(start, segs, recs)
 	if err := s.Put(context.Background(), key, body); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +76,7 @@ func TestReaderDescendsPages(t *testing.T) {
 		leaves = append(leaves, putChunk(t, s, "b/c/"+a, uint64(3*i), a))
 		want.WriteString(a)
 	}
-	body, _ := stream.EncodePage(leaves)
+	body, _ := coldfmt.EncodePage(leaves)
 	if err := s.Put(ctx, "b/p/1", body); err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +117,7 @@ func TestCheckFormatEpoch(t *testing.T) {
 		t.Fatalf("foreign root: %v", err)
 	}
 	other := objstore.NewMemory()
-	_ = other.Put(ctx, FormatEpochKey, []byte("7\n"))
+	_ = other.Put(ctx, coldfmt.FormatEpochKey, []byte("7\n"))
 	if err := CheckFormatEpoch(ctx, other); err == nil {
 		t.Fatal("another format epoch was accepted")
 	}

@@ -14,7 +14,7 @@ import (
 )
 
 // streamDir is where an fs cold store keeps a Durable Streams stream's
-// objects, relative to its root (see stream.ColdPrefix).
+// objects, relative to its root (see coldfmt.StreamPrefix).
 func streamDir(name string) string {
 	h := sha256.Sum256([]byte(name))
 	return filepath.Join("__ds", hex.EncodeToString(h[:16]))

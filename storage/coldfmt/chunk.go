@@ -1,4 +1,4 @@
-package tier
+package coldfmt
 
 import (
 	"encoding/binary"
@@ -37,15 +37,15 @@ func ChunkSize(n uint64, r int) uint64 { return n + 8*uint64(r) + trailerBytes }
 // bytes after its data) into absolute record ends.
 func DecodeRecords(start uint64, tail []byte) ([]uint64, error) {
 	if len(tail) < trailerBytes {
-		return nil, errors.New("tier: chunk trailer is truncated")
+		return nil, errors.New("coldfmt: chunk trailer is truncated")
 	}
 	t := tail[len(tail)-trailerBytes:]
 	n := binary.LittleEndian.Uint32(t)
 	if binary.LittleEndian.Uint32(t[4:]) != chunkMagic {
-		return nil, errors.New("tier: chunk trailer has no magic")
+		return nil, errors.New("coldfmt: chunk trailer has no magic")
 	}
 	if uint64(len(tail)) != 8*uint64(n)+trailerBytes {
-		return nil, fmt.Errorf("tier: chunk trailer names %d records in %d bytes", n, len(tail))
+		return nil, fmt.Errorf("coldfmt: chunk trailer names %d records in %d bytes", n, len(tail))
 	}
 	out := make([]uint64, n)
 	for i := range out {
