@@ -11,61 +11,24 @@ import (
 	"github.com/ursula/ursula/services/platform/grpcerr"
 )
 
-// httpStatus is the one table from domain error code to HTTP status.
-var httpStatus = map[errcode.Code]int{
-	errcode.InvalidArgument:     http.StatusBadRequest,
-	errcode.BucketNotFound:      http.StatusNotFound,
-	errcode.BucketExists:        http.StatusConflict,
-	errcode.StreamNotFound:      http.StatusNotFound,
-	errcode.StreamGone:          http.StatusGone,
-	errcode.StreamExists:        http.StatusConflict,
-	errcode.StreamClosed:        http.StatusConflict,
-	errcode.ContentTypeMismatch: http.StatusConflict,
-	errcode.StreamSeqConflict:   http.StatusConflict,
-	errcode.ProducerStaleEpoch:  http.StatusForbidden,
-	errcode.ProducerSeqGap:      http.StatusConflict,
-	errcode.ProducerEpochSeq:    http.StatusBadRequest,
-	errcode.OffsetOutOfRange:    http.StatusBadRequest,
-	errcode.ForkSourceGone:      http.StatusConflict,
-	errcode.IncarnationMismatch: http.StatusPreconditionFailed,
-	errcode.RecordMismatch:      http.StatusPreconditionFailed,
-	errcode.PayloadTooLarge:     http.StatusRequestEntityTooLarge,
-	errcode.NotLeader:           http.StatusServiceUnavailable,
-	errcode.OutcomeUnknown:      http.StatusServiceUnavailable,
-	errcode.Unavailable:         http.StatusServiceUnavailable,
-	errcode.Overloaded:          http.StatusServiceUnavailable,
-	errcode.ColdStoreFailed:     http.StatusBadGateway,
-	errcode.OffsetTrimmed:       http.StatusGone,
-	errcode.Unimplemented:       http.StatusNotImplemented,
-	errcode.SnapshotConflict:    http.StatusConflict,
-	errcode.SnapshotNotFound:    http.StatusNotFound,
-	errcode.NoColdStore:         http.StatusNotImplemented,
-	errcode.Internal:            http.StatusInternalServerError,
-}
-
-// Codes used only by the gateway for its own routes.
-const (
-	codeNotFound         errcode.Code = "NOT_FOUND"
-	codeMethodNotAllowed errcode.Code = "METHOD_NOT_ALLOWED"
-)
-
-// statusFor returns the HTTP status of a domain code.
-func statusFor(c errcode.Code) int {
-	switch c {
-	case codeNotFound:
-		return http.StatusNotFound
-	case codeMethodNotAllowed:
-		return http.StatusMethodNotAllowed
-	}
-	if s, ok := httpStatus[c]; ok {
-		return s
-	}
-	return http.StatusInternalServerError
-}
-
 // toDomain converts an error from the node (a gRPC status) or from the
-// gateway itself into a domain error.
+// gateway itself into a domain error. A client never sees NOT_LEADER: the
+// gateway routes writes and tail reads itself, so a node that does not
+// lead the group means, to its client, that the group's leader is out of
+// reach for now (503 with Retry-After).
 func toDomain(err error) *errcode.Error {
+	de := domainOf(err)
+	if de.Code == errcode.NotLeader {
+		out := errcode.New(errcode.Unavailable, "no reachable leader for the stream's group: %s", de.Message)
+		if ms := de.Metadata[errcode.KeyRetryAfterMS]; ms != "" {
+			out.With(errcode.KeyRetryAfterMS, ms)
+		}
+		return out
+	}
+	return de
+}
+
+func domainOf(err error) *errcode.Error {
 	var de *errcode.Error
 	if errors.As(err, &de) {
 		return de
@@ -95,7 +58,7 @@ func writeError(w http.ResponseWriter, err error) {
 
 func writeDomainError(w http.ResponseWriter, de *errcode.Error) {
 	h := w.Header()
-	status := statusFor(de.Code)
+	status := errcode.HTTPStatus(de.Code)
 	md := de.Metadata
 	if v := md[errcode.KeyNextOffset]; v != "" {
 		h.Set(hStreamNextOffset, v)
@@ -122,14 +85,14 @@ func writeDomainError(w http.ResponseWriter, de *errcode.Error) {
 		h.Set(hStreamIncarnation, v)
 	}
 	switch de.Code {
-	case errcode.Unavailable, errcode.Overloaded, errcode.NotLeader, errcode.OutcomeUnknown:
+	case errcode.Unavailable, errcode.Overloaded, errcode.OutcomeUnknown:
 		secs := int64(1)
 		if ms, err := strconv.ParseInt(md[errcode.KeyRetryAfterMS], 10, 64); err == nil && ms > 0 {
 			secs = (ms + 999) / 1000
 		}
 		h.Set(hRetryAfter, strconv.FormatInt(secs, 10))
 	}
-	body, _ := json.Marshal(errorBody{Code: string(de.Code), Message: de.Message})
+	body, _ := json.Marshal(errorBody{Code: errcode.Reason(de.Code), Message: de.Message})
 	body = append(body, '\n')
 	h.Set(hContentType, "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))

@@ -186,7 +186,7 @@ func TestSSEFanOutSharesOneSubscription(t *testing.T) {
 	for range live {
 		go connect("now")
 	}
-	await.True(t, "the condition", func() bool { h := g.hubOf("s"); return h != nil && h.clientCount() == live })
+	await.True(t, "the live clients on the hub", func() bool { h := g.hubOf("s"); return h != nil && h.clientCount() == live })
 	var want strings.Builder
 	for i := range 30 {
 		p := fmt.Sprintf("event-%02d;", i)
@@ -198,7 +198,7 @@ func TestSSEFanOutSharesOneSubscription(t *testing.T) {
 			}
 		}
 	}
-	await.True(t, "the condition", func() bool { h := g.hubOf("s"); return h != nil && h.clientCount() == live+behind })
+	await.True(t, "every client on the hub", func() bool { h := g.hubOf("s"); return h != nil && h.clientCount() == live+behind })
 	fs.append("last", true)
 	want.WriteString("last")
 	for range live + behind {
@@ -256,7 +256,7 @@ func TestSSESlowClientCatchesUp(t *testing.T) {
 		req := httptest.NewRequest("GET", "/v1/stream/s?offset=now&live=sse", nil)
 		g.Handler().ServeHTTP(slow, req)
 	}()
-	await.True(t, "the condition", func() bool { h := g.hubOf("s"); return h != nil && h.clientCount() == 1 })
+	await.True(t, "the slow client on the hub", func() bool { h := g.hubOf("s"); return h != nil && h.clientCount() == 1 })
 
 	fastDone := make(chan string, 1)
 	go func() {
@@ -269,14 +269,28 @@ func TestSSESlowClientCatchesUp(t *testing.T) {
 		defer resp.Body.Close()
 		fastDone <- sseData(t, resp.Body)
 	}()
-	await.True(t, "the condition", func() bool { return g.hubOf("s").clientCount() == 2 })
+	await.True(t, "the fast client on the hub", func() bool { return g.hubOf("s").clientCount() == 2 })
 
 	var want strings.Builder
 	n := hubMaxEvents + 200
-	for i := range n {
+	i := 0
+	appendEvent := func() {
 		p := fmt.Sprintf("e%05d;", i)
 		fs.append(p, i == n-1)
 		want.WriteString(p)
+		i++
+	}
+	// Stall the slow client before the hub moves on: one event at a time
+	// until it is blocked in a write. Otherwise, if its goroutine is late,
+	// it first sees the hub already past it, catches up with its own read
+	// and has nothing left to read once released.
+	for slow.writes.Load() <= 2 {
+		before := slow.writes.Load()
+		appendEvent()
+		await.True(t, "the slow client to write the event", func() bool { return slow.writes.Load() > before })
+	}
+	for i < n {
+		appendEvent()
 	}
 	// The fast client finishes while the slow one is still stuck.
 	select {
@@ -284,7 +298,7 @@ func TestSSESlowClientCatchesUp(t *testing.T) {
 		if got != want.String() {
 			t.Fatalf("fast client got %d bytes, want %d", len(got), want.Len())
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(await.DefaultTimeout):
 		t.Fatal("the fast client was held up by the slow one")
 	}
 	readsBefore := fs.reads.Load()
@@ -375,6 +389,17 @@ func TestHubTrim(t *testing.T) {
 	}
 }
 
+// directClients counts the clients hub writers write to.
+func directClients(h *hub) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, w := range h.writers {
+		n += len(w.clients)
+	}
+	return n
+}
+
 // TestSSEDirectWritesAndBackedUpClient serves over a real listener, where
 // hub writers write to caught-up clients directly. A client that stops
 // reading (a tiny receive buffer, so its connection backs up at once) is
@@ -424,7 +449,12 @@ func TestSSEDirectWritesAndBackedUpClient(t *testing.T) {
 	if err := req.Write(slow); err != nil {
 		t.Fatal(err)
 	}
-	await.True(t, "the condition", func() bool { h := g.hubOf("s"); return h != nil && h.clientCount() == fast+1 })
+	await.True(t, "every client on the hub", func() bool { h := g.hubOf("s"); return h != nil && h.clientCount() == fast+1 })
+	// Caught-up clients are handed to hub writers once they find nothing
+	// to take; wait for that (at least the fast ones, whatever the backed-up
+	// one does), or the appends below may all be taken by the clients'
+	// own goroutines before any goes direct.
+	await.True(t, "the fast clients handed to hub writers", func() bool { return directClients(g.hubOf("s")) >= fast })
 
 	var want strings.Builder
 	chunk := strings.Repeat("x", 4000)
@@ -440,7 +470,7 @@ func TestSSEDirectWritesAndBackedUpClient(t *testing.T) {
 			if got != want.String() {
 				t.Fatalf("fast client got %d bytes, want %d", len(got), want.Len())
 			}
-		case <-time.After(20 * time.Second):
+		case <-time.After(await.DefaultTimeout):
 			t.Fatal("the fast clients were held up by the backed-up one")
 		}
 	}

@@ -90,13 +90,13 @@ func (g *Gateway) probe(ctx context.Context) string {
 
 // notFound writes a 404 for a path the gateway does not serve.
 func notFound(w http.ResponseWriter, msg string) {
-	writeDomainError(w, &errcode.Error{Code: codeNotFound, Message: msg})
+	writeDomainError(w, &errcode.Error{Code: errcode.NotFound, Message: msg})
 }
 
 // methodNotAllowed writes a 405 with an Allow header.
 func methodNotAllowed(w http.ResponseWriter, allow string) {
 	w.Header().Set("Allow", allow)
-	writeDomainError(w, &errcode.Error{Code: codeMethodNotAllowed, Message: "method not allowed"})
+	writeDomainError(w, &errcode.Error{Code: errcode.MethodNotAllowed, Message: "method not allowed"})
 }
 
 // Bucket name errors.

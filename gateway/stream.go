@@ -38,9 +38,9 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 		return
 	}
 	de := toDomain(err)
-	if statusFor(de.Code) >= 500 {
+	if errcode.HTTPStatus(de.Code) >= 500 {
 		g.metrics.upstreamErrors.Add(1)
-		g.logger.WarnContext(r.Context(), "stream request failed", "method", r.Method, "path", r.URL.Path, "code", string(de.Code), "err", de.Message)
+		g.logger.WarnContext(r.Context(), "stream request failed", "method", r.Method, "path", r.URL.Path, "code", errcode.Reason(de.Code), "err", de.Message)
 	}
 	writeDomainError(w, de)
 }

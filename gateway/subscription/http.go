@@ -14,41 +14,26 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ursula/ursula/services/platform/errcode"
 )
 
-// Error codes of the subscription API.
+// Error codes of the subscription API (the contract's, errors.proto).
 const (
-	codeInvalidRequest   = "INVALID_REQUEST"
-	codeNotFound         = "SUBSCRIPTION_NOT_FOUND"
-	codeAlreadyExists    = "SUBSCRIPTION_ALREADY_EXISTS"
-	codeURLRejected      = "WEBHOOK_URL_REJECTED"
-	codeTokenInvalid     = "TOKEN_INVALID"
-	codeTokenExpired     = "TOKEN_EXPIRED"
-	codeFenced           = "FENCED"
-	codeAlreadyClaimed   = "ALREADY_CLAIMED"
-	codeNoPendingWork    = "NO_PENDING_WORK"
-	codeInvalidOffset    = "INVALID_OFFSET"
-	codeRouteNotFound    = "NOT_FOUND"
-	codeMethodNotAllowed = "METHOD_NOT_ALLOWED"
-	codeUnavailable      = "UNAVAILABLE"
+	codeInvalidRequest   = errcode.InvalidRequest
+	codeNotFound         = errcode.SubscriptionNotFound
+	codeAlreadyExists    = errcode.SubscriptionAlreadyExists
+	codeURLRejected      = errcode.WebhookURLRejected
+	codeTokenInvalid     = errcode.TokenInvalid
+	codeTokenExpired     = errcode.TokenExpired
+	codeFenced           = errcode.Fenced
+	codeAlreadyClaimed   = errcode.AlreadyClaimed
+	codeNoPendingWork    = errcode.NoPendingWork
+	codeInvalidOffset    = errcode.InvalidOffset
+	codeRouteNotFound    = errcode.NotFound
+	codeMethodNotAllowed = errcode.MethodNotAllowed
+	codeUnavailable      = errcode.Unavailable
 )
-
-// httpStatus is the one table from API error code to HTTP status.
-var httpStatus = map[string]int{
-	codeInvalidRequest:   http.StatusBadRequest,
-	codeNotFound:         http.StatusNotFound,
-	codeAlreadyExists:    http.StatusConflict,
-	codeURLRejected:      http.StatusBadRequest,
-	codeTokenInvalid:     http.StatusUnauthorized,
-	codeTokenExpired:     http.StatusUnauthorized,
-	codeFenced:           http.StatusConflict,
-	codeAlreadyClaimed:   http.StatusConflict,
-	codeNoPendingWork:    http.StatusConflict,
-	codeInvalidOffset:    http.StatusConflict,
-	codeRouteNotFound:    http.StatusNotFound,
-	codeMethodNotAllowed: http.StatusMethodNotAllowed,
-	codeUnavailable:      http.StatusServiceUnavailable,
-}
 
 const (
 	defaultLeaseTTLMS = 30_000
@@ -60,15 +45,16 @@ const (
 
 // apiError is an error answer of the subscription API.
 type apiError struct {
-	Code          string  `json:"code"`
-	Message       string  `json:"message"`
-	CurrentHolder string  `json:"current_holder,omitempty"`
-	Generation    *uint64 `json:"generation,omitempty"`
+	Code          errcode.Code `json:"-"`
+	Reason        string       `json:"code"`
+	Message       string       `json:"message"`
+	CurrentHolder string       `json:"current_holder,omitempty"`
+	Generation    *uint64      `json:"generation,omitempty"`
 }
 
-func (e *apiError) Error() string { return e.Code + ": " + e.Message }
+func (e *apiError) Error() string { return errcode.Reason(e.Code) + ": " + e.Message }
 
-func newAPIError(code, format string, args ...any) *apiError {
+func newAPIError(code errcode.Code, format string, args ...any) *apiError {
 	return &apiError{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
@@ -82,11 +68,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {
-	status, ok := httpStatus[e.Code]
-	if !ok {
-		status = http.StatusInternalServerError
-	}
-	writeJSON(w, status, map[string]*apiError{"error": e})
+	e.Reason = errcode.Reason(e.Code)
+	writeJSON(w, errcode.HTTPStatus(e.Code), map[string]*apiError{"error": e})
 }
 
 func writeNoContent(w http.ResponseWriter) {
@@ -724,7 +707,7 @@ func (m *Manager) handleWakeCall(w http.ResponseWriter, r *http.Request, id, act
 		return newAPIError(codeInvalidRequest, "%s is not supported by %s subscriptions", action, s.def.Type)
 	}
 	claims, code := m.signer.verifyToken(token, id, m.now())
-	if code != "" {
+	if code != 0 {
 		return newAPIError(code, "token rejected")
 	}
 	if s.wakeID == "" || claims.Gen != s.generation || claims.Wake != s.wakeID ||

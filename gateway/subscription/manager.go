@@ -228,11 +228,12 @@ func (m *Manager) ensureLoaded(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load subscriptions: %w", err)
 	}
+	loaded := len(subs) // the map is shared once published
 	m.mu.Lock()
 	m.subs = subs
 	m.mu.Unlock()
 	m.loaded.Store(true)
-	m.logger.Info("subscriptions loaded", "records", n, "subscriptions", len(subs))
+	m.logger.Info("subscriptions loaded", "records", n, "subscriptions", loaded)
 	return nil
 }
 

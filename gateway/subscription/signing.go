@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ursula/ursula/services/platform/errcode"
 )
 
 // tokenTTL is how long a callback or claim token stays valid. Fencing by
@@ -176,7 +178,7 @@ func (s *signer) issueToken(subID string, gen uint64, wakeID string, now time.Ti
 
 // verifyToken checks a token's MAC, subject and expiry and returns its
 // claims, or the error code to answer with.
-func (s *signer) verifyToken(token, subID string, now time.Time) (tokenClaims, string) {
+func (s *signer) verifyToken(token, subID string, now time.Time) (tokenClaims, errcode.Code) {
 	p, sig, ok := strings.Cut(token, ".")
 	if !ok {
 		return tokenClaims{}, codeTokenInvalid
@@ -201,7 +203,7 @@ func (s *signer) verifyToken(token, subID string, now time.Time) (tokenClaims, s
 	if now.Unix() > c.Exp {
 		return tokenClaims{}, codeTokenExpired
 	}
-	return c, ""
+	return c, 0
 }
 
 // newWakeID returns a random wake identifier "w_<24 hex>".

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	"go.uber.org/goleak"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/tests/await"
 )
 
@@ -219,9 +221,10 @@ func streamByPath(t testing.TB, body map[string]any, path string) map[string]any
 	return nil
 }
 
-func errCode(body map[string]any) string {
+func errCode(body map[string]any) errcode.Code {
 	e, _ := body["error"].(map[string]any)
-	c, _ := e["code"].(string)
+	r, _ := e["code"].(string)
+	c, _ := errcode.Parse(r)
 	return c
 }
 
@@ -361,9 +364,9 @@ func TestTokens(t *testing.T) {
 		token string
 		sub   string
 		at    time.Time
-		code  string
+		code  errcode.Code
 	}{
-		{"valid", tok, "sub", now, ""},
+		{"valid", tok, "sub", now, 0},
 		{"other subscription", tok, "other", now, codeTokenInvalid},
 		{"expired", tok, "sub", now.Add(2 * tokenTTL), codeTokenExpired},
 		{"tampered", tok[:len(tok)-2] + "AA", "sub", now, codeTokenInvalid},
@@ -373,9 +376,9 @@ func TestTokens(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c, code := s.verifyToken(tt.token, tt.sub, tt.at)
 			if code != tt.code {
-				t.Fatalf("code = %q, want %q", code, tt.code)
+				t.Fatalf("code = %v, want %v", code, tt.code)
 			}
-			if code == "" && (c.Gen != 3 || c.Wake != "w_1") {
+			if code == 0 && (c.Gen != 3 || c.Wake != "w_1") {
 				t.Errorf("claims = %+v", c)
 			}
 		})
@@ -425,11 +428,11 @@ func TestCreateConfirmAndJWKS(t *testing.T) {
 		method string
 		body   any
 		status int
-		code   string
+		code   errcode.Code
 	}{
-		{"identical re-put", "PUT", spec, http.StatusOK, ""},
+		{"identical re-put", "PUT", spec, http.StatusOK, 0},
 		{"different config", "PUT", map[string]any{"type": "webhook", "pattern": "other/*", "webhook": map[string]any{"url": rcv.url()}}, http.StatusConflict, codeAlreadyExists},
-		{"get", "GET", nil, http.StatusOK, ""},
+		{"get", "GET", nil, http.StatusOK, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -469,7 +472,7 @@ func TestRequestValidation(t *testing.T) {
 		path   string
 		body   any
 		status int
-		code   string
+		code   errcode.Code
 	}{
 		{"unsafe url", "PUT", "subscriptions/s", map[string]any{"type": "webhook", "pattern": "events/*", "webhook": map[string]any{"url": "http://10.0.0.1/hook"}}, 400, codeURLRejected},
 		{"metadata url", "PUT", "subscriptions/s", map[string]any{"type": "webhook", "pattern": "e/*", "webhook": map[string]any{"url": "https://169.254.169.254/"}}, 400, codeURLRejected},
@@ -556,8 +559,10 @@ func TestWebhookSynchronousDone(t *testing.T) {
 func TestWebhookCallbackFencing(t *testing.T) {
 	h := newHarness(t, Config{}, nil)
 	rcv := newReceiver(t, nil)
+	// The longest lease, so that it cannot expire while the cases run on a
+	// busy machine: this test is about fencing, not expiry.
 	h.do("PUT", "subscriptions/cb", map[string]any{
-		"type": "webhook", "pattern": "events/*", "webhook": map[string]any{"url": rcv.url()}, "lease_ttl_ms": 5000,
+		"type": "webhook", "pattern": "events/*", "webhook": map[string]any{"url": rcv.url()}, "lease_ttl_ms": maxLeaseTTLMS,
 	})
 	h.write("events/cb", `{"event":"created"}`)
 	n := rcv.wait(t, 1).body
@@ -578,7 +583,7 @@ func TestWebhookCallbackFencing(t *testing.T) {
 		body   any
 		token  string
 		status int
-		code   string
+		code   errcode.Code
 	}{
 		{"no token", ack, "", 401, codeTokenInvalid},
 		{"forged token", ack, "abc.def", 401, codeTokenInvalid},
@@ -587,8 +592,8 @@ func TestWebhookCallbackFencing(t *testing.T) {
 		{"unknown stream", map[string]any{"wake_id": n["wake_id"], "generation": n["generation"], "acks": []any{map[string]any{"stream": "nope", "offset": tail}}}, token, 409, codeInvalidOffset},
 		{"beyond tail", map[string]any{"wake_id": n["wake_id"], "generation": n["generation"], "acks": []any{map[string]any{"stream": "events/cb", "offset": "9999999999999999_9999999999999999"}}}, token, 409, codeInvalidOffset},
 		{"minus one", map[string]any{"wake_id": n["wake_id"], "generation": n["generation"], "acks": []any{map[string]any{"stream": "events/cb", "offset": "-1"}}}, token, 409, codeInvalidOffset},
-		{"heartbeat", map[string]any{"wake_id": n["wake_id"], "generation": n["generation"]}, token, 200, ""},
-		{"done", ack, token, 200, ""},
+		{"heartbeat", map[string]any{"wake_id": n["wake_id"], "generation": n["generation"]}, token, 200, 0},
+		{"done", ack, token, 200, 0},
 		{"stale", ack, token, 409, codeFenced},
 	}
 	for _, tt := range tests {
@@ -674,7 +679,14 @@ func TestWebhookAttemptsAreBounded(t *testing.T) {
 	})
 	h.write("b/x", `{}`)
 	rcv.wait(t, 3)
-	time.Sleep(100 * time.Millisecond)
+	// The third failure drops the wake; nothing is delivered after that, so
+	// the count is final once the wake is gone.
+	s := h.m.getSub("bounded")
+	await.True(t, "the wake dropped after the last attempt", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.wakeID == "" && !s.delivering
+	})
 	if n := rcv.count(); n != 3 {
 		t.Errorf("%d deliveries, want 3", n)
 	}
@@ -687,6 +699,9 @@ func TestExplicitLinks(t *testing.T) {
 	h := newHarness(t, Config{}, nil)
 	rcv := newReceiver(t, nil)
 	h.write("manual/c", `{"pre":true}`)
+	// Observer events are applied in the background: the stream must be
+	// known before the subscription is created for it to count as existing.
+	await.True(t, "the write to manual/c to be observed", func() bool { return slices.Contains(h.m.knownStreams(), "manual/c") })
 	status, body := h.do("PUT", "subscriptions/explicit", map[string]any{
 		"type": "webhook", "pattern": "manual/c", "streams": []string{"manual/a", "manual/c"}, "webhook": map[string]any{"url": rcv.url()},
 	})
@@ -737,8 +752,10 @@ func TestExplicitLinks(t *testing.T) {
 func TestPullWake(t *testing.T) {
 	h := newHarness(t, Config{}, nil)
 	h.fake.write("__ds", "wake/pool", "application/json", []byte(`[]`))
+	// The longest lease, so that worker-1's claim cannot expire before its
+	// ack on a busy machine: expiry is TestPullWakeLeaseExpiry's subject.
 	status, body := h.do("PUT", "subscriptions/pull", map[string]any{
-		"type": "pull-wake", "pattern": "events/*", "wake_stream": "wake/pool", "lease_ttl_ms": 1000,
+		"type": "pull-wake", "pattern": "events/*", "wake_stream": "wake/pool", "lease_ttl_ms": maxLeaseTTLMS,
 	})
 	if status != http.StatusCreated || body["wake_stream"] != "wake/pool" || body["webhook"] != nil {
 		t.Fatalf("create = %d %v", status, body)
@@ -757,7 +774,7 @@ func TestPullWake(t *testing.T) {
 	})
 
 	status, claimed := h.do("POST", "subscriptions/pull/claim", map[string]any{"worker": "worker-1"})
-	if status != http.StatusOK || claimed["lease_ttl_ms"] != 1000.0 {
+	if status != http.StatusOK || claimed["lease_ttl_ms"] != float64(maxLeaseTTLMS) {
 		t.Fatalf("claim = %d %v", status, claimed)
 	}
 	tail := streamByPath(t, claimed, "events/pull")["tail_offset"].(string)

@@ -34,7 +34,7 @@
 //	Subscribe                    leader                       NOT_LEADER or connection failure before the first chunk
 //	GetClusterInfo               any node                     connection failure (→ another node)
 //
-// The group of a stream is placement.Group(bucket, stream, group_count).
+// The group of a stream is FNV-1a 64(bucket + "/" + stream) mod group_count (placement.go).
 //
 // # Errors
 //

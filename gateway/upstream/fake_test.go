@@ -13,7 +13,6 @@ import (
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/services/platform/grpcerr"
-	"github.com/ursula/ursula/services/platform/placement"
 )
 
 // fakeCluster is a set of fake nodes sharing one notion of who leads what.
@@ -79,7 +78,7 @@ func (c *fakeCluster) leader(g uint32) uint64 {
 }
 
 func (c *fakeCluster) group(bucket, stream string) uint32 {
-	return placement.Group(bucket, stream, c.groups)
+	return groupOf(bucket, stream, c.groups)
 }
 
 // streamInGroup returns a stream name of bucket b that lives in group g.

@@ -12,7 +12,6 @@ import (
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/services/platform/grpcerr"
-	"github.com/ursula/ursula/services/platform/placement"
 )
 
 // mode says where a call may go and when it may be retried.
@@ -303,5 +302,5 @@ func placementGroup(v *view, ref *streamv1.StreamRef) uint32 {
 	if ref == nil {
 		return 0
 	}
-	return placement.Group(ref.GetBucket(), ref.GetStream(), v.groupCount)
+	return groupOf(ref.GetBucket(), ref.GetStream(), v.groupCount)
 }

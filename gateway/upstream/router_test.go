@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/services/platform/grpcerr"
+	"github.com/ursula/ursula/tests/await"
 )
 
 func TestMain(m *testing.M) {
@@ -388,22 +390,16 @@ func TestFailoverUpdatesCache(t *testing.T) {
 				t.Fatalf("retries = %d, want still 1 (the cache learned)", st.Retries)
 			}
 			// The refresh loop sees the new leader for every group.
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				st := r.Stats()
-				var leads int
-				for _, n := range st.Nodes {
+			leads := func() int {
+				for _, n := range r.Stats().Nodes {
 					if n.ID == 3 {
-						leads = n.Leads
+						return n.Leads
 					}
 				}
-				if leads == 4 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("node 3 leads %d groups in the cache, want 4: %+v", leads, st)
-				}
-				time.Sleep(10 * time.Millisecond)
+				return 0
+			}
+			if !await.Until(await.DefaultTimeout, func() bool { return leads() == 4 }) {
+				t.Fatalf("node 3 leads %d groups in the cache, want 4: %+v", leads(), r.Stats())
 			}
 		})
 	}
@@ -531,18 +527,14 @@ func TestConfigValidate(t *testing.T) {
 // the node is gone.
 func waitConnDown(t testing.TB, r *Router, id uint64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	await.True(t, fmt.Sprintf("the connection to node %d to leave READY", id), func() bool {
 		for _, n := range r.Stats().Nodes {
 			if n.ID == id && n.Conn != "READY" {
-				return
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("connection to node %d still READY", id)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return false
+	})
 }
 
 func TestWriteAfterLinkLossIsNotRetried(t *testing.T) {
@@ -580,7 +572,7 @@ func TestConcurrentFailover(t *testing.T) {
 			select {
 			case <-done:
 				return
-			case <-time.After(3 * time.Millisecond):
+			case <-time.After(3 * time.Millisecond): // pacing, not synchronization
 			}
 			c.setLeader(uint64(i%3) + 1)
 		}
@@ -657,13 +649,9 @@ func TestNodeSetChanges(t *testing.T) {
 	r := newRouter(t, c.addrs()[:1], true)
 	waitNodes := func(want int) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for len(r.Stats().Nodes) != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("router knows %d nodes, want %d", len(r.Stats().Nodes), want)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		await.True(t, fmt.Sprintf("the router to know %d nodes", want), func() bool {
+			return len(r.Stats().Nodes) == want
+		})
 	}
 	waitNodes(3)
 	c.mu.Lock()

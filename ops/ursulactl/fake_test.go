@@ -39,6 +39,7 @@ type fakeNode struct {
 	inc       string
 	ready     bool
 	reason    string
+	notReady  int // with ready false: answer this many more probes, then become ready (0: stay unready)
 	draining  bool
 	down      bool
 	token     string            // required bearer token when set
@@ -161,6 +162,10 @@ func (n *fakeNode) serveClient(w http.ResponseWriter, r *http.Request) {
 			status = 503
 		}
 		writeFakeJSON(w, status, map[string]any{"ready": n.ready, "reason": n.reason, "cluster_id": c.clusterID, "process_incarnation": n.inc})
+		if !n.ready && n.notReady > 0 {
+			n.notReady--
+			n.ready = n.notReady == 0
+		}
 	default:
 		http.NotFound(w, r)
 	}

@@ -1,14 +1,17 @@
 package ursulactl
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
-	"time"
+
+	"github.com/ursula/ursula/tests/await"
 )
 
 // fastArgs keep the fake-cluster runs short.
@@ -85,17 +88,18 @@ func TestVerifyCluster(t *testing.T) {
 
 func TestWaitReady(t *testing.T) {
 	c := newFakeCluster(t, 3, 4)
-	c.set(func() { c.nodes[2].ready = false })
+	// Node 2 answers "not ready" to two probes, so the command is seen to
+	// wait, then it is ready.
+	c.set(func() { c.nodes[2].ready, c.nodes[2].notReady = false, 2 })
 	m := c.manifest(t, "")
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		c.set(func() { c.nodes[2].ready = true })
-	}()
 	if code, _, _ := runCLI(t, Env{}, cli(m, "wait-ready")...); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
+	// Never ready: the wait ends with the problem its last complete
+	// observation found. The timeout only needs room for one observation
+	// on a busy machine; nothing changes during it.
 	c.set(func() { c.nodes[2].ready = false })
-	code, _, errs := runCLI(t, Env{}, cli(m, "wait-ready", "--timeout", "200ms")...)
+	code, _, errs := runCLI(t, Env{}, cli(m, "wait-ready", "--timeout", "1s")...)
 	if code != ExitError {
 		t.Errorf("exit %d, want %d", code, ExitError)
 	}
@@ -174,7 +178,12 @@ func TestDrainSafety(t *testing.T) {
 		c := newFakeCluster(t, 3, 6)
 		c.set(func() { c.stuck = true }) // transfers are accepted, nothing moves
 		hooks := Hooks{Pinned: func(context.Context, uint64) error {
-			go func() { time.Sleep(50 * time.Millisecond); c.restart(1) }()
+			// Restart node 1 once it is marked draining, while the
+			// handoffs wait.
+			go func() {
+				await.Until(await.DefaultTimeout, func() bool { return len(c.mutationsOf(1)) > 0 })
+				c.restart(1)
+			}()
 			return nil
 		}}
 		code, _, errs := runCLI(t, Env{Hooks: hooks}, cli(c.manifest(t, ""), "drain", "--node", "1")...)
@@ -324,11 +333,8 @@ func TestThinVerbs(t *testing.T) {
 func TestWaitNode(t *testing.T) {
 	c := newFakeCluster(t, 3, 4)
 	m := c.manifest(t, "")
-	c.set(func() { c.nodes[2].ready = false })
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		c.set(func() { c.nodes[2].ready = true })
-	}()
+	// Node 2 answers "not ready" to two probes, then it is ready.
+	c.set(func() { c.nodes[2].ready, c.nodes[2].notReady = false, 2 })
 	code, out, _ := runCLI(t, Env{}, cli(m, "wait", "--node", "2")...)
 	if code != 0 || !strings.Contains(out, "node 2: ready, a voter of all 4 groups and caught up") {
 		t.Fatalf("exit %d, output %q", code, out)
@@ -435,20 +441,46 @@ func TestHelpDocumentsExitCodes(t *testing.T) {
 func TestProgressOnTTY(t *testing.T) {
 	c := newFakeCluster(t, 3, 4)
 	c.set(func() { c.nodes[2].ready, c.nodes[2].reason = false, "groups_not_ready" })
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		c.set(func() { c.nodes[2].ready = true })
-	}()
+	// Node 2 stays unready until the bar has shown why (bars are redrawn
+	// at most every 100 ms), then the wait ends.
+	m := c.manifest(t, "")
 	tty := true
-	code, out, _ := runCLI(t, Env{TTY: &tty}, cli(c.manifest(t, ""), "wait-ready")...)
-	if code != 0 {
-		t.Fatalf("exit %d", code)
+	var out syncBuffer
+	var errb bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(t.Context(), cli(m, "wait-ready"), Env{Stdout: &out, Stderr: &errb, TTY: &tty})
+	}()
+	await.True(t, "the bar to show node 2 not ready", func() bool {
+		return strings.Contains(out.String(), "node 2: not ready: groups_not_ready")
+	})
+	c.set(func() { c.nodes[2].ready = true })
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	if !strings.Contains(out, "node 2: not ready: groups_not_ready") || !strings.Contains(out, "cluster ready") {
-		t.Errorf("no progress shown on a terminal: %q", out)
+	if !strings.Contains(out.String(), "cluster ready") {
+		t.Errorf("no result line after the bar: %q", out.String())
 	}
-	code, out, _ = runCLI(t, Env{}, cli(c.manifest(t, ""), "wait-ready")...)
-	if code != 0 || strings.Contains(out, "\r") {
-		t.Errorf("exit %d, output %q: progress drawn without a terminal", code, out)
+	code, plain, _ := runCLI(t, Env{}, cli(m, "wait-ready")...)
+	if code != 0 || strings.Contains(plain, "\r") {
+		t.Errorf("exit %d, output %q: progress drawn without a terminal", code, plain)
 	}
+}
+
+// syncBuffer is a bytes.Buffer that a command writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,6 +21,7 @@ import (
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/coldgc"
 	"github.com/ursula/ursula/services/node"
+	"github.com/ursula/ursula/services/platform/lifecycle"
 	"github.com/ursula/ursula/services/platform/memlimit"
 	"github.com/ursula/ursula/services/platform/telemetry"
 	"github.com/ursula/ursula/storage/engine"
@@ -137,116 +137,91 @@ func registerMetrics(tel *telemetry.Telemetry, name string, src telemetry.Source
 	}
 }
 
-// Run runs the configured roles until ctx ends. Roles stop front to back:
-// the gateway drains first, then the node's listeners, then the engine,
-// which syncs its journals last.
+// Run runs the configured roles until ctx ends or one of them fails, under
+// one supervisor (package lifecycle): roles start in dependency order and
+// stop in reverse, so the gateway drains first, then the node's listeners,
+// then the storage, which syncs its journals last; the first role that
+// fails stops the process, and Run returns its error.
 func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
-	var (
-		eng *engine.Engine
-		srv *node.Server
-		err error
-	)
 	lim, err := memlimit.New(cfg.Runtime.Config, logger.With("component", "memlimit"))
 	if err != nil {
 		return err
 	}
-	limCtx, stopLim := context.WithCancel(context.Background())
-	limDone := make(chan struct{})
-	go func() {
-		defer close(limDone)
-		_ = lim.Run(limCtx)
-	}()
-	defer func() {
-		stopLim()
-		<-limDone
-	}()
+	roles := []lifecycle.Role{{Name: "memlimit", Run: lim.Run}}
 	if cfg.Target == TargetColdGC {
-		return runColdGC(ctx, cfg, logger)
+		worker, closeConn, err := newColdGC(ctx, cfg, logger)
+		if err != nil {
+			return err
+		}
+		defer closeConn()
+		return lifecycle.Run(ctx, logger, append(roles, lifecycle.Role{Name: "coldgc", Run: worker.Run})...)
 	}
 	tel, stopTelemetry, err := startTelemetry(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
 	defer stopTelemetry()
-	var store objstore.Store
+
+	var srv *node.Server
 	if cfg.Target != TargetGateway {
-		if eng, err = engine.New(cfg.Engine, nil, logger.With("component", "engine")); err != nil {
-			return err
-		}
-		if store, err = openColdStore(ctx, cfg.Cold.Config); err != nil {
-			return err
-		}
-		eng.SetColdStore(store)
-		if srv, err = node.New(cfg.Node, eng, logger.With("component", "node")); err != nil {
-			return err
-		}
-		srv.SetPrometheusHandler(tel.PrometheusHandler())
-	}
-
-	engCtx, stopEngine := context.WithCancel(context.Background())
-	defer stopEngine()
-	nodeCtx, stopNode := context.WithCancel(context.Background())
-	defer stopNode()
-	engErr := make(chan error, 1)
-	nodeErr := make(chan error, 1)
-	if eng != nil {
-		go func() { engErr <- eng.Run(engCtx) }()
-		go func() { nodeErr <- srv.Run(nodeCtx) }()
-	}
-
-	gcCtx, stopGC := context.WithCancel(context.Background())
-	defer stopGC()
-	gcDone := make(chan struct{})
-	if cfg.Target == TargetAll {
-		worker, err := coldgc.New(cfg.ColdGC, srv.ColdGCClient(), store, logger.With("component", "coldgc"))
+		store, err := openColdStore(ctx, cfg.Cold.Config)
 		if err != nil {
 			return err
 		}
-		srv.AddMetrics(worker.AddMetrics)
-		go func() {
-			defer close(gcDone)
-			_ = worker.Run(gcCtx)
-		}()
-	} else {
-		close(gcDone)
-	}
-	if srv != nil {
+		storage, err := engine.Open(cfg.Engine, engine.Deps{ColdStore: store, Logger: logger})
+		if err != nil {
+			return err
+		}
+		if srv, err = node.New(cfg.Node, storage, logger.With("component", "node")); err != nil {
+			return err
+		}
+		srv.SetPrometheusHandler(tel.PrometheusHandler())
+		roles = append(roles,
+			lifecycle.Role{Name: "storage", Run: storage.Run},
+			lifecycle.Role{Name: "node", Run: srv.Run})
+		if cfg.Target == TargetAll {
+			worker, err := coldgc.New(cfg.ColdGC, coldgcv1.NewColdGCServiceClient(srv.Conn()), store, logger.With("component", "coldgc"))
+			if err != nil {
+				return err
+			}
+			srv.AddMetrics(worker.AddMetrics)
+			roles = append(roles, lifecycle.Role{Name: "coldgc", Run: worker.Run})
+		}
 		registerMetrics(tel, "node", srv.MetricsSource(), logger)
 	}
-
-	var gwErr error
 	if cfg.Target != TargetNode {
-		var local streamv1.StreamServiceClient
+		var conn grpc.ClientConnInterface
 		if srv != nil && cfg.Upstream.InProcess && len(cfg.Upstream.Nodes) == 0 {
-			local = srv.LocalClient()
+			conn = srv.Conn()
 		}
-		gwErr = runGateway(ctx, cfg, local, tel, logger)
-	} else {
-		select {
-		case <-ctx.Done():
-		case err := <-engErr:
-			engErr <- err
-		case err := <-nodeErr:
-			nodeErr <- err
+		gwRoles, closeGateway, err := gatewayRoles(cfg, conn, tel, logger)
+		if err != nil {
+			return err
 		}
+		defer closeGateway()
+		roles = append(roles, gwRoles...)
 	}
-	if eng == nil {
-		return gwErr
-	}
-	stopGC()
-	<-gcDone
-	stopNode()
-	nErr := <-nodeErr
-	stopEngine()
-	eErr := <-engErr
-	return errors.Join(gwErr, nErr, eErr)
+	return lifecycle.Run(ctx, logger, roles...)
 }
 
-// runGateway runs the gateway and the subscription manager until ctx ends.
-// client, when not nil, is an in-process client of this process's node;
-// otherwise the gateway dials the node over gRPC.
-func runGateway(ctx context.Context, cfg *Config, client streamv1.StreamServiceClient, tel *telemetry.Telemetry, logger *slog.Logger) error {
-	if client == nil {
+// gatewayRoles builds the gateway's roles: the upstream router (unless conn,
+// an in-process connection to this process's node, replaces it), the
+// subscription manager, and the gateway itself. The returned function
+// releases what they hold once they stopped.
+func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, tel *telemetry.Telemetry, logger *slog.Logger) ([]lifecycle.Role, func(), error) {
+	var (
+		roles   []lifecycle.Role
+		closers []func()
+		client  streamv1.StreamServiceClient
+	)
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	if conn != nil {
+		client = streamv1.NewStreamServiceClient(conn)
+	} else {
 		ucfg := cfg.Upstream.Config
 		if len(ucfg.Nodes) == 0 {
 			ucfg.Nodes = []string{cfg.Node.Listen}
@@ -256,42 +231,38 @@ func runGateway(ctx context.Context, cfg *Config, client streamv1.StreamServiceC
 		}
 		router, err := upstream.New(ucfg, logger.With("component", "upstream"))
 		if err != nil {
-			return fmt.Errorf("gateway upstream: %w", err)
+			return nil, nil, fmt.Errorf("gateway upstream: %w", err)
 		}
-		defer router.Close()
-		routerCtx, stopRouter := context.WithCancel(context.Background())
-		defer stopRouter()
-		go func() { _ = router.Run(routerCtx) }()
+		closers = append(closers, router.Close)
 		registerMetrics(tel, "upstream", router.MetricsSource(), logger)
+		roles = append(roles, lifecycle.Role{Name: "upstream", Run: router.Run})
 		client = router
 	}
-
 	subCfg := cfg.Subscriptions
 	if subCfg.StreamRoot == "" {
 		subCfg.StreamRoot = cfg.Gateway.StreamRoot
 	}
 	subs, err := subscription.New(subCfg, client, logger.With("component", "subscriptions"))
 	if err != nil {
-		return err
+		closeAll()
+		return nil, nil, err
 	}
-	defer subs.Close()
+	closers = append(closers, subs.Close)
 	gwCfg := cfg.Gateway
 	gwCfg.Subscriptions = subs
 	gwCfg.Observer = subs
 	gwCfg.Prometheus = tel.PrometheusHandler()
 	gw, err := gateway.New(gwCfg, client, logger.With("component", "gateway"))
 	if err != nil {
-		return err
+		closeAll()
+		return nil, nil, err
 	}
-	defer gw.Close()
+	closers = append(closers, gw.Close)
 	registerMetrics(tel, "gateway", gw.MetricsSource(), logger)
-
-	subCtx, stopSubs := context.WithCancel(context.Background())
-	subErr := make(chan error, 1)
-	go func() { subErr <- subs.Run(subCtx) }()
-	err = gw.Run(ctx)
-	stopSubs()
-	return errors.Join(err, <-subErr)
+	roles = append(roles,
+		lifecycle.Role{Name: "subscriptions", Run: subs.Run},
+		lifecycle.Role{Name: "gateway", Run: gw.Run})
+	return roles, closeAll, nil
 }
 
 // openColdStore opens the cold store and checks that its root is ours
@@ -309,22 +280,23 @@ func openColdStore(ctx context.Context, cfg objstore.Config) (objstore.Store, er
 	return store, nil
 }
 
-// runColdGC runs the cold-GC worker of a split deployment against a
-// storage node's ColdGCService until ctx ends.
-func runColdGC(ctx context.Context, cfg *Config, logger *slog.Logger) error {
+// newColdGC builds the cold-GC worker of a split deployment against a
+// storage node's ColdGCService; the returned function closes its
+// connection.
+func newColdGC(ctx context.Context, cfg *Config, logger *slog.Logger) (*coldgc.Worker, func(), error) {
 	store, err := openColdStore(ctx, cfg.Cold.Config)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	conn, err := grpc.NewClient(cfg.Upstream.Nodes[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return fmt.Errorf("coldgc: dial %s: %w", cfg.Upstream.Nodes[0], err)
+		return nil, nil, fmt.Errorf("coldgc: dial %s: %w", cfg.Upstream.Nodes[0], err)
 	}
-	defer conn.Close()
 	worker, err := coldgc.New(cfg.ColdGC, coldgcv1.NewColdGCServiceClient(conn), store, logger.With("component", "coldgc"))
 	if err != nil {
-		return err
+		_ = conn.Close()
+		return nil, nil, err
 	}
 	logger.Info("cold GC worker started", "node", cfg.Upstream.Nodes[0])
-	return worker.Run(ctx)
+	return worker, func() { _ = conn.Close() }, nil
 }

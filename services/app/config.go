@@ -19,6 +19,7 @@ import (
 	"github.com/ursula/ursula/services/node"
 	"github.com/ursula/ursula/services/platform/memlimit"
 	"github.com/ursula/ursula/services/platform/telemetry"
+	"github.com/ursula/ursula/storage/cold"
 	"github.com/ursula/ursula/storage/engine"
 	"github.com/ursula/ursula/storage/objstore"
 )
@@ -60,11 +61,14 @@ type Config struct {
 }
 
 // ColdConfig is the [cold] section: the object store (backend, dir, s3)
-// and the flush thresholds, side by side.
+// and the cold tier's thresholds, side by side.
 type ColdConfig struct {
 	objstore.Config
-	engine.ColdConfig
+	TierConfig
 }
+
+// TierConfig is the cold tier's part of the [cold] section.
+type TierConfig = cold.Config
 
 // RuntimeConfig configures the process's workers and memory.
 type RuntimeConfig struct {
@@ -121,7 +125,7 @@ func (c *Config) registerFlags(fs *flag.FlagSet, target string) {
 	fs.StringVar(&c.Cold.S3.Endpoint, "cold.s3.endpoint", "", "s3 cold store: endpoint URL of an S3-compatible service")
 	fs.StringVar(&c.Cold.S3.Region, "cold.s3.region", "", "s3 cold store: region")
 	fs.BoolVar(&c.Cold.S3.PathStyle, "cold.s3.path-style", false, "s3 cold store: path-style addressing")
-	c.Cold.ColdConfig.RegisterFlags(fs)
+	c.Cold.TierConfig.RegisterFlags(fs)
 	c.ColdGC.RegisterFlags(fs)
 	fs.StringVar(&c.Log.Level, "log.level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.Log.Format, "log.format", "text", "log format: text or json")
@@ -205,7 +209,8 @@ func Load(args []string, target string) (*Config, *Flags, error) {
 	if cfg.Cold.Backend == objstore.BackendFS && cfg.Cold.Dir == "" {
 		cfg.Cold.Dir = filepath.Join(cfg.Engine.DataDir, "cold")
 	}
-	cfg.Engine.Cold = cfg.Cold.ColdConfig
+	cfg.Engine.Cold = cfg.Cold.TierConfig
+	cfg.Engine.MaxMessageBytes = cfg.Node.MaxMessageBytes
 	cfg.Engine.ClusterID = cfg.Node.ClusterID
 	return &cfg, f, nil
 }

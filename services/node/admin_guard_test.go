@@ -18,7 +18,7 @@ import (
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/services/platform/grpcerr"
-	"github.com/ursula/ursula/storage/multiraft"
+	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/objstore"
 	"github.com/ursula/ursula/storage/stream"
 )
@@ -174,7 +174,7 @@ func TestAdminGuard(t *testing.T) {
 		{"read with the token", http.MethodGet, "/__ursula/leadership-shed", hdr("Authorization", bearer), http.StatusOK, ""},
 		{"scheme in lower case", http.MethodGet, "/__ursula/metrics", hdr("Authorization", "bearer "+testToken), http.StatusOK, ""},
 	}
-	snapIndex := eng.Host().Status(0).SnapshotIndex
+	snapIndex := eng.Cluster.Status(0).SnapshotIndex
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, body := rawDo(t, ts.Client(), tc.method, ts.URL+tc.path, tc.header)
@@ -194,18 +194,18 @@ func TestAdminGuard(t *testing.T) {
 			if tc.wantCode == http.StatusUnauthorized && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
 				t.Errorf("401 without a Bearer challenge: %q", resp.Header.Get("WWW-Authenticate"))
 			}
-			if eng.Draining() {
+			if eng.Cluster.Draining() {
 				t.Error("a refused request turned the drain on")
 			}
-			if got := eng.Host().Status(0).SnapshotIndex; got != snapIndex {
+			if got := eng.Cluster.Status(0).SnapshotIndex; got != snapIndex {
 				t.Errorf("a refused request took a snapshot: index %d, was %d", got, snapIndex)
 			}
 		})
 	}
 	resp, body := rawDo(t, ts.Client(), http.MethodPost, ts.URL+"/__ursula/leadership-shed/maintenance",
 		hdr("Authorization", bearer, IncarnationHeader, s.Incarnation()))
-	if resp.StatusCode != http.StatusOK || !eng.Draining() {
-		t.Fatalf("authorized drain: %d %s, draining %v", resp.StatusCode, body, eng.Draining())
+	if resp.StatusCode != http.StatusOK || !eng.Cluster.Draining() {
+		t.Fatalf("authorized drain: %d %s, draining %v", resp.StatusCode, body, eng.Cluster.Draining())
 	}
 }
 
@@ -214,17 +214,17 @@ func TestAdminSnapshotAndPurge(t *testing.T) {
 	inc := incarnation(s.Incarnation())
 	ref := &streamv1.StreamRef{Bucket: "snap", Stream: "s"}
 	ctx := t.Context()
-	if _, err := eng.CreateBucket(ctx, &streamv1.CreateBucketRequest{Bucket: ref.Bucket}); err != nil {
+	if _, err := eng.Engine.CreateBucket(ctx, &streamv1.CreateBucketRequest{Bucket: ref.Bucket}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := eng.CreateStream(ctx, &streamv1.CreateStreamRequest{Ref: ref, ContentType: "text/plain"}); err != nil {
+	if _, err := eng.Engine.CreateStream(ctx, &streamv1.CreateStreamRequest{Ref: ref, ContentType: "text/plain"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := eng.Append(ctx, &streamv1.AppendRequest{Ref: ref, ContentType: "text/plain", Body: []byte("x")}); err != nil {
+	if _, err := eng.Engine.Append(ctx, &streamv1.AppendRequest{Ref: ref, ContentType: "text/plain", Body: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
-	g := eng.GroupOf(stream.Key{Bucket: ref.Bucket, Stream: ref.Stream})
-	applied := eng.Host().Status(g).Applied
+	g := eng.Engine.GroupOf(stream.Key{Bucket: ref.Bucket, Stream: ref.Stream})
+	applied := eng.Cluster.Status(g).Applied
 	base := fmt.Sprintf("%s/__ursula/raft/%d", ts.URL, g)
 
 	code, body := do(t, ts.Client(), http.MethodPost, base+"/snapshot", inc)
@@ -232,7 +232,7 @@ func TestAdminSnapshotAndPurge(t *testing.T) {
 		t.Fatalf("snapshot: %d %v, want group %d at index >= %d", code, body, g, applied)
 	}
 	snap := uint64(body["snapshot_index"].(float64))
-	if st := eng.Host().Status(g); st.SnapshotIndex != snap {
+	if st := eng.Cluster.Status(g); st.SnapshotIndex != snap {
 		t.Fatalf("group status snapshot index %d, answer %d", st.SnapshotIndex, snap)
 	}
 	tests := []struct {
@@ -353,14 +353,14 @@ func TestAdminErrorTable(t *testing.T) {
 		wantLeader any
 		wantRetry  string
 	}{
-		{"not leader", raftStatus(&multiraft.NotLeaderError{LeaderID: 3}), http.StatusConflict, "NOT_LEADER", float64(3), ""},
-		{"not leader, leader unknown", raftStatus(&multiraft.NotLeaderError{}), http.StatusConflict, "NOT_LEADER", float64(0), ""},
+		{"not leader", toStatus(fault.Errorf(fault.ErrNotLeader, "x").With(fault.DetailLeaderID, "3")), http.StatusConflict, "NOT_LEADER", float64(3), ""},
+		{"not leader, leader unknown", toStatus(fault.Errorf(fault.ErrNotLeader, "x")), http.StatusConflict, "NOT_LEADER", float64(0), ""},
 		{"engine not leader", grpcerr.ToStatus(errcode.New(errcode.NotLeader, "x").With(errcode.KeyLeaderID, "2").With(errcode.KeyRetryAfterMS, "200")), http.StatusConflict, "NOT_LEADER", float64(2), ""},
-		{"not a voter", raftStatus(fmt.Errorf("transfer: %w", multiraft.ErrNotVoter)), http.StatusBadRequest, "NOT_A_VOTER", nil, ""},
-		{"worker busy", raftStatus(fmt.Errorf("%w: busy", multiraft.ErrNotStarted)), http.StatusServiceUnavailable, "UNAVAILABLE", nil, "1"},
-		{"stopped", raftStatus(multiraft.ErrStopped), http.StatusServiceUnavailable, "UNAVAILABLE", nil, "1"},
+		{"not a voter", toStatus(fault.Errorf(fault.ErrNotAVoter, "x")), http.StatusBadRequest, "NOT_A_VOTER", nil, ""},
+		{"worker busy", toStatus(fault.Errorf(fault.ErrUnavailable, "busy").With(fault.DetailRetryAfterMS, "1000")), http.StatusServiceUnavailable, "UNAVAILABLE", nil, "1"},
+		{"cold store failed", toStatus(fault.Errorf(fault.ErrColdStoreFailed, "x")), http.StatusBadGateway, "COLD_STORE_FAILED", nil, ""},
 		{"longer retry", grpcerr.ToStatus(errcode.New(errcode.Overloaded, "x").With(errcode.KeyRetryAfterMS, "2500")), http.StatusServiceUnavailable, "OVERLOADED", nil, "3"},
-		{"snapshot failed", raftStatus(multiraft.ErrSnapshotFailed), http.StatusInternalServerError, "INTERNAL", nil, ""},
+		{"snapshot failed", toStatus(fault.Errorf(fault.ErrInternal, "x")), http.StatusInternalServerError, "INTERNAL", nil, ""},
 		{"stream not found", grpcerr.ToStatus(errcode.New(errcode.StreamNotFound, "x")), http.StatusNotFound, "STREAM_NOT_FOUND", nil, ""},
 		{"plain error", grpcerr.ToStatus(errors.New("boom")), http.StatusInternalServerError, "INTERNAL", nil, ""},
 	}

@@ -22,38 +22,6 @@ import (
 // IncarnationHeader pins the process an admin mutation is meant for.
 const IncarnationHeader = "x-ursula-process-incarnation"
 
-// Codes of the admin plane besides the domain codes of errcode.
-const (
-	codeNotAVoter           errcode.Code = "NOT_A_VOTER"
-	codeIncarnationRequired errcode.Code = "INCARNATION_REQUIRED"
-	codeUnauthenticated     errcode.Code = "UNAUTHENTICATED"
-	codeNotFound            errcode.Code = "NOT_FOUND"
-	codeMethodNotAllowed    errcode.Code = "METHOD_NOT_ALLOWED"
-)
-
-// keyProcessIncarnation names this process's incarnation in a 412 answer.
-const keyProcessIncarnation = "process_incarnation"
-
-// adminHTTPStatus is the one table from error code to HTTP status on the
-// admin plane; any other code answers 500.
-var adminHTTPStatus = map[errcode.Code]int{
-	errcode.InvalidArgument:     http.StatusBadRequest,
-	codeNotAVoter:               http.StatusBadRequest,
-	codeUnauthenticated:         http.StatusUnauthorized,
-	errcode.BucketNotFound:      http.StatusNotFound,
-	errcode.StreamNotFound:      http.StatusNotFound,
-	codeNotFound:                http.StatusNotFound,
-	codeMethodNotAllowed:        http.StatusMethodNotAllowed,
-	errcode.NotLeader:           http.StatusConflict,
-	errcode.IncarnationMismatch: http.StatusPreconditionFailed,
-	codeIncarnationRequired:     http.StatusPreconditionRequired,
-	errcode.Unavailable:         http.StatusServiceUnavailable,
-	errcode.Overloaded:          http.StatusServiceUnavailable,
-	errcode.OutcomeUnknown:      http.StatusServiceUnavailable,
-	errcode.ColdStoreFailed:     http.StatusServiceUnavailable,
-	errcode.Internal:            http.StatusInternalServerError,
-}
-
 // adminGateway is the generated REST surface of AdminService, answering
 // with adminJSON and mapping errors with writeAdminError.
 func (s *Server) adminGateway(ctx context.Context) (*runtime.ServeMux, error) {
@@ -65,9 +33,9 @@ func (s *Server) adminGateway(ctx context.Context) (*runtime.ServeMux, error) {
 		runtime.WithRoutingErrorHandler(func(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, status int) {
 			switch status {
 			case http.StatusNotFound:
-				writeAdminError(w, errcode.New(codeNotFound, "no admin endpoint at %s", r.URL.Path))
+				writeAdminError(w, errcode.New(errcode.NotFound, "no admin endpoint at %s", r.URL.Path))
 			case http.StatusMethodNotAllowed:
-				writeAdminError(w, errcode.New(codeMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
+				writeAdminError(w, errcode.New(errcode.MethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
 			default:
 				writeAdminError(w, errcode.New(errcode.InvalidArgument, "%s", http.StatusText(status)))
 			}
@@ -93,18 +61,18 @@ func (s *Server) adminGuard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if s.adminToken != nil && !s.adminToken.allows(r) {
-			writeAdminError(w, errcode.New(codeUnauthenticated, "the admin plane requires an Authorization: Bearer token (server.admin_token_file)"))
+			writeAdminError(w, errcode.New(errcode.Unauthenticated, "the admin plane requires an Authorization: Bearer token (server.admin_token_file)"))
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			switch got := r.Header.Get(IncarnationHeader); {
 			case got == "":
-				writeAdminError(w, errcode.New(codeIncarnationRequired,
+				writeAdminError(w, errcode.New(errcode.IncarnationRequired,
 					"%s is required on admin mutations; read process_incarnation from /__ursula/metrics", IncarnationHeader))
 				return
 			case got != s.incarnation:
 				writeAdminError(w, errcode.New(errcode.IncarnationMismatch, "the target process restarted since the incarnation was read").
-					With(keyProcessIncarnation, s.incarnation))
+					With(errcode.KeyProcessIncarnation, s.incarnation))
 				return
 			}
 		}
@@ -132,17 +100,14 @@ func adminDomainError(err error) *errcode.Error {
 // carries Retry-After (whole seconds, at least 1) and a 401 a Bearer
 // challenge.
 func writeAdminError(w http.ResponseWriter, de *errcode.Error) {
-	status, ok := adminHTTPStatus[de.Code]
-	if !ok {
-		status = http.StatusInternalServerError
-	}
-	body := map[string]any{"code": de.Code, "message": de.Message}
+	status := errcode.HTTPStatus(de.Code)
+	body := map[string]any{"code": errcode.Reason(de.Code), "message": de.Message}
 	if de.Code == errcode.NotLeader {
 		id, _ := strconv.ParseUint(de.Metadata[errcode.KeyLeaderID], 10, 64)
 		body["leader_id"] = id
 	}
-	if v, ok := de.Metadata[keyProcessIncarnation]; ok {
-		body[keyProcessIncarnation] = v
+	if v, ok := de.Metadata[errcode.KeyProcessIncarnation]; ok {
+		body[errcode.KeyProcessIncarnation] = v
 	}
 	switch status {
 	case http.StatusServiceUnavailable:

@@ -10,7 +10,7 @@ import (
 )
 
 // adminServer serves a node's admin handler over httptest.
-func adminServer(tb testing.TB) (*Server, *engine.Engine, *httptest.Server) {
+func adminServer(tb testing.TB) (*Server, *engine.Node, *httptest.Server) {
 	tb.Helper()
 	eng := startEngine(tb)
 	s := newServer(tb, eng)
@@ -28,7 +28,7 @@ func adminServer(tb testing.TB) (*Server, *engine.Engine, *httptest.Server) {
 // changing anything.
 func TestAdminIncarnationRule(t *testing.T) {
 	s, eng, ts := adminServer(t)
-	snapIndex := eng.Host().Status(0).SnapshotIndex
+	snapIndex := eng.Cluster.Status(0).SnapshotIndex
 	mutations := []struct {
 		method, path string
 	}{
@@ -61,10 +61,10 @@ func TestAdminIncarnationRule(t *testing.T) {
 				if h.wantCode == http.StatusPreconditionFailed && body["process_incarnation"] != s.Incarnation() {
 					t.Errorf("412 names incarnation %v, want %s", body["process_incarnation"], s.Incarnation())
 				}
-				if eng.Draining() {
+				if eng.Cluster.Draining() {
 					t.Error("a refused mutation turned the drain on")
 				}
-				st := eng.Host().Status(0)
+				st := eng.Cluster.Status(0)
 				if !slices.Equal(st.Voters, []uint64{1}) || len(st.Learners) != 0 || !st.IsLeader {
 					t.Errorf("a refused mutation changed group 0: voters %v learners %v leader %v", st.Voters, st.Learners, st.IsLeader)
 				}
@@ -115,8 +115,8 @@ func TestLeadershipShed(t *testing.T) {
 			if body["cluster_id"] != testClusterID || body["node_id"] != float64(1) {
 				t.Errorf("cluster_id %v node_id %v", body["cluster_id"], body["node_id"])
 			}
-			if eng.Draining() != st.wantDraining {
-				t.Errorf("engine draining = %v, want %v", eng.Draining(), st.wantDraining)
+			if eng.Cluster.Draining() != st.wantDraining {
+				t.Errorf("engine draining = %v, want %v", eng.Cluster.Draining(), st.wantDraining)
 			}
 		})
 	}
@@ -155,10 +155,10 @@ func TestAdminRaftEndpoints(t *testing.T) {
 			}
 		})
 	}
-	if st := eng.Host().Status(0); !slices.Equal(st.Voters, []uint64{1}) || len(st.Learners) != 0 {
+	if st := eng.Cluster.Status(0); !slices.Equal(st.Voters, []uint64{1}) || len(st.Learners) != 0 {
 		t.Errorf("group 0 changed: voters %v learners %v", st.Voters, st.Learners)
 	}
-	if st := eng.Host().Status(7); !slices.Equal(st.Learners, []uint64{2}) || !slices.Equal(st.Voters, []uint64{1}) {
+	if st := eng.Cluster.Status(7); !slices.Equal(st.Learners, []uint64{2}) || !slices.Equal(st.Voters, []uint64{1}) {
 		t.Errorf("group 7 after adding learner 2: voters %v learners %v", st.Voters, st.Learners)
 	}
 }

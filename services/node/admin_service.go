@@ -2,22 +2,16 @@ package node
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	pb "go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	adminv1 "github.com/ursula/ursula/proto/gen/go/ursula/admin/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
-	"github.com/ursula/ursula/services/platform/grpcerr"
-	"github.com/ursula/ursula/storage/multiraft"
 	"github.com/ursula/ursula/storage/stream"
 )
 
@@ -35,7 +29,7 @@ type adminService struct {
 
 func (a *adminService) GetMetrics(context.Context, *adminv1.GetMetricsRequest) (*structpb.Struct, error) {
 	st, err := structpb.NewStruct(a.srv.metricsSnapshot())
-	return st, grpcerr.ToStatus(err)
+	return st, toStatus(err)
 }
 
 func (a *adminService) GetReady(context.Context, *adminv1.GetReadyRequest) (*adminv1.GetReadyResponse, error) {
@@ -47,12 +41,12 @@ func (a *adminService) GetLeadershipShed(context.Context, *adminv1.GetLeadership
 }
 
 func (a *adminService) StartMaintenanceDrain(context.Context, *adminv1.StartMaintenanceDrainRequest) (*adminv1.LeadershipShedState, error) {
-	a.srv.eng.SetDraining(true)
+	a.srv.n.Cluster.SetDraining(true)
 	return a.srv.shedAnswer(), nil
 }
 
 func (a *adminService) StopMaintenanceDrain(context.Context, *adminv1.StopMaintenanceDrainRequest) (*adminv1.LeadershipShedState, error) {
-	a.srv.eng.SetDraining(false)
+	a.srv.n.Cluster.SetDraining(false)
 	return a.srv.shedAnswer(), nil
 }
 
@@ -65,8 +59,8 @@ func (a *adminService) TransferLeader(ctx context.Context, req *adminv1.Transfer
 	if err != nil {
 		return nil, err
 	}
-	if err := a.srv.eng.Host().TransferLeader(ctx, g, to); err != nil {
-		return nil, raftStatus(err)
+	if err := a.srv.n.Cluster.TransferLeader(ctx, g, to); err != nil {
+		return nil, toStatus(err)
 	}
 	return &adminv1.TransferLeaderResponse{RaftGroupId: g, TransferTo: to}, nil
 }
@@ -83,14 +77,8 @@ func (a *adminService) AddLearner(ctx context.Context, req *adminv1.AddLearnerRe
 	if err := a.checkPeerAddr(id, req.GetAddr()); err != nil {
 		return nil, err
 	}
-	cc := &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{{Type: pb.ConfChangeAddLearnerNode.Enum(), NodeId: proto.Uint64(id)}}}
-	if err := a.srv.eng.Host().ProposeConfChange(ctx, g, cc); err != nil {
-		return nil, raftStatus(err)
-	}
-	if req.GetBlocking() {
-		if !a.srv.waitMembership(ctx, g, func(st multiraft.GroupStatus) bool { return slices.Contains(st.Learners, id) }) {
-			return nil, unavailable("learner not added in time")
-		}
+	if err := a.srv.n.Cluster.AddLearner(ctx, g, id, req.GetBlocking()); err != nil {
+		return nil, toStatus(err)
 	}
 	return &adminv1.AddLearnerResponse{RaftGroupId: g, Learner: id}, nil
 }
@@ -113,34 +101,11 @@ func (a *adminService) SetMembership(ctx context.Context, req *adminv1.SetMember
 		}
 		want = append(want, id)
 	}
-	host := a.srv.eng.Host()
-	st := host.Status(g)
-	if !st.IsLeader {
-		return nil, raftStatus(&multiraft.NotLeaderError{LeaderID: st.LeaderID})
+	committed, err := a.srv.n.Cluster.SetVoters(ctx, g, want)
+	if err != nil {
+		return nil, toStatus(err)
 	}
-	cc := &pb.ConfChangeV2{}
-	for _, id := range want {
-		if !slices.Contains(st.Voters, id) {
-			cc.Changes = append(cc.Changes, &pb.ConfChangeSingle{Type: pb.ConfChangeAddNode.Enum(), NodeId: proto.Uint64(id)})
-		}
-	}
-	for _, id := range st.Voters {
-		if !slices.Contains(want, id) {
-			cc.Changes = append(cc.Changes, &pb.ConfChangeSingle{Type: pb.ConfChangeRemoveNode.Enum(), NodeId: proto.Uint64(id)})
-		}
-	}
-	if len(cc.Changes) > 0 {
-		if err := host.ProposeConfChange(ctx, g, cc); err != nil {
-			return nil, raftStatus(err)
-		}
-	}
-	same := func(st multiraft.GroupStatus) bool {
-		return slices.Equal(slices.Sorted(slices.Values(st.Voters)), slices.Sorted(slices.Values(want)))
-	}
-	if !a.srv.waitMembership(ctx, g, same) {
-		return nil, unavailable("the new voter set did not commit in time")
-	}
-	return &adminv1.SetMembershipResponse{RaftGroupId: g, Voters: want, CommittedIndex: host.Status(g).Commit}, nil
+	return &adminv1.SetMembershipResponse{RaftGroupId: g, Voters: want, CommittedIndex: committed}, nil
 }
 
 // TakeSnapshot runs on the group's shard worker (multiraft.Host.Snapshot).
@@ -149,9 +114,9 @@ func (a *adminService) TakeSnapshot(ctx context.Context, req *adminv1.TakeSnapsh
 	if err != nil {
 		return nil, err
 	}
-	index, err := a.srv.eng.Host().Snapshot(ctx, g, snapshotStartBound)
+	index, err := a.srv.n.Cluster.Snapshot(ctx, g, snapshotStartBound)
 	if err != nil {
-		return nil, raftStatus(err)
+		return nil, toStatus(err)
 	}
 	return &adminv1.TakeSnapshotResponse{RaftGroupId: g, SnapshotIndex: index}, nil
 }
@@ -165,9 +130,9 @@ func (a *adminService) PurgeLog(ctx context.Context, req *adminv1.PurgeLogReques
 	if req.Upto == nil {
 		return nil, invalid("upto query parameter is required (the last log index to purge)")
 	}
-	through, err := a.srv.eng.Host().PurgeLog(ctx, g, req.GetUpto(), snapshotStartBound)
+	through, err := a.srv.n.Cluster.PurgeLog(ctx, g, req.GetUpto(), snapshotStartBound)
 	if err != nil {
-		return nil, raftStatus(err)
+		return nil, toStatus(err)
 	}
 	return &adminv1.PurgeLogResponse{RaftGroupId: g, PurgedThrough: through}, nil
 }
@@ -177,11 +142,11 @@ func (a *adminService) FlushCold(ctx context.Context, req *adminv1.FlushColdRequ
 	k := stream.Key{Bucket: req.GetBucket(), Stream: req.GetStream()}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	eng := a.srv.eng
+	eng := a.srv.n.Engine
 	if err := eng.FlushCold(ctx, k); err != nil {
-		return nil, grpcerr.ToStatus(err)
+		return nil, toStatus(err)
 	}
-	m, _ := eng.Machines()[eng.GroupOf(k)].Lookup(k)
+	m, _ := eng.Lookup(k)
 	return &adminv1.FlushColdResponse{Bucket: k.Bucket, Stream: k.Stream,
 		ColdOffset: stream.FormatOffset(m.ColdEnd), NextOffset: stream.FormatOffset(m.Tail)}, nil
 }
@@ -190,14 +155,14 @@ func (a *adminService) FlushCold(ctx context.Context, req *adminv1.FlushColdRequ
 func (a *adminService) PurgeBucket(ctx context.Context, req *adminv1.PurgeBucketRequest) (*adminv1.PurgeBucketResponse, error) {
 	rep, err := a.srv.purge(ctx, req.GetBucket())
 	if err != nil {
-		return nil, grpcerr.ToStatus(err)
+		return nil, toStatus(err)
 	}
 	return rep, nil
 }
 
 // group checks a group id against raft.group_count.
 func (a *adminService) group(g uint32) (uint32, error) {
-	if int(g) >= a.srv.eng.Config().GroupCount {
+	if int(g) >= a.srv.n.Config().GroupCount {
 		return 0, invalid("group must be a number below raft.group_count")
 	}
 	return g, nil
@@ -217,7 +182,7 @@ func (a *adminService) checkPeerAddr(id uint64, addr string) error {
 	if addr == "" {
 		return nil
 	}
-	for _, p := range a.srv.eng.Config().Peers {
+	for _, p := range a.srv.n.Config().Peers {
 		if p.ID == id && hostPort(addr) != hostPort(p.ClusterURL) {
 			return invalid("addr %q is not node %d's cluster_url %q in raft.peers, where this node dials it", addr, id, p.ClusterURL)
 		}
@@ -237,7 +202,7 @@ func hostPort(addr string) string {
 }
 
 func (s *Server) shedAnswer() *adminv1.LeadershipShedState {
-	st := shedState(s.eng, s.cfg.ClusterID, s.eng.Config().NodeID)
+	st := s.n.Cluster.ShedState()
 	return &adminv1.LeadershipShedState{
 		ClusterId:                st.GetClusterId(),
 		NodeId:                   st.GetNodeId(),
@@ -249,51 +214,6 @@ func (s *Server) shedAnswer() *adminv1.LeadershipShedState {
 	}
 }
 
-func (s *Server) waitMembership(ctx context.Context, g uint32, done func(multiraft.GroupStatus) bool) bool {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for {
-		if done(s.eng.Host().Status(g)) {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 func invalid(format string, args ...any) error {
-	return grpcerr.ToStatus(errcode.New(errcode.InvalidArgument, format, args...))
-}
-
-func unavailable(msg string) error {
-	return grpcerr.ToStatus(errcode.New(errcode.Unavailable, "%s", msg).With(errcode.KeyRetryAfterMS, "1000"))
-}
-
-// raftStatus converts a multiraft error of an admin operation: not leader
-// → NOT_LEADER naming the leader (0 when unknown), not a voter →
-// NOT_A_VOTER, a request the shard worker did not start → UNAVAILABLE
-// (retry after a second), a failed state-machine snapshot → INTERNAL, any
-// other failure → UNAVAILABLE.
-func raftStatus(err error) error {
-	var (
-		nl *multiraft.NotLeaderError
-		de *errcode.Error
-	)
-	switch {
-	case errors.As(err, &de), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return grpcerr.ToStatus(err)
-	case errors.As(err, &nl):
-		de = errcode.New(errcode.NotLeader, "this node does not lead the group").
-			With(errcode.KeyLeaderID, strconv.FormatUint(nl.LeaderID, 10))
-	case errors.Is(err, multiraft.ErrNotVoter):
-		de = &errcode.Error{Code: codeNotAVoter, Message: err.Error()}
-	case errors.Is(err, multiraft.ErrSnapshotFailed):
-		de = errcode.New(errcode.Internal, "%v", err)
-	default:
-		de = errcode.New(errcode.Unavailable, "%v", err).With(errcode.KeyRetryAfterMS, "1000")
-	}
-	return grpcerr.ToStatus(de)
+	return toStatus(errcode.New(errcode.InvalidArgument, format, args...))
 }

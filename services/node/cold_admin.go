@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	adminv1 "github.com/ursula/ursula/proto/gen/go/ursula/admin/v1"
+	coldgcv1 "github.com/ursula/ursula/proto/gen/go/ursula/coldgc/v1"
 	"github.com/ursula/ursula/services/coldgc"
 	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/objstore"
@@ -22,12 +23,12 @@ const purgeReclaimPasses = 64
 // send it again until the report is complete. A cold-store failure is
 // reported in cold_gc_error, not as an error.
 func (s *Server) purge(ctx context.Context, bucket string) (*adminv1.PurgeBucketResponse, error) {
-	first, err := s.eng.PurgeBucket(ctx, bucket)
+	first, err := s.n.Engine.PurgeBucket(ctx, bucket)
 	if err != nil {
 		return nil, err
 	}
 	rep := &adminv1.PurgeBucketResponse{Bucket: bucket, RemovedStreams: first.Removed, GroupsWithStreams: first.GroupsWithStreams}
-	store := s.eng.ColdStore()
+	store := s.n.Cold.Store()
 	fail := func(err error) (*adminv1.PurgeBucketResponse, error) {
 		rep.ColdGcError = proto.String(err.Error())
 		return rep, nil
@@ -35,7 +36,7 @@ func (s *Server) purge(ctx context.Context, bucket string) (*adminv1.PurgeBucket
 	if store == nil {
 		return fail(errors.New("no cold store is configured"))
 	}
-	worker, err := coldgc.New(coldgc.Config{Interval: time.Second}, s.ColdGCClient(), store, s.logger)
+	worker, err := coldgc.New(coldgc.Config{Interval: time.Second}, coldgcv1.NewColdGCServiceClient(s.local), store, s.logger)
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +51,7 @@ func (s *Server) purge(ctx context.Context, bucket string) (*adminv1.PurgeBucket
 	}
 	// The second replicated round proves every group's queue of the
 	// bucket empty, linearized after the fence.
-	second, err := s.eng.PurgeBucket(ctx, bucket)
+	second, err := s.n.Engine.PurgeBucket(ctx, bucket)
 	if err != nil {
 		return nil, err
 	}

@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	coldgcv1 "github.com/ursula/ursula/proto/gen/go/ursula/coldgc/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/coldgc"
+	"github.com/ursula/ursula/storage/cold"
 	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/engine"
 	"github.com/ursula/ursula/storage/objstore"
@@ -18,40 +20,39 @@ import (
 
 // startColdEngine runs a single-node engine whose cold store is store and
 // which flushes within milliseconds into tiny chunks.
-func startColdEngine(tb testing.TB, store objstore.Store) *engine.Engine {
+func startColdEngine(tb testing.TB, store objstore.Store) *engine.Node {
 	tb.Helper()
-	cold := engine.DefaultColdConfig()
+	cold := cold.DefaultConfig()
 	cold.FlushBytes, cold.FlushAge, cold.GroupFlushBytes = 32, 10*time.Millisecond, 64
 	cold.MaxChunkBytes, cold.FlushInterval, cold.GCGrace = 64, 5*time.Millisecond, 0
-	eng, err := engine.New(engine.Config{
-		DataDir: tb.TempDir(), NodeID: 1, GroupCount: 4, ShardCount: 2, Fsync: "never",
+	eng, err := engine.Open(engine.Config{
+		DataDir: tb.TempDir(), NodeID: 1, ClusterID: testClusterID, GroupCount: 4, ShardCount: 2, Fsync: "never",
 		ReadChunkBytes: 1 << 20, SnapshotEntries: 64, SnapshotBytes: 64 << 10,
 		TickInterval: 100 * time.Millisecond, ExpirySweepInterval: 100 * time.Millisecond, Cold: cold,
-	}, nil, testLogger(tb))
+	}, engine.Deps{ColdStore: store, Logger: testLogger(tb)})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	eng.SetColdStore(store)
 	runEngine(tb, eng)
 	return eng
 }
 
 // fill creates bucket/name and appends n small records, waiting until all
 // of them are cold; it returns the stream's bytes.
-func fill(tb testing.TB, eng *engine.Engine, bucket, name string, n int) string {
+func fill(tb testing.TB, eng *engine.Node, bucket, name string, n int) string {
 	tb.Helper()
 	ctx := tb.Context()
-	if _, err := eng.CreateBucket(ctx, &streamv1.CreateBucketRequest{Bucket: bucket}); err != nil {
+	if _, err := eng.Engine.CreateBucket(ctx, &streamv1.CreateBucketRequest{Bucket: bucket}); err != nil {
 		tb.Fatal(err)
 	}
 	ref := &streamv1.StreamRef{Bucket: bucket, Stream: name}
-	if _, err := eng.CreateStream(ctx, &streamv1.CreateStreamRequest{Ref: ref, ContentType: "text/plain"}); err != nil {
+	if _, err := eng.Engine.CreateStream(ctx, &streamv1.CreateStreamRequest{Ref: ref, ContentType: "text/plain"}); err != nil {
 		tb.Fatal(err)
 	}
 	var all strings.Builder
 	for i := range n {
 		s := fmt.Sprintf("%s-%d;", name, i)
-		if _, err := eng.Append(ctx, &streamv1.AppendRequest{Ref: ref, ContentType: "text/plain", Body: []byte(s)}); err != nil {
+		if _, err := eng.Engine.Append(ctx, &streamv1.AppendRequest{Ref: ref, ContentType: "text/plain", Body: []byte(s)}); err != nil {
 			tb.Fatal(err)
 		}
 		all.WriteString(s)
@@ -59,7 +60,7 @@ func fill(tb testing.TB, eng *engine.Engine, bucket, name string, n int) string 
 	k := stream.Key{Bucket: bucket, Stream: name}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		m, _ := eng.Machines()[eng.GroupOf(k)].Lookup(k)
+		m, _ := eng.Engine.Lookup(k)
 		if m.ColdEnd == m.Tail {
 			return all.String()
 		}
@@ -70,12 +71,12 @@ func fill(tb testing.TB, eng *engine.Engine, bucket, name string, n int) string 
 	}
 }
 
-func readWhole(tb testing.TB, eng *engine.Engine, bucket, name string) string {
+func readWhole(tb testing.TB, eng *engine.Node, bucket, name string) string {
 	tb.Helper()
 	var out strings.Builder
 	off := "-1"
 	for {
-		r, err := eng.Read(tb.Context(), &streamv1.ReadRequest{Ref: &streamv1.StreamRef{Bucket: bucket, Stream: name}, Offset: off, MaxBytes: 50, NoTouch: true})
+		r, err := eng.Engine.Read(tb.Context(), &streamv1.ReadRequest{Ref: &streamv1.StreamRef{Bucket: bucket, Stream: name}, Offset: off, MaxBytes: 50, NoTouch: true})
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -101,7 +102,7 @@ func listKeys(tb testing.TB, store objstore.Store, prefix string) []string {
 
 func newWorker(tb testing.TB, s *Server, store objstore.Store) *coldgc.Worker {
 	tb.Helper()
-	w, err := coldgc.New(coldgc.Config{Interval: time.Second, SmallChunkBytes: 1 << 10, MaxChunkBytes: 4 << 10, OrphanAge: time.Hour}, s.ColdGCClient(), store, testLogger(tb))
+	w, err := coldgc.New(coldgc.Config{Interval: time.Second, SmallChunkBytes: 1 << 10, MaxChunkBytes: 4 << 10, OrphanAge: time.Hour}, coldgcv1.NewColdGCServiceClient(s.Conn()), store, testLogger(tb))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestColdGCReclaimsDeletedStreams(t *testing.T) {
 	want := fill(t, eng, "gc2", "kept", 50)
 	inc := func(b, n string) uint64 {
 		k := stream.Key{Bucket: b, Stream: n}
-		m, _ := eng.Machines()[eng.GroupOf(k)].Lookup(k)
+		m, _ := eng.Engine.Lookup(k)
 		return m.Incarnation
 	}
 	gonePrefix := coldfmt.StreamPrefix("gc", "gone", inc("gc", "gone"))
@@ -125,7 +126,7 @@ func TestColdGCReclaimsDeletedStreams(t *testing.T) {
 	if len(listKeys(t, store, gonePrefix)) == 0 {
 		t.Fatal("no cold objects for the stream")
 	}
-	if _, err := eng.DeleteStream(t.Context(), &streamv1.DeleteStreamRequest{Ref: &streamv1.StreamRef{Bucket: "gc", Stream: "gone"}}); err != nil {
+	if _, err := eng.Engine.DeleteStream(t.Context(), &streamv1.DeleteStreamRequest{Ref: &streamv1.StreamRef{Bucket: "gc", Stream: "gone"}}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := w.Reclaim(t.Context(), ""); err != nil || n != 1 {
@@ -137,8 +138,8 @@ func TestColdGCReclaimsDeletedStreams(t *testing.T) {
 	if len(listKeys(t, store, keptPrefix)) == 0 || readWhole(t, eng, "gc2", "kept") != want {
 		t.Fatal("another stream's objects were touched")
 	}
-	for g := range eng.GroupCount() {
-		if _, n, _ := eng.GCQueue(t.Context(), uint32(g), 10); n != 0 {
+	for g := range eng.Engine.GroupCount() {
+		if _, n, _ := eng.Cold.GCQueue(t.Context(), uint32(g), 10); n != 0 {
 			t.Fatalf("group %d queue holds %d entries after the pass", g, n)
 		}
 	}
@@ -151,7 +152,7 @@ func TestColdGCCompactsSmallChunks(t *testing.T) {
 	w := newWorker(t, s, store)
 	want := fill(t, eng, "cmp", "s", 300)
 	k := stream.Key{Bucket: "cmp", Stream: "s"}
-	m := eng.Machines()[eng.GroupOf(k)]
+	m := eng.Cluster.Machine(eng.Engine.GroupOf(k))
 	meta, _ := m.Lookup(k)
 	before, _ := m.ColdLevels(k, meta.Incarnation)
 	if err := w.Compact(t.Context()); err != nil {
@@ -190,7 +191,7 @@ func TestColdGCSweepsOnlyOldOrphans(t *testing.T) {
 	}
 	want := fill(t, eng, "sw", "live", 80)
 	k := stream.Key{Bucket: "sw", Stream: "live"}
-	meta, _ := eng.Machines()[eng.GroupOf(k)].Lookup(k)
+	meta, _ := eng.Engine.Lookup(k)
 	live := coldfmt.StreamPrefix("sw", "live", meta.Incarnation)
 	deadOld := coldfmt.StreamPrefix("sw", "gone", 999) + "c/x"
 	strayOld := live + "c/00000000000000000000-00000000000000000001-ffff"
@@ -225,7 +226,7 @@ func TestPurgeReport(t *testing.T) {
 	eng := startColdEngine(t, store)
 	s := newServer(t, eng)
 	fill(t, eng, "tenant-a", "one", 40)
-	if _, err := eng.CreateStream(t.Context(), &streamv1.CreateStreamRequest{Ref: &streamv1.StreamRef{Bucket: "tenant-a", Stream: "two"}, ContentType: "text/plain"}); err != nil {
+	if _, err := eng.Engine.CreateStream(t.Context(), &streamv1.CreateStreamRequest{Ref: &streamv1.StreamRef{Bucket: "tenant-a", Stream: "two"}, ContentType: "text/plain"}); err != nil {
 		t.Fatal(err)
 	}
 	want := fill(t, eng, "tenant-b", "other", 40)
@@ -246,7 +247,7 @@ func TestPurgeReport(t *testing.T) {
 	if err != nil || again.RemovedStreams != 0 || !again.BucketPrefixAbsent || !again.ColdGcComplete {
 		t.Fatalf("second purge: %+v, %v", again, err)
 	}
-	if _, err := eng.CreateBucket(t.Context(), &streamv1.CreateBucketRequest{Bucket: "tenant-a"}); err == nil {
+	if _, err := eng.Engine.CreateBucket(t.Context(), &streamv1.CreateBucketRequest{Bucket: "tenant-a"}); err == nil {
 		t.Fatal("a purged bucket was created again")
 	}
 }

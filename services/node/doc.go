@@ -30,9 +30,13 @@
 //
 // Answers are JSON with the proto field names, every field present (an
 // unset optional field is null) and 64-bit integers as numbers. Errors are
-// {"code", "message"} with one table of HTTP statuses (adminHTTPStatus): 400
+// {"code", "message"} with the contract's HTTP status of the code
+// (errors.proto, the one table of every HTTP surface): 400
 // INVALID_ARGUMENT or NOT_A_VOTER, 404, 409 NOT_LEADER with "leader_id"
-// (0 when unknown), 503 with Retry-After.
+// (0 when unknown), 502 COLD_STORE_FAILED, 503 with Retry-After.
+//
+// Storage errors become contract codes in one place, errors.go
+// (storageCodes), for the client, admin and cluster planes alike.
 //
 // One middleware (adminGuard) runs in front of every route, before any
 // handler:

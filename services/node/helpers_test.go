@@ -35,11 +35,12 @@ func testLogger(tb testing.TB) *slog.Logger {
 
 // startEngine runs a ready single-node engine on a fresh directory until the
 // test ends.
-func startEngine(tb testing.TB) *engine.Engine {
+func startEngine(tb testing.TB) *engine.Node {
 	tb.Helper()
-	eng, err := engine.New(engine.Config{
+	eng, err := engine.Open(engine.Config{
 		DataDir:             tb.TempDir(),
 		NodeID:              1,
+		ClusterID:           testClusterID,
 		GroupCount:          8,
 		ShardCount:          2,
 		Fsync:               "never",
@@ -48,16 +49,16 @@ func startEngine(tb testing.TB) *engine.Engine {
 		SnapshotBytes:       64 << 10,
 		TickInterval:        100 * time.Millisecond,
 		ExpirySweepInterval: 100 * time.Millisecond,
-	}, nil, testLogger(tb))
+	}, engine.Deps{Logger: testLogger(tb)})
 	if err != nil {
-		tb.Fatalf("engine.New: %v", err)
+		tb.Fatalf("engine.Open: %v", err)
 	}
 	runEngine(tb, eng)
 	return eng
 }
 
 // runEngine runs eng until the test ends and waits until it is ready.
-func runEngine(tb testing.TB, eng *engine.Engine) {
+func runEngine(tb testing.TB, eng *engine.Node) {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -81,7 +82,7 @@ func testConfig(listen, admin string) Config {
 
 // newServer builds a node server on a running engine (listening on
 // nothing).
-func newServer(tb testing.TB, eng *engine.Engine) *Server {
+func newServer(tb testing.TB, eng *engine.Node) *Server {
 	tb.Helper()
 	s, err := New(testConfig("127.0.0.1:0", "127.0.0.1:0"), eng, testLogger(tb))
 	if err != nil {

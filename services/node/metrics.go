@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"sync/atomic"
 
+	"github.com/ursula/ursula/storage/cold"
 	"github.com/ursula/ursula/storage/engine"
+	"github.com/ursula/ursula/storage/multiraft"
 	"github.com/ursula/ursula/storage/wal"
 )
 
@@ -26,16 +28,18 @@ type metrics struct {
 	subscribeBytes  atomic.Uint64
 }
 
-func (m *metrics) snapshot(eng *engine.Engine, clusterID, incarnation string) map[string]any {
-	groups := make([]any, 0, len(eng.Machines()))
+func (m *metrics) snapshot(n *engine.Node, clusterID, incarnation string) map[string]any {
+	views := n.Groups()
+	groups := make([]any, 0, len(views))
 	var hot int64
 	var streams int
+	var gcPending uint64
 	leaders := 0
-	for g, mach := range eng.Machines() {
-		st := mach.Stats()
-		hot += st.HotBytes
-		streams += st.Streams
-		rs := eng.Host().Status(uint32(g))
+	for g, v := range views {
+		hot += v.HotBytes
+		streams += v.Streams
+		gcPending += v.GCPending
+		rs := v.Status
 		if rs.IsLeader {
 			leaders++
 		}
@@ -55,9 +59,9 @@ func (m *metrics) snapshot(eng *engine.Engine, clusterID, incarnation string) ma
 			"applied_index":  float64(rs.Applied),
 			"voters":         voters,
 			"learners":       learners,
-			"streams":        float64(st.Streams),
-			"hot_bytes":      float64(st.HotBytes),
-			"gc_pending":     float64(mach.GCPending("")),
+			"streams":        float64(v.Streams),
+			"hot_bytes":      float64(v.HotBytes),
+			"gc_pending":     float64(v.GCPending),
 			"last_log_index": float64(rs.LastIndex),
 			"snapshot_index": float64(rs.SnapshotIndex),
 			"is_leader":      rs.IsLeader,
@@ -78,30 +82,30 @@ func (m *metrics) snapshot(eng *engine.Engine, clusterID, incarnation string) ma
 		"sse_subscribers":             float64(m.subscribers.Load()),
 		"live_read_waiters":           float64(m.liveReadsWaiting.Load()),
 		"streams":                     float64(streams),
-		"ttl_expiry_sweeps":           float64(eng.TTLExpirySweeps()),
-		"ttl_expiry_sweep_due_groups": float64(eng.TTLExpirySweepDueGroups()),
+		"ttl_expiry_sweeps":           float64(n.Engine.TTLExpirySweeps()),
+		"ttl_expiry_sweep_due_groups": float64(n.Engine.TTLExpirySweepDueGroups()),
 		"hot_bytes_awaiting_flush":    float64(hot),
 		"raft_group_count":            float64(len(groups)),
 		"raft_groups_led":             float64(leaders),
 		"raft_groups":                 groups,
 		"peer_cluster_mismatches":     []any{},
 	}
-	coldMetrics(eng, out)
-	shardMetrics(eng, out)
+	coldMetrics(n.Cold, gcPending, out)
+	shardMetrics(n.Cluster.ShardStats(), out)
 	return out
 }
 
 // shardMetrics adds each shard worker's mailbox depth, counters and
 // cumulative *_ns timings (its WAL's included) under "shards", and their
 // sums at the top level.
-func shardMetrics(eng *engine.Engine, out map[string]any) {
+func shardMetrics(stats []multiraft.ShardStats, out map[string]any) {
 	var sum struct {
-		proposals, batches, applied, applyNs, persistNs, snaps, snapBytes, snapNs uint64
-		mailbox                                                                   int
-		wal                                                                       wal.Stats
+		proposals, batches, applied, applyNs, persistNs, snaps, snapBytes, snapNs, captureNs uint64
+		mailbox                                                                              int
+		wal                                                                                  wal.Stats
 	}
 	var shards []any
-	for _, st := range eng.Host().ShardStats() {
+	for _, st := range stats {
 		raw, err := json.Marshal(st)
 		if err != nil {
 			continue
@@ -119,6 +123,7 @@ func shardMetrics(eng *engine.Engine, out map[string]any) {
 		sum.snaps += st.Snapshots
 		sum.snapBytes += st.SnapshotBytes
 		sum.snapNs += st.SnapshotNs
+		sum.captureNs += st.SnapshotCaptureNs
 		w := st.WAL
 		sum.wal.Writes += w.Writes
 		sum.wal.BytesWritten += w.BytesWritten
@@ -131,23 +136,24 @@ func shardMetrics(eng *engine.Engine, out map[string]any) {
 	}
 	out["shards"] = shards
 	for k, v := range map[string]uint64{
-		"mailbox_depth":          uint64(sum.mailbox),
-		"raft_proposals":         sum.proposals,
-		"raft_ready_batches":     sum.batches,
-		"raft_applied_entries":   sum.applied,
-		"raft_apply_ns":          sum.applyNs,
-		"raft_persist_ns":        sum.persistNs,
-		"raft_snapshots":         sum.snaps,
-		"raft_snapshot_bytes":    sum.snapBytes,
-		"raft_snapshot_ns":       sum.snapNs,
-		"wal_writes":             sum.wal.Writes,
-		"wal_bytes_written":      sum.wal.BytesWritten,
-		"wal_fsyncs":             sum.wal.Fsyncs,
-		"wal_write_ns":           sum.wal.WriteNs,
-		"wal_fsync_ns":           sum.wal.FsyncNs,
-		"wal_segments":           sum.wal.Segments,
-		"wal_segments_started":   sum.wal.SegmentsMade,
-		"wal_segments_reclaimed": sum.wal.SegmentsFreed,
+		"mailbox_depth":            uint64(sum.mailbox),
+		"raft_proposals":           sum.proposals,
+		"raft_ready_batches":       sum.batches,
+		"raft_applied_entries":     sum.applied,
+		"raft_apply_ns":            sum.applyNs,
+		"raft_persist_ns":          sum.persistNs,
+		"raft_snapshots":           sum.snaps,
+		"raft_snapshot_bytes":      sum.snapBytes,
+		"raft_snapshot_ns":         sum.snapNs,
+		"raft_snapshot_capture_ns": sum.captureNs,
+		"wal_writes":               sum.wal.Writes,
+		"wal_bytes_written":        sum.wal.BytesWritten,
+		"wal_fsyncs":               sum.wal.Fsyncs,
+		"wal_write_ns":             sum.wal.WriteNs,
+		"wal_fsync_ns":             sum.wal.FsyncNs,
+		"wal_segments":             sum.wal.Segments,
+		"wal_segments_started":     sum.wal.SegmentsMade,
+		"wal_segments_reclaimed":   sum.wal.SegmentsFreed,
 	} {
 		out[k] = float64(v)
 	}
@@ -155,16 +161,12 @@ func shardMetrics(eng *engine.Engine, out map[string]any) {
 
 // coldMetrics adds the cold tier's counters: flushes and uploads, their
 // errors, cold-write backpressure, cold reads and the GC queue.
-func coldMetrics(eng *engine.Engine, out map[string]any) {
-	cs := eng.ColdStats()
-	if cs == nil {
+func coldMetrics(t *cold.Tier, pending uint64, out map[string]any) {
+	if !t.Enabled() {
 		return
 	}
-	var pending uint64
-	for _, m := range eng.Machines() {
-		pending += m.GCPending("")
-	}
-	cache := eng.ColdCacheStats()
+	cs := t.Stats()
+	cache := t.CacheStats()
 	for k, v := range map[string]uint64{
 		"cold_flushes":                 cs.Flushes.Load(),
 		"cold_flush_rejected":          cs.FlushRejected.Load(),
@@ -182,7 +184,7 @@ func coldMetrics(eng *engine.Engine, out map[string]any) {
 		"cold_cache_misses":            cache.Misses,
 		"cold_cache_fetch_errors":      cache.FetchErrors,
 		"cold_cache_bytes":             uint64(cache.Bytes),
-		"cold_hot_cap_bytes_per_group": eng.ColdConfig().HotCapBytes,
+		"cold_hot_cap_bytes_per_group": t.Config().HotCapBytes,
 	} {
 		out[k] = float64(v)
 	}

@@ -53,7 +53,7 @@ func TestMetricsDocument(t *testing.T) {
 		}
 	}
 	groups, _ := m["raft_groups"].([]any)
-	if len(groups) != eng.GroupCount() {
+	if len(groups) != eng.Engine.GroupCount() {
 		t.Fatalf("raft_groups: %d entries", len(groups))
 	}
 	for _, g := range groups {

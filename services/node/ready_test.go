@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ursula/ursula/storage/cluster"
 	"github.com/ursula/ursula/storage/engine"
 	"github.com/ursula/ursula/storage/multiraft"
 )
@@ -30,16 +31,16 @@ func TestReadinessReasons(t *testing.T) {
 // TestReadinessWithoutLeader: a voter of a 3-node cluster whose peers never
 // answer has no leader in any group.
 func TestReadinessWithoutLeader(t *testing.T) {
-	eng, err := engine.New(engine.Config{
-		DataDir: t.TempDir(), NodeID: 1, GroupCount: 2, ShardCount: 1, Fsync: "never",
+	eng, err := engine.Open(engine.Config{
+		DataDir: t.TempDir(), NodeID: 1, ClusterID: testClusterID, GroupCount: 2, ShardCount: 1, Fsync: "never",
 		ReadChunkBytes: 1 << 20, SnapshotEntries: 64, SnapshotBytes: 64 << 10,
 		TickInterval: 100 * time.Millisecond, ExpirySweepInterval: 100 * time.Millisecond,
-		Peers: []engine.Peer{
+		Peers: []cluster.Peer{
 			{ID: 1, ClusterURL: "127.0.0.1:1", ClientURL: "127.0.0.1:1"},
 			{ID: 2, ClusterURL: "127.0.0.1:2", ClientURL: "127.0.0.1:2"},
 			{ID: 3, ClusterURL: "127.0.0.1:3", ClientURL: "127.0.0.1:3"},
 		},
-	}, nil, testLogger(t))
+	}, engine.Deps{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

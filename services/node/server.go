@@ -20,9 +20,10 @@ import (
 
 	adminv1 "github.com/ursula/ursula/proto/gen/go/ursula/admin/v1"
 	coldgcv1 "github.com/ursula/ursula/proto/gen/go/ursula/coldgc/v1"
-	raftv1 "github.com/ursula/ursula/proto/gen/go/ursula/raft/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/services/platform/inproc"
 	"github.com/ursula/ursula/services/platform/listenmux"
+	"github.com/ursula/ursula/storage/cluster"
 	"github.com/ursula/ursula/storage/engine"
 	"github.com/ursula/ursula/storage/multiraft"
 	"github.com/ursula/ursula/storage/transport"
@@ -31,7 +32,7 @@ import (
 // Server is a storage node's network front.
 type Server struct {
 	cfg         Config
-	eng         *engine.Engine
+	n           *engine.Node
 	logger      *slog.Logger
 	metrics     metrics
 	incarnation string
@@ -40,31 +41,34 @@ type Server struct {
 	adminToken *adminToken
 
 	grpcServer *grpc.Server
-	streams    *streamService
-	coldgc     *coldGCService
+	// local serves the same services in-process (Conn).
+	local   *inproc.Server
+	streams *streamService
+	coldgc  *coldGCService
 	// extraMetrics adds the metrics of roles running beside the node in
 	// this process (the cold-GC worker).
 	extraMetrics atomic.Pointer[func(map[string]any)]
 	// prometheus serves GET /__ursula/prometheus on the admin plane (see
 	// SetPrometheusHandler).
 	prometheus atomic.Pointer[http.Handler]
-	// tr and peers exist on a multi-node cluster only.
-	tr      *transport.Transport
-	peers   *peerClient
+	// plane is the cluster plane of a multi-node cluster (nil otherwise).
+	plane   *cluster.GRPC
 	readyMu sync.Mutex
 	// stopping is set when a graceful shutdown begins.
 	stopping atomic.Bool
 	ready    bool
 }
 
-// New builds the server; it listens on nothing until Run.
-func New(cfg Config, eng *engine.Engine, logger *slog.Logger) (*Server, error) {
+// New builds the server over the node's storage; it listens on nothing
+// until Run.
+func New(cfg Config, n *engine.Node, logger *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("node config: %w", err)
 	}
 	s := &Server{
 		cfg:         cfg,
-		eng:         eng,
+		n:           n,
+		plane:       n.ClusterPlane(),
 		logger:      logger,
 		incarnation: strconv.FormatInt(time.Now().UnixNano(), 36),
 	}
@@ -78,24 +82,27 @@ func New(cfg Config, eng *engine.Engine, logger *slog.Logger) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.StatsHandler(serverStatsHandler()),
 	)
-	s.streams = &streamService{eng: eng, metrics: &s.metrics, clusterID: cfg.ClusterID, selfAddr: cfg.Listen, leaderAddrs: map[uint64]string{}, draining: make(chan struct{})}
-	for _, p := range eng.Config().Peers {
+	s.streams = &streamService{eng: n.Engine, cluster: n.Cluster, metrics: &s.metrics, clusterID: cfg.ClusterID, selfAddr: cfg.Listen, leaderAddrs: map[uint64]string{}, draining: make(chan struct{})}
+	for _, p := range n.Config().Peers {
 		s.streams.leaderAddrs[p.ID] = p.ClientURL
 	}
-	if len(eng.Config().Peers) > 1 {
-		tr, pc, err := newCluster(cfg, eng, logger)
-		if err != nil {
-			return nil, err
-		}
-		s.tr, s.peers = tr, pc
+	s.coldgc = &coldGCService{cold: n.Cold}
+	s.local = inproc.NewServer(inproc.WithServerStatsHandler(serverStatsHandler()), inproc.WithClientStatsHandler(clientStatsHandler()))
+	for _, r := range []grpc.ServiceRegistrar{s.grpcServer, s.local} {
+		streamv1.RegisterStreamServiceServer(r, s.streams)
+		coldgcv1.RegisterColdGCServiceServer(r, s.coldgc)
 	}
-	streamv1.RegisterStreamServiceServer(s.grpcServer, s.streams)
-	s.coldgc = &coldGCService{eng: eng}
-	coldgcv1.RegisterColdGCServiceServer(s.grpcServer, s.coldgc)
 	// AdminService is served on the loopback admin plane only (its REST
 	// mapping, adminHandler), never on the client plane.
 	return s, nil
 }
+
+// Conn is an in-process connection to the client plane's services: the
+// roles that share this process (the all-in-one gateway, the cold-GC
+// worker) call the node through it with the same generated clients, stats
+// handlers (traces, metrics) and error statuses as over the network,
+// without the network hop or marshalling (package inproc).
+func (s *Server) Conn() grpc.ClientConnInterface { return s.local }
 
 // Incarnation identifies this process run.
 func (s *Server) Incarnation() string { return s.incarnation }
@@ -114,7 +121,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	var clusterLn net.Listener
-	if s.tr != nil {
+	if s.plane != nil {
 		if clusterLn, err = net.Listen("tcp", s.cfg.ClusterListen); err != nil {
 			_ = clientLn.Close()
 			if adminLn != nil {
@@ -160,15 +167,11 @@ func (s *Server) Run(ctx context.Context) error {
 		clusterGRPC *grpc.Server
 		clusterHTTP *http.Server
 		clusterMux  *listenmux.Mux
-		trDone      = make(chan struct{})
 	)
-	trCtx, stopTransport := context.WithCancel(context.Background())
-	defer stopTransport()
-	if s.tr != nil {
-		opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes), grpc.MaxSendMsgSize(s.cfg.MaxMessageBytes)}, s.tr.ServerOptions()...)
+	if s.plane != nil {
+		opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes), grpc.MaxSendMsgSize(s.cfg.MaxMessageBytes)}, s.plane.ServerOptions()...)
 		clusterGRPC = grpc.NewServer(opts...)
-		s.tr.Register(clusterGRPC)
-		raftv1.RegisterForwardServiceServer(clusterGRPC, &forwardServer{eng: s.eng})
+		s.plane.Register(clusterGRPC)
 		clusterMux = listenmux.New(clusterLn)
 		shed := http.NewServeMux()
 		shed.HandleFunc("GET /__ursula/leadership-shed", s.serveShed)
@@ -176,18 +179,10 @@ func (s *Server) Run(ctx context.Context) error {
 		run(clusterMux.Serve)
 		run(func() error { return clusterGRPC.Serve(clusterMux.GRPC()) })
 		run(func() error { return clusterHTTP.Serve(clusterMux.HTTP()) })
-		go func() {
-			defer close(trDone)
-			if err := s.tr.Run(trCtx); err != nil {
-				s.logger.Error("raft transport stopped", "err", err)
-			}
-		}()
-	} else {
-		close(trDone)
 	}
 	s.logger.Info("node listening", "client", clientLn.Addr().String(), "admin", s.cfg.AdminListen, "cluster", s.cfg.ClusterListen)
 	go func() {
-		if err := s.eng.WaitReady(ctx); err == nil {
+		if err := s.n.WaitReady(ctx); err == nil {
 			s.setReady(true)
 			s.logger.Info("node ready")
 		}
@@ -200,7 +195,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.stopping.Store(true)
 	s.setReady(false)
-	if s.tr != nil {
+	if s.plane != nil {
 		s.handOff()
 	}
 	// Long-lived calls (subscriptions, waiting reads) end now, so that
@@ -224,10 +219,7 @@ func (s *Server) Run(ctx context.Context) error {
 		clusterGRPC.Stop()
 		_ = clusterHTTP.Close()
 		_ = clusterMux.Close()
-		s.peers.close()
 	}
-	stopTransport()
-	<-trDone
 	wg.Wait()
 	return runErr
 }
@@ -236,19 +228,15 @@ func (s *Server) Run(ctx context.Context) error {
 // drained and hand its leaderships to eligible voters while the transport
 // stays up, waiting up to five seconds for the leaderships to move.
 func (s *Server) handOff() {
-	s.eng.SetDraining(true)
+	c := s.n.Cluster
+	c.SetDraining(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for s.eng.LeaderCount() > 0 {
-		s.eng.HandOffLeaderships(ctx, 0)
-		select {
-		case <-ctx.Done():
-			s.logger.Warn("leadership handoff incomplete at shutdown", "still_leading", s.eng.LeaderCount())
-			return
-		case <-time.After(200 * time.Millisecond):
-		}
+	if c.HandOffAll(ctx) {
+		s.logger.Info("leaderships handed off")
+		return
 	}
-	s.logger.Info("leaderships handed off")
+	s.logger.Warn("leadership handoff incomplete at shutdown", "still_leading", c.LeaderCount())
 }
 
 func (s *Server) setReady(v bool) {
@@ -290,11 +278,11 @@ func (s *Server) readiness() *adminv1.GetReadyResponse {
 
 // notReadyReason returns why the node does not serve, or "".
 func (s *Server) notReadyReason(started bool) string {
-	groups := make([]multiraft.GroupStatus, s.eng.GroupCount())
+	groups := make([]multiraft.GroupStatus, s.n.Cluster.GroupCount())
 	for g := range groups {
-		groups[g] = s.eng.Host().Status(uint32(g))
+		groups[g] = s.n.Cluster.Status(uint32(g))
 	}
-	return readinessReason(s.stopping.Load(), started, len(s.eng.RejoinPending()), groups, s.eng.Config().NodeID)
+	return readinessReason(s.stopping.Load(), started, len(s.n.Cluster.RejoinPending()), groups, s.n.Config().NodeID)
 }
 
 // readinessReason decides readiness from what the node knows: whether it
@@ -325,18 +313,18 @@ func readinessReason(stopping, started bool, rejoinPending int, groups []multira
 func (s *Server) AddMetrics(f func(map[string]any)) { s.extraMetrics.Store(&f) }
 
 func (s *Server) metricsSnapshot() map[string]any {
-	m := s.metrics.snapshot(s.eng, s.cfg.ClusterID, s.incarnation)
-	m["node_id"] = float64(s.eng.Config().NodeID)
+	m := s.metrics.snapshot(s.n, s.cfg.ClusterID, s.incarnation)
+	m["node_id"] = float64(s.n.Config().NodeID)
 	m["peer_cluster_mismatches"] = s.mismatchList()
-	m["commit_stall_interventions"] = float64(s.eng.CommitStalls())
+	m["commit_stall_interventions"] = float64(s.n.Cluster.CommitStalls())
 	if f := s.extraMetrics.Load(); f != nil {
 		(*f)(m)
 	}
-	m["wal_recovery"] = s.eng.WALRecovery()
-	m["leadership_shed_state"] = shedState(s.eng, s.cfg.ClusterID, s.eng.Config().NodeID).GetState()
-	if s.tr != nil {
+	m["wal_recovery"] = s.n.WALRecovery()
+	m["leadership_shed_state"] = s.n.Cluster.ShedState().GetState()
+	if s.plane != nil {
 		// The transport's counters carry their metric names as JSON tags.
-		if raw, err := json.Marshal(s.tr.Stats()); err == nil {
+		if raw, err := json.Marshal(s.plane.Transport().Stats()); err == nil {
 			var tm map[string]any
 			if json.Unmarshal(raw, &tm) == nil {
 				for k, v := range tm {
@@ -408,10 +396,10 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func (s *Server) mismatches() []transport.Mismatch {
-	if s.tr == nil {
+	if s.plane == nil {
 		return nil
 	}
-	return s.tr.PeerClusterMismatches()
+	return s.plane.Transport().PeerClusterMismatches()
 }
 
 // mismatchList renders peer_cluster_mismatches for JSON documents.

@@ -10,13 +10,16 @@ import (
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/services/platform/grpcerr"
+	"github.com/ursula/ursula/storage/cluster"
 	"github.com/ursula/ursula/storage/engine"
+	"github.com/ursula/ursula/storage/fault"
 )
 
 // streamService adapts the engine to the StreamService gRPC contract.
 type streamService struct {
 	streamv1.UnimplementedStreamServiceServer
 	eng       *engine.Engine
+	cluster   *cluster.Cluster
 	metrics   *metrics
 	clusterID string
 	selfAddr  string
@@ -52,6 +55,7 @@ var errDraining = errcode.New(errcode.Unavailable, "node is shutting down").With
 // status converts an engine error for the wire, adding the leader's
 // client address to NOT_LEADER answers.
 func (s *streamService) status(err error) error {
+	err = domainError(err)
 	var de *errcode.Error
 	if errors.As(err, &de) && de.Code == errcode.NotLeader {
 		if id, perr := strconv.ParseUint(de.Metadata[errcode.KeyLeaderID], 10, 64); perr == nil {
@@ -82,6 +86,16 @@ func (s *streamService) Append(ctx context.Context, req *streamv1.AppendRequest)
 		s.metrics.appendErrors.Add(1)
 	} else {
 		s.metrics.appendBytes.Add(uint64(len(req.GetBody())))
+	}
+	for _, ack := range resp.GetFrames() {
+		// A refused frame names its storage error kind: answer its code.
+		if name := ack.GetErrorCode(); name != "" {
+			k, ok := fault.ByName(name)
+			if !ok {
+				k = fault.ErrInternal
+			}
+			ack.ErrorCode = errcode.Reason(codeOfKind(k))
+		}
 	}
 	return resp, s.status(err)
 }
@@ -162,7 +176,7 @@ func (s *streamService) GetClusterInfo(context.Context, *streamv1.GetClusterInfo
 	}
 	resp.GroupLeaders = make([]uint64, cfg.GroupCount)
 	for g := range resp.GroupLeaders {
-		resp.GroupLeaders[g] = s.eng.Host().Status(uint32(g)).LeaderID
+		resp.GroupLeaders[g] = s.cluster.Status(uint32(g)).LeaderID
 	}
 	return resp, nil
 }

@@ -1,26 +1,15 @@
 package node
 
 import (
-	"context"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
-	"go.opentelemetry.io/otel/codes"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
-	"go.opentelemetry.io/otel/trace"
-	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/stats"
-	"google.golang.org/grpc/status"
 
 	"github.com/ursula/ursula/services/platform/telemetry"
 )
-
-// tracer starts the node's spans on the in-process path (LocalClient);
-// over gRPC the otelgrpc server handler starts them.
-var tracer = telemetry.Tracer("services/node")
 
 // serverStatsHandler traces the client plane's RPCs (a server span per
 // call, child of the caller's span carried in the gRPC metadata). The
@@ -29,56 +18,11 @@ func serverStatsHandler() stats.Handler {
 	return otelgrpc.NewServerHandler(otelgrpc.WithFilter(filters.Not(filters.MethodName("GetClusterInfo"))))
 }
 
-// startLocalSpan starts the span the otelgrpc server handler would start
-// for fullMethod ("/ursula.stream.v1.StreamService/Append"): same name,
-// kind and attributes, child of the span in ctx.
-func startLocalSpan(ctx context.Context, fullMethod string) (context.Context, trace.Span) {
-	name := strings.TrimPrefix(fullMethod, "/")
-	return tracer.Start(ctx, name,
-		trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(semconv.RPCMethod(name), semconv.RPCSystemNameGRPC))
-}
-
-// endLocalSpan ends a span of startLocalSpan with the call's gRPC status,
-// marking the span failed for the codes otelgrpc treats as server errors.
-func endLocalSpan(span trace.Span, err error) {
-	if !span.IsRecording() {
-		return
-	}
-	st, _ := status.FromError(err)
-	span.SetAttributes(semconv.RPCResponseStatusCode(canonicalCode(st)))
-	if isServerError(st) {
-		span.SetStatus(codes.Error, st.Message())
-	}
-	span.End()
-}
-
-// canonicalCode renders a gRPC code as otelgrpc does (OK, NOT_FOUND, ...).
-func canonicalCode(st *status.Status) string {
-	if n, ok := grpcCodeNames[st.Code()]; ok {
-		return n
-	}
-	return "CODE(" + strconv.FormatUint(uint64(st.Code()), 10) + ")"
-}
-
-var grpcCodeNames = map[grpccodes.Code]string{
-	grpccodes.OK: "OK", grpccodes.Canceled: "CANCELLED", grpccodes.Unknown: "UNKNOWN",
-	grpccodes.InvalidArgument: "INVALID_ARGUMENT", grpccodes.DeadlineExceeded: "DEADLINE_EXCEEDED",
-	grpccodes.NotFound: "NOT_FOUND", grpccodes.AlreadyExists: "ALREADY_EXISTS",
-	grpccodes.PermissionDenied: "PERMISSION_DENIED", grpccodes.ResourceExhausted: "RESOURCE_EXHAUSTED",
-	grpccodes.FailedPrecondition: "FAILED_PRECONDITION", grpccodes.Aborted: "ABORTED",
-	grpccodes.OutOfRange: "OUT_OF_RANGE", grpccodes.Unimplemented: "UNIMPLEMENTED",
-	grpccodes.Internal: "INTERNAL", grpccodes.Unavailable: "UNAVAILABLE", grpccodes.DataLoss: "DATA_LOSS",
-	grpccodes.Unauthenticated: "UNAUTHENTICATED",
-}
-
-// isServerError reports the codes otelgrpc marks as a failed server span.
-func isServerError(st *status.Status) bool {
-	switch st.Code() {
-	case grpccodes.Unknown, grpccodes.DeadlineExceeded, grpccodes.Unimplemented, grpccodes.Internal, grpccodes.Unavailable, grpccodes.DataLoss:
-		return true
-	}
-	return false
+// clientStatsHandler traces the in-process callers' side (Conn) as the
+// gateway's router traces its calls over the network: a client span per
+// call, whose context the server span continues.
+func clientStatsHandler() stats.Handler {
+	return otelgrpc.NewClientHandler(otelgrpc.WithFilter(filters.Not(filters.MethodName("GetClusterInfo"))))
 }
 
 // MetricsSource reads the metrics document of /__ursula/metrics as

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"sort"
 
-	"github.com/ursula/ursula/storage/engine"
+	"github.com/ursula/ursula/storage/cold"
 	"github.com/ursula/ursula/storage/stream"
 )
 
@@ -42,7 +42,7 @@ type stagedParts struct {
 }
 
 // buildUsage renders the usage document.
-func buildUsage(nodeID uint64, groups int, usage map[string]stream.BucketUsage, staged []engine.StagedUsage) usageDoc {
+func buildUsage(nodeID uint64, groups int, usage map[string]stream.BucketUsage, staged []cold.StagedUsage) usageDoc {
 	doc := usageDoc{
 		Version: usageVersion, NodeID: nodeID, WriteUnitBytes: stream.WriteUnitBytes,
 		Buckets: make(map[string]bucketUsage, len(usage)), RaftGroupCount: groups,
@@ -64,5 +64,5 @@ func buildUsage(nodeID uint64, groups int, usage map[string]stream.BucketUsage, 
 
 // serveUsage answers GET /__ursula/usage.
 func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, buildUsage(s.eng.Config().NodeID, len(s.eng.Machines()), s.eng.Usage(), s.eng.StagedUsage(r.Context())))
+	writeJSON(w, http.StatusOK, buildUsage(s.n.Config().NodeID, s.n.Engine.GroupCount(), s.n.Engine.Usage(), s.n.Engine.StagedUsage(r.Context())))
 }

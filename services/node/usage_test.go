@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/storage/engine"
+	"github.com/ursula/ursula/storage/cold"
 	"github.com/ursula/ursula/storage/stream"
 )
 
@@ -22,12 +22,12 @@ func TestUsageGolden(t *testing.T) {
 		name   string
 		golden string
 		usage  map[string]stream.BucketUsage
-		staged []engine.StagedUsage
+		staged []cold.StagedUsage
 	}{
 		{"two buckets", "usage.golden.json", map[string]stream.BucketUsage{
 			"tenant-a": {CommittedAppendBytes: 24576, CommittedRecords: 3, CommittedWriteUnits: 4, RetainedBytes: 24576, StreamCount: 1},
 			"tenant-b": {CommittedAppendBytes: 10, CommittedRecords: 1, CommittedWriteUnits: 2},
-		}, []engine.StagedUsage{
+		}, []cold.StagedUsage{
 			{GroupID: 2, Term: 7, CountingFinished: true, Bytes: map[string]uint64{"tenant-a": 33554432}},
 			{GroupID: 0, Term: 3, CountingFinished: true, Bytes: map[string]uint64{"tenant-a": 5, "tenant-b": 1}},
 		}},
@@ -65,7 +65,7 @@ func TestUsageGolden(t *testing.T) {
 func TestUsageEndpoint(t *testing.T) {
 	eng := startEngine(t)
 	s := newServer(t, eng)
-	c := s.LocalClient()
+	c := streamv1.NewStreamServiceClient(s.Conn())
 	ctx := t.Context()
 	if _, err := c.CreateBucket(ctx, &streamv1.CreateBucketRequest{Bucket: "tenant"}); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 )
 
 // MaxAttrsBytes bounds a stream's attributes (title plus metadata).
@@ -24,7 +24,7 @@ func (e *Engine) GetAttrs(_ context.Context, req *streamv1.GetAttrsRequest) (*st
 	}
 	a, set, ok := e.machine(k).Attrs(k, m.Incarnation)
 	if !ok {
-		return nil, errcode.New(errcode.StreamNotFound, "stream %s not found", k.Stream)
+		return nil, fault.Errorf(fault.ErrStreamNotFound, "stream %s not found", k.Stream)
 	}
 	if !set {
 		return &streamv1.GetAttrsResponse{}, nil
@@ -41,18 +41,18 @@ func (e *Engine) SetAttrs(ctx context.Context, req *streamv1.SetAttrsRequest) (*
 	}
 	a := req.GetAttrs()
 	if len(a.GetTitle())+len(a.GetMetadata()) > MaxAttrsBytes {
-		return nil, errcode.New(errcode.InvalidArgument, "attributes exceed %d bytes", MaxAttrsBytes)
+		return nil, fault.Errorf(fault.ErrInvalidArgument, "attributes exceed %d bytes", MaxAttrsBytes)
 	}
 	var md []byte
 	if raw := a.GetMetadata(); len(raw) > 0 {
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
-			return nil, errcode.New(errcode.InvalidArgument, "metadata must be a JSON object")
+			return nil, fault.Errorf(fault.ErrInvalidArgument, "metadata must be a JSON object")
 		}
 		if len(obj) > 0 {
 			var err error
 			if md, err = json.Marshal(obj); err != nil {
-				return nil, errcode.New(errcode.InvalidArgument, "metadata: %v", err)
+				return nil, fault.Errorf(fault.ErrInvalidArgument, "metadata: %v", err)
 			}
 		}
 	}

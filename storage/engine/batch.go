@@ -5,7 +5,7 @@ import (
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/stream"
 )
 
@@ -38,23 +38,23 @@ const (
 func (e *Engine) appendBatch(ctx context.Context, k stream.Key, req *streamv1.AppendRequest) (*streamv1.AppendResponse, error) {
 	frames := req.GetFrames()
 	if len(req.GetBody()) > 0 {
-		return nil, errcode.New(errcode.InvalidArgument, "an append batch carries its data in frames, not a body")
+		return nil, fault.Errorf(fault.ErrInvalidArgument, "an append batch carries its data in frames, not a body")
 	}
 	if len(frames) > MaxBatchFrames {
-		return nil, errcode.New(errcode.PayloadTooLarge, "an append batch holds at most %d frames", MaxBatchFrames)
+		return nil, fault.Errorf(fault.ErrPayloadTooLarge, "an append batch holds at most %d frames", MaxBatchFrames)
 	}
 	var total int
 	for _, f := range frames {
 		total += len(f)
 	}
 	if total > MaxBatchBytes {
-		return nil, errcode.New(errcode.PayloadTooLarge, "an append batch holds at most %d bytes", MaxBatchBytes)
+		return nil, fault.Errorf(fault.ErrPayloadTooLarge, "an append batch holds at most %d bytes", MaxBatchBytes)
 	}
 	if req.GetContentType() == "" {
-		return nil, errcode.New(errcode.InvalidArgument, "Content-Type is required with a body")
+		return nil, fault.Errorf(fault.ErrInvalidArgument, "Content-Type is required with a body")
 	}
 	if p := req.GetProducer(); p != nil && p.GetId() == "" {
-		return nil, errcode.New(errcode.InvalidArgument, "Producer-Id must not be empty")
+		return nil, fault.Errorf(fault.ErrInvalidArgument, "Producer-Id must not be empty")
 	}
 	m, err := e.live(k)
 	if err != nil {
@@ -68,7 +68,7 @@ func (e *Engine) appendBatch(ctx context.Context, k stream.Key, req *streamv1.Ap
 	idx := make([]int, 0, len(frames))
 	for i, f := range frames {
 		if len(f) == 0 {
-			acks[i] = frameError(errcode.New(errcode.InvalidArgument, "frame %d is empty", i))
+			acks[i] = frameError(fault.Errorf(fault.ErrInvalidArgument, "frame %d is empty", i))
 			continue
 		}
 		if m.JSON {
@@ -88,7 +88,7 @@ func (e *Engine) appendBatch(ctx context.Context, k stream.Key, req *streamv1.Ap
 		return resp, nil
 	}
 	g := e.GroupOf(k)
-	if err := e.admitWrite(g); err != nil {
+	if err := e.cold.AdmitWrite(g); err != nil {
 		return nil, err
 	}
 	a := &storagev1.Append{
@@ -122,11 +122,12 @@ func (e *Engine) appendBatch(ctx context.Context, k stream.Key, req *streamv1.Ap
 	return resp, nil
 }
 
-// frameError acknowledges a frame that failed validation.
+// frameError acknowledges a frame that failed validation. ErrorCode holds
+// the storage error kind's name; the node maps it to the contract code.
 func frameError(err error) *streamv1.FrameAck {
-	ack := &streamv1.FrameAck{Status: frameInvalid, ErrorCode: string(errcode.InvalidArgument), Error: err.Error()}
-	if de, ok := err.(*errcode.Error); ok {
-		ack.ErrorCode, ack.Error = string(de.Code), de.Message
+	ack := &streamv1.FrameAck{Status: frameInvalid, ErrorCode: fault.ErrInvalidArgument.Name(), Error: err.Error()}
+	if fe, ok := err.(*fault.Error); ok {
+		ack.ErrorCode, ack.Error = fe.Kind.Name(), fe.Message
 	}
 	return ack
 }

@@ -6,7 +6,7 @@ import (
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/stream"
 )
 
@@ -26,9 +26,10 @@ func (e *Engine) GetBucket(ctx context.Context, req *streamv1.GetBucketRequest) 
 	if err := e.checkBucket(ctx, b); err != nil {
 		return nil, err
 	}
-	created, _ := e.machines[bucketGroup].BucketCreated(b)
+	created, _ := e.groups.Machine(bucketGroup).BucketCreated(b)
 	var n uint64
-	for _, m := range e.machines {
+	for g := range e.groups.GroupCount() {
+		m := e.groups.Machine(uint32(g))
 		n += uint64(m.CountStreams(b))
 	}
 	return &streamv1.GetBucketResponse{Bucket: b, CreatedMs: created, StreamCount: n}, nil
@@ -54,12 +55,13 @@ func (e *Engine) DeleteBucket(ctx context.Context, req *streamv1.DeleteBucketReq
 	if err := e.checkBucket(ctx, b); err != nil {
 		return nil, err
 	}
-	for g, m := range e.machines {
-		if err := e.syncGroup(ctx, uint32(g)); err != nil {
+	for g := range e.groups.GroupCount() {
+		m := e.groups.Machine(uint32(g))
+		if err := e.groups.Sync(ctx, uint32(g)); err != nil {
 			return nil, err
 		}
 		if n := m.CountStreams(b); n > 0 {
-			return nil, errcode.New(errcode.BucketExists, "bucket %s is not empty", b)
+			return nil, fault.Errorf(fault.ErrBucketExists, "bucket %s is not empty", b)
 		}
 	}
 	if _, err := e.propose(ctx, bucketGroup, &storagev1.Command{Op: &storagev1.Command_DeleteBucket{DeleteBucket: &storagev1.DeleteBucket{Bucket: b}}}); err != nil {
@@ -78,7 +80,7 @@ func (e *Engine) ListStreams(ctx context.Context, req *streamv1.ListStreamsReque
 		limit = defaultListLimit
 	}
 	if limit > maxListLimit {
-		return nil, errcode.New(errcode.InvalidArgument, "limit must be 1 to %d", maxListLimit)
+		return nil, fault.Errorf(fault.ErrInvalidArgument, "limit must be 1 to %d", maxListLimit)
 	}
 	if !builtinBucket(b) {
 		if err := validBucketName(b); err != nil {
@@ -90,8 +92,9 @@ func (e *Engine) ListStreams(ctx context.Context, req *streamv1.ListStreamsReque
 	}
 	now := e.nowMs()
 	var all []stream.Listing
-	for g, m := range e.machines {
-		if err := e.syncGroup(ctx, uint32(g)); err != nil {
+	for g := range e.groups.GroupCount() {
+		m := e.groups.Machine(uint32(g))
+		if err := e.groups.Sync(ctx, uint32(g)); err != nil {
 			return nil, err
 		}
 		all = append(all, m.ListStreams(b, req.GetPrefix(), req.GetAfter(), limit+1, now)...)

@@ -15,17 +15,20 @@ import (
 	raftv1 "github.com/ursula/ursula/proto/gen/go/ursula/raft/v1"
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/cluster"
+	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/stream"
 	"github.com/ursula/ursula/tests/await"
 )
 
-// memCluster connects engines of one process: Raft messages go through one
-// inbox goroutine per node (Send never blocks), probes, forwards and
-// rebuild requests call the peer engine directly.
+// memCluster connects engines of one process through memNet, an
+// in-memory cluster.Network: Raft messages go through one inbox goroutine
+// per node (Send never blocks), probes, forwards and rebuild requests call
+// the peer's cluster side directly.
 type memCluster struct {
 	mu      sync.RWMutex
 	engines map[uint64]*testEngine   // replaced on restart
+	nets    map[uint64]*memNet       // replaced on restart
 	inbox   map[uint64]chan delivery // fixed once started
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -39,10 +42,11 @@ type delivery struct {
 	msg      *pb.Message
 }
 
-// memPeer is one node's end of the in-memory cluster plane.
-type memPeer struct {
-	c    *memCluster
-	self uint64
+// memNet is one node's end of the in-memory cluster plane.
+type memNet struct {
+	c     *memCluster
+	self  uint64
+	local cluster.Local
 }
 
 // engine returns the running engine of a node.
@@ -53,44 +57,61 @@ func (c *memCluster) engine(id uint64) (*testEngine, bool) {
 	return e, ok
 }
 
-func (p memPeer) Send(groupID uint32, msgs []*pb.Message) {
+func (c *memCluster) net(id uint64) (*memNet, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n, ok := c.nets[id]
+	return n, ok && n.local != nil
+}
+
+func (n *memNet) Attach(local cluster.Local) { n.local = local }
+
+func (n *memNet) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
+}
+
+func (n *memNet) Send(groupID uint32, msgs []*pb.Message) {
 	for _, m := range msgs {
-		ch := p.c.inbox[m.GetTo()]
+		ch := n.c.inbox[m.GetTo()]
 		select {
-		case ch <- delivery{from: p.self, to: m.GetTo(), group: groupID, msg: m}:
+		case ch <- delivery{from: n.self, to: m.GetTo(), group: groupID, msg: m}:
 		default: // a full link drops, as a network would
-			e, _ := p.c.engine(p.self)
-			self := e.Host()
-			_ = self.ReportUnreachable(groupID, m.GetTo())
+			_ = n.local.ReportUnreachable(groupID, m.GetTo())
 			if m.GetType() == pb.MsgSnap {
-				_ = self.ReportSnapshot(groupID, m.GetTo(), true)
+				_ = n.local.ReportSnapshot(groupID, m.GetTo(), true)
 			}
 		}
 	}
 }
 
-func (p memPeer) Probe(_ context.Context, peer uint64, groups []uint32) (*raftv1.ProbeResponse, error) {
-	e, ok := p.c.engine(peer)
+func (n *memNet) Probe(_ context.Context, peer uint64, groups []uint32) ([]*raftv1.ProbeResponse_GroupState, error) {
+	p, ok := n.c.net(peer)
 	if !ok {
 		return nil, fmt.Errorf("no peer %d", peer)
 	}
-	return &raftv1.ProbeResponse{Groups: e.ProbeAnswer(groups)}, nil
+	return p.local.ProbeAnswer(groups), nil
 }
 
-func (p memPeer) Forward(ctx context.Context, leader uint64, g uint32, cmd []byte) (*storagev1.ApplyResult, error) {
-	e, ok := p.c.engine(leader)
+func (n *memNet) Forward(ctx context.Context, leader uint64, g uint32, cmd []byte) (*storagev1.ApplyResult, error) {
+	p, ok := n.c.net(leader)
 	if !ok {
-		return nil, fmt.Errorf("no peer %d", leader)
+		return nil, fault.Errorf(fault.ErrUnavailable, "no peer %d", leader)
 	}
-	return e.ProposeForwarded(ctx, g, cmd)
+	return p.local.ProposeForwarded(ctx, g, cmd)
 }
 
-func (p memPeer) RequestRebuild(ctx context.Context, leader uint64, g uint32, node uint64) (bool, error) {
-	e, ok := p.c.engine(leader)
+func (n *memNet) RequestRebuild(ctx context.Context, leader uint64, g uint32, node uint64) (bool, error) {
+	p, ok := n.c.net(leader)
 	if !ok {
-		return false, fmt.Errorf("no peer %d", leader)
+		return false, fault.Errorf(fault.ErrUnavailable, "no peer %d", leader)
 	}
-	return e.RequestRebuild(ctx, g, node)
+	return p.local.RequestRebuild(ctx, g, node)
+}
+
+func (n *memNet) AcceptsTransfers(_ context.Context, peer uint64) bool {
+	p, ok := n.c.net(peer)
+	return ok && p.local.ShedState().GetShouldAcceptTransfer()
 }
 
 func (c *memCluster) deliver(id uint64) {
@@ -103,11 +124,14 @@ func (c *memCluster) deliver(id uint64) {
 			if drop := c.drop.Load(); drop != nil && (*drop)(d) {
 				continue
 			}
-			to, _ := c.engine(d.to)
-			err := to.Host().Step(d.group, d.msg)
+			to, ok := c.net(d.to)
+			if !ok {
+				continue
+			}
+			err := to.local.Step(d.group, d.msg)
 			if d.msg.GetType() == pb.MsgSnap {
-				if from, ok := c.engine(d.from); ok {
-					_ = from.Host().ReportSnapshot(d.group, d.to, err != nil)
+				if from, ok := c.net(d.from); ok {
+					_ = from.local.ReportSnapshot(d.group, d.to, err != nil)
 				}
 			}
 		}
@@ -118,26 +142,25 @@ func (c *memCluster) deliver(id uint64) {
 // one of them is ready.
 func startCluster(tb testing.TB, size int) *memCluster {
 	tb.Helper()
-	c := &memCluster{engines: map[uint64]*testEngine{}, inbox: map[uint64]chan delivery{}, stop: make(chan struct{})}
-	var peers []Peer
+	c := &memCluster{engines: map[uint64]*testEngine{}, nets: map[uint64]*memNet{}, inbox: map[uint64]chan delivery{}, stop: make(chan struct{})}
+	var peers []cluster.Peer
 	for id := uint64(1); id <= uint64(size); id++ {
-		peers = append(peers, Peer{ID: id, ClusterURL: fmt.Sprintf("n%d:1", id), ClientURL: fmt.Sprintf("n%d:2", id)})
+		peers = append(peers, cluster.Peer{ID: id, ClusterURL: fmt.Sprintf("n%d:1", id), ClientURL: fmt.Sprintf("n%d:2", id)})
 	}
 	for _, p := range peers {
 		cfg := testConfig(tb.TempDir())
 		cfg.NodeID = p.ID
 		cfg.Peers = peers
 		cfg.ClusterID = "mem"
-		c.engines[p.ID] = newEngine(tb, cfg, nil)
 		c.inbox[p.ID] = make(chan delivery, 4096)
+		c.engines[p.ID] = c.open(tb, p.ID, cfg)
 	}
 	// Stop the engines first (their cleanups run before this one).
 	tb.Cleanup(func() {
 		close(c.stop)
 		c.wg.Wait()
 	})
-	for id, e := range c.engines {
-		c.connect(id, e)
+	for id := range c.engines {
 		c.wg.Add(1)
 		go c.deliver(id)
 	}
@@ -150,13 +173,14 @@ func startCluster(tb testing.TB, size int) *memCluster {
 	return c
 }
 
-func (c *memCluster) connect(id uint64, e *testEngine) {
-	mp := memPeer{c: c, self: id}
-	e.SetCluster(ClusterDeps{Transport: mp, Forwarder: mp, Prober: mp, Rebuilder: mp})
-	e.SetShedPeer(func(_ context.Context, peer uint64) bool {
-		pe, ok := c.engine(peer)
-		return ok && !pe.Draining()
-	})
+// open opens node id's engine on its own in-memory network end.
+func (c *memCluster) open(tb testing.TB, id uint64, cfg Config) *testEngine {
+	n := &memNet{c: c, self: id}
+	e := openEngine(tb, cfg, Deps{Network: n})
+	c.mu.Lock()
+	c.nets[id] = n
+	c.mu.Unlock()
+	return e
 }
 
 // restart stops node id and runs it again, on the same directory or, with
@@ -169,8 +193,7 @@ func (c *memCluster) restart(tb testing.TB, id uint64, wipe bool) *testEngine {
 	if wipe {
 		cfg.DataDir = tb.TempDir()
 	}
-	ne := newEngine(tb, cfg, nil)
-	c.connect(id, ne)
+	ne := c.open(tb, id, cfg)
 	c.mu.Lock()
 	c.engines[id] = ne
 	c.mu.Unlock()
@@ -182,13 +205,13 @@ func (c *memCluster) restart(tb testing.TB, id uint64, wipe bool) *testEngine {
 func (c *memCluster) leaderOf(g uint32) uint64 {
 	var lead uint64
 	for _, e := range c.engines {
-		st := e.Host().Status(g)
+		st := e.status(g)
 		if st.LeaderID == 0 || (lead != 0 && st.LeaderID != lead) {
 			return 0
 		}
 		lead = st.LeaderID
 	}
-	if !c.engines[lead].Host().Status(g).IsLeader {
+	if !c.engines[lead].status(g).IsLeader {
 		return 0
 	}
 	return lead
@@ -228,15 +251,15 @@ func TestCluster(t *testing.T) {
 			lead := c.waitLeader(t, g)
 			leaders := 0
 			for id, e := range c.engines {
-				st := e.Host().Status(g)
+				st := e.status(g)
 				if st.IsLeader {
 					leaders++
 				}
 				if !st.HasState || !slices.Equal(slices.Sorted(slices.Values(st.Voters)), []uint64{1, 2, 3}) {
 					t.Errorf("group %d on node %d: has state %v, voters %v", g, id, st.HasState, st.Voters)
 				}
-				if st.Term != c.engines[lead].Host().Status(g).Term {
-					t.Errorf("group %d: node %d at term %d, leader at %d", g, id, st.Term, c.engines[lead].Host().Status(g).Term)
+				if st.Term != c.engines[lead].status(g).Term {
+					t.Errorf("group %d: node %d at term %d, leader at %d", g, id, st.Term, c.engines[lead].status(g).Term)
 				}
 			}
 			if leaders != 1 {
@@ -244,10 +267,9 @@ func TestCluster(t *testing.T) {
 			}
 		}
 		for id, e := range c.engines {
-			e.rejoined.Range(func(g, _ any) bool {
-				t.Errorf("node %d joined group %v with a vote floor on a fresh cluster", id, g)
-				return true
-			})
+			for _, g := range e.node.Cluster.RejoinPending() {
+				t.Errorf("node %d joined group %d with a vote floor on a fresh cluster", id, g)
+			}
 		}
 	})
 
@@ -258,7 +280,7 @@ func TestCluster(t *testing.T) {
 				continue
 			}
 			_, err := e.CreateBucket(t.Context(), &streamv1.CreateBucketRequest{Bucket: testBucket})
-			wantCode(t, fmt.Sprintf("CreateBucket on follower %d", id), err, errcode.NotLeader)
+			wantCode(t, fmt.Sprintf("CreateBucket on follower %d", id), err, fault.ErrNotLeader)
 		}
 	})
 	if _, err := c.engines[lead0].CreateBucket(t.Context(), &streamv1.CreateBucketRequest{Bucket: testBucket}); err != nil {
@@ -266,7 +288,7 @@ func TestCluster(t *testing.T) {
 	}
 	await.True(t, "the bucket on every node", func() bool {
 		for _, e := range c.engines {
-			if !e.machines[bucketGroup].HasBucket(testBucket) {
+			if !e.node.machines[bucketGroup].HasBucket(testBucket) {
 				return false
 			}
 		}
@@ -348,8 +370,8 @@ func TestCluster(t *testing.T) {
 				for _, tc := range notLeader {
 					t.Run(tc.name, func(t *testing.T) {
 						err := tc.op()
-						wantCode(t, tc.name, err, errcode.NotLeader)
-						if got := err.(*errcode.Error).Metadata[errcode.KeyLeaderID]; got != strconv.FormatUint(lead, 10) {
+						wantCode(t, tc.name, err, fault.ErrNotLeader)
+						if got := err.(*fault.Error).Details[fault.DetailLeaderID]; got != strconv.FormatUint(lead, 10) {
 							t.Fatalf("leader_id = %q, want %d", got, lead)
 						}
 					})
@@ -396,16 +418,16 @@ func TestCluster(t *testing.T) {
 	t.Run("drain moves leaderships away, undrain lets them back", func(t *testing.T) {
 		var drained uint64
 		for id, e := range c.engines {
-			if drained == 0 || e.LeaderCount() > c.engines[drained].LeaderCount() {
+			if drained == 0 || e.node.Cluster.LeaderCount() > c.engines[drained].node.Cluster.LeaderCount() {
 				drained = id
 			}
 		}
 		de := c.engines[drained]
-		if de.LeaderCount() == 0 {
+		if de.node.Cluster.LeaderCount() == 0 {
 			t.Fatal("no node leads any group")
 		}
-		de.SetDraining(true)
-		await.True(t, "the drained node to lead nothing", func() bool { return de.LeaderCount() == 0 })
+		de.node.Cluster.SetDraining(true)
+		await.True(t, "the drained node to lead nothing", func() bool { return de.node.Cluster.LeaderCount() == 0 })
 		for g := range uint32(groups) {
 			if l := c.waitLeader(t, g); l == drained {
 				t.Fatalf("group %d still led by the drained node", g)
@@ -415,8 +437,8 @@ func TestCluster(t *testing.T) {
 		name := c.streamWhere(t, "d", func(uint32, uint64) bool { return true })
 		mustCreate(t, c.engines[c.leaderOf(c.engines[1].GroupOf(key(name)))], &streamv1.CreateStreamRequest{Ref: ref(name)})
 
-		de.SetDraining(false)
-		await.True(t, "the balancer to give the node a leadership back", func() bool { return de.LeaderCount() > 0 })
+		de.node.Cluster.SetDraining(false)
+		await.True(t, "the balancer to give the node a leadership back", func() bool { return de.node.Cluster.LeaderCount() > 0 })
 	})
 
 	t.Run("commit-stall watchdog intervenes and the group recovers", func(t *testing.T) {
@@ -432,7 +454,7 @@ func TestCluster(t *testing.T) {
 		}
 		c.drop.Store(&drop)
 		defer c.drop.Store(nil)
-		before := se.CommitStalls()
+		before := se.node.Cluster.CommitStalls()
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
 		appended := make(chan error, 1)
@@ -443,9 +465,9 @@ func TestCluster(t *testing.T) {
 		// The watchdog's handoff cannot complete here (raft first brings
 		// the transferee up to the leader's last index, through the lost
 		// appends), but it must notice the stall.
-		await.True(t, "the watchdog to count the stall", func() bool { return se.CommitStalls() > before })
+		await.True(t, "the watchdog to count the stall", func() bool { return se.node.Cluster.CommitStalls() > before })
 		c.drop.Store(nil)
-		if err := <-appended; err != nil && codeOf(err) != errcode.OutcomeUnknown {
+		if err := <-appended; err != nil && codeOf(err) != fault.ErrOutcomeUnknown {
 			t.Fatalf("the stalled append ended with %v", err)
 		}
 		var err error
@@ -500,7 +522,7 @@ func TestClusterRestartAndRebuild(t *testing.T) {
 			for id := uint64(1); id <= 3; id++ {
 				e, _ := c.engine(id)
 				for g, name := range names {
-					st := e.Host().Status(g)
+					st := e.status(g)
 					if !st.HasState || len(st.Learners) != 0 || !slices.Equal(slices.Sorted(slices.Values(st.Voters)), []uint64{1, 2, 3}) {
 						return false
 					}
@@ -518,10 +540,9 @@ func TestClusterRestartAndRebuild(t *testing.T) {
 		appendEverywhere(t, "+restart")
 		ne.waitReady(t)
 		await.True(t, "every replica to catch up", caughtUp(uint64(len("before+restart"))))
-		ne.rejoined.Range(func(k, _ any) bool {
-			t.Errorf("group %v rejoined with a vote floor after a plain restart", k)
-			return true
-		})
+		for _, g := range ne.node.Cluster.RejoinPending() {
+			t.Errorf("group %d rejoined with a vote floor after a plain restart", g)
+		}
 	})
 	t.Run("wiped node is rebuilt", func(t *testing.T) {
 		ne := c.restart(t, victim, true)

@@ -11,8 +11,9 @@ import (
 	"time"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/cold"
 	"github.com/ursula/ursula/storage/coldfmt"
+	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/objstore"
 	"github.com/ursula/ursula/storage/stream"
 	"github.com/ursula/ursula/tests/await"
@@ -51,7 +52,7 @@ func (f *flakyStore) Get(ctx context.Context, key string) ([]byte, error) {
 // cross the hot/cold boundary and seal index pages with little data.
 func coldTestConfig(dir string) Config {
 	cfg := testConfig(dir)
-	cfg.Cold = DefaultColdConfig()
+	cfg.Cold = cold.DefaultConfig()
 	cfg.Cold.FlushBytes = 64
 	cfg.Cold.FlushAge = 20 * time.Millisecond
 	cfg.Cold.GroupFlushBytes = 256
@@ -67,8 +68,7 @@ func coldTestConfig(dir string) Config {
 
 func startColdEngine(tb testing.TB, cfg Config, store objstore.Store) *testEngine {
 	tb.Helper()
-	te := newEngine(tb, cfg, nil)
-	te.SetColdStore(store)
+	te := openEngine(tb, cfg, Deps{ColdStore: store})
 	te.run(tb)
 	te.waitReady(tb)
 	if _, err := te.CreateBucket(tb.Context(), &streamv1.CreateBucketRequest{Bucket: testBucket}); err != nil {
@@ -190,8 +190,7 @@ func TestColdSurvivesRestart(t *testing.T) {
 	}
 	waitFlushed(t, e, "s")
 	e.stop(t)
-	e2 := newEngine(t, cfg, nil)
-	e2.SetColdStore(store)
+	e2 := openEngine(t, cfg, Deps{ColdStore: store})
 	e2.run(t)
 	e2.waitReady(t)
 	if got := readPaged(t, e2, "s", 64); got != want.String() {
@@ -211,7 +210,7 @@ func TestColdExternalPayload(t *testing.T) {
 	if got := readPaged(t, e, "big", 1000); got != want {
 		t.Fatalf("read with an external payload in the hot window differs (%d bytes)", len(got))
 	}
-	if n := e.ColdStats().ExternalPayloads.Load(); n != 1 {
+	if n := e.node.Cold.Stats().ExternalPayloads.Load(); n != 1 {
 		t.Fatalf("external payloads = %d, want 1", n)
 	}
 	waitFlushed(t, e, "big")
@@ -237,7 +236,7 @@ func TestColdOutageBackpressureAndRecovery(t *testing.T) {
 	store.down.Store(true)
 	// Nothing was read yet, so the cache holds none of the cold blocks.
 	_, err := e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("s"), Offset: off(1), NoTouch: true})
-	wantCode(t, "cold read during the outage", err, errcode.ColdStoreFailed)
+	wantCode(t, "cold read during the outage", err, fault.ErrColdStoreFailed)
 	// Writes go on until the group's hot bytes reach the cap, then 503.
 	var refused error
 	for i := 0; i < 10000 && refused == nil; i++ {
@@ -246,7 +245,7 @@ func TestColdOutageBackpressureAndRecovery(t *testing.T) {
 			want.WriteString(s)
 		}
 	}
-	wantCode(t, "append above the hot cap", refused, errcode.Overloaded)
+	wantCode(t, "append above the hot cap", refused, fault.ErrOverloaded)
 	store.down.Store(false)
 	waitFlushed(t, e, "s")
 	mustAppend(t, e, "s", "application/octet-stream", "after;")
@@ -275,7 +274,7 @@ func TestColdRetention(t *testing.T) {
 		t.Fatalf("retained %s", resp.GetRetainedOffset())
 	}
 	_, err = e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("r"), Offset: off(100), NoTouch: true})
-	wantCode(t, "read below retention", err, errcode.OffsetTrimmed)
+	wantCode(t, "read below retention", err, fault.ErrOffsetTrimmed)
 	if got := readPaged(t, e, "r", 64); got != all.String()[500:] {
 		t.Fatalf("read from the start after retention = %q", got[:20])
 	}
@@ -285,9 +284,9 @@ func TestColdRetention(t *testing.T) {
 		t.Fatalf("lower retention: %v %v", resp, err)
 	}
 	_, err = e.SetRetention(t.Context(), &streamv1.SetRetentionRequest{Ref: ref("r"), Offset: off(5000)})
-	wantCode(t, "retention past the tail", err, errcode.OffsetOutOfRange)
+	wantCode(t, "retention past the tail", err, fault.ErrOffsetOutOfRange)
 	g := e.GroupOf(key("r"))
-	if q, n := e.machines[g].GCQueue(1000); n == 0 {
+	if q, n := e.node.machines[g].GCQueue(1000); n == 0 {
 		t.Fatalf("no GC entries after retention retired chunks")
 	} else {
 		for _, en := range q {

@@ -5,6 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"time"
+
+	"github.com/ursula/ursula/storage/cluster"
+	"github.com/ursula/ursula/storage/cold"
 )
 
 // Config configures the storage engine of one node.
@@ -15,10 +18,13 @@ type Config struct {
 	NodeID uint64 `toml:"node_id"`
 	// Peers are every voter of the cluster, this node included; empty
 	// means a single-node cluster of NodeID.
-	Peers []Peer `toml:"peers"`
+	Peers []cluster.Peer `toml:"peers"`
 	// ClusterID is recorded in the WAL at first start; a WAL holding
 	// another id refuses to start. Set from server.cluster_id.
 	ClusterID string `toml:"-"`
+	// MaxMessageBytes bounds one cluster-plane message. Set from
+	// server.max_message_bytes.
+	MaxMessageBytes int `toml:"-"`
 	// GroupCount is G, the number of Raft groups; bound to the WAL.
 	GroupCount int `toml:"group_count"`
 	// ShardCount is S, the number of shard workers; bound to the WAL. Set
@@ -45,18 +51,8 @@ type Config struct {
 	// streams are also removed lazily when accessed.
 	ExpirySweepInterval time.Duration `toml:"expiry_sweep_interval"`
 	// Cold configures the cold tier (set from the [cold] section; the zero
-	// value means DefaultColdConfig).
-	Cold ColdConfig `toml:"-"`
-}
-
-// Peer is one voter of the cluster.
-type Peer struct {
-	// ID is the peer's raft.node_id.
-	ID uint64 `toml:"id"`
-	// ClusterURL is the host:port of the peer's cluster plane (Raft).
-	ClusterURL string `toml:"cluster_url"`
-	// ClientURL is the host:port of the peer's client plane (gRPC data API).
-	ClientURL string `toml:"client_url"`
+	// value means cold.DefaultConfig).
+	Cold cold.Config `toml:"-"`
 }
 
 // Voters returns the voter ids: the peers, or this node alone.
@@ -126,7 +122,7 @@ func (c *Config) Validate() error {
 	if c.TickInterval <= 0 || c.ExpirySweepInterval <= 0 {
 		errs = append(errs, errors.New("tick and sweep intervals must be positive"))
 	}
-	if c.Cold != (ColdConfig{}) {
+	if c.Cold != (cold.Config{}) {
 		errs = append(errs, c.Cold.Validate())
 	}
 	return errors.Join(errs...)

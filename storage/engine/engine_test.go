@@ -7,7 +7,9 @@ import (
 	"time"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/cluster"
+	"github.com/ursula/ursula/storage/fault"
+	"github.com/ursula/ursula/tests/await"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -25,12 +27,12 @@ func TestConfigValidate(t *testing.T) {
 		{"zero read chunk", func(c *Config) { c.ReadChunkBytes = 0 }, "read_chunk_bytes"},
 		{"zero sweep", func(c *Config) { c.ExpirySweepInterval = 0 }, "intervals"},
 		{"peers without self", func(c *Config) {
-			c.Peers = []Peer{{ID: 2, ClusterURL: "a:1", ClientURL: "a:2"}, {ID: 3, ClusterURL: "b:1", ClientURL: "b:2"}}
+			c.Peers = []cluster.Peer{{ID: 2, ClusterURL: "a:1", ClientURL: "a:2"}, {ID: 3, ClusterURL: "b:1", ClientURL: "b:2"}}
 		}, "does not include this node"},
 		{"repeated peer", func(c *Config) {
-			c.Peers = []Peer{{ID: 1, ClusterURL: "a:1", ClientURL: "a:2"}, {ID: 1, ClusterURL: "b:1", ClientURL: "b:2"}}
+			c.Peers = []cluster.Peer{{ID: 1, ClusterURL: "a:1", ClientURL: "a:2"}, {ID: 1, ClusterURL: "b:1", ClientURL: "b:2"}}
 		}, "zero or repeated"},
-		{"peer without urls", func(c *Config) { c.Peers = []Peer{{ID: 1}} }, "cluster_url"},
+		{"peer without urls", func(c *Config) { c.Peers = []cluster.Peer{{ID: 1}} }, "cluster_url"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,16 +55,16 @@ func TestCreateBucket(t *testing.T) {
 		name        string
 		bucket      string
 		wantCreated bool
-		wantCode    errcode.Code
+		wantCode    *fault.Kind
 	}{
-		{"new bucket", "photos", true, ""},
-		{"repeat is idempotent", "photos", false, ""},
-		{"dots dashes underscores", "a.b-c_d", true, ""},
-		{"empty", "", false, errcode.InvalidArgument},
-		{"upper case", "Photos", false, errcode.InvalidArgument},
-		{"leading dash", "-a", false, errcode.InvalidArgument},
-		{"reserved prefix", "__ds", false, errcode.InvalidArgument},
-		{"too long", strings.Repeat("a", 64), false, errcode.InvalidArgument},
+		{"new bucket", "photos", true, nil},
+		{"repeat is idempotent", "photos", false, nil},
+		{"dots dashes underscores", "a.b-c_d", true, nil},
+		{"empty", "", false, fault.ErrInvalidArgument},
+		{"upper case", "Photos", false, fault.ErrInvalidArgument},
+		{"leading dash", "-a", false, fault.ErrInvalidArgument},
+		{"reserved prefix", "__ds", false, fault.ErrInvalidArgument},
+		{"too long", strings.Repeat("a", 64), false, fault.ErrInvalidArgument},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -83,24 +85,24 @@ func TestCreateStream(t *testing.T) {
 		name        string
 		req         *streamv1.CreateStreamRequest
 		wantCreated bool
-		wantCode    errcode.Code
+		wantCode    *fault.Kind
 		wantType    string
 	}{
-		{"default content type", &streamv1.CreateStreamRequest{Ref: ref("plain")}, true, "", DefaultContentType},
-		{"idempotent repeat", &streamv1.CreateStreamRequest{Ref: ref("plain")}, false, "", DefaultContentType},
-		{"same config, other parameters", &streamv1.CreateStreamRequest{Ref: ref("existing"), ContentType: "TEXT/plain; charset=utf-8", TtlSeconds: ttl(60)}, false, "", "text/plain"},
-		{"content type mismatch", &streamv1.CreateStreamRequest{Ref: ref("existing"), ContentType: "application/json", TtlSeconds: ttl(60)}, false, errcode.StreamExists, ""},
-		{"ttl mismatch", &streamv1.CreateStreamRequest{Ref: ref("existing"), ContentType: "text/plain", TtlSeconds: ttl(61)}, false, errcode.StreamExists, ""},
-		{"ttl dropped", &streamv1.CreateStreamRequest{Ref: ref("existing"), ContentType: "text/plain"}, false, errcode.StreamExists, ""},
-		{"closed mismatch", &streamv1.CreateStreamRequest{Ref: ref("existing"), ContentType: "text/plain", TtlSeconds: ttl(60), Closed: true}, false, errcode.StreamExists, ""},
-		{"unknown bucket", &streamv1.CreateStreamRequest{Ref: &streamv1.StreamRef{Bucket: "nope", Stream: "s"}}, false, errcode.BucketNotFound, ""},
-		{"built-in bucket needs no creation", &streamv1.CreateStreamRequest{Ref: &streamv1.StreamRef{Bucket: "__ds", Stream: "s"}}, true, "", DefaultContentType},
-		{"empty stream id", &streamv1.CreateStreamRequest{Ref: ref("")}, false, errcode.InvalidArgument, ""},
-		{"control character", &streamv1.CreateStreamRequest{Ref: ref("a\nb")}, false, errcode.InvalidArgument, ""},
-		{"invalid utf-8", &streamv1.CreateStreamRequest{Ref: ref("a\xffb")}, false, errcode.InvalidArgument, ""},
-		{"ttl and expires-at", &streamv1.CreateStreamRequest{Ref: ref("both"), TtlSeconds: ttl(5), ExpiresAt: "2030-01-01T00:00:00Z"}, false, errcode.InvalidArgument, ""},
-		{"bad expires-at", &streamv1.CreateStreamRequest{Ref: ref("bad-at"), ExpiresAt: "tomorrow"}, false, errcode.InvalidArgument, ""},
-		{"invalid json body", &streamv1.CreateStreamRequest{Ref: ref("badjson"), ContentType: "application/json", HasBody: true, Body: []byte("{")}, false, errcode.InvalidArgument, ""},
+		{"default content type", &streamv1.CreateStreamRequest{Ref: ref("plain")}, true, nil, DefaultContentType},
+		{"idempotent repeat", &streamv1.CreateStreamRequest{Ref: ref("plain")}, false, nil, DefaultContentType},
+		{"same config, other parameters", &streamv1.CreateStreamRequest{Ref: ref("existing"), ContentType: "TEXT/plain; charset=utf-8", TtlSeconds: ttl(60)}, false, nil, "text/plain"},
+		{"content type mismatch", &streamv1.CreateStreamRequest{Ref: ref("existing"), ContentType: "application/json", TtlSeconds: ttl(60)}, false, fault.ErrStreamExists, ""},
+		{"ttl mismatch", &streamv1.CreateStreamRequest{Ref: ref("existing"), ContentType: "text/plain", TtlSeconds: ttl(61)}, false, fault.ErrStreamExists, ""},
+		{"ttl dropped", &streamv1.CreateStreamRequest{Ref: ref("existing"), ContentType: "text/plain"}, false, fault.ErrStreamExists, ""},
+		{"closed mismatch", &streamv1.CreateStreamRequest{Ref: ref("existing"), ContentType: "text/plain", TtlSeconds: ttl(60), Closed: true}, false, fault.ErrStreamExists, ""},
+		{"unknown bucket", &streamv1.CreateStreamRequest{Ref: &streamv1.StreamRef{Bucket: "nope", Stream: "s"}}, false, fault.ErrBucketNotFound, ""},
+		{"built-in bucket needs no creation", &streamv1.CreateStreamRequest{Ref: &streamv1.StreamRef{Bucket: "__ds", Stream: "s"}}, true, nil, DefaultContentType},
+		{"empty stream id", &streamv1.CreateStreamRequest{Ref: ref("")}, false, fault.ErrInvalidArgument, ""},
+		{"control character", &streamv1.CreateStreamRequest{Ref: ref("a\nb")}, false, fault.ErrInvalidArgument, ""},
+		{"invalid utf-8", &streamv1.CreateStreamRequest{Ref: ref("a\xffb")}, false, fault.ErrInvalidArgument, ""},
+		{"ttl and expires-at", &streamv1.CreateStreamRequest{Ref: ref("both"), TtlSeconds: ttl(5), ExpiresAt: "2030-01-01T00:00:00Z"}, false, fault.ErrInvalidArgument, ""},
+		{"bad expires-at", &streamv1.CreateStreamRequest{Ref: ref("bad-at"), ExpiresAt: "tomorrow"}, false, fault.ErrInvalidArgument, ""},
+		{"invalid json body", &streamv1.CreateStreamRequest{Ref: ref("badjson"), ContentType: "application/json", HasBody: true, Body: []byte("{")}, false, fault.ErrInvalidArgument, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -134,20 +136,20 @@ func TestAppendValidation(t *testing.T) {
 	tests := []struct {
 		name     string
 		req      *streamv1.AppendRequest
-		wantCode errcode.Code
+		wantCode *fault.Kind
 	}{
-		{"empty body", &streamv1.AppendRequest{Ref: ref("s"), ContentType: "text/plain"}, errcode.InvalidArgument},
-		{"body without content type", &streamv1.AppendRequest{Ref: ref("s"), Body: []byte("x")}, errcode.InvalidArgument},
-		{"content type mismatch", &streamv1.AppendRequest{Ref: ref("s"), ContentType: "application/json", Body: []byte("1")}, errcode.ContentTypeMismatch},
-		{"missing stream", &streamv1.AppendRequest{Ref: ref("nope"), ContentType: "text/plain", Body: []byte("x")}, errcode.StreamNotFound},
-		{"closed stream", &streamv1.AppendRequest{Ref: ref("closed"), ContentType: "text/plain", Body: []byte("x")}, errcode.StreamClosed},
-		{"closing a closed stream is idempotent", &streamv1.AppendRequest{Ref: ref("closed"), Close: true}, ""},
-		{"empty producer id", &streamv1.AppendRequest{Ref: ref("s"), ContentType: "text/plain", Body: []byte("x"), Producer: &streamv1.Producer{}}, errcode.InvalidArgument},
-		{"malformed json", &streamv1.AppendRequest{Ref: ref("j"), ContentType: "application/json", Body: []byte("{")}, errcode.InvalidArgument},
-		{"malformed json with wrong type reports the type", &streamv1.AppendRequest{Ref: ref("j"), ContentType: "text/plain", Body: []byte("{")}, errcode.ContentTypeMismatch},
-		{"empty json array", &streamv1.AppendRequest{Ref: ref("j"), ContentType: "application/json", Body: []byte("[]")}, errcode.InvalidArgument},
-		{"stream seq", &streamv1.AppendRequest{Ref: ref("s"), ContentType: "text/plain", Body: []byte("x"), StreamSeq: "b"}, ""},
-		{"stream seq not increasing", &streamv1.AppendRequest{Ref: ref("s"), ContentType: "text/plain", Body: []byte("y"), StreamSeq: "a"}, errcode.StreamSeqConflict},
+		{"empty body", &streamv1.AppendRequest{Ref: ref("s"), ContentType: "text/plain"}, fault.ErrInvalidArgument},
+		{"body without content type", &streamv1.AppendRequest{Ref: ref("s"), Body: []byte("x")}, fault.ErrInvalidArgument},
+		{"content type mismatch", &streamv1.AppendRequest{Ref: ref("s"), ContentType: "application/json", Body: []byte("1")}, fault.ErrContentTypeMismatch},
+		{"missing stream", &streamv1.AppendRequest{Ref: ref("nope"), ContentType: "text/plain", Body: []byte("x")}, fault.ErrStreamNotFound},
+		{"closed stream", &streamv1.AppendRequest{Ref: ref("closed"), ContentType: "text/plain", Body: []byte("x")}, fault.ErrStreamClosed},
+		{"closing a closed stream is idempotent", &streamv1.AppendRequest{Ref: ref("closed"), Close: true}, nil},
+		{"empty producer id", &streamv1.AppendRequest{Ref: ref("s"), ContentType: "text/plain", Body: []byte("x"), Producer: &streamv1.Producer{}}, fault.ErrInvalidArgument},
+		{"malformed json", &streamv1.AppendRequest{Ref: ref("j"), ContentType: "application/json", Body: []byte("{")}, fault.ErrInvalidArgument},
+		{"malformed json with wrong type reports the type", &streamv1.AppendRequest{Ref: ref("j"), ContentType: "text/plain", Body: []byte("{")}, fault.ErrContentTypeMismatch},
+		{"empty json array", &streamv1.AppendRequest{Ref: ref("j"), ContentType: "application/json", Body: []byte("[]")}, fault.ErrInvalidArgument},
+		{"stream seq", &streamv1.AppendRequest{Ref: ref("s"), ContentType: "text/plain", Body: []byte("x"), StreamSeq: "b"}, nil},
+		{"stream seq not increasing", &streamv1.AppendRequest{Ref: ref("s"), ContentType: "text/plain", Body: []byte("y"), StreamSeq: "a"}, fault.ErrStreamSeqConflict},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -215,20 +217,22 @@ func TestProducerDedupAcrossRestart(t *testing.T) {
 		}
 		want.WriteString("x")
 	}
+	// Snapshots are written in the background: wait for one to land.
+	await.True(t, "a snapshot of the group", func() bool { return e.status(e.GroupOf(key("p"))).SnapshotIndex > 0 })
 	e = restart(t, e, nil)
 	tests := []struct {
 		name     string
 		epoch    uint64
 		seq      uint64
 		wantDup  bool
-		wantCode errcode.Code
+		wantCode *fault.Kind
 	}{
-		{"retry of the last write is a duplicate", 0, 39, true, ""},
-		{"retry of an older write is a duplicate", 0, 3, true, ""},
-		{"next sequence", 0, 40, false, ""},
-		{"gap", 0, 42, false, errcode.ProducerSeqGap},
-		{"new epoch", 1, 0, false, ""},
-		{"stale epoch", 0, 41, false, errcode.ProducerStaleEpoch},
+		{"retry of the last write is a duplicate", 0, 39, true, nil},
+		{"retry of an older write is a duplicate", 0, 3, true, nil},
+		{"next sequence", 0, 40, false, nil},
+		{"gap", 0, 42, false, fault.ErrProducerSeqGap},
+		{"new epoch", 1, 0, false, nil},
+		{"stale epoch", 0, 41, false, fault.ErrProducerStaleEpoch},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -248,7 +252,7 @@ func TestProducerDedupAcrossRestart(t *testing.T) {
 	if got := readAll(t, e, "p"); got != want.String() {
 		t.Fatalf("stream = %q, want %q", got, want.String())
 	}
-	if st := e.Host().Status(e.GroupOf(key("p"))); st.SnapshotIndex == 0 {
+	if st := e.status(e.GroupOf(key("p"))); st.SnapshotIndex == 0 {
 		t.Errorf("group never snapshotted (status %+v): the restart did not exercise snapshot recovery", st)
 	}
 }
@@ -281,7 +285,7 @@ func TestReadyAfterReplay(t *testing.T) {
 			}
 		})
 	}
-	if !e.machines[bucketGroup].HasBucket(testBucket) {
+	if !e.node.machines[bucketGroup].HasBucket(testBucket) {
 		t.Fatal("bucket lost across the restart")
 	}
 }
@@ -299,18 +303,18 @@ func TestDeleteStream(t *testing.T) {
 	tests := []struct {
 		name string
 		op   func() error
-		want errcode.Code
+		want *fault.Kind
 	}{
-		{"head", func() error { _, err := e.Head(t.Context(), &streamv1.HeadRequest{Ref: ref("d")}); return err }, errcode.StreamNotFound},
-		{"read", func() error { _, err := e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("d")}); return err }, errcode.StreamNotFound},
+		{"head", func() error { _, err := e.Head(t.Context(), &streamv1.HeadRequest{Ref: ref("d")}); return err }, fault.ErrStreamNotFound},
+		{"read", func() error { _, err := e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("d")}); return err }, fault.ErrStreamNotFound},
 		{"append", func() error {
 			_, err := e.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("d"), ContentType: "text/plain", Body: []byte("x")})
 			return err
-		}, errcode.StreamNotFound},
+		}, fault.ErrStreamNotFound},
 		{"delete again", func() error {
 			_, err := e.DeleteStream(t.Context(), &streamv1.DeleteStreamRequest{Ref: ref("d")})
 			return err
-		}, errcode.StreamNotFound},
+		}, fault.ErrStreamNotFound},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { wantCode(t, tc.name, tc.op(), tc.want) })
@@ -367,7 +371,7 @@ func TestDeterministicSnapshots(t *testing.T) {
 			tb.Fatal(err)
 		}
 		// Reads at a frozen clock neither change nor persist anything.
-		if _, err := e.Read(ctx, &streamv1.ReadRequest{Ref: ref("sb")}); codeOf(err) != errcode.StreamGone {
+		if _, err := e.Read(ctx, &streamv1.ReadRequest{Ref: ref("sb")}); codeOf(err) != fault.ErrStreamGone {
 			tb.Fatalf("read of soft-deleted source: %v", err)
 		}
 		readAll(tb, e, "fork")
@@ -378,7 +382,7 @@ func TestDeterministicSnapshots(t *testing.T) {
 	for i := range snaps {
 		e := startEngine(t, newFakeClock(start.Add(time.Duration(i/2)*time.Millisecond)))
 		script(t, e)
-		for g, m := range e.Machines() {
+		for g, m := range e.node.machines {
 			b, err := m.Snapshot()
 			if err != nil {
 				t.Fatalf("engine %d group %d: snapshot: %v", i, g, err)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/stream"
 )
 
@@ -24,23 +24,23 @@ func TestAttrs(t *testing.T) {
 		name     string
 		stream   string
 		set      *streamv1.StreamAttrs
-		wantCode errcode.Code
+		wantCode *fault.Kind
 		want     *streamv1.StreamAttrs // nil: none set
 	}{
-		{"set both", "s", attrs("t", `{ "b": 1, "a": [1, 2] }`), "", attrs("t", `{"a":[1,2],"b":1}`)},
-		{"replace", "s", attrs("", `{"x":null}`), "", attrs("", `{"x":null}`)},
-		{"empty object clears metadata", "s", attrs("", `{}`), "", nil},
-		{"clear", "s", nil, "", nil},
-		{"closed stream", "closed", attrs("c", ""), "", attrs("c", "")},
-		{"metadata not an object", "s", attrs("", `[1]`), errcode.InvalidArgument, nil},
-		{"too large", "s", attrs(strings.Repeat("x", MaxAttrsBytes+1), ""), errcode.InvalidArgument, nil},
-		{"missing stream", "nope", attrs("t", ""), errcode.StreamNotFound, nil},
+		{"set both", "s", attrs("t", `{ "b": 1, "a": [1, 2] }`), nil, attrs("t", `{"a":[1,2],"b":1}`)},
+		{"replace", "s", attrs("", `{"x":null}`), nil, attrs("", `{"x":null}`)},
+		{"empty object clears metadata", "s", attrs("", `{}`), nil, nil},
+		{"clear", "s", nil, nil, nil},
+		{"closed stream", "closed", attrs("c", ""), nil, attrs("c", "")},
+		{"metadata not an object", "s", attrs("", `[1]`), fault.ErrInvalidArgument, nil},
+		{"too large", "s", attrs(strings.Repeat("x", MaxAttrsBytes+1), ""), fault.ErrInvalidArgument, nil},
+		{"missing stream", "nope", attrs("t", ""), fault.ErrStreamNotFound, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := e.SetAttrs(t.Context(), &streamv1.SetAttrsRequest{Ref: ref(tc.stream), Attrs: tc.set})
 			wantCode(t, "SetAttrs", err, tc.wantCode)
-			if tc.wantCode != "" {
+			if tc.wantCode != nil {
 				return
 			}
 			got, err := e.GetAttrs(t.Context(), &streamv1.GetAttrsRequest{Ref: ref(tc.stream)})
@@ -57,7 +57,7 @@ func TestAttrs(t *testing.T) {
 		t.Fatalf("Head after attrs: %v %v", h, err)
 	}
 	_, err := e.GetAttrs(t.Context(), &streamv1.GetAttrsRequest{Ref: ref("nope")})
-	wantCode(t, "GetAttrs of a missing stream", err, errcode.StreamNotFound)
+	wantCode(t, "GetAttrs of a missing stream", err, fault.ErrStreamNotFound)
 }
 
 func TestBuckets(t *testing.T) {
@@ -66,10 +66,10 @@ func TestBuckets(t *testing.T) {
 	ctx := t.Context()
 	for _, name := range []string{"snapshots", "__x", "Bad"} {
 		_, err := e.CreateBucket(ctx, &streamv1.CreateBucketRequest{Bucket: name})
-		wantCode(t, "create "+name, err, errcode.InvalidArgument)
+		wantCode(t, "create "+name, err, fault.ErrInvalidArgument)
 	}
 	_, err := e.CreateStream(ctx, &streamv1.CreateStreamRequest{Ref: ref("streams")})
-	wantCode(t, "create the reserved stream id", err, errcode.InvalidArgument)
+	wantCode(t, "create the reserved stream id", err, fault.ErrInvalidArgument)
 
 	if _, err := e.CreateBucket(ctx, &streamv1.CreateBucketRequest{Bucket: "tenant"}); err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestBuckets(t *testing.T) {
 		t.Fatalf("GetBucket = %v, %v", b, err)
 	}
 	_, err = e.GetBucket(ctx, &streamv1.GetBucketRequest{Bucket: "nope"})
-	wantCode(t, "GetBucket of a missing bucket", err, errcode.BucketNotFound)
+	wantCode(t, "GetBucket of a missing bucket", err, fault.ErrBucketNotFound)
 
 	// Listing pages through every stream in order.
 	var got []string
@@ -119,17 +119,17 @@ func TestBuckets(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		req  *streamv1.ListStreamsRequest
-		want errcode.Code
+		want *fault.Kind
 	}{
-		{"limit too large", &streamv1.ListStreamsRequest{Bucket: "tenant", Limit: 1001}, errcode.InvalidArgument},
-		{"missing bucket", &streamv1.ListStreamsRequest{Bucket: "nope"}, errcode.BucketNotFound},
+		{"limit too large", &streamv1.ListStreamsRequest{Bucket: "tenant", Limit: 1001}, fault.ErrInvalidArgument},
+		{"missing bucket", &streamv1.ListStreamsRequest{Bucket: "nope"}, fault.ErrBucketNotFound},
 	} {
 		_, err := e.ListStreams(ctx, tc.req)
 		wantCode(t, tc.name, err, tc.want)
 	}
 
 	_, err = e.DeleteBucket(ctx, &streamv1.DeleteBucketRequest{Bucket: "tenant"})
-	wantCode(t, "delete a bucket with streams", err, errcode.BucketExists)
+	wantCode(t, "delete a bucket with streams", err, fault.ErrBucketExists)
 	for _, n := range names {
 		if _, err := e.DeleteStream(ctx, &streamv1.DeleteStreamRequest{Ref: tref(n)}); err != nil {
 			t.Fatal(err)
@@ -139,9 +139,9 @@ func TestBuckets(t *testing.T) {
 		t.Fatalf("delete the empty bucket: %v", err)
 	}
 	_, err = e.DeleteBucket(ctx, &streamv1.DeleteBucketRequest{Bucket: "tenant"})
-	wantCode(t, "delete again", err, errcode.BucketNotFound)
+	wantCode(t, "delete again", err, fault.ErrBucketNotFound)
 	_, err = e.CreateStream(ctx, &streamv1.CreateStreamRequest{Ref: tref("x")})
-	wantCode(t, "create in a deleted bucket", err, errcode.BucketNotFound)
+	wantCode(t, "create in a deleted bucket", err, fault.ErrBucketNotFound)
 }
 
 func TestIncarnationChecks(t *testing.T) {
@@ -174,8 +174,8 @@ func TestIncarnationChecks(t *testing.T) {
 				t.Fatalf("no incarnation: %v", err)
 			}
 			err := tc.call(inc + 1000)
-			wantCode(t, "stale incarnation", err, errcode.IncarnationMismatch)
-			if got := err.(*errcode.Error).Metadata[errcode.KeyIncarnation]; got != fmt.Sprint(inc) {
+			wantCode(t, "stale incarnation", err, fault.ErrIncarnationMismatch)
+			if got := err.(*fault.Error).Details[fault.DetailIncarnation]; got != fmt.Sprint(inc) {
 				t.Fatalf("mismatch carries %q, want %d", got, inc)
 			}
 		})
@@ -246,7 +246,7 @@ func TestTTLSweepBatching(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("keep")})
-	live := func() int { return e.machines[0].Stats().Streams }
+	live := func() int { return e.node.machines[0].Stats().Streams }
 
 	clock.Advance(1500 * time.Millisecond) // expired, but not a second past
 	if st := e.sweepPass(t.Context()); st.entries != 0 || st.dueGroups != 0 || live() != total+1 {
@@ -293,7 +293,7 @@ func TestTTLSweepBudget(t *testing.T) {
 	if st.entries == 0 || st.entries >= 5 || st.dueGroups != 1 {
 		t.Fatalf("pass with a spent budget: %+v, want fewer than 5 entries and the group left due", st)
 	}
-	if left := e.machines[0].Stats().Streams; left != total-int(st.entries)*sweepBatch {
+	if left := e.node.machines[0].Stats().Streams; left != total-int(st.entries)*sweepBatch {
 		t.Fatalf("%d streams left after %d entries, want %d", left, st.entries, total-int(st.entries)*sweepBatch)
 	}
 }

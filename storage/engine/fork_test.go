@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 )
 
 func forkReq(name, source, offset string, sub uint64) *streamv1.CreateStreamRequest {
@@ -36,26 +36,26 @@ func TestForkCreate(t *testing.T) {
 	tests := []struct {
 		name     string
 		req      *streamv1.CreateStreamRequest
-		wantCode errcode.Code
+		wantCode *fault.Kind
 		wantData string // the fork's view right after creation
 		wantType string
 	}{
-		{"default offset is the source tail", forkReq("f-tail", "src", "", 0), "", "helloworld", "text/plain"},
-		{"explicit offset", forkReq("f-5", "src", off(5), 0), "", "hello", "text/plain"},
-		{"start", forkReq("f-start", "src", "-1", 0), "", "", "text/plain"},
-		{"now", forkReq("f-now", "src", "now", 0), "", "helloworld", "text/plain"},
-		{"byte sub-offset", forkReq("f-sub", "src", off(5), 3), "", "hellowor", "text/plain"},
-		{"whole next append as sub-offset", forkReq("f-sub5", "src", off(5), 5), "", "helloworld", "text/plain"},
-		{"json sub-offset counts messages", forkReq("j-sub", "jsrc", off(0), 2), "", "1\n2\n", "application/json"},
-		{"json sub-offset in a later append", forkReq("j-sub2", "jsrc", off(6), 1), "", "1\n2\n3\n4\n", "application/json"},
-		{"same content type is accepted", &streamv1.CreateStreamRequest{Ref: ref("f-ct"), ContentType: "text/plain; charset=utf-8", Fork: &streamv1.ForkSpec{Source: ref("src")}}, "", "helloworld", "text/plain; charset=utf-8"},
-		{"sub-offset past the append", forkReq("bad-sub", "src", off(5), 6), errcode.InvalidArgument, "", ""},
-		{"json sub-offset past the append", forkReq("bad-jsub", "jsrc", off(0), 4), errcode.InvalidArgument, "", ""},
-		{"sub-offset needs an offset", forkReq("bad-sub2", "src", "", 1), errcode.InvalidArgument, "", ""},
-		{"offset beyond the tail", forkReq("bad-off", "src", off(11), 0), errcode.OffsetOutOfRange, "", ""},
-		{"malformed offset", forkReq("bad-off2", "src", "x", 0), errcode.InvalidArgument, "", ""},
-		{"missing source", forkReq("bad-src", "nope", "", 0), errcode.StreamNotFound, "", ""},
-		{"content type mismatch", &streamv1.CreateStreamRequest{Ref: ref("bad-ct"), ContentType: "application/json", Fork: &streamv1.ForkSpec{Source: ref("src")}}, errcode.ContentTypeMismatch, "", ""},
+		{"default offset is the source tail", forkReq("f-tail", "src", "", 0), nil, "helloworld", "text/plain"},
+		{"explicit offset", forkReq("f-5", "src", off(5), 0), nil, "hello", "text/plain"},
+		{"start", forkReq("f-start", "src", "-1", 0), nil, "", "text/plain"},
+		{"now", forkReq("f-now", "src", "now", 0), nil, "helloworld", "text/plain"},
+		{"byte sub-offset", forkReq("f-sub", "src", off(5), 3), nil, "hellowor", "text/plain"},
+		{"whole next append as sub-offset", forkReq("f-sub5", "src", off(5), 5), nil, "helloworld", "text/plain"},
+		{"json sub-offset counts messages", forkReq("j-sub", "jsrc", off(0), 2), nil, "1\n2\n", "application/json"},
+		{"json sub-offset in a later append", forkReq("j-sub2", "jsrc", off(6), 1), nil, "1\n2\n3\n4\n", "application/json"},
+		{"same content type is accepted", &streamv1.CreateStreamRequest{Ref: ref("f-ct"), ContentType: "text/plain; charset=utf-8", Fork: &streamv1.ForkSpec{Source: ref("src")}}, nil, "helloworld", "text/plain; charset=utf-8"},
+		{"sub-offset past the append", forkReq("bad-sub", "src", off(5), 6), fault.ErrInvalidArgument, "", ""},
+		{"json sub-offset past the append", forkReq("bad-jsub", "jsrc", off(0), 4), fault.ErrInvalidArgument, "", ""},
+		{"sub-offset needs an offset", forkReq("bad-sub2", "src", "", 1), fault.ErrInvalidArgument, "", ""},
+		{"offset beyond the tail", forkReq("bad-off", "src", off(11), 0), fault.ErrOffsetOutOfRange, "", ""},
+		{"malformed offset", forkReq("bad-off2", "src", "x", 0), fault.ErrInvalidArgument, "", ""},
+		{"missing source", forkReq("bad-src", "nope", "", 0), fault.ErrStreamNotFound, "", ""},
+		{"content type mismatch", &streamv1.CreateStreamRequest{Ref: ref("bad-ct"), ContentType: "application/json", Fork: &streamv1.ForkSpec{Source: ref("src")}}, fault.ErrContentTypeMismatch, "", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -104,10 +104,10 @@ func TestForkWritesAndChains(t *testing.T) {
 	})
 	t.Run("conflicting repeat", func(t *testing.T) {
 		_, err := e.CreateStream(t.Context(), forkReq("f1", "other", "", 0))
-		wantCode(t, "CreateStream", err, errcode.StreamNotFound)
+		wantCode(t, "CreateStream", err, fault.ErrStreamNotFound)
 		mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("other"), ContentType: "text/plain"})
 		_, err = e.CreateStream(t.Context(), forkReq("f1", "other", "", 0))
-		wantCode(t, "CreateStream", err, errcode.StreamExists)
+		wantCode(t, "CreateStream", err, fault.ErrStreamExists)
 		if got := forkRefs(t, e, "other"); got != 0 {
 			t.Fatalf("a refused fork create kept a reference on other: %d", got)
 		}
@@ -165,20 +165,20 @@ func TestForkDeleteCascade(t *testing.T) {
 		ops := []struct {
 			name string
 			op   func() error
-			want errcode.Code
+			want *fault.Kind
 		}{
-			{"head", func() error { _, err := e.Head(t.Context(), &streamv1.HeadRequest{Ref: ref("root")}); return err }, errcode.StreamGone},
-			{"read", func() error { _, err := e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("root")}); return err }, errcode.StreamGone},
+			{"head", func() error { _, err := e.Head(t.Context(), &streamv1.HeadRequest{Ref: ref("root")}); return err }, fault.ErrStreamGone},
+			{"read", func() error { _, err := e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("root")}); return err }, fault.ErrStreamGone},
 			{"append", func() error {
 				_, err := e.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("root"), ContentType: "text/plain", Body: []byte("x")})
 				return err
-			}, errcode.StreamGone},
-			{"delete again", func() error { return del(t, "root") }, errcode.StreamGone},
-			{"new fork", func() error { _, err := e.CreateStream(t.Context(), forkReq("late", "root", "", 0)); return err }, errcode.ForkSourceGone},
+			}, fault.ErrStreamGone},
+			{"delete again", func() error { return del(t, "root") }, fault.ErrStreamGone},
+			{"new fork", func() error { _, err := e.CreateStream(t.Context(), forkReq("late", "root", "", 0)); return err }, fault.ErrForkSourceGone},
 			{"recreate", func() error {
 				_, err := e.CreateStream(t.Context(), &streamv1.CreateStreamRequest{Ref: ref("root"), ContentType: "text/plain"})
 				return err
-			}, errcode.StreamExists},
+			}, fault.ErrStreamExists},
 		}
 		for _, tc := range ops {
 			t.Run(tc.name, func(t *testing.T) { wantCode(t, tc.name, tc.op(), tc.want) })

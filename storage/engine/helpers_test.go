@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"sync/atomic"
@@ -12,7 +11,8 @@ import (
 	"go.uber.org/goleak"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
+	"github.com/ursula/ursula/storage/multiraft"
 	"github.com/ursula/ursula/storage/stream"
 )
 
@@ -66,23 +66,36 @@ func (c *fakeClock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 // testEngine is an Engine with its Run goroutine.
 type testEngine struct {
 	*Engine
+	node   *Node
+	deps   Deps
 	cancel context.CancelFunc
 	done   chan error
 }
 
-// newEngine builds an engine without running it; clock, when set, replaces
-// the engine's clock (before Run, so no goroutine ever reads the old one).
+// newEngine opens an engine without running it; clock, when set, is the
+// engine's clock.
 func newEngine(tb testing.TB, cfg Config, clock *fakeClock) *testEngine {
 	tb.Helper()
-	e, err := New(cfg, nil, testLogger(tb))
-	if err != nil {
-		tb.Fatalf("engine.New: %v", err)
-	}
+	var deps Deps
 	if clock != nil {
-		e.now = clock.Now
+		deps.Now = clock.Now
 	}
-	return &testEngine{Engine: e}
+	return openEngine(tb, cfg, deps)
 }
+
+// openEngine opens an engine with deps (its logger is the test's).
+func openEngine(tb testing.TB, cfg Config, deps Deps) *testEngine {
+	tb.Helper()
+	deps.Logger = testLogger(tb)
+	n, err := Open(cfg, deps)
+	if err != nil {
+		tb.Fatalf("engine.Open: %v", err)
+	}
+	return &testEngine{Engine: n.Engine, node: n, deps: deps}
+}
+
+// status is group g's Raft status on this node.
+func (te *testEngine) status(g uint32) multiraft.GroupStatus { return te.node.Cluster.Status(g) }
 
 // run starts the engine; it is stopped when the test ends (or by stop).
 func (te *testEngine) run(tb testing.TB) {
@@ -90,7 +103,7 @@ func (te *testEngine) run(tb testing.TB) {
 	ctx, cancel := context.WithCancel(context.Background())
 	te.cancel = cancel
 	te.done = make(chan error, 1)
-	go func() { te.done <- te.Run(ctx) }()
+	go func() { te.done <- te.node.Run(ctx) }()
 	tb.Cleanup(func() { te.stop(tb) })
 }
 
@@ -116,7 +129,7 @@ func (te *testEngine) waitReady(tb testing.TB) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(tb.Context(), 20*time.Second)
 	defer cancel()
-	if err := te.WaitReady(ctx); err != nil {
+	if err := te.node.WaitReady(ctx); err != nil {
 		tb.Fatalf("WaitReady: %v", err)
 	}
 }
@@ -142,9 +155,13 @@ func startEngineAt(tb testing.TB, cfg Config, clock *fakeClock) *testEngine {
 // restart stops te and runs a new engine on the same directory.
 func restart(tb testing.TB, te *testEngine, clock *fakeClock) *testEngine {
 	tb.Helper()
-	cfg := te.Config()
+	cfg, deps := te.Config(), te.deps
 	te.stop(tb)
-	ne := newEngine(tb, cfg, clock)
+	deps.Now = nil
+	if clock != nil {
+		deps.Now = clock.Now
+	}
+	ne := openEngine(tb, cfg, deps)
 	ne.run(tb)
 	ne.waitReady(tb)
 	return ne
@@ -156,23 +173,25 @@ func ref(name string) *streamv1.StreamRef {
 
 func key(name string) stream.Key { return stream.Key{Bucket: testBucket, Stream: name} }
 
-// codeOf returns the domain code of err ("" for nil, "?" for a non-domain
-// error).
-func codeOf(err error) errcode.Code {
+// errNotStorage stands for an error that is no storage kind.
+var errNotStorage = &fault.Kind{}
+
+// codeOf returns the kind of err (nil for nil, errNotStorage for an error
+// of no kind).
+func codeOf(err error) *fault.Kind {
 	if err == nil {
-		return ""
+		return nil
 	}
-	var de *errcode.Error
-	if errors.As(err, &de) {
-		return de.Code
+	if k := fault.KindOf(err); k != nil {
+		return k
 	}
-	return "?"
+	return errNotStorage
 }
 
-func wantCode(tb testing.TB, what string, err error, want errcode.Code) {
+func wantCode(tb testing.TB, what string, err error, want *fault.Kind) {
 	tb.Helper()
 	if got := codeOf(err); got != want {
-		tb.Fatalf("%s: error %v (code %q), want code %q", what, err, got, want)
+		tb.Fatalf("%s: error %v (kind %v), want kind %v", what, err, got, want)
 	}
 }
 

@@ -2,13 +2,12 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"time"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/stream"
 )
 
@@ -49,37 +48,37 @@ func (e *Engine) CreateBucket(ctx context.Context, req *streamv1.CreateBucketReq
 // validBucketName enforces S3-style names; "__" names are reserved.
 func validBucketName(b string) error {
 	if len(b) < 1 || len(b) > maxBucketBytes {
-		return errcode.New(errcode.InvalidArgument, "bucket name must be 1 to %d characters", maxBucketBytes)
+		return fault.Errorf(fault.ErrInvalidArgument, "bucket name must be 1 to %d characters", maxBucketBytes)
 	}
 	if builtinBucket(b) {
-		return errcode.New(errcode.InvalidArgument, "bucket names starting with __ are reserved")
+		return fault.Errorf(fault.ErrInvalidArgument, "bucket names starting with __ are reserved")
 	}
 	if b == reservedBucketName {
-		return errcode.New(errcode.InvalidArgument, "bucket name %q is reserved", b)
+		return fault.Errorf(fault.ErrInvalidArgument, "bucket name %q is reserved", b)
 	}
 	for i := 0; i < len(b); i++ {
 		c := b[i]
 		ok := (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || ((c == '-' || c == '.' || c == '_') && i > 0)
 		if !ok {
-			return errcode.New(errcode.InvalidArgument, "bucket name %q: use a-z, 0-9, '-', '.', '_' (not first)", b)
+			return fault.Errorf(fault.ErrInvalidArgument, "bucket name %q: use a-z, 0-9, '-', '.', '_' (not first)", b)
 		}
 	}
 	return nil
 }
 
 func (e *Engine) checkBucket(ctx context.Context, b string) error {
-	if builtinBucket(b) || e.machines[bucketGroup].HasBucket(b) {
+	if builtinBucket(b) || e.groups.Machine(bucketGroup).HasBucket(b) {
 		return nil
 	}
 	// This node's replica of the bucket group may lag a bucket just created
 	// on its leader: look again after a read barrier before answering.
-	if err := e.syncGroup(ctx, bucketGroup); err != nil {
+	if err := e.groups.Sync(ctx, bucketGroup); err != nil {
 		return err
 	}
-	if e.machines[bucketGroup].HasBucket(b) {
+	if e.groups.Machine(bucketGroup).HasBucket(b) {
 		return nil
 	}
-	return errcode.New(errcode.BucketNotFound, "bucket %s not found", b)
+	return fault.Errorf(fault.ErrBucketNotFound, "bucket %s not found", b)
 }
 
 // CreateStream creates a stream, confirms an identical one or creates a fork.
@@ -89,7 +88,7 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 		return nil, err
 	}
 	if k.Stream == reservedStreamID && !builtinBucket(k.Bucket) {
-		return nil, errcode.New(errcode.InvalidArgument, "stream id %q is reserved", k.Stream)
+		return nil, fault.Errorf(fault.ErrInvalidArgument, "stream id %q is reserved", k.Stream)
 	}
 	if err := e.checkBucket(ctx, k.Bucket); err != nil {
 		return nil, err
@@ -99,7 +98,7 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 	}
 	c := &storagev1.CreateStream{Bucket: k.Bucket, Stream: k.Stream, Closed: req.GetClosed()}
 	if req.TtlSeconds != nil && req.GetExpiresAt() != "" {
-		return nil, errcode.New(errcode.InvalidArgument, "Stream-TTL and Stream-Expires-At are mutually exclusive")
+		return nil, fault.Errorf(fault.ErrInvalidArgument, "Stream-TTL and Stream-Expires-At are mutually exclusive")
 	}
 	if req.TtlSeconds != nil {
 		c.HasTtl, c.TtlSeconds = true, req.GetTtlSeconds()
@@ -107,7 +106,7 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 	if at := req.GetExpiresAt(); at != "" {
 		t, err := time.Parse(time.RFC3339Nano, at)
 		if err != nil {
-			return nil, errcode.New(errcode.InvalidArgument, "Stream-Expires-At %q is not an RFC 3339 timestamp", at)
+			return nil, fault.Errorf(fault.ErrInvalidArgument, "Stream-Expires-At %q is not an RFC 3339 timestamp", at)
 		}
 		c.ExpiresAt, c.ExpiresAtMs = at, max(t.UnixMilli(), 1)
 	}
@@ -134,11 +133,11 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 		c.Body = body
 	}
 	g := e.GroupOf(k)
-	if cur, ok := e.machines[g].Lookup(k); ok && !cur.SoftDeleted && cur.ExpiredAt(e.nowMs()) {
+	if cur, ok := e.groups.Machine(g).Lookup(k); ok && !cur.SoftDeleted && cur.ExpiredAt(e.nowMs()) {
 		c.ReplaceIncarnation = cur.Incarnation
 	}
 	if c.Fork != nil {
-		if _, exists := e.machines[g].Lookup(k); !exists || c.ReplaceIncarnation != 0 {
+		if _, exists := e.groups.Machine(g).Lookup(k); !exists || c.ReplaceIncarnation != 0 {
 			// A new fork: take the reference first, release it if the
 			// create does not go through.
 			srcKey := stream.Key{Bucket: c.Fork.GetSourceBucket(), Stream: c.Fork.GetSourceStream()}
@@ -173,20 +172,20 @@ func (e *Engine) resolveFork(ctx context.Context, req *streamv1.CreateStreamRequ
 		return stream.Meta{}, err
 	}
 	// Resolve the fork point against the source as its leader knows it.
-	if err := e.syncGroup(ctx, e.GroupOf(sk)); err != nil {
+	if err := e.groups.Sync(ctx, e.GroupOf(sk)); err != nil {
 		return stream.Meta{}, err
 	}
 	src, err := e.live(sk)
 	if err != nil {
-		if de, ok := err.(*errcode.Error); ok && de.Code == errcode.StreamGone {
-			return src, errcode.New(errcode.ForkSourceGone, "fork source %s is deleted", sk.Stream)
+		if de, ok := err.(*fault.Error); ok && de.Kind == fault.ErrStreamGone {
+			return src, fault.Errorf(fault.ErrForkSourceGone, "fork source %s is deleted", sk.Stream)
 		}
-		return src, errcode.New(errcode.StreamNotFound, "fork source %s not found", sk.Stream)
+		return src, fault.Errorf(fault.ErrStreamNotFound, "fork source %s not found", sk.Stream)
 	}
 	if c.ContentType == "" {
 		c.ContentType = src.ContentType
 	} else if !stream.SameContentType(c.ContentType, src.ContentType) {
-		return src, errcode.New(errcode.ContentTypeMismatch, "fork content type %q differs from the source's %q", c.ContentType, src.ContentType)
+		return src, fault.Errorf(fault.ErrContentTypeMismatch, "fork content type %q differs from the source's %q", c.ContentType, src.ContentType)
 	}
 	pos := src.Tail
 	if raw := f.GetOffset(); raw != "" {
@@ -203,19 +202,19 @@ func (e *Engine) resolveFork(ctx context.Context, req *streamv1.CreateStreamRequ
 			pos = off.Pos
 		}
 		if pos > src.Tail {
-			return src, errcode.New(errcode.OffsetOutOfRange, "fork offset %s is beyond the source's tail %s", raw, stream.FormatOffset(src.Tail))
+			return src, fault.Errorf(fault.ErrOffsetOutOfRange, "fork offset %s is beyond the source's tail %s", raw, stream.FormatOffset(src.Tail))
 		}
 	}
 	if n := f.GetSubOffset(); n > 0 {
 		if f.GetOffset() == "" {
-			return src, errcode.New(errcode.InvalidArgument, "Stream-Fork-Sub-Offset needs an explicit Stream-Fork-Offset")
+			return src, fault.Errorf(fault.ErrInvalidArgument, "Stream-Fork-Sub-Offset needs an explicit Stream-Fork-Offset")
 		}
 		end, ok, err := e.unitEnd(ctx, src, pos, n, src.Tail)
 		if err != nil {
 			return src, err
 		}
 		if !ok {
-			return src, errcode.New(errcode.InvalidArgument, "Stream-Fork-Sub-Offset %d is past the next append after the fork offset", n)
+			return src, fault.Errorf(fault.ErrInvalidArgument, "Stream-Fork-Sub-Offset %d is past the next append after the fork offset", n)
 		}
 		pos = end
 	}
@@ -243,7 +242,7 @@ func (e *Engine) unitEnd(ctx context.Context, m stream.Meta, pos, n, clip uint64
 	for depth := 0; depth < 1024; depth++ {
 		if pos >= m.Base {
 			if ref := e.machine(m.Key).ColdRefAt(m.Key, m.Incarnation, pos); ref != nil {
-				return e.coldUnitEnd(ctx, m, ref, pos, n, clip)
+				return e.cold.UnitEnd(ctx, m, ref, pos, n, clip)
 			}
 			end, ok := e.machine(m.Key).UnitEnd(m.Key, m.Incarnation, pos, n, clip)
 			return end, ok, nil
@@ -274,13 +273,13 @@ func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*stre
 	}
 	body := req.GetBody()
 	if len(body) == 0 && !req.GetClose() {
-		return nil, errcode.New(errcode.InvalidArgument, "empty body: nothing to append")
+		return nil, fault.Errorf(fault.ErrInvalidArgument, "empty body: nothing to append")
 	}
 	if len(body) > 0 && req.GetContentType() == "" {
-		return nil, errcode.New(errcode.InvalidArgument, "Content-Type is required with a body")
+		return nil, fault.Errorf(fault.ErrInvalidArgument, "Content-Type is required with a body")
 	}
 	if p := req.GetProducer(); p != nil && p.GetId() == "" {
-		return nil, errcode.New(errcode.InvalidArgument, "Producer-Id must not be empty")
+		return nil, fault.Errorf(fault.ErrInvalidArgument, "Producer-Id must not be empty")
 	}
 	// A write is answered by its group's leader: another replica's state
 	// (it may lag, or hold nothing) must not decide it.
@@ -297,18 +296,18 @@ func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*stre
 			// Protocol order: closure and content type are reported before
 			// a malformed body.
 			if m.Closed {
-				return nil, errcode.New(errcode.StreamClosed, "stream %s is closed", k.Stream).
-					With(errcode.KeyNextOffset, stream.FormatOffset(m.Tail)).With(errcode.KeyClosed, "true")
+				return nil, fault.Errorf(fault.ErrStreamClosed, "stream %s is closed", k.Stream).
+					With(fault.DetailNextOffset, stream.FormatOffset(m.Tail)).With(fault.DetailClosed, "true")
 			}
 			if !stream.SameContentType(m.ContentType, req.GetContentType()) {
-				return nil, errcode.New(errcode.ContentTypeMismatch, "content type %q does not match the stream's %q", req.GetContentType(), m.ContentType)
+				return nil, fault.Errorf(fault.ErrContentTypeMismatch, "content type %q does not match the stream's %q", req.GetContentType(), m.ContentType)
 			}
 			return nil, ferr
 		}
 		body = stored
 	}
 	g := e.GroupOf(k)
-	if err := e.admitWrite(g); err != nil && len(body) > 0 {
+	if err := e.cold.AdmitWrite(g); err != nil && len(body) > 0 {
 		return nil, err
 	}
 	a := &storagev1.Append{
@@ -319,10 +318,10 @@ func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*stre
 	if p := req.GetProducer(); p != nil {
 		a.Producer = &storagev1.ProducerRef{Id: p.GetId(), Epoch: p.GetEpoch(), Seq: p.GetSeq()}
 	}
-	if e.cold != nil && e.cold.cfg.ExternalMinBytes > 0 && uint64(len(body)) >= e.cold.cfg.ExternalMinBytes && !m.Closed {
+	if e.cold.External(len(body)) && !m.Closed {
 		// Large bodies go to the object store before they are proposed:
 		// the log and every replica's memory hold only the locator.
-		ext, err := e.storeExternal(ctx, m, body)
+		ext, err := e.cold.StoreExternal(ctx, m, body)
 		if err != nil {
 			return nil, err
 		}
@@ -332,11 +331,8 @@ func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*stre
 		a.Body, a.External, a.Incarnation = nil, ext, m.Incarnation
 	}
 	res, err := e.propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_Append{Append: a}})
-	if a.External != nil && (err != nil || res.Duplicate) {
-		var de *errcode.Error
-		if res != nil || (errors.As(err, &de) && de.Code != errcode.OutcomeUnknown) {
-			e.discard(a.External.GetKey()) // not committed: nothing names it
-		}
+	if a.External != nil && (err != nil || res.Duplicate) && !mayHaveCommitted(res, err) {
+		e.cold.Discard(a.External.GetKey()) // not committed: nothing names it
 	}
 	if err != nil {
 		return nil, err
@@ -423,12 +419,8 @@ func (e *Engine) SetRetention(ctx context.Context, req *streamv1.SetRetentionReq
 	if err != nil {
 		return nil, err
 	}
-	grace := DefaultColdConfig().GCGrace
-	if e.cold != nil {
-		grace = e.cold.cfg.GCGrace
-	}
 	if _, err := e.propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_ColdRetire{ColdRetire: &storagev1.ColdRetire{
-		Bucket: k.Bucket, Stream: k.Stream, Incarnation: m.Incarnation, GraceMs: grace.Milliseconds(),
+		Bucket: k.Bucket, Stream: k.Stream, Incarnation: m.Incarnation, GraceMs: e.cold.Config().GCGrace.Milliseconds(),
 	}}}); err != nil {
 		// The retention holds; the next flush of the stream retires.
 		e.logger.Warn("retire cold objects below retention", "stream", k.Stream, "err", err)
@@ -449,6 +441,6 @@ func checkIncarnation(m stream.Meta, want uint64) error {
 	if want == 0 || want == m.Incarnation {
 		return nil
 	}
-	return errcode.New(errcode.IncarnationMismatch, "stream %s has incarnation %d, not %d", m.Key.Stream, m.Incarnation, want).
-		With(errcode.KeyIncarnation, strconv.FormatUint(m.Incarnation, 10))
+	return fault.Errorf(fault.ErrIncarnationMismatch, "stream %s has incarnation %d, not %d", m.Key.Stream, m.Incarnation, want).
+		With(fault.DetailIncarnation, strconv.FormatUint(m.Incarnation, 10))
 }

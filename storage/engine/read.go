@@ -6,7 +6,7 @@ import (
 	"time"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/stream"
 )
 
@@ -35,7 +35,7 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 		e.touch(m)
 	}
 	if req.GetMaxRecords() > 0 && !hasRecordStart(req) {
-		return nil, errcode.New(errcode.InvalidArgument, "max_records needs a record start (record or tail_records)")
+		return nil, fault.Errorf(fault.ErrInvalidArgument, "max_records needs a record start (record or tail_records)")
 	}
 	var pos uint64
 	if hasRecordStart(req) {
@@ -44,8 +44,8 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 		pos, err = startPosition(req.GetOffset(), m)
 	}
 	if err != nil {
-		var de *errcode.Error
-		if !leader && errors.As(err, &de) && de.Code == errcode.OffsetOutOfRange {
+		var de *fault.Error
+		if !leader && errors.As(err, &de) && de.Kind == fault.ErrOffsetOutOfRange {
 			// A lagging follower has not applied that far yet: the
 			// leader can answer.
 			return nil, e.notLeader(k)
@@ -76,11 +76,11 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 	for {
 		ch, cur, ok := e.machine(k).Changed(k, m.Incarnation)
 		if !ok {
-			return nil, errcode.New(errcode.StreamNotFound, "stream %s was deleted", k.Stream)
+			return nil, fault.Errorf(fault.ErrStreamNotFound, "stream %s was deleted", k.Stream)
 		}
 		if cur.Tail > pos || cur.Closed || cur.SoftDeleted {
 			if cur.SoftDeleted {
-				return nil, errcode.New(errcode.StreamGone, "stream %s is deleted", k.Stream)
+				return nil, fault.Errorf(fault.ErrStreamGone, "stream %s is deleted", k.Stream)
 			}
 			return readAt(cur)
 		}
@@ -145,10 +145,10 @@ func (e *Engine) Subscribe(ctx context.Context, req *streamv1.SubscribeRequest, 
 		for {
 			ch, cur, ok := e.machine(k).Changed(k, m.Incarnation)
 			if !ok {
-				return errcode.New(errcode.StreamNotFound, "stream %s was deleted", k.Stream)
+				return fault.Errorf(fault.ErrStreamNotFound, "stream %s was deleted", k.Stream)
 			}
 			if cur.SoftDeleted {
-				return errcode.New(errcode.StreamGone, "stream %s is deleted", k.Stream)
+				return fault.Errorf(fault.ErrStreamGone, "stream %s is deleted", k.Stream)
 			}
 			if cur.Tail > pos || cur.Closed {
 				m = cur
@@ -185,7 +185,7 @@ func startPosition(raw string, m stream.Meta) (uint64, error) {
 	case off.Now:
 		return m.Tail, nil
 	case off.Pos > m.Tail:
-		return 0, errcode.New(errcode.OffsetOutOfRange, "offset %s is beyond the tail %s", raw, stream.FormatOffset(m.Tail))
+		return 0, fault.Errorf(fault.ErrOffsetOutOfRange, "offset %s is beyond the tail %s", raw, stream.FormatOffset(m.Tail))
 	}
 	return off.Pos, nil
 }
@@ -194,7 +194,7 @@ func startPosition(raw string, m stream.Meta) (uint64, error) {
 // own bytes) from pos.
 func (e *Engine) readAt(ctx context.Context, m stream.Meta, pos, limit uint64) (*streamv1.ReadResponse, error) {
 	if pos < m.Retained {
-		return nil, trimmed(m, pos)
+		return nil, stream.Trimmed(m, pos)
 	}
 	data, end, err := e.readView(ctx, m, pos, m.Tail, limit, nil, 0)
 	if err != nil {
@@ -216,17 +216,17 @@ func (e *Engine) readAt(ctx context.Context, m stream.Meta, pos, limit uint64) (
 // chain for positions below its base.
 func (e *Engine) readView(ctx context.Context, m stream.Meta, from, to, limit uint64, dst []byte, depth int) ([]byte, uint64, error) {
 	if depth > 1024 {
-		return dst, from, errcode.New(errcode.Internal, "fork chain too deep")
+		return dst, from, fault.Errorf(fault.ErrInternal, "fork chain too deep")
 	}
 	if from < m.Base {
 		f := m.Fork
 		if f == nil {
-			return dst, from, errcode.New(errcode.Internal, "stream %s starts at %d but has no fork origin", m.Key.Stream, m.Base)
+			return dst, from, fault.Errorf(fault.ErrInternal, "stream %s starts at %d but has no fork origin", m.Key.Stream, m.Base)
 		}
 		sk := stream.Key{Bucket: f.GetSourceBucket(), Stream: f.GetSourceStream()}
 		src, ok := e.sourceAtLeast(sk, f.GetSourceIncarnation(), min(to, m.Base))
 		if !ok {
-			return dst, from, errcode.New(errcode.Unavailable, "fork source %s of %s is not replicated here yet", sk.Stream, m.Key.Stream).With(errcode.KeyRetryAfterMS, "200")
+			return dst, from, fault.Errorf(fault.ErrUnavailable, "fork source %s of %s is not replicated here yet", sk.Stream, m.Key.Stream).With(fault.DetailRetryAfterMS, "200")
 		}
 		before := len(dst)
 		var err error
@@ -246,14 +246,14 @@ func (e *Engine) readView(ctx context.Context, m stream.Meta, from, to, limit ui
 	for from < to && limit > 0 {
 		out, end, ref, ok := e.machine(m.Key).ReadOwn(m.Key, m.Incarnation, from, to, limit, dst)
 		if !ok {
-			return dst, from, errcode.New(errcode.StreamNotFound, "stream %s was deleted", m.Key.Stream)
+			return dst, from, fault.Errorf(fault.ErrStreamNotFound, "stream %s was deleted", m.Key.Stream)
 		}
 		if ref == nil {
 			return out, end, nil
 		}
-		data, cend, err := e.readCold(ctx, m, ref, from, to, limit)
+		data, cend, err := e.cold.Read(ctx, m, ref, from, to, limit)
 		if err == nil && cend <= from {
-			err = errcode.New(errcode.Internal, "cold read of %s at %d made no progress", m.Key.Stream, from)
+			err = fault.Errorf(fault.ErrInternal, "cold read of %s at %d made no progress", m.Key.Stream, from)
 		}
 		if err != nil {
 			if len(dst) > 0 {
@@ -273,17 +273,20 @@ func (e *Engine) readView(ctx context.Context, m stream.Meta, from, to, limit ui
 
 // sourceAtLeast looks up a fork's source on this replica, waiting briefly
 // when the replica has not yet applied the source's bytes up to need (its
-// group may lag the fork's group on this node).
+// group may lag the fork's group on this node): each of the source group's
+// applies wakes it to look again.
 func (e *Engine) sourceAtLeast(k stream.Key, inc, need uint64) (stream.Meta, bool) {
-	deadline := time.Now().Add(2 * time.Second)
+	g := e.GroupOf(k)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
 	for {
+		applied := e.groups.Status(g).Applied
 		src, ok := e.machine(k).Lookup(k)
 		if ok && src.Incarnation == inc && src.Tail >= need {
 			return src, true
 		}
-		if time.Now().After(deadline) {
+		if e.groups.WaitApplied(ctx, g, applied+1) != nil {
 			return src, false
 		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/stream"
 )
 
@@ -91,20 +91,20 @@ func TestReadOffsetErrors(t *testing.T) {
 	tests := []struct {
 		name   string
 		offset string
-		want   errcode.Code
+		want   *fault.Kind
 	}{
-		{"letters", "abc", errcode.InvalidArgument},
-		{"no position", "1_", errcode.InvalidArgument},
-		{"no sequence", "_1", errcode.InvalidArgument},
-		{"two separators", "1_2_3", errcode.InvalidArgument},
-		{"negative other than -1", "-2", errcode.InvalidArgument},
-		{"sign inside", "0_-1", errcode.InvalidArgument},
-		{"too many sequence digits", "00000000000000000000_0", errcode.InvalidArgument},
-		{"position overflows", "0_99999999999999999999", errcode.InvalidArgument},
-		{"beyond the tail", off(6), errcode.OffsetOutOfRange},
-		{"start", "-1", ""},
-		{"empty means start", "", ""},
-		{"short form", "0_5", ""},
+		{"letters", "abc", fault.ErrInvalidArgument},
+		{"no position", "1_", fault.ErrInvalidArgument},
+		{"no sequence", "_1", fault.ErrInvalidArgument},
+		{"two separators", "1_2_3", fault.ErrInvalidArgument},
+		{"negative other than -1", "-2", fault.ErrInvalidArgument},
+		{"sign inside", "0_-1", fault.ErrInvalidArgument},
+		{"too many sequence digits", "00000000000000000000_0", fault.ErrInvalidArgument},
+		{"position overflows", "0_99999999999999999999", fault.ErrInvalidArgument},
+		{"beyond the tail", off(6), fault.ErrOffsetOutOfRange},
+		{"start", "-1", nil},
+		{"empty means start", "", nil},
+		{"short form", "0_5", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,7 +113,7 @@ func TestReadOffsetErrors(t *testing.T) {
 			err = e.Subscribe(t.Context(), &streamv1.SubscribeRequest{Ref: ref("s"), Offset: tc.offset}, func(*streamv1.ReadResponse) error {
 				return errStopSubscribe
 			})
-			if tc.want == "" {
+			if tc.want == nil {
 				if !errors.Is(err, errStopSubscribe) {
 					t.Fatalf("Subscribe: %v, want the first chunk", err)
 				}
@@ -213,7 +213,7 @@ func TestLongPoll(t *testing.T) {
 		}
 		select {
 		case err := <-got:
-			wantCode(t, "Read", err, errcode.StreamNotFound)
+			wantCode(t, "Read", err, fault.ErrStreamNotFound)
 		case <-time.After(5 * time.Second):
 			t.Fatal("long poll did not wake on delete")
 		}
@@ -344,7 +344,7 @@ func TestSubscribe(t *testing.T) {
 		if _, err := e.DeleteStream(t.Context(), &streamv1.DeleteStreamRequest{Ref: ref("del")}); err != nil {
 			t.Fatal(err)
 		}
-		wantCode(t, "Subscribe", s.end(t), errcode.StreamNotFound)
+		wantCode(t, "Subscribe", s.end(t), fault.ErrStreamNotFound)
 	})
 	t.Run("ends with its context", func(t *testing.T) {
 		mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("ctx")})
@@ -364,6 +364,6 @@ func TestSubscribe(t *testing.T) {
 	})
 	t.Run("missing stream", func(t *testing.T) {
 		err := e.Subscribe(t.Context(), &streamv1.SubscribeRequest{Ref: ref("nope")}, func(*streamv1.ReadResponse) error { return nil })
-		wantCode(t, "Subscribe", err, errcode.StreamNotFound)
+		wantCode(t, "Subscribe", err, fault.ErrStreamNotFound)
 	})
 }

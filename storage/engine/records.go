@@ -6,7 +6,7 @@ import (
 	"strconv"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/stream"
 )
 
@@ -23,7 +23,7 @@ func hasRecordStart(req *streamv1.ReadRequest) bool {
 // recordStart resolves a read's record coordinate to a position.
 func (e *Engine) recordStart(ctx context.Context, req *streamv1.ReadRequest, m stream.Meta, leader bool) (uint64, error) {
 	if !m.JSON {
-		return 0, errcode.New(errcode.InvalidArgument, "record coordinates need an application/json stream")
+		return 0, fault.Errorf(fault.ErrInvalidArgument, "record coordinates need an application/json stream")
 	}
 	n := m.RecordNext
 	switch {
@@ -33,16 +33,16 @@ func (e *Engine) recordStart(ctx context.Context, req *streamv1.ReadRequest, m s
 		n = m.RecordNext - min(req.GetTailRecords(), m.RecordNext-m.RecordFirst)
 	}
 	if n < m.RecordFirst {
-		return 0, errcode.New(errcode.OffsetTrimmed, "record %d is below the stream's first retained record %d", n, m.RecordFirst).
-			With(errcode.KeyNextOffset, stream.FormatOffset(m.Retained)).
-			With(errcode.KeyRecordNext, uintString(m.RecordNext))
+		return 0, fault.Errorf(fault.ErrOffsetTrimmed, "record %d is below the stream's first retained record %d", n, m.RecordFirst).
+			With(fault.DetailNextOffset, stream.FormatOffset(m.Retained)).
+			With(fault.DetailRecordNext, uintString(m.RecordNext))
 	}
 	if n > m.RecordNext {
 		if !leader {
 			return 0, e.notLeader(m.Key)
 		}
-		return 0, errcode.New(errcode.OffsetOutOfRange, "record %d is beyond the record tail %d", n, m.RecordNext).
-			With(errcode.KeyRecordNext, uintString(m.RecordNext))
+		return 0, fault.Errorf(fault.ErrOffsetOutOfRange, "record %d is beyond the record tail %d", n, m.RecordNext).
+			With(fault.DetailRecordNext, uintString(m.RecordNext))
 	}
 	return e.recordPos(ctx, m, n)
 }
@@ -54,22 +54,12 @@ func (e *Engine) recordPos(ctx context.Context, m stream.Meta, n uint64) (uint64
 		if n >= m.BaseRecord {
 			pos, ref, ok := e.machine(m.Key).RecordPos(m.Key, m.Incarnation, n)
 			if !ok {
-				return 0, errcode.New(errcode.OffsetOutOfRange, "record %d of stream %s is not held here", n, m.Key.Stream)
+				return 0, fault.Errorf(fault.ErrOffsetOutOfRange, "record %d of stream %s is not held here", n, m.Key.Stream)
 			}
 			if ref == nil {
 				return pos, nil
 			}
-			if e.cold == nil {
-				return 0, errcode.New(errcode.Internal, "stream %s has cold records but no cold store is configured", m.Key.Stream)
-			}
-			leaf, err := e.cold.reader.LeafByRecord(ctx, ref, n)
-			if err == nil {
-				pos, err = e.cold.reader.RecordPos(ctx, leaf, n)
-			}
-			if err != nil {
-				return 0, e.coldRecordErr(ctx, m, err)
-			}
-			return pos, nil
+			return e.cold.RecordPos(ctx, m, ref, n)
 		}
 		src, err := e.forkSource(m)
 		if err != nil {
@@ -77,7 +67,7 @@ func (e *Engine) recordPos(ctx context.Context, m stream.Meta, n uint64) (uint64
 		}
 		m = src
 	}
-	return 0, errcode.New(errcode.Internal, "fork chain too deep")
+	return 0, fault.Errorf(fault.ErrInternal, "fork chain too deep")
 }
 
 // recordAt returns the JSON record ordinal at a message boundary pos of
@@ -87,22 +77,12 @@ func (e *Engine) recordAt(ctx context.Context, m stream.Meta, pos uint64) (uint6
 		if pos >= m.Base {
 			rec, ref, ok := e.machine(m.Key).RecordAt(m.Key, m.Incarnation, pos)
 			if !ok {
-				return 0, errcode.New(errcode.OffsetOutOfRange, "position %d of stream %s is not held here", pos, m.Key.Stream)
+				return 0, fault.Errorf(fault.ErrOffsetOutOfRange, "position %d of stream %s is not held here", pos, m.Key.Stream)
 			}
 			if ref == nil {
 				return rec, nil
 			}
-			if e.cold == nil {
-				return 0, errcode.New(errcode.Internal, "stream %s has cold records but no cold store is configured", m.Key.Stream)
-			}
-			leaf, err := e.cold.reader.Leaf(ctx, ref, pos)
-			if err == nil {
-				rec, err = e.cold.reader.RecordAt(ctx, leaf, pos)
-			}
-			if err != nil {
-				return 0, e.coldRecordErr(ctx, m, err)
-			}
-			return rec, nil
+			return e.cold.RecordAt(ctx, m, ref, pos)
 		}
 		src, err := e.forkSource(m)
 		if err != nil {
@@ -110,27 +90,19 @@ func (e *Engine) recordAt(ctx context.Context, m stream.Meta, pos uint64) (uint6
 		}
 		m = src
 	}
-	return 0, errcode.New(errcode.Internal, "fork chain too deep")
-}
-
-func (e *Engine) coldRecordErr(ctx context.Context, m stream.Meta, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	e.cold.stats.ReadErrors.Add(1)
-	return errcode.New(errcode.ColdStoreFailed, "locate a record of stream %s: %v", m.Key.Stream, err)
+	return 0, fault.Errorf(fault.ErrInternal, "fork chain too deep")
 }
 
 // forkSource is the local replica of m's fork source.
 func (e *Engine) forkSource(m stream.Meta) (stream.Meta, error) {
 	f := m.Fork
 	if f == nil {
-		return m, errcode.New(errcode.Internal, "stream %s starts at %d but has no fork origin", m.Key.Stream, m.Base)
+		return m, fault.Errorf(fault.ErrInternal, "stream %s starts at %d but has no fork origin", m.Key.Stream, m.Base)
 	}
 	sk := stream.Key{Bucket: f.GetSourceBucket(), Stream: f.GetSourceStream()}
 	src, ok := e.machine(sk).Lookup(sk)
 	if !ok || src.Incarnation != f.GetSourceIncarnation() {
-		return m, errcode.New(errcode.Unavailable, "fork source %s of %s is not replicated here", sk.Stream, m.Key.Stream).With(errcode.KeyRetryAfterMS, "200")
+		return m, fault.Errorf(fault.ErrUnavailable, "fork source %s of %s is not replicated here", sk.Stream, m.Key.Stream).With(fault.DetailRetryAfterMS, "200")
 	}
 	return src, nil
 }

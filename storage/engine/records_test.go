@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/objstore"
 	"github.com/ursula/ursula/storage/stream"
 )
@@ -35,7 +35,7 @@ func TestAppendBatchOneEntry(t *testing.T) {
 		recStart, recNext uint64
 		code              string
 	}
-	want := []ack{{200, off(15), 1, 2, ""}, {400, "", 0, 0, string(errcode.InvalidArgument)}, {200, off(19), 2, 4, ""}}
+	want := []ack{{200, off(15), 1, 2, ""}, {400, "", 0, 0, fault.ErrInvalidArgument.Name()}, {200, off(19), 2, 4, ""}}
 	for i, w := range want {
 		a := acks[i]
 		got := ack{a.GetStatus(), a.GetNextOffset(), a.GetRecordStart(), a.GetRecordNext(), a.GetErrorCode()}
@@ -60,7 +60,7 @@ func TestAppendBatchOneEntry(t *testing.T) {
 	// Record match.
 	_, err = e.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("js"), ContentType: "application/json",
 		Frames: [][]byte{[]byte(`5`)}, RecordMatch: u64p(3)})
-	wantCode(t, "batch with a stale record match", err, errcode.RecordMismatch)
+	wantCode(t, "batch with a stale record match", err, fault.ErrRecordMismatch)
 	resp, err = e.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("js"), ContentType: "application/json",
 		Body: []byte(`5`), RecordMatch: u64p(4)})
 	if err != nil || resp.GetRecordStart() != 4 || resp.GetRecordNext() != 5 {
@@ -72,7 +72,7 @@ func TestAppendBatchOneEntry(t *testing.T) {
 	}
 	// Frame bounds.
 	_, err = e.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("js"), ContentType: "application/json", Frames: make([][]byte, MaxBatchFrames+1)})
-	wantCode(t, "too many frames", err, errcode.PayloadTooLarge)
+	wantCode(t, "too many frames", err, fault.ErrPayloadTooLarge)
 }
 
 func TestRecordReadsHotAndCold(t *testing.T) {
@@ -143,9 +143,9 @@ func TestRecordReadsHotAndCold(t *testing.T) {
 		t.Fatalf("tail_records=3: %v", resp)
 	}
 	_, err := e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("js"), Record: u64p(total + 1)})
-	wantCode(t, "record beyond the tail", err, errcode.OffsetOutOfRange)
+	wantCode(t, "record beyond the tail", err, fault.ErrOffsetOutOfRange)
 	_, err = e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("js"), MaxRecords: 1})
-	wantCode(t, "max_records without a record start", err, errcode.InvalidArgument)
+	wantCode(t, "max_records without a record start", err, fault.ErrInvalidArgument)
 
 	// Retention moves record_first; records below it are gone.
 	at := read(&streamv1.ReadRequest{Record: u64p(120), MaxRecords: 1})
@@ -156,7 +156,7 @@ func TestRecordReadsHotAndCold(t *testing.T) {
 		t.Fatalf("record_first %d after retention, want 120", m.RecordFirst)
 	}
 	_, err = e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("js"), Record: u64p(119)})
-	wantCode(t, "record below the retention", err, errcode.OffsetTrimmed)
+	wantCode(t, "record below the retention", err, fault.ErrOffsetTrimmed)
 	if resp := read(&streamv1.ReadRequest{TailRecords: total}); resp.GetRecordFirst() != 120 {
 		t.Fatalf("tail_records beyond the retained range starts at %d", resp.GetRecordFirst())
 	}

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/storage/coldfmt"
+	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/objstore"
 	"github.com/ursula/ursula/storage/stream"
 )
@@ -118,18 +118,18 @@ func TestSnapshotStagedParts(t *testing.T) {
 		n    uint32
 		body []byte
 		off  string
-		code errcode.Code
+		code *fault.Kind
 	}{
-		{"part zero", 0, p3, off(8), errcode.InvalidArgument},
-		{"empty part", 1, nil, off(8), errcode.InvalidArgument},
-		{"part too large", 1, make([]byte, MaxSnapshotPartBytes+1), off(8), errcode.PayloadTooLarge},
-		{"part beyond the tail", 1, p3, off(13), errcode.SnapshotConflict},
-		{"part of a missing stream", 1, p3, off(0), errcode.StreamNotFound},
+		{"part zero", 0, p3, off(8), fault.ErrInvalidArgument},
+		{"empty part", 1, nil, off(8), fault.ErrInvalidArgument},
+		{"part too large", 1, make([]byte, MaxSnapshotPartBytes+1), off(8), fault.ErrPayloadTooLarge},
+		{"part beyond the tail", 1, p3, off(13), fault.ErrSnapshotConflict},
+		{"part of a missing stream", 1, p3, off(0), fault.ErrStreamNotFound},
 	}
 	for _, st := range partSteps {
 		t.Run(st.name, func(t *testing.T) {
 			name := "s"
-			if st.code == errcode.StreamNotFound {
+			if st.code == fault.ErrStreamNotFound {
 				name = "nope"
 			}
 			_, err := putPart(t, e, name, st.off, st.n, st.body)
@@ -141,15 +141,15 @@ func TestSnapshotStagedParts(t *testing.T) {
 		off     string
 		match   string
 		digests []string
-		code    errcode.Code
+		code    *fault.Kind
 	}{
-		{"missing part", off(8), "", []string{d1, d2, d3, d3}, errcode.InvalidArgument},
-		{"digest mismatch", off(8), "", []string{d1, bad, d3}, errcode.SnapshotConflict},
-		{"malformed digest", off(8), "", []string{d1, "xyz", d3}, errcode.InvalidArgument},
-		{"no parts", off(8), "", nil, errcode.InvalidArgument},
-		{"beyond the tail", off(13), "", []string{d1}, errcode.SnapshotConflict},
-		{"nothing staged there", off(4), "", []string{d1}, errcode.InvalidArgument},
-		{"match without a snapshot", off(8), "x", []string{d1, d2, d3}, errcode.SnapshotConflict},
+		{"missing part", off(8), "", []string{d1, d2, d3, d3}, fault.ErrInvalidArgument},
+		{"digest mismatch", off(8), "", []string{d1, bad, d3}, fault.ErrSnapshotConflict},
+		{"malformed digest", off(8), "", []string{d1, "xyz", d3}, fault.ErrInvalidArgument},
+		{"no parts", off(8), "", nil, fault.ErrInvalidArgument},
+		{"beyond the tail", off(13), "", []string{d1}, fault.ErrSnapshotConflict},
+		{"nothing staged there", off(4), "", []string{d1}, fault.ErrInvalidArgument},
+		{"match without a snapshot", off(8), "x", []string{d1, d2, d3}, fault.ErrSnapshotConflict},
 	}
 	for _, st := range commitSteps {
 		t.Run(st.name, func(t *testing.T) {
@@ -180,11 +180,11 @@ func TestSnapshotStagedParts(t *testing.T) {
 			t.Fatalf("GetSnapshot = %v (%d bytes)", got.GetDigest(), len(body))
 		}
 		_, err := e.GetSnapshot(t.Context(), &streamv1.GetSnapshotRequest{Ref: ref("s"), Part: 4})
-		wantCode(t, "part 4 of 3", err, errcode.InvalidArgument)
+		wantCode(t, "part 4 of 3", err, fault.ErrInvalidArgument)
 	}
 	check(e)
 	m := mustLookup(t, e, "s")
-	refs, _, err := e.ColdReferences(t.Context(), coldfmt.StreamPrefix(testBucket, "s", m.Incarnation))
+	refs, _, err := e.node.Cold.ColdReferences(t.Context(), coldfmt.StreamPrefix(testBucket, "s", m.Incarnation))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestSnapshotStagedParts(t *testing.T) {
 	}
 	// Staged parts no commit named are not references: the orphan sweep
 	// reclaims them after OrphanAge.
-	refs, _, err = e.ColdReferences(t.Context(), coldfmt.StreamPrefix(testBucket, "s", m.Incarnation))
+	refs, _, err = e.node.Cold.ColdReferences(t.Context(), coldfmt.StreamPrefix(testBucket, "s", m.Incarnation))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,8 +215,7 @@ func TestSnapshotStagedParts(t *testing.T) {
 		}
 	}
 	e.stop(t)
-	e = newEngine(t, cfg, nil)
-	e.SetColdStore(store)
+	e = openEngine(t, cfg, Deps{ColdStore: store})
 	e.run(t)
 	e.waitReady(t)
 	check(e)
@@ -224,7 +223,7 @@ func TestSnapshotStagedParts(t *testing.T) {
 		t.Fatalf("staged usage after restart %d bytes, want %d", n, len(q1)+len(q2))
 	}
 	_, err = commitParts(t, e, "s", off(12), "", sha(q1), bad)
-	wantCode(t, "listed part with another digest", err, errcode.SnapshotConflict)
+	wantCode(t, "listed part with another digest", err, fault.ErrSnapshotConflict)
 	if _, err := commitParts(t, e, "s", off(12), want, sha(q1), sha(q2)); err != nil {
 		t.Fatal(err)
 	}
@@ -238,19 +237,17 @@ func TestSnapshotStagedParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := e.GroupOf(key("s"))
-	ss := e.staged.groups[g].streams[coldfmt.StreamPrefix(testBucket, "s", m.Incarnation)]
-	e.staged.mu.Lock()
-	ss.committing[4] = true
-	e.staged.mu.Unlock()
+	reading, err := e.node.Cold.BeginCommit(t.Context(), g, e.status(g).Term, key("s"), m.Incarnation, 4, []string{sha(q1)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, err = putPart(t, e, "s", off(4), 1, q2)
-	wantCode(t, "replace during a commit", err, errcode.SnapshotConflict)
+	wantCode(t, "replace during a commit", err, fault.ErrSnapshotConflict)
 	_, err = commitParts(t, e, "s", off(4), "", sha(q1))
-	wantCode(t, "second commit", err, errcode.SnapshotConflict)
-	e.staged.mu.Lock()
-	delete(ss.committing, 4)
-	e.staged.mu.Unlock()
+	wantCode(t, "second commit", err, fault.ErrSnapshotConflict)
+	reading.End()
 	// The replaced snapshot's parts are queued for GC.
-	q, _, err := e.GCQueue(t.Context(), g, 100)
+	q, _, err := e.node.Cold.GCQueue(t.Context(), g, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +266,7 @@ func TestSnapshotPartsNeedColdStore(t *testing.T) {
 	e := startEngine(t, nil)
 	mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("s"), ContentType: "text/plain"})
 	_, err := putPart(t, e, "s", off(0), 1, []byte("x"))
-	wantCode(t, "stage", err, errcode.NoColdStore)
+	wantCode(t, "stage", err, fault.ErrNoColdStore)
 	_, err = commitParts(t, e, "s", off(0), "", sha([]byte("x")))
-	wantCode(t, "commit", err, errcode.NoColdStore)
+	wantCode(t, "commit", err, fault.ErrNoColdStore)
 }

@@ -2,23 +2,17 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"strings"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/storage/coldfmt"
+	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/stream"
 )
 
 // MaxSnapshotBytes bounds the body of a snapshot published in one request.
 const MaxSnapshotBytes = 32 << 20
-
-// maxCachedSnapshotBytes: snapshots up to this size are read through the
-// cold block cache, larger ones straight from the store (so that one big
-// snapshot does not evict the cache).
-const maxCachedSnapshotBytes = 1 << 20
 
 // PutSnapshot publishes a stream's application snapshot at an offset. The
 // offset must be a boundary the server issued (see boundary); with a cold
@@ -31,7 +25,7 @@ func (e *Engine) PutSnapshot(ctx context.Context, req *streamv1.PutSnapshotReque
 	}
 	body := req.GetBody()
 	if len(body) > MaxSnapshotBytes {
-		return nil, errcode.New(errcode.PayloadTooLarge, "snapshot of %d bytes exceeds %d", len(body), MaxSnapshotBytes)
+		return nil, fault.Errorf(fault.ErrPayloadTooLarge, "snapshot of %d bytes exceeds %d", len(body), MaxSnapshotBytes)
 	}
 	m, pos, err := e.snapshotTarget(k, req.GetOffset())
 	if err != nil {
@@ -44,7 +38,7 @@ func (e *Engine) PutSnapshot(ctx context.Context, req *streamv1.PutSnapshotReque
 	digest := stream.SnapshotDigest(ct, body)
 	resp := &streamv1.PutSnapshotResponse{Offset: stream.FormatOffset(pos), Digest: digest}
 	g := e.GroupOf(k)
-	if cur := e.machines[g].SnapshotOf(k, m.Incarnation); cur != nil && cur.GetPosition() == pos && cur.GetDigest() == digest {
+	if cur := e.groups.Machine(g).SnapshotOf(k, m.Incarnation); cur != nil && cur.GetPosition() == pos && cur.GetDigest() == digest {
 		return resp, nil // the same snapshot again
 	}
 	ok, err := e.boundary(ctx, m, pos)
@@ -52,31 +46,23 @@ func (e *Engine) PutSnapshot(ctx context.Context, req *streamv1.PutSnapshotReque
 		return nil, err
 	}
 	if !ok {
-		return nil, errcode.New(errcode.InvalidArgument, "snapshot offset %s is not an append or message boundary", req.GetOffset())
+		return nil, fault.Errorf(fault.ErrInvalidArgument, "snapshot offset %s is not an append or message boundary", req.GetOffset())
 	}
 	ref := &storagev1.SnapshotRef{Position: pos, Digest: digest, ContentType: ct, Size: uint64(len(body))}
-	grace := DefaultColdConfig().GCGrace
-	if c := e.cold; c != nil {
-		grace = c.cfg.GCGrace
+	if e.cold.Enabled() {
 		ref.Key = coldfmt.SnapshotKey(coldfmt.StreamPrefix(k.Bucket, k.Stream, m.Incarnation), pos, digest)
-		if err := c.store.Put(ctx, ref.Key, body); err != nil {
-			c.stats.UploadErrors.Add(1)
-			return nil, errcode.New(errcode.Unavailable, "store a %d-byte snapshot in the cold store: %v", len(body), err).With(errcode.KeyRetryAfterMS, "1000")
+		if err := e.cold.Put(ctx, ref.Key, body, "snapshot"); err != nil {
+			return nil, err
 		}
-		c.stats.Uploads.Add(1)
-		c.stats.UploadBytes.Add(uint64(len(body)))
 	} else {
 		ref.Data = body
 	}
 	res, err := e.propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_PublishSnapshot{PublishSnapshot: &storagev1.PublishSnapshot{
 		Bucket: k.Bucket, Stream: k.Stream, Incarnation: m.Incarnation, Snapshot: ref, Match: req.GetMatch(),
-		GraceMs: grace.Milliseconds(),
+		GraceMs: e.cold.Config().GCGrace.Milliseconds(),
 	}}})
-	if ref.Key != "" && (err != nil || res.Duplicate) {
-		var de *errcode.Error
-		if res != nil || (errors.As(err, &de) && de.Code != errcode.OutcomeUnknown) {
-			e.discard(ref.Key) // not committed: nothing names it
-		}
+	if ref.Key != "" && (err != nil || res.Duplicate) && !mayHaveCommitted(res, err) {
+		e.cold.Discard(ref.Key) // not committed: nothing names it
 	}
 	if err != nil {
 		return nil, err
@@ -97,22 +83,12 @@ func (e *Engine) boundary(ctx context.Context, m stream.Meta, pos uint64) (bool,
 		if pos >= m.Base {
 			ok, ref, found := e.machine(m.Key).Boundary(m.Key, m.Incarnation, pos)
 			if !found {
-				return false, errcode.New(errcode.StreamNotFound, "stream %s was deleted", m.Key.Stream)
+				return false, fault.Errorf(fault.ErrStreamNotFound, "stream %s was deleted", m.Key.Stream)
 			}
 			if ok || ref == nil {
 				return ok, nil
 			}
-			if e.cold == nil {
-				return false, errcode.New(errcode.Internal, "stream %s has cold bytes but no cold store is configured", m.Key.Stream)
-			}
-			leaf, err := e.cold.reader.Leaf(ctx, ref, pos-1)
-			if err == nil {
-				ok, err = e.cold.reader.Boundary(ctx, leaf, pos, m.JSON)
-			}
-			if err != nil {
-				return false, errcode.New(errcode.ColdStoreFailed, "read cold bytes of %s at %d: %v", m.Key.Stream, pos, err)
-			}
-			return ok, nil
+			return e.cold.Boundary(ctx, m, ref, pos)
 		}
 		f := m.Fork
 		if f == nil {
@@ -144,7 +120,7 @@ func (e *Engine) GetSnapshot(ctx context.Context, req *streamv1.GetSnapshotReque
 	}
 	snap := e.machine(k).SnapshotOf(k, m.Incarnation)
 	if snap == nil {
-		return nil, errcode.New(errcode.SnapshotNotFound, "stream %s has no snapshot", k.Stream)
+		return nil, fault.Errorf(fault.ErrSnapshotNotFound, "stream %s has no snapshot", k.Stream)
 	}
 	if raw := req.GetOffset(); raw != "" {
 		off, err := stream.ParseOffset(raw)
@@ -152,7 +128,7 @@ func (e *Engine) GetSnapshot(ctx context.Context, req *streamv1.GetSnapshotReque
 			return nil, err
 		}
 		if off.Start || off.Now || off.Pos != snap.GetPosition() {
-			return nil, errcode.New(errcode.SnapshotNotFound, "stream %s has no snapshot at %s", k.Stream, raw)
+			return nil, fault.Errorf(fault.ErrSnapshotNotFound, "stream %s has no snapshot at %s", k.Stream, raw)
 		}
 	}
 	// A snapshot committed from staged parts is read a part per call
@@ -160,29 +136,15 @@ func (e *Engine) GetSnapshot(ctx context.Context, req *streamv1.GetSnapshotReque
 	parts := uint32(max(len(snap.GetPartKeys()), 1))
 	n := max(req.GetPart(), 1)
 	if n > parts {
-		return nil, errcode.New(errcode.InvalidArgument, "the snapshot of %s has %d parts, not %d", k.Stream, parts, n)
+		return nil, fault.Errorf(fault.ErrInvalidArgument, "the snapshot of %s has %d parts, not %d", k.Stream, parts, n)
 	}
 	body, key, size := snap.GetData(), snap.GetKey(), int64(snap.GetSize())
 	if len(snap.GetPartKeys()) > 0 {
 		key, size = snap.GetPartKeys()[n-1], int64(snap.GetPartSizes()[n-1])
 	}
 	if key != "" {
-		if e.cold == nil {
-			return nil, errcode.New(errcode.Internal, "snapshot of %s is in the cold store but none is configured", k.Stream)
-		}
-		if size <= maxCachedSnapshotBytes {
-			// Small snapshots are read through the block cache: a
-			// bootstrap storm reads the same object again and again.
-			body, err = e.cold.reader.Cache().ReadAt(ctx, key, size, 0, size)
-		} else {
-			body, err = e.cold.store.Get(ctx, key)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			e.cold.stats.ReadErrors.Add(1)
-			return nil, errcode.New(errcode.ColdStoreFailed, "read the snapshot of %s: %v", k.Stream, err)
+		if body, err = e.cold.Get(ctx, key, size, "the snapshot of "+k.Stream); err != nil {
+			return nil, err
 		}
 	}
 	upToDate := snap.GetPosition() >= m.Tail
@@ -206,4 +168,17 @@ func (e *Engine) snapshotInfo(m stream.Meta, in *streamv1.StreamInfo) *streamv1.
 		in.SnapshotDigest = snap.GetDigest()
 	}
 	return in
+}
+
+// mayHaveCommitted reports whether a proposal that failed (or answered a
+// duplicate) may still have committed what it named: it was not answered
+// by the state machine, and its failure does not prove it never reached
+// the log. Objects only such a proposal names must stay (the orphan sweep
+// takes them if nothing does).
+func mayHaveCommitted(res *stream.Result, err error) bool {
+	if res != nil {
+		return false
+	}
+	k := fault.KindOf(err)
+	return k == nil || k == fault.ErrOutcomeUnknown
 }

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/storage/coldfmt"
+	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/objstore"
 	"github.com/ursula/ursula/storage/stream"
 )
@@ -38,23 +38,23 @@ func TestSnapshotPublishColdStore(t *testing.T) {
 		offset     string
 		body       string
 		match      string
-		code       errcode.Code
+		code       *fault.Kind
 		created    bool
 		wantDigest string
 	}{
-		{"inside a cold append", "s", off(2), "one", "", errcode.InvalidArgument, false, ""},
-		{"beyond the tail", "s", off(13), "one", "", errcode.SnapshotConflict, false, ""},
-		{"start sentinel", "s", "-1", "one", "", errcode.InvalidArgument, false, ""},
-		{"malformed", "s", "abc", "one", "", errcode.InvalidArgument, false, ""},
-		{"match without a snapshot", "s", off(4), "one", "x", errcode.SnapshotConflict, false, ""},
-		{"first", "s", off(4), "one", "", "", true, digest1},
-		{"same again", "s", off(4), "one", "", "", false, digest1},
-		{"other bytes at the same offset", "s", off(4), "two", "", errcode.SnapshotConflict, false, ""},
-		{"match mismatch", "s", off(8), "two", "nope", errcode.SnapshotConflict, false, ""},
-		{"replace with match", "s", off(8), "two", digest1, "", true, digest2},
-		{"json message end inside a cold append", "j", off(2), "one", "", "", true, digest1},
-		{"json inside a message", "j", off(1), "one", "", errcode.InvalidArgument, false, ""},
-		{"missing stream", "nope", off(0), "one", "", errcode.StreamNotFound, false, ""},
+		{"inside a cold append", "s", off(2), "one", "", fault.ErrInvalidArgument, false, ""},
+		{"beyond the tail", "s", off(13), "one", "", fault.ErrSnapshotConflict, false, ""},
+		{"start sentinel", "s", "-1", "one", "", fault.ErrInvalidArgument, false, ""},
+		{"malformed", "s", "abc", "one", "", fault.ErrInvalidArgument, false, ""},
+		{"match without a snapshot", "s", off(4), "one", "x", fault.ErrSnapshotConflict, false, ""},
+		{"first", "s", off(4), "one", "", nil, true, digest1},
+		{"same again", "s", off(4), "one", "", nil, false, digest1},
+		{"other bytes at the same offset", "s", off(4), "two", "", fault.ErrSnapshotConflict, false, ""},
+		{"match mismatch", "s", off(8), "two", "nope", fault.ErrSnapshotConflict, false, ""},
+		{"replace with match", "s", off(8), "two", digest1, nil, true, digest2},
+		{"json message end inside a cold append", "j", off(2), "one", "", nil, true, digest1},
+		{"json inside a message", "j", off(1), "one", "", fault.ErrInvalidArgument, false, ""},
+		{"missing stream", "nope", off(0), "one", "", fault.ErrStreamNotFound, false, ""},
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
@@ -68,7 +68,7 @@ func TestSnapshotPublishColdStore(t *testing.T) {
 	// The replaced snapshot's object is queued for GC; the latest is in
 	// the store and referenced by the stream (so the orphan sweep keeps it).
 	g := e.GroupOf(key("s"))
-	q, _, err := e.GCQueue(t.Context(), g, 100)
+	q, _, err := e.node.Cold.GCQueue(t.Context(), g, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestSnapshotPublishColdStore(t *testing.T) {
 		t.Fatalf("GC queue %v, want the first snapshot's object", queued)
 	}
 	m := mustLookup(t, e, "s")
-	refs, _, err := e.ColdReferences(t.Context(), coldfmt.StreamPrefix(testBucket, "s", m.Incarnation))
+	refs, _, err := e.node.Cold.ColdReferences(t.Context(), coldfmt.StreamPrefix(testBucket, "s", m.Incarnation))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestSnapshotPublishColdStore(t *testing.T) {
 			got.GetNextOffset() != off(12) || got.GetUpToDate() || got.GetClosed() {
 			t.Fatalf("GetSnapshot = %v", got)
 		}
-		if _, err := e.GetSnapshot(t.Context(), &streamv1.GetSnapshotRequest{Ref: ref("s"), Offset: off(4)}); codeOf(err) != errcode.SnapshotNotFound {
+		if _, err := e.GetSnapshot(t.Context(), &streamv1.GetSnapshotRequest{Ref: ref("s"), Offset: off(4)}); codeOf(err) != fault.ErrSnapshotNotFound {
 			t.Fatalf("GetSnapshot at a replaced offset: %v", err)
 		}
 		head, err := e.Head(t.Context(), &streamv1.HeadRequest{Ref: ref("s")})
@@ -111,8 +111,7 @@ func TestSnapshotPublishColdStore(t *testing.T) {
 	}
 	check(e)
 	e.stop(t) // restart, with the same store
-	e2 := newEngine(t, cfg, nil)
-	e2.SetColdStore(store)
+	e2 := openEngine(t, cfg, Deps{ColdStore: store})
 	e2.run(t)
 	e2.waitReady(t)
 	check(e2)
@@ -122,7 +121,7 @@ func TestSnapshotPublishColdStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = putSnap(t, e2, "s", off(4), "application/x", "three", "")
-	wantCode(t, "below the retention", err, errcode.OffsetTrimmed)
+	wantCode(t, "below the retention", err, fault.ErrOffsetTrimmed)
 }
 
 func TestSnapshotInlineWithoutColdStore(t *testing.T) {
@@ -131,8 +130,8 @@ func TestSnapshotInlineWithoutColdStore(t *testing.T) {
 	mustAppend(t, e, "s", "text/plain", "hello")
 	mustAppend(t, e, "s", "text/plain", "world")
 	_, err := putSnap(t, e, "s", off(3), "text/plain", "x", "")
-	wantCode(t, "inside an append", err, errcode.InvalidArgument)
-	if _, err := e.GetSnapshot(t.Context(), &streamv1.GetSnapshotRequest{Ref: ref("s")}); codeOf(err) != errcode.SnapshotNotFound {
+	wantCode(t, "inside an append", err, fault.ErrInvalidArgument)
+	if _, err := e.GetSnapshot(t.Context(), &streamv1.GetSnapshotRequest{Ref: ref("s")}); codeOf(err) != fault.ErrSnapshotNotFound {
 		t.Fatalf("GetSnapshot without one: %v", err)
 	}
 	if _, err := putSnap(t, e, "s", off(10), "", "state", ""); err != nil {
@@ -152,5 +151,5 @@ func TestSnapshotInlineWithoutColdStore(t *testing.T) {
 	}
 	big := strings.Repeat("x", MaxSnapshotBytes+1)
 	_, err = putSnap(t, e, "s", off(10), "", big, "")
-	wantCode(t, "too large", err, errcode.PayloadTooLarge)
+	wantCode(t, "too large", err, fault.ErrPayloadTooLarge)
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/stream"
 )
 
@@ -41,11 +41,12 @@ func (e *Engine) TTLExpirySweepDueGroups() int64 { return e.sweepDue.Load() }
 func (e *Engine) sweepPass(ctx context.Context) sweepStats {
 	start := e.now()
 	var st sweepStats
-	for g, m := range e.machines {
+	for g := range e.groups.GroupCount() {
+		m := e.groups.Machine(uint32(g))
 		if ctx.Err() != nil {
 			break
 		}
-		if !e.host.Status(uint32(g)).IsLeader {
+		if !e.groups.Status(uint32(g)).IsLeader {
 			continue
 		}
 		due := m.Expired(e.nowMs()-sweepGrace.Milliseconds(), sweepEntries*sweepBatch+1)
@@ -76,11 +77,8 @@ func (e *Engine) expireBatch(ctx context.Context, g uint32, metas []stream.Meta)
 		c.More = append(c.More, &storagev1.StreamKey{Bucket: m.Key.Bucket, Stream: m.Key.Stream, Incarnation: m.Incarnation})
 	}
 	_, err := e.propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_Expire{Expire: c}})
-	if err != nil {
-		var de *errcode.Error
-		if !errors.As(err, &de) || de.Code != errcode.NotLeader {
-			e.logger.Warn("expiry sweep failed", "group_id", g, "streams", len(metas), "err", err)
-		}
+	if err != nil && !errors.Is(err, fault.ErrNotLeader) {
+		e.logger.Warn("expiry sweep failed", "group_id", g, "streams", len(metas), "err", err)
 	}
 	return err
 }

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/tests/await"
 )
 
@@ -98,14 +98,14 @@ func TestTTL(t *testing.T) {
 					t.Fatalf("step %d (t+%v): Head = %v, want live", i, time.Duration(clock.ms.Load()-ttlEpoch.UnixMilli())*time.Millisecond, err)
 				}
 				if !st.live {
-					wantCode(t, "Head of an expired stream", err, errcode.StreamNotFound)
+					wantCode(t, "Head of an expired stream", err, fault.ErrStreamNotFound)
 				}
 			}
 			// Access expires the stream in the background (an access while
 			// another background command for it is in flight leaves it to
 			// the next access or the sweep).
 			await.True(t, "the expired stream to be removed", func() bool {
-				wantCode(t, "Head of an expired stream", headErr(t, e, "s"), errcode.StreamNotFound)
+				wantCode(t, "Head of an expired stream", headErr(t, e, "s"), fault.ErrStreamNotFound)
 				return !exists(e, "s")
 			})
 		})
@@ -188,8 +188,8 @@ func TestTTLRecreateAfterExpiry(t *testing.T) {
 		mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("child"), TtlSeconds: ttlSeconds(3600), Fork: &streamv1.ForkSpec{Source: ref("src")}})
 		clock.Advance(2 * time.Second)
 		_, err := e.CreateStream(t.Context(), &streamv1.CreateStreamRequest{Ref: ref("src"), HasBody: true, Body: []byte("new")})
-		wantCode(t, "create over an expired source with forks", err, errcode.StreamExists)
-		wantCode(t, "Head of the expired source", headErr(t, e, "src"), errcode.StreamGone)
+		wantCode(t, "create over an expired source with forks", err, fault.ErrStreamExists)
+		wantCode(t, "Head of the expired source", headErr(t, e, "src"), fault.ErrStreamGone)
 		if got := readAll(t, e, "child"); got != "kept" {
 			t.Fatalf("fork = %q", got)
 		}
@@ -219,5 +219,5 @@ func TestTouchSurvivesRestart(t *testing.T) {
 		t.Fatalf("Head 9s after the touch, after a restart: %v", err)
 	}
 	clock.Advance(time.Second)
-	wantCode(t, "Head 10s after the touch", headErr(t, e, "s"), errcode.StreamNotFound)
+	wantCode(t, "Head 10s after the touch", headErr(t, e, "s"), fault.ErrStreamNotFound)
 }

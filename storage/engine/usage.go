@@ -7,7 +7,8 @@ import "github.com/ursula/ursula/storage/stream"
 // Buckets with nothing counted and no streams are left out.
 func (e *Engine) Usage() map[string]stream.BucketUsage {
 	out := map[string]stream.BucketUsage{}
-	for _, m := range e.machines {
+	for g := range e.groups.GroupCount() {
+		m := e.groups.Machine(uint32(g))
 		for b, u := range m.Usage() {
 			t := out[b]
 			t.CommittedAppendBytes += u.CommittedAppendBytes

@@ -1,6 +1,7 @@
 package multiraft
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -32,7 +33,16 @@ type counter struct {
 	last  uint64
 }
 
-func (c *counter) Apply(index uint64, data []byte) any {
+// unknownEntry is an entry the counter cannot apply (as a state machine
+// cannot apply a newer release's command).
+var unknownEntry = []byte("from a newer release")
+
+var errUnknownEntry = errors.New("counter: entry from a newer release")
+
+func (c *counter) Apply(index uint64, data []byte) (any, error) {
+	if bytes.Equal(data, unknownEntry) {
+		return nil, errUnknownEntry
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if index <= c.last {
@@ -41,15 +51,16 @@ func (c *counter) Apply(index uint64, data []byte) any {
 	c.last = index
 	c.sum += binary.LittleEndian.Uint64(data)
 	c.count++
-	return c.sum
+	return c.sum, nil
 }
 
-func (c *counter) Snapshot() ([]byte, error) {
+func (c *counter) CaptureSnapshot() func() ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	b := binary.LittleEndian.AppendUint64(nil, c.sum)
 	b = binary.LittleEndian.AppendUint64(b, c.count)
-	return binary.LittleEndian.AppendUint64(b, c.last), nil
+	b = binary.LittleEndian.AppendUint64(b, c.last)
+	return func() ([]byte, error) { return b, nil }
 }
 
 func (c *counter) Restore(data []byte) error {

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -23,11 +22,19 @@ import (
 type StateMachine interface {
 	// Apply applies one committed normal entry's payload (never empty) at
 	// index; the result is handed to the proposer waiting on it (if on this
-	// node). Called only from the owning shard worker, in log order.
-	Apply(index uint64, data []byte) any
-	// Snapshot returns the deterministic encoding of the state as of the
-	// last applied index.
-	Snapshot() ([]byte, error)
+	// node). Called only from the owning shard worker, in log order. An
+	// error means the entry cannot be applied at all (it does not decode,
+	// or names an operation this build does not know) and stops the node:
+	// skipping it would make this replica diverge from the others. A
+	// command the state machine rejects is a result, not an error.
+	Apply(index uint64, data []byte) (any, error)
+	// CaptureSnapshot captures the state as of the last applied index and
+	// returns the function that encodes the capture deterministically. The
+	// capture runs on the shard worker between two applies and must be
+	// cheap (no I/O, no copy of data the state machine never modifies in
+	// place); the encoder runs later on the snapshot worker, concurrently
+	// with further applies, and may read only what the capture holds.
+	CaptureSnapshot() func() ([]byte, error)
 	// Restore replaces the state with a snapshot's encoding.
 	Restore(data []byte) error
 }
@@ -126,6 +133,15 @@ type Host struct {
 
 	mu    sync.Mutex
 	state int32
+	// stopped is closed once the host has stopped.
+	stopped chan struct{}
+	// statusChanged wakes waiters on any group's leader, term or
+	// membership change.
+	statusChanged broadcast
+	// snapshots carries captured group snapshots from the shard workers
+	// to the snapshot worker (at most one in flight per group, so a send
+	// never blocks).
+	snapshots chan snapshotJob
 
 	// shedding is the maintenance drain: no campaigning, leaderships handed
 	// away by the engine's balancer.
@@ -157,6 +173,9 @@ func New(cfg Config, newStateMachine func(groupID uint32) StateMachine, tr Trans
 		snaps:  raftlog.NewSnapshotStore(cfg.FS, cfg.Dir),
 		groups: make([]*group, cfg.GroupCount),
 		newSM:  newStateMachine,
+
+		stopped:   make(chan struct{}),
+		snapshots: make(chan snapshotJob, cfg.GroupCount),
 	}
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
@@ -227,6 +246,7 @@ func (h *Host) newGroup(id uint32, st *wal.GroupState, s *shard) (*group, error)
 	}
 	g.applied = applied
 	g.snapIndex = applied
+	g.appliedWaits.trigger(applied)
 	rn, err := raft.NewRawNode(g.raftConfig(h, applied))
 	if err != nil {
 		return nil, fmt.Errorf("multiraft: group %d: start raft: %w", id, err)
@@ -276,6 +296,11 @@ func (h *Host) Run(ctx context.Context) error {
 		errMu    sync.Mutex
 		firstErr error
 	)
+	snapDone := make(chan struct{})
+	go func() {
+		defer close(snapDone)
+		h.snapshotWorker(ctx)
+	}()
 	for _, s := range h.shards {
 		wg.Go(func() {
 			if err := s.run(ctx); err != nil {
@@ -290,6 +315,8 @@ func (h *Host) Run(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	close(h.snapshots) // every shard worker, its only sender, has returned
+	<-snapDone
 	if err := h.stop(); err != nil && firstErr == nil {
 		firstErr = err
 	}
@@ -324,8 +351,11 @@ func (h *Host) stop() error {
 		}
 	}
 	for _, g := range h.groups {
+		// The shard workers have returned: their state is ours now.
 		g.failPending(ErrStopped)
+		g.finishSnapshotWaiters(0, ErrStopped)
 	}
+	close(h.stopped)
 	return errors.Join(errs...)
 }
 
@@ -401,9 +431,8 @@ func (h *Host) Status(groupID uint32) GroupStatus {
 
 // WaitReady returns once every group has a known leader.
 func (h *Host) WaitReady(ctx context.Context) error {
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
 	for {
+		changed := h.StatusChanged()
 		ready := true
 		for _, g := range h.groups {
 			if g.leaderID() == 0 {
@@ -414,16 +443,12 @@ func (h *Host) WaitReady(ctx context.Context) error {
 		if ready {
 			return nil
 		}
-		h.mu.Lock()
-		stopped := h.state == stateStopped
-		h.mu.Unlock()
-		if stopped {
-			return ErrStopped
-		}
 		select {
+		case <-changed:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-t.C:
+		case <-h.stopped:
+			return ErrStopped
 		}
 	}
 }

@@ -123,11 +123,11 @@ type blockingSM struct {
 	release chan struct{}
 }
 
-func (b *blockingSM) Apply(index uint64, data []byte) any {
+func (b *blockingSM) Apply(index uint64, data []byte) (any, error) {
 	if len(data) == 1 && data[0] == 0xff {
 		b.entered <- struct{}{}
 		<-b.release
-		return nil
+		return nil, nil
 	}
 	return b.counter.Apply(index, data)
 }
@@ -279,5 +279,152 @@ func TestNoTickNeeded(t *testing.T) {
 			}
 		}
 		n.stop(t)
+	}
+}
+
+// TestUnappliableEntryStopsTheNode: an entry the state machine cannot
+// apply (a newer release's command) stops the node instead of being
+// skipped, and stops it again at every restart: the applied index never
+// moves past it.
+func TestUnappliableEntryStopsTheNode(t *testing.T) {
+	cfg := baseConfig(t.TempDir())
+	n := newNode(t, cfg, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- n.h.Run(ctx) }()
+	waitReady(t, n.h)
+	if _, err := n.h.Propose(ctx, 1, u64(7)); err != nil {
+		t.Fatal(err)
+	}
+	applied := n.h.Status(1).Applied
+	if _, err := n.h.Propose(ctx, 1, unknownEntry); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Propose of an unappliable entry = %v, want ErrStopped", err)
+	}
+	if err := <-done; !errors.Is(err, ErrApply) || !errors.Is(err, errUnknownEntry) {
+		t.Fatalf("Run = %v, want ErrApply wrapping the state machine's error", err)
+	}
+	if sum, _ := n.sms[1].state(); sum != 7 {
+		t.Fatalf("sum %d after the refused entry, want 7", sum)
+	}
+
+	again := newNode(t, cfg, nil)
+	if got := again.h.Status(1).Applied; got > applied {
+		t.Fatalf("restart recovered applied index %d, past %d before the refused entry", got, applied)
+	}
+	if err := again.h.Run(context.Background()); !errors.Is(err, ErrApply) {
+		t.Fatalf("Run after a restart = %v, want ErrApply again", err)
+	}
+}
+
+// TestWaitApplied: waiters are released by the apply that reaches their
+// index, not by polling; ctx and a stop end a wait.
+func TestWaitApplied(t *testing.T) {
+	n := startNode(t, baseConfig(t.TempDir()), nil)
+	waitReady(t, n.h)
+	ctx := t.Context()
+	next := n.h.Status(2).Applied + 1
+	released := make(chan error, 1)
+	go func() { released <- n.h.WaitApplied(ctx, 2, next) }()
+	select {
+	case err := <-released:
+		t.Fatalf("WaitApplied returned %v before index %d was applied", err, next)
+	default:
+	}
+	if _, err := n.h.Propose(ctx, 2, u64(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-released; err != nil {
+		t.Fatalf("WaitApplied = %v", err)
+	}
+	if err := n.h.WaitApplied(ctx, 2, 1); err != nil {
+		t.Fatalf("WaitApplied of an applied index = %v", err)
+	}
+	short, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := n.h.WaitApplied(short, 2, 1<<40); !errors.Is(err, context.Canceled) {
+		t.Fatalf("WaitApplied with a cancelled ctx = %v", err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- n.h.WaitApplied(ctx, 2, 1<<40) }()
+	n.stop(t)
+	if err := <-stopped; !errors.Is(err, ErrStopped) {
+		t.Fatalf("WaitApplied across a stop = %v, want ErrStopped", err)
+	}
+}
+
+// slowSnapshotSM encodes its snapshots only when released: a shard worker
+// that waited for a snapshot would stop applying.
+type slowSnapshotSM struct {
+	counter
+	encoding chan struct{}
+	release  chan struct{}
+}
+
+func (s *slowSnapshotSM) CaptureSnapshot() func() ([]byte, error) {
+	encode := s.counter.CaptureSnapshot()
+	return func() ([]byte, error) {
+		s.encoding <- struct{}{}
+		<-s.release
+		return encode()
+	}
+}
+
+// TestSnapshotOffTheShardWorker: while one group's snapshot is being
+// encoded and written, every group of its shard, that one included, keeps
+// applying; the snapshot then installs, and an operator's request waits
+// for it.
+func TestSnapshotOffTheShardWorker(t *testing.T) {
+	cfg := baseConfig(t.TempDir())
+	cfg.GroupCount, cfg.ShardCount = 2, 1
+	cfg.SnapshotEntries = 1 << 30
+	slow := &slowSnapshotSM{encoding: make(chan struct{}), release: make(chan struct{})}
+	h, err := New(cfg, func(g uint32) StateMachine {
+		if g == 0 {
+			return slow
+		}
+		return &counter{}
+	}, nil, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	waitReady(t, h)
+	if _, err := h.Propose(ctx, 0, u64(1)); err != nil {
+		t.Fatal(err)
+	}
+	snapped := make(chan uint64, 1)
+	go func() {
+		index, err := h.Snapshot(ctx, 0, time.Minute)
+		if err != nil {
+			t.Errorf("Snapshot: %v", err)
+		}
+		snapped <- index
+	}()
+	<-slow.encoding // the snapshot worker holds the capture
+	for g := range uint32(2) {
+		for range 10 {
+			if _, err := h.Propose(ctx, g, u64(1)); err != nil {
+				t.Fatalf("group %d while a snapshot is written: %v", g, err)
+			}
+		}
+	}
+	select {
+	case index := <-snapped:
+		t.Fatalf("Snapshot answered %d before the snapshot was written", index)
+	default:
+	}
+	close(slow.release)
+	index := <-snapped
+	if st := h.Status(0); index == 0 || st.SnapshotIndex != index || st.Applied <= index {
+		t.Fatalf("snapshot index %d, status %+v", index, st)
 	}
 }

@@ -31,6 +31,8 @@ const (
 	// Host.PurgeLog), run on the worker between two Ready cycles.
 	opSnapshot
 	opPurgeLog
+	// opSnapshotDone is the snapshot worker's report (snapshot.go).
+	opSnapshotDone
 )
 
 type op struct {
@@ -45,6 +47,8 @@ type op struct {
 	done chan error
 	// req is the request of opSnapshot and opPurgeLog.
 	req *logRequest
+	// snap is the report of opSnapshotDone.
+	snap *snapshotDone
 }
 
 // States of a logRequest: the worker starts a pending request, or its
@@ -58,7 +62,9 @@ const (
 // logRequest is an operator's snapshot or log purge of one group.
 type logRequest struct {
 	// upto bounds a purge (opPurgeLog).
-	upto  uint64
+	upto uint64
+	// want is the applied index a snapshot request must cover.
+	want  uint64
 	state atomic.Int32
 	done  chan logResult // buffered: the worker never blocks on it
 }
@@ -109,6 +115,9 @@ type shard struct {
 	// campaigning counts groups still waiting for their membership before
 	// deciding whether to campaign at once.
 	campaigning int
+	// retain lists groups whose older snapshot files may go once the
+	// journal is synced (snapshot.go).
+	retain []*group
 
 	stats shardStats
 }
@@ -218,8 +227,8 @@ func (s *shard) waitSyncWindow() {
 	}
 }
 
-// drain handles the mailbox. It returns a fatal storage error of an
-// operator's snapshot or purge, after handling every other op.
+// drain handles the mailbox. It returns a fatal storage error (of a
+// snapshot or an operator's purge) after handling every other op.
 func (s *shard) drain() error {
 	var fatal error
 	s.mu.Lock()
@@ -270,19 +279,23 @@ func (s *shard) drain() error {
 				o.req.finish(0, fatal)
 				break
 			}
-			var index uint64
-			var err error
 			if o.kind == opSnapshot {
-				index, err = s.snapshotNow(g)
-			} else {
-				index, err = s.purgeLog(g, o.req.upto)
+				if err := s.requestSnapshot(g, o.req); err != nil {
+					fatal = err
+				}
+				break
 			}
+			index, err := s.purgeLog(g, o.req.upto)
 			var fe *fatalError
 			if errors.As(err, &fe) {
 				fatal = fe.err
 				err = fe.err
 			}
 			o.req.finish(index, err)
+		case opSnapshotDone:
+			if err := s.snapshotDone(g, o.snap); err != nil && fatal == nil {
+				fatal = err
+			}
 		}
 		*o = op{}
 	}
@@ -295,23 +308,6 @@ func (s *shard) drain() error {
 type fatalError struct{ err error }
 
 func (e *fatalError) Error() string { return e.err.Error() }
-
-// snapshotNow makes sure g has a snapshot of everything it has applied,
-// taking one if needed, and returns the snapshot's index.
-func (s *shard) snapshotNow(g *group) (uint64, error) {
-	want := g.applied
-	if g.snapIndex >= want {
-		return g.snapIndex, nil
-	}
-	if err := s.snapshot(g); err != nil {
-		return 0, &fatalError{err: err}
-	}
-	g.updateStatus()
-	if g.snapIndex < want {
-		return 0, fmt.Errorf("%w: group %d at index %d", ErrSnapshotFailed, g.id, want)
-	}
-	return g.snapIndex, nil
-}
 
 // purgeLog purges g's log through upto, at most through its snapshot, and
 // returns the index it purged through. The in-memory log is compacted
@@ -395,10 +391,7 @@ func (s *shard) processReady() error {
 		}
 		for i := range s.readies {
 			if rd := &s.readies[i].rd; !raft.IsEmptySnap(rd.Snapshot) {
-				g := s.readies[i].g
-				if err := h.snaps.Retain(g.id, rd.Snapshot.GetMetadata().GetIndex()); err != nil {
-					g.logger.Warn("cannot remove old snapshots", "err", err)
-				}
+				s.retainLater(s.readies[i].g) // its marker was synced above
 			}
 		}
 		// 2. Update the raft storages, then send.
@@ -427,9 +420,10 @@ func (s *shard) processReady() error {
 			}
 			s.stats.applyNs.Add(uint64(time.Since(applyStart)))
 			s.stats.appliedEntries.Add(uint64(len(rd.CommittedEntries)))
+			g.appliedWaits.trigger(g.applied)
 			g.rn.Advance(*rd)
 			if g.snapshotDue(h.cfg) {
-				if err := s.snapshot(g); err != nil {
+				if err := s.startSnapshot(g); err != nil {
 					return err
 				}
 			}
@@ -447,6 +441,9 @@ func (s *shard) onTick() error {
 			return fmt.Errorf("multiraft: shard %d: %w", s.id, err)
 		}
 	}
+	if err := s.retainSnapshots(); err != nil {
+		return err
+	}
 	s.ticks++
 	if s.ticks%10 != 0 {
 		return nil
@@ -460,12 +457,11 @@ func (s *shard) onTick() error {
 		slices.Sort(groups)
 		for _, id := range groups {
 			g := s.h.groups[id]
-			if g.applied > g.snapIndex {
+			if g.applied > g.snapIndex && !g.snapshotting {
 				g.logger.Debug("snapshotting group pinning an old wal segment", "applied", g.applied, "pinned_index", pins[id])
-				if err := s.snapshot(g); err != nil {
+				if err := s.startSnapshot(g); err != nil {
 					return err
 				}
-				g.updateStatus()
 			}
 		}
 	}
@@ -480,48 +476,6 @@ func (s *shard) purge() error {
 		return fmt.Errorf("multiraft: shard %d: purge: %w", s.id, err)
 	}
 	return nil
-}
-
-// snapshot takes a state-machine snapshot of g at its applied index, makes it
-// durable, compacts the log and purges the journal.
-func (s *shard) snapshot(g *group) error {
-	index := g.applied
-	if index <= g.snapIndex {
-		return nil
-	}
-	snapStart := time.Now()
-	defer func() { s.stats.snapshotNs.Add(uint64(time.Since(snapStart))) }()
-	data, err := g.sm.Snapshot()
-	if err != nil {
-		g.logger.Error("state machine snapshot failed", "index", index, "err", err)
-		g.sinceSnapEntries, g.sinceSnapBytes = 0, 0
-		return nil
-	}
-	term, err := g.st.Term(index)
-	if err != nil {
-		return fmt.Errorf("multiraft: group %d: snapshot term at %d: %w", g.id, index, err)
-	}
-	cs := proto.Clone(g.cs).(*pb.ConfState)
-	snap := &pb.Snapshot{Data: data, Metadata: &pb.SnapshotMetadata{Index: new(index), Term: new(term), ConfState: cs}}
-	if err := s.h.snaps.Save(g.id, snap); err != nil {
-		return fmt.Errorf("multiraft: group %d: %w", g.id, err)
-	}
-	s.stats.snapshots.Add(1)
-	s.stats.snapshotBytes.Add(uint64(len(data)))
-	s.journal.SetSnapshot(g.id, wal.SnapshotMarker{Index: index, Term: term, ConfState: cs})
-	if err := s.journal.Flush(true); err != nil {
-		return fmt.Errorf("multiraft: shard %d: %w", s.id, err)
-	}
-	if err := g.st.Compact(index, cs); err != nil {
-		return fmt.Errorf("multiraft: %w", err)
-	}
-	if err := s.h.snaps.Retain(g.id, index); err != nil {
-		g.logger.Warn("cannot remove old snapshots", "err", err)
-	}
-	g.snapIndex = index
-	g.sinceSnapEntries, g.sinceSnapBytes = 0, 0
-	g.logger.Debug("took snapshot", "index", index, "term", term, "bytes", len(data))
-	return s.purge()
 }
 
 // group is one Raft group; all fields but status are owned by the shard
@@ -551,6 +505,14 @@ type group struct {
 	hasState bool
 	// leaderSince is the last log index when this node last became leader.
 	leaderSince uint64
+	// appliedWaits releases WaitApplied callers (safe for any goroutine).
+	appliedWaits appliedWaits
+	// snapshotting is set while a capture of the group is with the
+	// snapshot worker; snapWaiters are operators' requests waiting for a
+	// snapshot; retainPending is set while the group is in shard.retain.
+	snapshotting  bool
+	snapWaiters   []*logRequest
+	retainPending bool
 
 	statusMu sync.Mutex
 	status   GroupStatus
@@ -583,7 +545,10 @@ func (g *group) apply(rd *raft.Ready) error {
 			if len(data) <= headerSize || data[0] != 1 {
 				return fmt.Errorf("%w: group %d: entry %d has no proposal header", ErrApply, g.id, idx)
 			}
-			v := g.sm.Apply(idx, data[headerSize:])
+			v, err := g.sm.Apply(idx, data[headerSize:])
+			if err != nil {
+				return fmt.Errorf("%w: group %d: entry %d: %w", ErrApply, g.id, idx, err)
+			}
 			if binary.LittleEndian.Uint64(data[1:]) == h.cfg.NodeID {
 				id := binary.LittleEndian.Uint64(data[9:])
 				if p := g.pending[id]; p != nil {
@@ -666,6 +631,11 @@ func (g *group) updateStatus() {
 	g.statusMu.Lock()
 	defer g.statusMu.Unlock()
 	st := &g.status
+	changed := st.LeaderID != bs.Lead || st.Term != bs.GetTerm() || st.IsLeader != (bs.RaftState == raft.StateLeader) ||
+		!slices.Equal(st.Voters, g.cs.GetVoters()) || !slices.Equal(st.Learners, g.cs.GetLearners())
+	if changed {
+		defer g.shard.h.statusChanged.notify()
+	}
 	st.GroupID = g.id
 	st.LeaderID = bs.Lead
 	st.Term = bs.GetTerm()

@@ -4,7 +4,7 @@ import (
 	"strconv"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 )
 
 // Attrs are a stream's attributes: a title and a JSON object of metadata
@@ -20,14 +20,14 @@ func (m *Machine) applySetAttrs(c *storagev1.SetAttrs) *Result {
 	key := Key{c.GetBucket(), c.GetStream()}
 	s := m.streams[key]
 	if s == nil {
-		return &Result{Err: errcode.New(errcode.StreamNotFound, "stream %s not found", key.Stream)}
+		return &Result{Err: fault.Errorf(fault.ErrStreamNotFound, "stream %s not found", key.Stream)}
 	}
 	if inc := c.GetIncarnation(); inc != 0 && inc != s.meta.GetIncarnation() {
-		return &Result{Err: errcode.New(errcode.IncarnationMismatch, "stream %s was recreated", key.Stream).
-			With(errcode.KeyIncarnation, strconv.FormatUint(s.meta.GetIncarnation(), 10))}
+		return &Result{Err: fault.Errorf(fault.ErrIncarnationMismatch, "stream %s was recreated", key.Stream).
+			With(fault.DetailIncarnation, strconv.FormatUint(s.meta.GetIncarnation(), 10))}
 	}
 	if s.meta.GetSoftDeleted() {
-		return &Result{Err: errcode.New(errcode.StreamGone, "stream %s is deleted", key.Stream)}
+		return &Result{Err: fault.Errorf(fault.ErrStreamGone, "stream %s is deleted", key.Stream)}
 	}
 	st := s.meta
 	st.AttrsTitle = c.GetTitle()

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 )
 
 // applyDeleteBucket removes a bucket record (group 0). The engine checked
@@ -15,10 +15,10 @@ import (
 func (m *Machine) applyDeleteBucket(c *storagev1.DeleteBucket) *Result {
 	b := c.GetBucket()
 	if _, ok := m.buckets[b]; !ok {
-		return &Result{Err: errcode.New(errcode.BucketNotFound, "bucket %s not found", b)}
+		return &Result{Err: fault.Errorf(fault.ErrBucketNotFound, "bucket %s not found", b)}
 	}
 	if n := m.bucketStreams(b); n > 0 {
-		return &Result{Err: errcode.New(errcode.BucketExists, "bucket %s is not empty (%d streams)", b, n)}
+		return &Result{Err: fault.Errorf(fault.ErrBucketExists, "bucket %s is not empty (%d streams)", b, n)}
 	}
 	delete(m.buckets, b)
 	delete(m.bucketCreated, b)

@@ -6,8 +6,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/storage/coldfmt"
+	"github.com/ursula/ursula/storage/fault"
 )
 
 // coldRef finds the index entry covering pos (below the hot window): level
@@ -30,7 +30,7 @@ func (m *Machine) enqueueGC(bucket string, kind storagev1.GCKind, key string, no
 func (m *Machine) coldStream(bucket, name string, inc uint64) (*stream, *Result) {
 	s := m.streams[Key{bucket, name}]
 	if s == nil || s.meta.GetIncarnation() != inc {
-		return nil, &Result{Err: errcode.New(errcode.StreamNotFound, "stream %s not found", name)}
+		return nil, &Result{Err: fault.Errorf(fault.ErrStreamNotFound, "stream %s not found", name)}
 	}
 	return s, nil
 }
@@ -54,26 +54,26 @@ func (m *Machine) applyColdFlush(now int64, c *storagev1.ColdFlush) *Result {
 	}
 	chunks := c.GetChunks()
 	if len(chunks) == 0 {
-		return &Result{Err: errcode.New(errcode.InvalidArgument, "cold flush names no chunk")}
+		return &Result{Err: fault.Errorf(fault.ErrInvalidArgument, "cold flush names no chunk")}
 	}
 	pos := s.meta.GetColdEnd()
 	for _, ch := range chunks {
 		if ch.GetStart() != pos || ch.GetEnd() <= ch.GetStart() || ch.GetEnd() > s.buf.End() || ch.GetLevel() != 0 {
-			return &Result{Err: errcode.New(errcode.InvalidArgument, "cold flush [%d, %d) does not continue the cold range at %d", ch.GetStart(), ch.GetEnd(), pos)}
+			return &Result{Err: fault.Errorf(fault.ErrInvalidArgument, "cold flush [%d, %d) does not continue the cold range at %d", ch.GetStart(), ch.GetEnd(), pos)}
 		}
 		hs, he, tag, hole := s.buf.Hole(ch.GetStart())
 		switch ch.GetKind() {
 		case storagev1.ColdKind_COLD_KIND_EXTERNAL:
 			ref, _ := tag.(*storagev1.ColdRef)
 			if !hole || hs != ch.GetStart() || he != ch.GetEnd() || ref.GetKey() != ch.GetKey() {
-				return &Result{Err: errcode.New(errcode.InvalidArgument, "cold flush indexes an external payload at %d that is not in the hot window", ch.GetStart())}
+				return &Result{Err: fault.Errorf(fault.ErrInvalidArgument, "cold flush indexes an external payload at %d that is not in the hot window", ch.GetStart())}
 			}
 		case storagev1.ColdKind_COLD_KIND_CHUNK:
 			if hole || s.buf.NextHole(ch.GetStart(), ch.GetEnd()) != ch.GetEnd() {
-				return &Result{Err: errcode.New(errcode.InvalidArgument, "cold chunk [%d, %d) overlaps an external payload", ch.GetStart(), ch.GetEnd())}
+				return &Result{Err: fault.Errorf(fault.ErrInvalidArgument, "cold chunk [%d, %d) overlaps an external payload", ch.GetStart(), ch.GetEnd())}
 			}
 		default:
-			return &Result{Err: errcode.New(errcode.InvalidArgument, "cold flush entry of kind %v", ch.GetKind())}
+			return &Result{Err: fault.Errorf(fault.ErrInvalidArgument, "cold flush entry of kind %v", ch.GetKind())}
 		}
 		pos = ch.GetEnd()
 	}
@@ -107,16 +107,16 @@ func (m *Machine) applyColdFlush(now int64, c *storagev1.ColdFlush) *Result {
 
 // seal applies the leader's seals to levels, checking each against the
 // entries it replaces.
-func seal(levels []*storagev1.ColdLevel, seals []*storagev1.ColdSeal) ([]*storagev1.ColdLevel, *errcode.Error) {
+func seal(levels []*storagev1.ColdLevel, seals []*storagev1.ColdSeal) ([]*storagev1.ColdLevel, *fault.Error) {
 	for _, sl := range seals {
 		k, n := int(sl.GetLevel()), int(sl.GetCount())
 		if k >= len(levels) || n == 0 || n > len(levels[k].GetEntries()) {
-			return nil, errcode.New(errcode.InvalidArgument, "cold seal of %d entries at level %d does not match the index", n, k)
+			return nil, fault.Errorf(fault.ErrInvalidArgument, "cold seal of %d entries at level %d does not match the index", n, k)
 		}
 		run := levels[k].Entries[:n]
 		body, digest := coldfmt.EncodePage(run)
 		if digest != sl.GetDigest() || uint64(len(body)) != sl.GetSize() {
-			return nil, errcode.New(errcode.InvalidArgument, "cold seal at level %d does not match this replica's entries", k)
+			return nil, fault.Errorf(fault.ErrInvalidArgument, "cold seal at level %d does not match this replica's entries", k)
 		}
 		page := &storagev1.ColdRef{
 			Start: run[0].GetStart(), End: run[n-1].GetEnd(), Key: sl.GetKey(),
@@ -138,7 +138,7 @@ func (m *Machine) applySetRetention(c *storagev1.SetRetention) *Result {
 		return bad
 	}
 	if c.GetPosition() > s.buf.End() {
-		return &Result{Err: errcode.New(errcode.OffsetOutOfRange, "retention offset %s is beyond the tail %s", FormatOffset(c.GetPosition()), FormatOffset(s.buf.End()))}
+		return &Result{Err: fault.Errorf(fault.ErrOffsetOutOfRange, "retention offset %s is beyond the tail %s", FormatOffset(c.GetPosition()), FormatOffset(s.buf.End()))}
 	}
 	if c.GetPosition() > s.meta.GetRetained() {
 		s.meta.Retained = c.GetPosition()
@@ -195,17 +195,17 @@ func (m *Machine) applyColdSwap(now int64, c *storagev1.ColdSwap) *Result {
 	levels := s.meta.GetColdIndex()
 	if len(old) < 2 || len(levels) == 0 || ch.GetStart() != old[0].GetStart() || ch.GetEnd() != old[len(old)-1].GetEnd() ||
 		ch.GetKind() != storagev1.ColdKind_COLD_KIND_CHUNK || ch.GetLevel() != 0 {
-		return &Result{Err: errcode.New(errcode.InvalidArgument, "cold swap does not replace a run of chunks by one chunk over the same range")}
+		return &Result{Err: fault.Errorf(fault.ErrInvalidArgument, "cold swap does not replace a run of chunks by one chunk over the same range")}
 	}
 	es := levels[0].GetEntries()
 	i := sort.Search(len(es), func(i int) bool { return es[i].GetStart() >= old[0].GetStart() })
 	if i+len(old) > len(es) {
-		return &Result{Err: errcode.New(errcode.InvalidArgument, "cold swap: the replaced chunks are no longer in the index")}
+		return &Result{Err: fault.Errorf(fault.ErrInvalidArgument, "cold swap: the replaced chunks are no longer in the index")}
 	}
 	for j, o := range old {
 		e := es[i+j]
 		if e.GetKey() != o.GetKey() || e.GetStart() != o.GetStart() || e.GetEnd() != o.GetEnd() {
-			return &Result{Err: errcode.New(errcode.InvalidArgument, "cold swap: the replaced chunks are no longer in the index")}
+			return &Result{Err: fault.Errorf(fault.ErrInvalidArgument, "cold swap: the replaced chunks are no longer in the index")}
 		}
 	}
 	next := make([]*storagev1.ColdRef, 0, len(es)-len(old)+1)

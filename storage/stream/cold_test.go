@@ -8,8 +8,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/storage/coldfmt"
+	"github.com/ursula/ursula/storage/fault"
 )
 
 // flushAll flushes a stream's whole hot window as the leader would: one
@@ -203,7 +203,7 @@ func TestColdRetentionSwapGCAndPurge(t *testing.T) {
 	if n != 3 || q[0].GetNotBeforeMs() != 1100 || q[0].GetKind() != storagev1.GCKind_GC_KIND_OBJECT {
 		t.Fatalf("GC queue after a swap: %v", q)
 	}
-	if r := a.apply(1, &storagev1.SetRetention{Bucket: "b", Stream: "s", Incarnation: inc, Position: 41}); code(r) != errcode.OffsetOutOfRange {
+	if r := a.apply(1, &storagev1.SetRetention{Bucket: "b", Stream: "s", Incarnation: inc, Position: 41}); code(r) != fault.ErrOffsetOutOfRange {
 		t.Fatalf("retention past the tail: %v", r.Err)
 	}
 	a.apply(1, &storagev1.SetRetention{Bucket: "b", Stream: "s", Incarnation: inc, Position: 13})
@@ -229,10 +229,10 @@ func TestColdRetentionSwapGCAndPurge(t *testing.T) {
 	if last.GetKind() != storagev1.GCKind_GC_KIND_PREFIX || last.GetKey() != coldfmt.StreamPrefix("b", "s", inc) {
 		t.Fatalf("purge queued %v", last)
 	}
-	if r := a.apply(1, &storagev1.CreateBucket{Bucket: "b"}); code(r) != errcode.BucketNotFound {
+	if r := a.apply(1, &storagev1.CreateBucket{Bucket: "b"}); code(r) != fault.ErrBucketNotFound {
 		t.Fatalf("create a purged bucket: %v", r.Err)
 	}
-	if r := a.apply(1, &storagev1.CreateStream{Bucket: "b", Stream: "t"}); code(r) != errcode.BucketNotFound {
+	if r := a.apply(1, &storagev1.CreateStream{Bucket: "b", Stream: "t"}); code(r) != fault.ErrBucketNotFound {
 		t.Fatalf("create a stream in a purged bucket: %v", r.Err)
 	}
 	// The fence and the queue survive a snapshot.

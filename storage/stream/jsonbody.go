@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 )
 
 // FlattenJSON turns a JSON request body into stored form: one compact JSON
@@ -17,10 +17,10 @@ import (
 func FlattenJSON(body []byte, allowEmpty bool) ([]byte, int, error) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
-		return nil, 0, errcode.New(errcode.InvalidArgument, "empty JSON body")
+		return nil, 0, fault.Errorf(fault.ErrInvalidArgument, "empty JSON body")
 	}
 	if !json.Valid(trimmed) {
-		return nil, 0, errcode.New(errcode.InvalidArgument, "body is not valid JSON")
+		return nil, 0, fault.Errorf(fault.ErrInvalidArgument, "body is not valid JSON")
 	}
 	out := make([]byte, 0, len(trimmed)+8)
 	if trimmed[0] != '[' {
@@ -32,13 +32,13 @@ func FlattenJSON(body []byte, allowEmpty bool) ([]byte, int, error) {
 	}
 	var elems []json.RawMessage
 	if err := json.Unmarshal(trimmed, &elems); err != nil {
-		return nil, 0, errcode.New(errcode.InvalidArgument, "body is not a valid JSON array")
+		return nil, 0, fault.Errorf(fault.ErrInvalidArgument, "body is not a valid JSON array")
 	}
 	if len(elems) == 0 {
 		if allowEmpty {
 			return nil, 0, nil
 		}
-		return nil, 0, errcode.New(errcode.InvalidArgument, "empty JSON array: nothing to append")
+		return nil, 0, fault.Errorf(fault.ErrInvalidArgument, "empty JSON array: nothing to append")
 	}
 	for _, e := range elems {
 		var err error
@@ -54,7 +54,7 @@ func appendCompact(dst, v []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	buf.Grow(len(v))
 	if err := json.Compact(&buf, v); err != nil {
-		return nil, errcode.New(errcode.InvalidArgument, "body is not valid JSON")
+		return nil, fault.Errorf(fault.ErrInvalidArgument, "body is not valid JSON")
 	}
 	return append(dst, buf.Bytes()...), nil
 }

@@ -2,6 +2,8 @@ package stream
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"sort"
 	"strconv"
 	"sync"
@@ -11,8 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/storage/coldfmt"
+	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/hot"
 )
 
@@ -91,7 +93,7 @@ func (m *Machine) HotBytes() int64 { return m.hotSize.Load() }
 
 // Result is the outcome of applying one command.
 type Result struct {
-	Err       *errcode.Error
+	Err       *fault.Error
 	Created   bool
 	Meta      Meta
 	Duplicate bool
@@ -111,21 +113,32 @@ type Result struct {
 	Removed, GCPending, GCReclaimed uint64
 }
 
-// Apply applies one committed command. It never panics on a bad command:
-// an undecodable entry is answered with an error and changes nothing.
-func (m *Machine) Apply(index uint64, data []byte) any {
-	r := m.apply(index, data)
-	r.Index = index
-	return r
-}
+// ErrUnknownCommand reports a committed command this build cannot apply:
+// it does not decode, or names an operation this build does not know (a
+// newer node proposed it). Applying it would make this replica diverge
+// from the others, so the node must stop instead (see multiraft).
+var ErrUnknownCommand = errors.New("stream: command this build cannot apply")
 
-func (m *Machine) apply(index uint64, data []byte) *Result {
+// Apply applies one committed command and returns its *Result; a command
+// the state machine rejects is a Result with Err, and changes nothing. A
+// command it cannot apply at all returns ErrUnknownCommand, changes
+// nothing, and leaves the applied index where it was.
+func (m *Machine) Apply(index uint64, data []byte) (any, error) {
 	var cmd storagev1.Command
 	if err := proto.Unmarshal(data, &cmd); err != nil {
-		m.mu.Lock()
-		m.applied = index
-		m.mu.Unlock()
-		return &Result{Err: errcode.New(errcode.Internal, "undecodable command at index %d: %v", index, err)}
+		return nil, fmt.Errorf("%w: index %d: %v", ErrUnknownCommand, index, err)
+	}
+	r := m.apply(index, &cmd)
+	if r == nil {
+		return nil, fmt.Errorf("%w: index %d holds an operation this build does not know", ErrUnknownCommand, index)
+	}
+	r.Index = index
+	return r, nil
+}
+
+func (m *Machine) apply(index uint64, cmd *storagev1.Command) *Result {
+	if cmd.GetOp() == nil {
+		return nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -179,13 +192,13 @@ func (m *Machine) apply(index uint64, data []byte) *Result {
 		}
 		return &Result{}
 	default:
-		return &Result{Err: errcode.New(errcode.Internal, "unknown command at index %d", index)}
+		return nil // an operation this build does not know
 	}
 }
 
 func (m *Machine) applyCreateBucket(now int64, c *storagev1.CreateBucket) *Result {
 	if _, ok := m.fenced[c.GetBucket()]; ok {
-		return &Result{Err: errcode.New(errcode.BucketNotFound, "bucket %s was purged", c.GetBucket())}
+		return &Result{Err: fault.Errorf(fault.ErrBucketNotFound, "bucket %s was purged", c.GetBucket())}
 	}
 	if _, ok := m.buckets[c.GetBucket()]; ok {
 		return &Result{}
@@ -198,7 +211,7 @@ func (m *Machine) applyCreateBucket(now int64, c *storagev1.CreateBucket) *Resul
 func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream) *Result {
 	key := Key{c.GetBucket(), c.GetStream()}
 	if _, ok := m.fenced[key.Bucket]; ok {
-		return &Result{Err: errcode.New(errcode.BucketNotFound, "bucket %s was purged", key.Bucket)}
+		return &Result{Err: fault.Errorf(fault.ErrBucketNotFound, "bucket %s was purged", key.Bucket)}
 	}
 	var release []*storagev1.ForkOrigin
 	if s := m.streams[key]; s != nil {
@@ -208,10 +221,10 @@ func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream
 	}
 	if s := m.streams[key]; s != nil {
 		if s.meta.GetSoftDeleted() {
-			return &Result{Err: errcode.New(errcode.StreamExists, "stream %s is deleted but still referenced by forks", key.Stream), Release: release}
+			return &Result{Err: fault.Errorf(fault.ErrStreamExists, "stream %s is deleted but still referenced by forks", key.Stream), Release: release}
 		}
 		if !sameConfig(s.meta, c) {
-			return &Result{Err: errcode.New(errcode.StreamExists, "stream %s exists with a different configuration", key.Stream), Release: release}
+			return &Result{Err: fault.Errorf(fault.ErrStreamExists, "stream %s exists with a different configuration", key.Stream), Release: release}
 		}
 		return &Result{Meta: s.metaView(), Release: release}
 	}
@@ -279,15 +292,15 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 	key := Key{c.GetBucket(), c.GetStream()}
 	s := m.streams[key]
 	if s == nil {
-		return &Result{Err: errcode.New(errcode.StreamNotFound, "stream %s not found", key.Stream)}
+		return &Result{Err: fault.Errorf(fault.ErrStreamNotFound, "stream %s not found", key.Stream)}
 	}
 	st := s.meta
 	if st.GetSoftDeleted() {
-		return &Result{Err: errcode.New(errcode.StreamGone, "stream %s is deleted", key.Stream)}
+		return &Result{Err: fault.Errorf(fault.ErrStreamGone, "stream %s is deleted", key.Stream)}
 	}
 	if inc := c.GetIncarnation(); inc != 0 && inc != st.GetIncarnation() {
-		return &Result{Err: errcode.New(errcode.IncarnationMismatch, "stream %s was recreated", key.Stream).
-			With(errcode.KeyIncarnation, strconv.FormatUint(st.GetIncarnation(), 10))}
+		return &Result{Err: fault.Errorf(fault.ErrIncarnationMismatch, "stream %s was recreated", key.Stream).
+			With(fault.DetailIncarnation, strconv.FormatUint(st.GetIncarnation(), 10))}
 	}
 	p := c.GetProducer()
 	body, rel := c.GetBody(), c.GetRecords()
@@ -312,7 +325,7 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 		return &Result{Err: closedErr(s)}
 	}
 	if size > 0 && !SameContentType(st.GetContentType(), c.GetContentType()) {
-		return &Result{Err: errcode.New(errcode.ContentTypeMismatch, "content type %q does not match the stream's %q", c.GetContentType(), st.GetContentType())}
+		return &Result{Err: fault.Errorf(fault.ErrContentTypeMismatch, "content type %q does not match the stream's %q", c.GetContentType(), st.GetContentType())}
 	}
 	var ps *storagev1.ProducerState
 	if p != nil {
@@ -327,11 +340,11 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 				return &Result{Err: seqGap(0, p.GetSeq())}
 			}
 		case p.GetEpoch() < cur.GetEpoch():
-			return &Result{Err: errcode.New(errcode.ProducerStaleEpoch, "producer epoch %d is older than %d", p.GetEpoch(), cur.GetEpoch()).
-				With(errcode.KeyProducerEpoch, strconv.FormatUint(cur.GetEpoch(), 10))}
+			return &Result{Err: fault.Errorf(fault.ErrProducerStaleEpoch, "producer epoch %d is older than %d", p.GetEpoch(), cur.GetEpoch()).
+				With(fault.DetailProducerEpoch, strconv.FormatUint(cur.GetEpoch(), 10))}
 		case p.GetEpoch() > cur.GetEpoch():
 			if p.GetSeq() != 0 {
-				return &Result{Err: errcode.New(errcode.ProducerEpochSeq, "a new producer epoch must start at seq 0, got %d", p.GetSeq())}
+				return &Result{Err: fault.Errorf(fault.ErrProducerEpochSeq, "a new producer epoch must start at seq 0, got %d", p.GetSeq())}
 			}
 		case p.GetSeq() <= cur.GetSeq():
 			return &Result{Meta: s.metaView(), Duplicate: true, ProducerEpoch: cur.GetEpoch(), ProducerSeq: cur.GetSeq(),
@@ -346,7 +359,7 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 	}
 	if seq := c.GetStreamSeq(); seq != "" {
 		if last := st.GetLastStreamSeq(); last != "" && seq <= last {
-			return &Result{Err: errcode.New(errcode.StreamSeqConflict, "Stream-Seq %q is not greater than %q", seq, last)}
+			return &Result{Err: fault.Errorf(fault.ErrStreamSeqConflict, "Stream-Seq %q is not greater than %q", seq, last)}
 		}
 		st.LastStreamSeq = seq
 	}
@@ -376,16 +389,16 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 	return r
 }
 
-func closedErr(s *stream) *errcode.Error {
-	return errcode.New(errcode.StreamClosed, "stream %s is closed", s.meta.GetStream()).
-		With(errcode.KeyNextOffset, FormatOffset(s.buf.End())).
-		With(errcode.KeyClosed, "true")
+func closedErr(s *stream) *fault.Error {
+	return fault.Errorf(fault.ErrStreamClosed, "stream %s is closed", s.meta.GetStream()).
+		With(fault.DetailNextOffset, FormatOffset(s.buf.End())).
+		With(fault.DetailClosed, "true")
 }
 
-func seqGap(expected, received uint64) *errcode.Error {
-	return errcode.New(errcode.ProducerSeqGap, "producer sequence gap: expected %d, received %d", expected, received).
-		With(errcode.KeyExpectedSeq, strconv.FormatUint(expected, 10)).
-		With(errcode.KeyReceivedSeq, strconv.FormatUint(received, 10))
+func seqGap(expected, received uint64) *fault.Error {
+	return fault.Errorf(fault.ErrProducerSeqGap, "producer sequence gap: expected %d, received %d", expected, received).
+		With(fault.DetailExpectedSeq, strconv.FormatUint(expected, 10)).
+		With(fault.DetailReceivedSeq, strconv.FormatUint(received, 10))
 }
 
 // putProducer stores a producer's state, evicting the least recently
@@ -446,13 +459,13 @@ func (m *Machine) applyRemove(now int64, key Key, inc uint64, expiry bool) *Resu
 		if expiry {
 			return &Result{}
 		}
-		return &Result{Err: errcode.New(errcode.StreamNotFound, "stream %s not found", key.Stream)}
+		return &Result{Err: fault.Errorf(fault.ErrStreamNotFound, "stream %s not found", key.Stream)}
 	}
 	if s.meta.GetSoftDeleted() {
 		if expiry {
 			return &Result{}
 		}
-		return &Result{Err: errcode.New(errcode.StreamGone, "stream %s is already deleted", key.Stream)}
+		return &Result{Err: fault.Errorf(fault.ErrStreamGone, "stream %s is already deleted", key.Stream)}
 	}
 	return &Result{Release: m.remove(now, key, s)}
 }
@@ -483,13 +496,13 @@ func (m *Machine) applyAddForkRef(c *storagev1.AddForkRef) *Result {
 	key := Key{c.GetBucket(), c.GetStream()}
 	s := m.streams[key]
 	if s == nil || s.meta.GetIncarnation() != c.GetIncarnation() {
-		return &Result{Err: errcode.New(errcode.StreamNotFound, "fork source %s not found", key.Stream)}
+		return &Result{Err: fault.Errorf(fault.ErrStreamNotFound, "fork source %s not found", key.Stream)}
 	}
 	if s.meta.GetSoftDeleted() {
-		return &Result{Err: errcode.New(errcode.ForkSourceGone, "fork source %s is deleted", key.Stream)}
+		return &Result{Err: fault.Errorf(fault.ErrForkSourceGone, "fork source %s is deleted", key.Stream)}
 	}
 	if c.GetPosition() > s.buf.End() {
-		return &Result{Err: errcode.New(errcode.OffsetOutOfRange, "fork offset is beyond the source's tail")}
+		return &Result{Err: fault.Errorf(fault.ErrOffsetOutOfRange, "fork offset is beyond the source's tail")}
 	}
 	s.meta.ForkRefs++
 	return &Result{Meta: s.metaView()}

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 )
 
 // applier feeds commands to a machine with increasing indexes.
@@ -56,14 +57,14 @@ func (a *applier) apply(now int64, op any) *Result {
 		a.t.Fatal(err)
 	}
 	a.index++
-	return a.m.Apply(a.index, data).(*Result)
+	return a.applyRaw(data)
 }
 
-func code(r *Result) errcode.Code {
+func code(r *Result) *fault.Kind {
 	if r.Err == nil {
-		return ""
+		return nil
 	}
-	return r.Err.Code
+	return r.Err.Kind
 }
 
 func producer(id string, epoch, seq uint64) *storagev1.ProducerRef {
@@ -74,20 +75,20 @@ func TestProducerStateMachine(t *testing.T) {
 	tests := []struct {
 		name      string
 		p         *storagev1.ProducerRef
-		wantCode  errcode.Code
+		wantCode  *fault.Kind
 		wantDup   bool
 		wantTail  uint64
 		wantMetaK string
 		wantMetaV string
 	}{
-		{"first write at seq 0", producer("p", 0, 0), "", false, 1, "", ""},
-		{"next seq", producer("p", 0, 1), "", false, 2, "", ""},
-		{"retry is a duplicate", producer("p", 0, 1), "", true, 2, "", ""},
-		{"gap", producer("p", 0, 5), errcode.ProducerSeqGap, false, 2, errcode.KeyExpectedSeq, "2"},
-		{"new epoch must start at 0", producer("p", 1, 3), errcode.ProducerEpochSeq, false, 2, "", ""},
-		{"new epoch at 0", producer("p", 1, 0), "", false, 3, "", ""},
-		{"stale epoch fenced", producer("p", 0, 2), errcode.ProducerStaleEpoch, false, 3, errcode.KeyProducerEpoch, "1"},
-		{"unknown producer not at 0", producer("q", 0, 1), errcode.ProducerSeqGap, false, 3, errcode.KeyExpectedSeq, "0"},
+		{"first write at seq 0", producer("p", 0, 0), nil, false, 1, "", ""},
+		{"next seq", producer("p", 0, 1), nil, false, 2, "", ""},
+		{"retry is a duplicate", producer("p", 0, 1), nil, true, 2, "", ""},
+		{"gap", producer("p", 0, 5), fault.ErrProducerSeqGap, false, 2, fault.DetailExpectedSeq, "2"},
+		{"new epoch must start at 0", producer("p", 1, 3), fault.ErrProducerEpochSeq, false, 2, "", ""},
+		{"new epoch at 0", producer("p", 1, 0), nil, false, 3, "", ""},
+		{"stale epoch fenced", producer("p", 0, 2), fault.ErrProducerStaleEpoch, false, 3, fault.DetailProducerEpoch, "1"},
+		{"unknown producer not at 0", producer("q", 0, 1), fault.ErrProducerSeqGap, false, 3, fault.DetailExpectedSeq, "0"},
 	}
 	a := newApplier(t)
 	a.apply(1, &storagev1.CreateStream{Bucket: "b", Stream: "s", ContentType: "text/plain"})
@@ -100,8 +101,8 @@ func TestProducerStateMachine(t *testing.T) {
 			if r.Err == nil && r.Duplicate != tc.wantDup {
 				t.Fatalf("duplicate = %v, want %v", r.Duplicate, tc.wantDup)
 			}
-			if tc.wantMetaK != "" && r.Err.Metadata[tc.wantMetaK] != tc.wantMetaV {
-				t.Fatalf("%s = %q, want %q", tc.wantMetaK, r.Err.Metadata[tc.wantMetaK], tc.wantMetaV)
+			if tc.wantMetaK != "" && r.Err.Details[tc.wantMetaK] != tc.wantMetaV {
+				t.Fatalf("%s = %q, want %q", tc.wantMetaK, r.Err.Details[tc.wantMetaK], tc.wantMetaV)
 			}
 			if m, _ := a.m.Lookup(Key{"b", "s"}); m.Tail != tc.wantTail {
 				t.Fatalf("tail = %d, want %d", m.Tail, tc.wantTail)
@@ -119,13 +120,13 @@ func TestClosureOrderAndIdempotence(t *testing.T) {
 	tests := []struct {
 		name     string
 		a        *storagev1.Append
-		wantCode errcode.Code
+		wantCode *fault.Kind
 		wantDup  bool
 	}{
-		{"retry of the closing tuple", &storagev1.Append{Bucket: "b", Stream: "s", ContentType: "text/plain", Body: []byte("other"), Close: true, Producer: producer("p", 0, 0)}, "", true},
-		{"another producer", &storagev1.Append{Bucket: "b", Stream: "s", ContentType: "text/plain", Body: []byte("x"), Producer: producer("q", 0, 0)}, errcode.StreamClosed, false},
-		{"closed before content type", &storagev1.Append{Bucket: "b", Stream: "s", ContentType: "application/json", Body: []byte("1")}, errcode.StreamClosed, false},
-		{"close-only again is fine", &storagev1.Append{Bucket: "b", Stream: "s", Close: true}, "", false},
+		{"retry of the closing tuple", &storagev1.Append{Bucket: "b", Stream: "s", ContentType: "text/plain", Body: []byte("other"), Close: true, Producer: producer("p", 0, 0)}, nil, true},
+		{"another producer", &storagev1.Append{Bucket: "b", Stream: "s", ContentType: "text/plain", Body: []byte("x"), Producer: producer("q", 0, 0)}, fault.ErrStreamClosed, false},
+		{"closed before content type", &storagev1.Append{Bucket: "b", Stream: "s", ContentType: "application/json", Body: []byte("1")}, fault.ErrStreamClosed, false},
+		{"close-only again is fine", &storagev1.Append{Bucket: "b", Stream: "s", Close: true}, nil, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -133,8 +134,8 @@ func TestClosureOrderAndIdempotence(t *testing.T) {
 			if code(r) != tc.wantCode || (r.Err == nil && r.Duplicate != tc.wantDup) {
 				t.Fatalf("got code %q dup %v, want %q dup %v", code(r), r.Duplicate, tc.wantCode, tc.wantDup)
 			}
-			if tc.wantCode == errcode.StreamClosed && r.Err.Metadata[errcode.KeyNextOffset] != FormatOffset(3) {
-				t.Fatalf("next_offset = %q", r.Err.Metadata[errcode.KeyNextOffset])
+			if tc.wantCode == fault.ErrStreamClosed && r.Err.Details[fault.DetailNextOffset] != FormatOffset(3) {
+				t.Fatalf("next_offset = %q", r.Err.Details[fault.DetailNextOffset])
 			}
 		})
 	}
@@ -144,7 +145,7 @@ func TestForkLifecycle(t *testing.T) {
 	a := newApplier(t)
 	src := a.apply(1, &storagev1.CreateStream{Bucket: "b", Stream: "src", ContentType: "text/plain", Body: []byte("abcdef")})
 	inc := src.Meta.Incarnation
-	if r := a.apply(2, &storagev1.AddForkRef{Bucket: "b", Stream: "src", Incarnation: inc, Position: 7}); code(r) != errcode.OffsetOutOfRange {
+	if r := a.apply(2, &storagev1.AddForkRef{Bucket: "b", Stream: "src", Incarnation: inc, Position: 7}); code(r) != fault.ErrOffsetOutOfRange {
 		t.Fatalf("fork past tail: %v", r.Err)
 	}
 	a.apply(2, &storagev1.AddForkRef{Bucket: "b", Stream: "src", Incarnation: inc, Position: 4})
@@ -205,22 +206,44 @@ func TestSnapshotIsDeterministicAndRestores(t *testing.T) {
 	}
 }
 
-func TestBadCommandChangesNothing(t *testing.T) {
+// applyRaw applies an encoded command at the next index; a command the
+// machine cannot apply fails the test.
+func (a *applier) applyRaw(data []byte) *Result {
+	a.t.Helper()
+	a.index++
+	v, err := a.m.Apply(a.index, data)
+	if err != nil {
+		a.t.Fatalf("apply at %d: %v", a.index, err)
+	}
+	return v.(*Result)
+}
+
+// TestCommandsThisBuildCannotApply: a command that does not decode, or
+// names an operation this build does not know (a newer node's), is refused
+// with ErrUnknownCommand and changes nothing, not even the applied index:
+// the node stops rather than diverge from replicas that can apply it.
+func TestCommandsThisBuildCannotApply(t *testing.T) {
 	a := newApplier(t)
 	a.apply(1, &storagev1.CreateStream{Bucket: "b", Stream: "s", ContentType: "text/plain", Body: []byte("abc")})
 	before, _ := a.m.Snapshot()
-	r := a.m.Apply(99, []byte{0xff, 0xff, 0xff}).(*Result)
-	var de *errcode.Error
-	if !errors.As(r.Err, &de) {
-		t.Fatal("undecodable command must yield an error")
-	}
-	after, _ := a.m.Snapshot()
-	// Only applied_index may differ.
-	var sb, sa storagev1.Snapshot
-	_ = proto.Unmarshal(before, &sb)
-	_ = proto.Unmarshal(after, &sa)
-	sb.AppliedIndex, sa.AppliedIndex = 0, 0
-	if !proto.Equal(&sb, &sa) {
-		t.Fatal("undecodable command changed the state")
+	// Field 1000 of Command: a oneof case a later release might add.
+	future := protowire.AppendTag(nil, 1000, protowire.BytesType)
+	future = protowire.AppendBytes(future, []byte{0x0a, 0x01, 'x'})
+	noOp, _ := proto.Marshal(&storagev1.Command{NowMs: 5})
+	for name, data := range map[string][]byte{
+		"undecodable":       {0xff, 0xff, 0xff},
+		"unknown operation": future,
+		"no operation":      noOp,
+	} {
+		t.Run(name, func(t *testing.T) {
+			v, err := a.m.Apply(99, data)
+			if !errors.Is(err, ErrUnknownCommand) || v != nil {
+				t.Fatalf("Apply = %v, %v; want ErrUnknownCommand", v, err)
+			}
+			after, _ := a.m.Snapshot()
+			if !bytes.Equal(before, after) {
+				t.Fatal("the refused command changed the state")
+			}
+		})
 	}
 }

@@ -3,7 +3,7 @@ package stream
 import (
 	"fmt"
 
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 )
 
 // Offset sentinels accepted on reads.
@@ -81,5 +81,12 @@ func badOffset(s string) error {
 	if len(s) > 64 {
 		s = s[:64] + "..."
 	}
-	return errcode.New(errcode.InvalidArgument, "malformed offset %q: want -1, now or <seq>_<position>", s)
+	return fault.Errorf(fault.ErrInvalidArgument, "malformed offset %q: want -1, now or <seq>_<position>", s)
+}
+
+// Trimmed is the error of a read of m below its retention: it names the
+// retention, where the stream now starts.
+func Trimmed(m Meta, pos uint64) error {
+	return fault.Errorf(fault.ErrOffsetTrimmed, "offset %s is below the stream's retention %s", FormatOffset(pos), FormatOffset(m.Retained)).
+		With(fault.DetailNextOffset, FormatOffset(m.Retained))
 }

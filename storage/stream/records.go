@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 )
 
 // JSON record coordinates.
@@ -82,16 +82,16 @@ func (s *stream) frameResults(frames [][]byte, start, first uint64) []FrameResul
 
 // recordMismatch is the answer to a Stream-Record-Match that does not
 // equal the stream's record tail.
-func recordMismatch(s *stream, want uint64) *errcode.Error {
-	return errcode.New(errcode.RecordMismatch, "record tail is %d, not %d", s.meta.GetRecordNext(), want).
-		With(errcode.KeyRecordNext, strconv.FormatUint(s.meta.GetRecordNext(), 10)).
-		With(errcode.KeyNextOffset, FormatOffset(s.buf.End()))
+func recordMismatch(s *stream, want uint64) *fault.Error {
+	return fault.Errorf(fault.ErrRecordMismatch, "record tail is %d, not %d", s.meta.GetRecordNext(), want).
+		With(fault.DetailRecordNext, strconv.FormatUint(s.meta.GetRecordNext(), 10)).
+		With(fault.DetailNextOffset, FormatOffset(s.buf.End()))
 }
 
 // flushRecords checks (JSON streams) that a flush's entries carry the
 // record ordinals of the bytes they replace, and returns the ordinal at the
 // end of the flushed range.
-func (s *stream) flushRecords(chunks []*storagev1.ColdRef) (uint64, *errcode.Error) {
+func (s *stream) flushRecords(chunks []*storagev1.ColdRef) (uint64, *fault.Error) {
 	rec := s.meta.GetHotRecord()
 	if !s.meta.GetJson() {
 		return rec, nil
@@ -105,7 +105,7 @@ func (s *stream) flushRecords(chunks []*storagev1.ColdRef) (uint64, *errcode.Err
 			n = s.hotRecords(ch.GetStart(), ch.GetEnd())
 		}
 		if ch.GetFirstRecord() != rec || ch.GetNextRecord() != rec+n {
-			return 0, errcode.New(errcode.InvalidArgument, "cold flush entry [%d, %d) names records [%d, %d), want [%d, %d)",
+			return 0, fault.Errorf(fault.ErrInvalidArgument, "cold flush entry [%d, %d) names records [%d, %d), want [%d, %d)",
 				ch.GetStart(), ch.GetEnd(), ch.GetFirstRecord(), ch.GetNextRecord(), rec, rec+n)
 		}
 		rec += n

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 )
 
 const jsonCT = "application/json"
@@ -27,7 +27,7 @@ func u64(v uint64) *uint64 { return &v }
 func TestRecordCounting(t *testing.T) {
 	type step struct {
 		a                   *storagev1.Append
-		wantCode            errcode.Code
+		wantCode            *fault.Kind
 		wantStart, wantNext uint64
 		wantDup             bool
 	}
@@ -49,7 +49,7 @@ func TestRecordCounting(t *testing.T) {
 		}},
 		{"record match elsewhere is refused", []step{
 			{a: jsonAppend("1\n2\n"), wantNext: 2},
-			{a: func() *storagev1.Append { x := jsonAppend("3\n"); x.RecordMatch = u64(1); return x }(), wantCode: errcode.RecordMismatch},
+			{a: func() *storagev1.Append { x := jsonAppend("3\n"); x.RecordMatch = u64(1); return x }(), wantCode: fault.ErrRecordMismatch},
 		}},
 		{"dedup returns the original range", []step{
 			{a: jsonAppend("0\n"), wantNext: 1},
@@ -98,7 +98,7 @@ func TestRecordMismatchMetadata(t *testing.T) {
 	x := jsonAppend("3\n")
 	x.RecordMatch = u64(5)
 	r := a.apply(3, x)
-	if code(r) != errcode.RecordMismatch || r.Err.Metadata[errcode.KeyRecordNext] != "2" || r.Err.Metadata[errcode.KeyNextOffset] != FormatOffset(4) {
+	if code(r) != fault.ErrRecordMismatch || r.Err.Details[fault.DetailRecordNext] != "2" || r.Err.Details[fault.DetailNextOffset] != FormatOffset(4) {
 		t.Fatalf("got %v", r.Err)
 	}
 }
@@ -169,7 +169,7 @@ func TestRecordsAcrossFlush(t *testing.T) {
 	chunk := &storagev1.ColdRef{Start: 0, End: 4, Key: "k1", Kind: storagev1.ColdKind_COLD_KIND_CHUNK, Size: 10, Records: 1}
 	// Wrong record range: refused.
 	bad := a.apply(4, &storagev1.ColdFlush{Bucket: "b", Stream: "s", Incarnation: inc, Chunks: []*storagev1.ColdRef{chunk}})
-	if code(bad) != errcode.InvalidArgument {
+	if code(bad) != fault.ErrInvalidArgument {
 		t.Fatalf("flush without records: %v", bad.Err)
 	}
 	pieces, _, _ := a.m.FlushPlan(k, inc, 4)

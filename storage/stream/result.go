@@ -2,7 +2,7 @@ package stream
 
 import (
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 )
 
 // EncodeResult renders a result for a node that forwarded its command.
@@ -39,9 +39,9 @@ func EncodeResult(r *Result) *storagev1.ApplyResult {
 		},
 	}
 	if r.Err != nil {
-		out.ErrorCode = string(r.Err.Code)
+		out.ErrorCode = r.Err.Kind.Name()
 		out.ErrorMessage = r.Err.Message
-		out.ErrorMetadata = r.Err.Metadata
+		out.ErrorMetadata = r.Err.Details
 	}
 	return out
 }
@@ -80,8 +80,13 @@ func DecodeResult(a *storagev1.ApplyResult) *Result {
 			ForkRefs:      m.GetForkRefs(),
 		},
 	}
-	if c := a.GetErrorCode(); c != "" {
-		r.Err = &errcode.Error{Code: errcode.Code(c), Message: a.GetErrorMessage(), Metadata: a.GetErrorMetadata()}
+	if name := a.GetErrorCode(); name != "" {
+		k, ok := fault.ByName(name)
+		if !ok {
+			// A newer leader's kind: this node cannot act on it.
+			k = fault.ErrInternal
+		}
+		r.Err = &fault.Error{Kind: k, Message: a.GetErrorMessage(), Details: a.GetErrorMetadata()}
 	}
 	return r
 }

@@ -1,7 +1,10 @@
 package stream
 
 import (
+	"bytes"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	"google.golang.org/protobuf/proto"
@@ -11,7 +14,15 @@ import (
 )
 
 // Snapshot encodes the whole state deterministically (see the package doc).
-func (m *Machine) Snapshot() ([]byte, error) {
+func (m *Machine) Snapshot() ([]byte, error) { return m.CaptureSnapshot()() }
+
+// CaptureSnapshot captures the state as of the last applied command and
+// returns the function that encodes the capture. The capture is cheap: it
+// copies metadata, but not stream bytes, which the hot window never changes
+// once stored (package hot); so the shard worker captures between two
+// applies, and the encoding (the expensive part) runs elsewhere,
+// concurrently with further applies.
+func (m *Machine) CaptureSnapshot() func() ([]byte, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	snap := &storagev1.Snapshot{Format: snapshotFormat, AppliedIndex: m.applied, GcNextSeq: m.gcNextSeq}
@@ -23,10 +34,12 @@ func (m *Machine) Snapshot() ([]byte, error) {
 		snap.FencedBuckets = append(snap.FencedBuckets, b)
 	}
 	sort.Strings(snap.FencedBuckets)
-	snap.GcQueue = m.gc
+	// The queue is filtered in place by acknowledgements: copy the slice
+	// (its entries are never modified).
+	snap.GcQueue = slices.Clone(m.gc)
 	m.snapshotUsage(snap)
 	if len(m.gcReclaimed) > 0 {
-		snap.GcReclaimed = m.gcReclaimed
+		snap.GcReclaimed = maps.Clone(m.gcReclaimed)
 	}
 	keys := make([]Key, 0, len(m.streams))
 	for k := range m.streams {
@@ -38,11 +51,11 @@ func (m *Machine) Snapshot() ([]byte, error) {
 		}
 		return keys[i].Stream < keys[j].Stream
 	})
-	for _, k := range keys {
+	data := make([][][]byte, len(keys)) // per stream: its hot bytes, as stored
+	for i, k := range keys {
 		s := m.streams[k]
 		st := proto.CloneOf(s.meta)
-		// Marshal only reads Data, so stored bytes need no copy.
-		st.Data = hotBytes(s)
+		data[i] = hotSegments(s)
 		s.buf.Holes(func(_, _ uint64, tag any) {
 			st.HotExternal = append(st.HotExternal, &storagev1.HotExternal{Ref: tag.(*storagev1.ColdRef)})
 		})
@@ -57,7 +70,24 @@ func (m *Machine) Snapshot() ([]byte, error) {
 		}
 		snap.Streams = append(snap.Streams, st)
 	}
-	return proto.MarshalOptions{Deterministic: true}.Marshal(snap)
+	return func() ([]byte, error) {
+		for i, st := range snap.Streams {
+			st.Data = join(data[i])
+		}
+		return proto.MarshalOptions{Deterministic: true}.Marshal(snap)
+	}
+}
+
+// join concatenates stored segments; one segment needs no copy (Marshal
+// only reads it).
+func join(segs [][]byte) []byte {
+	switch len(segs) {
+	case 0:
+		return nil
+	case 1:
+		return segs[0]
+	}
+	return bytes.Join(segs, nil)
 }
 
 // Restore replaces the state with a snapshot's encoding. On error the
@@ -122,16 +152,15 @@ func (m *Machine) Restore(data []byte) error {
 	return nil
 }
 
-// hotBytes returns the bytes of a stream's hot window, holes left out.
-func hotBytes(s *stream) []byte {
+// hotSegments returns the bytes of a stream's hot window, holes left
+// out, as slices of the stored chunks (never modified, so they may be read
+// after the machine's lock is released).
+func hotSegments(s *stream) [][]byte {
 	b := s.buf
 	if b.Bytes() == 0 {
 		return nil
 	}
-	if p, ok := b.Slice(b.Base(), b.End()); ok {
-		return p
-	}
-	out := make([]byte, 0, b.Bytes())
+	var out [][]byte
 	pos := b.Base()
 	for pos < b.End() {
 		if _, he, _, hole := b.Hole(pos); hole {
@@ -139,7 +168,7 @@ func hotBytes(s *stream) []byte {
 			continue
 		}
 		stop := b.NextHole(pos, b.End())
-		out = b.ReadAt(out, pos, stop)
+		out = append(out, b.Segments(pos, stop)...)
 		pos = stop
 	}
 	return out

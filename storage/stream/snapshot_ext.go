@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 )
 
 // Application snapshots (the protocol's /snapshot resources, not the Raft
@@ -42,32 +42,32 @@ func (m *Machine) applyPublishSnapshot(now int64, c *storagev1.PublishSnapshot) 
 	}
 	st := s.meta
 	if st.GetSoftDeleted() {
-		return &Result{Err: errcode.New(errcode.StreamGone, "stream %s is deleted", c.GetStream())}
+		return &Result{Err: fault.Errorf(fault.ErrStreamGone, "stream %s is deleted", c.GetStream())}
 	}
 	ref := c.GetSnapshot()
 	pos := ref.GetPosition()
 	if ref.GetDigest() == "" {
-		return &Result{Err: errcode.New(errcode.InvalidArgument, "snapshot without a digest")}
+		return &Result{Err: fault.Errorf(fault.ErrInvalidArgument, "snapshot without a digest")}
 	}
 	if n := len(ref.GetPartKeys()); n != len(ref.GetPartSizes()) || n != len(ref.GetPartDigests()) {
-		return &Result{Err: errcode.New(errcode.InvalidArgument, "snapshot with %d part keys, %d part sizes and %d part digests", n, len(ref.GetPartSizes()), len(ref.GetPartDigests()))}
+		return &Result{Err: fault.Errorf(fault.ErrInvalidArgument, "snapshot with %d part keys, %d part sizes and %d part digests", n, len(ref.GetPartSizes()), len(ref.GetPartDigests()))}
 	}
 	if pos > s.buf.End() {
-		return &Result{Err: errcode.New(errcode.SnapshotConflict, "snapshot offset %s is beyond the tail %s", FormatOffset(pos), FormatOffset(s.buf.End()))}
+		return &Result{Err: fault.Errorf(fault.ErrSnapshotConflict, "snapshot offset %s is beyond the tail %s", FormatOffset(pos), FormatOffset(s.buf.End()))}
 	}
 	if pos < st.GetRetained() {
-		return &Result{Err: errcode.New(errcode.OffsetTrimmed, "snapshot offset %s is below the stream's retention %s", FormatOffset(pos), FormatOffset(st.GetRetained())).
-			With(errcode.KeyNextOffset, FormatOffset(st.GetRetained()))}
+		return &Result{Err: fault.Errorf(fault.ErrOffsetTrimmed, "snapshot offset %s is below the stream's retention %s", FormatOffset(pos), FormatOffset(st.GetRetained())).
+			With(fault.DetailNextOffset, FormatOffset(st.GetRetained()))}
 	}
 	cur := st.GetSnapshot()
 	if cur != nil && cur.GetPosition() == pos && cur.GetDigest() == ref.GetDigest() {
 		return &Result{Meta: s.metaView(), Duplicate: true}
 	}
 	if match := c.GetMatch(); match != "" && match != cur.GetDigest() {
-		return &Result{Err: errcode.New(errcode.SnapshotConflict, "Stream-Snapshot-Match %q does not match the latest snapshot's digest %q", match, cur.GetDigest())}
+		return &Result{Err: fault.Errorf(fault.ErrSnapshotConflict, "Stream-Snapshot-Match %q does not match the latest snapshot's digest %q", match, cur.GetDigest())}
 	}
 	if cur != nil && cur.GetPosition() == pos {
-		return &Result{Err: errcode.New(errcode.SnapshotConflict, "a different snapshot exists at offset %s", FormatOffset(pos))}
+		return &Result{Err: fault.Errorf(fault.ErrSnapshotConflict, "a different snapshot exists at offset %s", FormatOffset(pos))}
 	}
 	st.Snapshot = proto.CloneOf(ref)
 	for _, k := range snapshotKeys(cur) {

@@ -6,7 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 )
 
 // publish applies a PublishSnapshot through the applier's log.
@@ -17,7 +17,7 @@ func publish(t testing.TB, a *applier, now int64, c *storagev1.PublishSnapshot) 
 		t.Fatal(err)
 	}
 	a.index++
-	return a.m.Apply(a.index, data).(*Result)
+	return a.applyRaw(data)
 }
 
 func snapRef(pos uint64, body string) *storagev1.SnapshotRef {
@@ -37,22 +37,22 @@ func TestPublishSnapshotStateMachine(t *testing.T) {
 	steps := []struct {
 		name    string
 		cmd     *storagev1.PublishSnapshot
-		code    errcode.Code
+		code    *fault.Kind
 		dup     bool
 		wantPos uint64 // latest snapshot after the step (0: none)
 		gc      int    // GC queue length after the step
 	}{
-		{"beyond the tail", &storagev1.PublishSnapshot{Snapshot: snapRef(13, "x")}, errcode.SnapshotConflict, false, 0, 0},
-		{"below the retention", &storagev1.PublishSnapshot{Snapshot: snapRef(0, "x")}, errcode.OffsetTrimmed, false, 0, 0},
-		{"match without a snapshot", &storagev1.PublishSnapshot{Snapshot: first, Match: "nope"}, errcode.SnapshotConflict, false, 0, 0},
-		{"wrong incarnation", &storagev1.PublishSnapshot{Snapshot: first, Incarnation: inc + 1}, errcode.StreamNotFound, false, 0, 0},
-		{"first", &storagev1.PublishSnapshot{Snapshot: first}, "", false, 8, 0},
-		{"same again", &storagev1.PublishSnapshot{Snapshot: snapRef(8, "one")}, "", true, 8, 0},
-		{"same again, stale match", &storagev1.PublishSnapshot{Snapshot: snapRef(8, "one"), Match: "old"}, "", true, 8, 0},
-		{"other bytes, same offset", &storagev1.PublishSnapshot{Snapshot: snapRef(8, "two")}, errcode.SnapshotConflict, false, 8, 0},
-		{"match mismatch", &storagev1.PublishSnapshot{Snapshot: snapRef(12, "two"), Match: "nope"}, errcode.SnapshotConflict, false, 8, 0},
-		{"replace with match", &storagev1.PublishSnapshot{Snapshot: snapRef(12, "two"), Match: first.GetDigest(), GraceMs: 50}, "", false, 12, 1},
-		{"replace unconditionally", &storagev1.PublishSnapshot{Snapshot: snapRef(4, "three")}, "", false, 4, 2},
+		{"beyond the tail", &storagev1.PublishSnapshot{Snapshot: snapRef(13, "x")}, fault.ErrSnapshotConflict, false, 0, 0},
+		{"below the retention", &storagev1.PublishSnapshot{Snapshot: snapRef(0, "x")}, fault.ErrOffsetTrimmed, false, 0, 0},
+		{"match without a snapshot", &storagev1.PublishSnapshot{Snapshot: first, Match: "nope"}, fault.ErrSnapshotConflict, false, 0, 0},
+		{"wrong incarnation", &storagev1.PublishSnapshot{Snapshot: first, Incarnation: inc + 1}, fault.ErrStreamNotFound, false, 0, 0},
+		{"first", &storagev1.PublishSnapshot{Snapshot: first}, nil, false, 8, 0},
+		{"same again", &storagev1.PublishSnapshot{Snapshot: snapRef(8, "one")}, nil, true, 8, 0},
+		{"same again, stale match", &storagev1.PublishSnapshot{Snapshot: snapRef(8, "one"), Match: "old"}, nil, true, 8, 0},
+		{"other bytes, same offset", &storagev1.PublishSnapshot{Snapshot: snapRef(8, "two")}, fault.ErrSnapshotConflict, false, 8, 0},
+		{"match mismatch", &storagev1.PublishSnapshot{Snapshot: snapRef(12, "two"), Match: "nope"}, fault.ErrSnapshotConflict, false, 8, 0},
+		{"replace with match", &storagev1.PublishSnapshot{Snapshot: snapRef(12, "two"), Match: first.GetDigest(), GraceMs: 50}, nil, false, 12, 1},
+		{"replace unconditionally", &storagev1.PublishSnapshot{Snapshot: snapRef(4, "three")}, nil, false, 4, 2},
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {

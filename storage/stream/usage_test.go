@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/storage/fault"
 )
 
 // applyCmd applies a whole command (any op) with the next index.
@@ -19,7 +19,7 @@ func (a *applier) applyCmd(now int64, cmd *storagev1.Command) *Result {
 		a.t.Fatal(err)
 	}
 	a.index++
-	return a.m.Apply(a.index, data).(*Result)
+	return a.applyRaw(data)
 }
 
 func setAttrsCmd(stream, title, md string, inc uint64) *storagev1.Command {
@@ -36,17 +36,17 @@ func TestSetAttrs(t *testing.T) {
 		name      string
 		cmd       *storagev1.Command
 		stream    string
-		wantCode  errcode.Code
+		wantCode  *fault.Kind
 		wantSet   bool
 		wantTitle string
 		wantMD    string
 	}{
-		{"title and metadata", setAttrsCmd("s", "hello", `{"a":1}`, inc), "s", "", true, "hello", `{"a":1}`},
-		{"replace with metadata only", setAttrsCmd("s", "", `{"b":2}`, 0), "s", "", true, "", `{"b":2}`},
-		{"empty clears", setAttrsCmd("s", "", "", inc), "s", "", false, "", ""},
-		{"a closed stream accepts it", setAttrsCmd("closed", "t", "", 0), "closed", "", true, "t", ""},
-		{"another incarnation", setAttrsCmd("s", "x", "", inc+100), "s", errcode.IncarnationMismatch, false, "", ""},
-		{"missing stream", setAttrsCmd("nope", "x", "", 0), "nope", errcode.StreamNotFound, false, "", ""},
+		{"title and metadata", setAttrsCmd("s", "hello", `{"a":1}`, inc), "s", nil, true, "hello", `{"a":1}`},
+		{"replace with metadata only", setAttrsCmd("s", "", `{"b":2}`, 0), "s", nil, true, "", `{"b":2}`},
+		{"empty clears", setAttrsCmd("s", "", "", inc), "s", nil, false, "", ""},
+		{"a closed stream accepts it", setAttrsCmd("closed", "t", "", 0), "closed", nil, true, "t", ""},
+		{"another incarnation", setAttrsCmd("s", "x", "", inc+100), "s", fault.ErrIncarnationMismatch, false, "", ""},
+		{"missing stream", setAttrsCmd("nope", "x", "", 0), "nope", fault.ErrStreamNotFound, false, "", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,7 +54,7 @@ func TestSetAttrs(t *testing.T) {
 			if code(r) != tc.wantCode {
 				t.Fatalf("code %q, want %q", code(r), tc.wantCode)
 			}
-			if tc.wantCode != "" {
+			if tc.wantCode != nil {
 				return
 			}
 			got, set, ok := a.m.Attrs(Key{"b", tc.stream}, 0)
@@ -96,12 +96,12 @@ func TestDeleteBucket(t *testing.T) {
 	tests := []struct {
 		name     string
 		bucket   string
-		wantCode errcode.Code
+		wantCode *fault.Kind
 	}{
-		{"not empty", "full", errcode.BucketExists},
-		{"empty", "empty", ""},
-		{"again", "empty", errcode.BucketNotFound},
-		{"missing", "nope", errcode.BucketNotFound},
+		{"not empty", "full", fault.ErrBucketExists},
+		{"empty", "empty", nil},
+		{"again", "empty", fault.ErrBucketNotFound},
+		{"missing", "nope", fault.ErrBucketNotFound},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

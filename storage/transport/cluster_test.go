@@ -22,20 +22,20 @@ type counter struct {
 	sum, count uint64
 }
 
-func (c *counter) Apply(_ uint64, data []byte) any {
+func (c *counter) Apply(_ uint64, data []byte) (any, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sum += binary.LittleEndian.Uint64(data)
 	c.count++
-	return c.sum
+	return c.sum, nil
 }
 
-func (c *counter) Snapshot() ([]byte, error) {
+func (c *counter) CaptureSnapshot() func() ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	b := binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, c.sum), c.count)
 	// Padding makes a snapshot span several transport chunks.
-	return append(b, make([]byte, snapshotPadding)...), nil
+	return func() ([]byte, error) { return append(b, make([]byte, snapshotPadding)...), nil }
 }
 
 const snapshotPadding = 10 << 10

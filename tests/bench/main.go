@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	s3api "github.com/aws/aws-sdk-go-v2/service/s3"
 	"io"
 	"net/http"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	s3api "github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/ursula/ursula/storage/objstore/objstoretest"
 	"github.com/ursula/ursula/tests/e2e"

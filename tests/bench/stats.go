@@ -1,11 +1,12 @@
 package main
 
 import (
-	"github.com/ursula/ursula/tests/e2e"
 	"math"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/ursula/ursula/tests/e2e"
 )
 
 // Latency summarises a set of samples in milliseconds.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/ursula/ursula/tests/await"
 	"github.com/ursula/ursula/tests/e2e"
 )
 
@@ -51,7 +52,6 @@ const (
 	opRetryBudget     = 20 * time.Second // then the producer gives up: outcome unknown
 	drainBudget       = 90 * time.Second // in-flight appends after the faults stop
 	recoveryBudget    = 90 * time.Second // the cluster back to ready after a fault
-	livenessBudget    = 30 * time.Second // every stream acknowledges again after healing
 	checkTimeout      = 2 * time.Minute  // porcupine, per stream
 	verifyReadTimeout = 2 * time.Minute  // reading everything back from every node, plus 1 ms per operation and node
 )
@@ -133,7 +133,7 @@ func TestChaos(t *testing.T) {
 	}()
 
 	// Let the workload get going before the first fault.
-	waitAcks(t, w, 1, 30*time.Second)
+	await.True(t, "the first acknowledged append", func() bool { return sum(w.ackCounts()) > 0 })
 	n := &nemesis{t: t, c: c, h: h, rng: rng, w: w}
 	n.run(runCtx, dur)
 	stopRotation()
@@ -142,13 +142,9 @@ func TestChaos(t *testing.T) {
 	// Heal everything, then every stream must make progress again.
 	n.healAll(runCtx)
 	before := w.ackCounts()
-	deadline := time.Now().Add(livenessBudget)
-	for !progressed(before, w.ackCounts()) && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if after := w.ackCounts(); !progressed(before, after) {
+	if !await.Until(await.DefaultTimeout, func() bool { return progressed(before, w.ackCounts()) }) {
 		t.Errorf("liveness: %v after healing, some stream acknowledged nothing new (acks per stream %v, then %v)",
-			livenessBudget, before, after)
+			await.DefaultTimeout, before, w.ackCounts())
 	}
 
 	// Stop: producers finish their in-flight append (retrying it until it
@@ -312,20 +308,12 @@ func progressed(before, after []int64) bool {
 	return true
 }
 
-func waitAcks(t testing.TB, w *workload, n int64, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		var total int64
-		for _, a := range w.ackCounts() {
-			total += a
-		}
-		if total >= n {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+func sum(counts []int64) int64 {
+	var total int64
+	for _, n := range counts {
+		total += n
 	}
-	t.Fatalf("no append acknowledged within %v of the start", timeout)
+	return total
 }
 
 // producer appends unique records to one stream as an idempotent producer,
@@ -380,7 +368,7 @@ func (p *producer) run(ctx context.Context, stopNew <-chan struct{}) {
 			p.epoch++
 			p.seq = 0
 		}
-		sleep(ctx, time.Duration(10+p.rng.IntN(50))*time.Millisecond)
+		sleep(ctx, time.Duration(10+p.rng.IntN(50))*time.Millisecond) // pacing, not synchronization
 	}
 }
 
@@ -481,7 +469,7 @@ func (r *reader) run(ctx context.Context, stop <-chan struct{}) {
 			r.w.t.Errorf("read %s from byte %d: %v", r.stream, from, resp)
 		}
 		// A failed read changes nothing and is not recorded.
-		sleep(ctx, time.Duration(10+r.rng.IntN(40))*time.Millisecond)
+		sleep(ctx, time.Duration(10+r.rng.IntN(40))*time.Millisecond) // pacing, not synchronization
 	}
 }
 
@@ -537,7 +525,7 @@ func (n *nemesis) run(ctx context.Context, dur time.Duration) {
 		if !n.recover(ctx) {
 			return
 		}
-		sleep(ctx, time.Duration(500+n.rng.IntN(2000))*time.Millisecond)
+		sleep(ctx, time.Duration(500+n.rng.IntN(2000))*time.Millisecond) // the nemesis schedule: pacing
 	}
 }
 
@@ -546,7 +534,9 @@ func (n *nemesis) run(ctx context.Context, dur time.Duration) {
 func (n *nemesis) killLeader(ctx context.Context) {
 	stream := n.busyStream()
 	g := n.c.GroupOf(stream)
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// The cluster recovered before this fault; a group without a leader
+	// for the liveness budget is a failure.
+	lctx, cancel := context.WithTimeout(ctx, recoveryBudget)
 	leader, err := n.c.Leader(lctx, g)
 	cancel()
 	if err != nil {

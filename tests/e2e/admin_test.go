@@ -15,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ursula/ursula/services/platform/placement"
+	"github.com/ursula/ursula/storage/stream"
+	"github.com/ursula/ursula/tests/await"
 )
 
 // The seed's "Admin endpoints" examples, exactly as written there (lines
@@ -110,7 +111,7 @@ func TestAdminEndpoints(t *testing.T) {
 	groupPath := func(g uint32) string { return fmt.Sprintf("/raft/%d/", g) }
 
 	t.Run("flush-cold", func(t *testing.T) {
-		g := placement.Group("demo", "hello", c.GroupCount())
+		g := stream.GroupOf("demo", "hello", c.GroupCount())
 		l := leader(t, g)
 		a := run(t, seedFlushCold, l, incs[l.ID])
 		a.want(t, http.StatusOK, map[string]any{"bucket": "demo", "stream": "hello", "next_offset": OffsetAt(uint64(len("hello, world")))})
@@ -431,20 +432,15 @@ func shellWords(s string) []string {
 	return words
 }
 
-// waitMetrics polls node n's metrics until cond holds (30 s).
+// waitMetrics polls node n's metrics until cond holds.
 func waitMetrics(ctx context.Context, t *testing.T, n *Node, what string, cond func(*Metrics) bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		m, err := n.Metrics(ctx)
-		if err == nil && cond(m) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s on node %d (last error %v)", what, n.ID, err)
-		case <-time.After(100 * time.Millisecond):
-		}
+	var err error
+	if !await.Until(await.DefaultTimeout, func() bool {
+		var m *Metrics
+		m, err = n.Metrics(ctx)
+		return err == nil && cond(m)
+	}) {
+		t.Fatalf("timed out waiting for %s on node %d (last error %v)", what, n.ID, err)
 	}
 }

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
-	"github.com/ursula/ursula/services/platform/placement"
+	"github.com/ursula/ursula/storage/stream"
 )
 
 // EnvArtifacts names a directory where cluster tests copy the logs and
@@ -446,8 +446,8 @@ func (c *Cluster) Running() []*Node {
 func (c *Cluster) GroupCount() int { return c.opts.GroupCount }
 
 // GroupOf is the Raft group of a Durable Streams stream.
-func (c *Cluster) GroupOf(stream string) uint32 {
-	return placement.Group(DSBucket, stream, c.opts.GroupCount)
+func (c *Cluster) GroupOf(name string) uint32 {
+	return stream.GroupOf(DSBucket, name, c.opts.GroupCount)
 }
 
 // Proxy returns the proxy of the link from -> to, nil without proxies.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/tests/await"
 )
 
 // Bounds of the cluster tests' waits.
@@ -46,7 +47,7 @@ func TestClusterWipedNodeRejoins(t *testing.T) {
 	}
 
 	// The victim leads group 0, so the wipe also moves leaderships.
-	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	lctx, cancel := context.WithTimeout(ctx, await.DefaultTimeout)
 	victim, err := c.Leader(lctx, 0)
 	cancel()
 	if err != nil {
@@ -151,7 +152,7 @@ func TestClusterFiveNodes(t *testing.T) {
 	logs := newStreamLogs(t, c, client, "five")
 	writeRound(ctx, t, client, logs, 5, "all-up")
 
-	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	lctx, cancel := context.WithTimeout(ctx, await.DefaultTimeout)
 	killed, err := c.Leader(lctx, 0)
 	cancel()
 	if err != nil {
@@ -260,11 +261,7 @@ func TestClusterPeerOfAnotherCluster(t *testing.T) {
 		if err := bad.Start(); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for bad.Running() && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if bad.Running() {
+		if bad.wait(await.DefaultTimeout) != nil {
 			t.Errorf("node %d started with server.cluster_id %q on a WAL of cluster %q; it must refuse to start", bad.ID, other, c.ID)
 			bad.Kill()
 		} else if bad.ExitErr() == nil {
@@ -351,18 +348,9 @@ func TestClusterPeerOfAnotherCluster(t *testing.T) {
 // (checkStaysHealthy then compares readiness with metrics).
 func waitMismatches(ctx context.Context, t testing.TB, want map[*Node][]PeerMismatch) {
 	t.Helper()
-	wctx, cancel := context.WithTimeout(ctx, mismatchBudget)
-	defer cancel()
 	for n, mm := range want {
-		last := ""
-		for {
-			last = mismatchState(wctx, n, mm)
-			if last == "" || wctx.Err() != nil {
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		if last != "" {
+		var last string
+		if !await.Until(mismatchBudget, func() bool { last = mismatchState(ctx, n, mm); return last == "" }) {
 			t.Errorf("node %d (cluster %q): %s", n.ID, n.Config.ClusterID, last)
 		}
 	}
@@ -430,7 +418,7 @@ func checkStaysHealthy(ctx context.Context, t testing.TB, c *Cluster, healthy []
 			}
 		}
 		writeRound(ctx, t, client, logs, 1, fmt.Sprintf("healthy-%d", round))
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // pacing, not synchronization: the rounds span a few seconds
 	}
 	verifyNodes(ctx, t, healthy, logs, nil)
 }

@@ -20,8 +20,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/ursula/ursula/services/platform/placement"
 	"github.com/ursula/ursula/storage/objstore/objstoretest"
+	"github.com/ursula/ursula/storage/stream"
+	"github.com/ursula/ursula/tests/await"
 )
 
 // coldS3Bucket is the S3 bucket of the cold-tier tests; each test has a
@@ -72,7 +73,7 @@ func TestColdMemoryBounded(t *testing.T) {
 			t.Fatalf("create %s: want 201, got %v", s, resp)
 		}
 	}
-	group := placement.Group(DSBucket, streams[0], coldGroupCount)
+	group := stream.GroupOf(DSBucket, streams[0], coldGroupCount)
 
 	sampler := startMemSampler(srv, 100*time.Millisecond)
 	defer sampler.stop()
@@ -187,11 +188,11 @@ const (
 // that placement puts in the same one of groupCount groups.
 func streamsInOneGroup(prefix string, n, groupCount int) []string {
 	first := prefix + "-0"
-	g := placement.Group(DSBucket, first, groupCount)
+	g := stream.GroupOf(DSBucket, first, groupCount)
 	names := []string{first}
 	for i := 1; len(names) < n; i++ {
 		name := fmt.Sprintf("%s-%d", prefix, i)
-		if placement.Group(DSBucket, name, groupCount) == g {
+		if stream.GroupOf(DSBucket, name, groupCount) == g {
 			names = append(names, name)
 		}
 	}
@@ -271,7 +272,7 @@ func (w *memWriter) run(ctx context.Context, t *testing.T, c *Client) {
 					return
 				}
 				// Retry-After is in whole seconds; a shorter wait only
-				// costs the server a refusal.
+				// costs the server a refusal (pacing of the retries).
 				time.Sleep(min(wait, 100*time.Millisecond))
 			default:
 				t.Errorf("writer %d seq %d: want 200, 204 or 503, got %v", w.id, seq, resp)
@@ -525,7 +526,7 @@ func TestColdStoreOutage(t *testing.T) {
 	t.Logf("seed %d", seed)
 	a := &ackLog{stream: fmt.Sprintf("cold-outage-a-%x", seed), writer: 0, seed: seed, size: appendSize}
 	b := &ackLog{stream: fmt.Sprintf("cold-outage-b-%x", seed), writer: 1, seed: seed, size: appendSize}
-	for i := 0; placement.Group(DSBucket, b.stream, groups) == placement.Group(DSBucket, a.stream, groups); i++ {
+	for i := 0; stream.GroupOf(DSBucket, b.stream, groups) == stream.GroupOf(DSBucket, a.stream, groups); i++ {
 		b.stream = fmt.Sprintf("cold-outage-b-%x-%d", seed, i)
 	}
 	for _, l := range []*ackLog{a, b} {
@@ -537,21 +538,21 @@ func TestColdStoreOutage(t *testing.T) {
 
 	// 1. Data in the cold store, none of it cached.
 	for a.bytes() < before {
-		if resp := a.appendRetrying(ctx, t, c, 30*time.Second); resp.Status != http.StatusOK {
+		if resp := a.appendRetrying(ctx, t, c); resp.Status != http.StatusOK {
 			t.Fatalf("append to %s before the outage: want 200, got %v", a.stream, resp)
 		}
 	}
-	waitFlushed(t, srv, 30*time.Second)
+	waitFlushed(t, srv)
 	if err := srv.Terminate(30 * time.Second); err != nil {
 		t.Fatalf("stop the server: %v", err)
 	}
-	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, await.DefaultTimeout)
 	err := srv.Restart(rctx)
 	cancel()
 	if err != nil {
 		t.Fatalf("restart the server: %v", err)
 	}
-	waitFlushed(t, srv, 30*time.Second)
+	waitFlushed(t, srv)
 
 	// 2. The outage.
 	s3srv.Stop()
@@ -614,14 +615,12 @@ func TestColdStoreOutage(t *testing.T) {
 	}
 	// The leader keeps trying to flush; each attempt fails once the S3
 	// client has used up its retries.
-	m := srv.NodeMetrics(t)
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if v, _ := m["cold_upload_errors"].(float64); v > 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	var m map[string]any
+	await.Until(await.DefaultTimeout, func() bool {
 		m = srv.NodeMetrics(t)
-	}
+		v, _ := m["cold_upload_errors"].(float64)
+		return v > 0
+	})
 	t.Logf("S3 down: cold_read_errors %v, cold_upload_errors %v, cold_backpressure_writes %v, hot_bytes_awaiting_flush %v",
 		m["cold_read_errors"], m["cold_upload_errors"], m["cold_backpressure_writes"], m["hot_bytes_awaiting_flush"])
 	for _, k := range []string{"cold_read_errors", "cold_upload_errors", "cold_backpressure_writes"} {
@@ -638,14 +637,14 @@ func TestColdStoreOutage(t *testing.T) {
 		t.Fatalf("restart the S3 server: %v", err)
 	}
 	recovered := time.Now()
-	waitFlushed(t, srv, 60*time.Second)
+	waitFlushed(t, srv)
 	t.Logf("S3 back: every hot byte flushed within %v", time.Since(recovered).Round(time.Millisecond))
-	if resp := a.resendRetrying(ctx, t, c, 30*time.Second); resp.Status != http.StatusOK {
+	if resp := a.resendRetrying(ctx, t, c); resp.Status != http.StatusOK {
 		t.Errorf("the append refused during the outage, retried after it: want 200 (it was never appended), got %v", resp)
 	}
 	for _, l := range []*ackLog{a, b} {
 		for range 4 {
-			if resp := l.appendRetrying(ctx, t, c, 30*time.Second); resp.Status != http.StatusOK {
+			if resp := l.appendRetrying(ctx, t, c); resp.Status != http.StatusOK {
 				t.Errorf("append to %s after the outage: want 200, got %v", l.stream, resp)
 			}
 		}
@@ -710,25 +709,24 @@ func (l *ackLog) resend(ctx context.Context, t *testing.T, c *Client) *Response 
 	return l.append(ctx, t, c)
 }
 
-// appendRetrying appends, retrying 503 answers for up to patience.
-func (l *ackLog) appendRetrying(ctx context.Context, t *testing.T, c *Client, patience time.Duration) *Response {
+// appendRetrying appends, retrying 503 answers (for up to
+// await.DefaultTimeout; then the 503 is the answer).
+func (l *ackLog) appendRetrying(ctx context.Context, t *testing.T, c *Client) *Response {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for {
-		resp := l.append(ctx, t, c)
-		if resp.Status != http.StatusServiceUnavailable || time.Now().After(deadline) {
-			return resp
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var resp *Response
+	await.Until(await.DefaultTimeout, func() bool {
+		resp = l.append(ctx, t, c)
+		return resp.Status != http.StatusServiceUnavailable
+	})
+	return resp
 }
 
-func (l *ackLog) resendRetrying(ctx context.Context, t *testing.T, c *Client, patience time.Duration) *Response {
+func (l *ackLog) resendRetrying(ctx context.Context, t *testing.T, c *Client) *Response {
 	t.Helper()
 	if !l.pending {
 		t.Fatalf("%s: no append outstanding", l.stream)
 	}
-	return l.appendRetrying(ctx, t, c, patience)
+	return l.appendRetrying(ctx, t, c)
 }
 
 // verify reads the stream from offset -1 and compares it byte for byte
@@ -758,19 +756,16 @@ func (l *ackLog) verify(ctx context.Context, t *testing.T, c *Client) {
 }
 
 // waitFlushed waits until the server's node holds no hot byte.
-func waitFlushed(t *testing.T, srv *Server, timeout time.Duration) {
+func waitFlushed(t *testing.T, srv *Server) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		m := srv.NodeMetrics(t)
-		if hot, ok := m["hot_bytes_awaiting_flush"].(float64); ok && hot == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("hot_bytes_awaiting_flush still %v after %v (cold_flushes %v, cold_upload_errors %v)",
-				m["hot_bytes_awaiting_flush"], timeout, m["cold_flushes"], m["cold_upload_errors"])
-		}
-		time.Sleep(50 * time.Millisecond)
+	var m map[string]any
+	if !await.Until(await.DefaultTimeout, func() bool {
+		m = srv.NodeMetrics(t)
+		hot, ok := m["hot_bytes_awaiting_flush"].(float64)
+		return ok && hot == 0
+	}) {
+		t.Fatalf("hot_bytes_awaiting_flush still %v after %v (cold_flushes %v, cold_upload_errors %v)",
+			m["hot_bytes_awaiting_flush"], await.DefaultTimeout, m["cold_flushes"], m["cold_upload_errors"])
 	}
 }
 
@@ -834,7 +829,7 @@ func TestColdBucketPurge(t *testing.T) {
 			}
 		}
 	}
-	waitFlushed(t, srv, 30*time.Second)
+	waitFlushed(t, srv)
 	readBack := func(what string, bucket string) {
 		t.Helper()
 		for _, name := range names {
@@ -877,7 +872,7 @@ func TestColdBucketPurge(t *testing.T) {
 
 	var wantGroups []uint32
 	for i := range streamsPer {
-		if g := placement.Group("tenant-a", fmt.Sprintf("s%d", i), coldGroupCount); !slices.Contains(wantGroups, g) {
+		if g := stream.GroupOf("tenant-a", fmt.Sprintf("s%d", i), coldGroupCount); !slices.Contains(wantGroups, g) {
 			wantGroups = append(wantGroups, g)
 		}
 	}

@@ -10,7 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/ursula/ursula/tests/await"
 )
 
 // streamDir is where an fs cold store keeps a Durable Streams stream's
@@ -57,6 +58,11 @@ func TestColdGCWorkerOnCluster(t *testing.T) {
 			t.Fatalf("create %s: %v %v", name, resp, err)
 		}
 	}
+	// Millisecond flushes leave many small chunks per stream. So that
+	// there are at least ten however fast the appends go, each batch of
+	// twenty records waits until both streams have a new cold object.
+	gone, kept := streamDir("gc-gone"), streamDir("gc-kept")
+	nGone, nKept := 0, 0
 	for i := range 200 {
 		body := []byte(fmt.Sprintf("record %04d %s;", i, strings.Repeat("x", i%50)))
 		for _, name := range []string{"gc-kept", "gc-gone"} {
@@ -65,16 +71,17 @@ func TestColdGCWorkerOnCluster(t *testing.T) {
 			}
 		}
 		want.Write(body)
-	}
-	// Millisecond flushes leave dozens of small chunks per stream.
-	gone, kept := streamDir("gc-gone"), streamDir("gc-kept")
-	deadline := time.Now().Add(30 * time.Second)
-	for coldFiles(t, coldDir, gone) < 10 || coldFiles(t, coldDir, kept) < 10 {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d and %d cold objects after the appends", coldFiles(t, coldDir, gone), coldFiles(t, coldDir, kept))
+		if i%20 == 19 {
+			await.True(t, fmt.Sprintf("a cold object of both streams for records up to %d", i), func() bool {
+				return coldFiles(t, coldDir, gone) > nGone && coldFiles(t, coldDir, kept) > nKept
+			})
+			nGone, nKept = coldFiles(t, coldDir, gone), coldFiles(t, coldDir, kept)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	if nGone < 10 || nKept < 10 {
+		t.Fatalf("only %d and %d cold objects after the appends", nGone, nKept)
+	}
+	t.Logf("%d and %d cold objects of gc-gone and gc-kept after the appends", nGone, nKept)
 
 	cfg := filepath.Join(c.Dir, "coldgc.toml")
 	toml := fmt.Sprintf("[upstream]\nnodes = [%q]\n\n[cold]\nbackend = \"fs\"\ndir = %q\n\n[coldgc]\ninterval = \"100ms\"\ncompact_interval = \"200ms\"\nsmall_chunk_bytes = 4096\nmax_chunk_bytes = 65536\n",
@@ -112,8 +119,7 @@ func TestColdGCWorkerOnCluster(t *testing.T) {
 	// The deleted stream's objects go; the live stream keeps reading back
 	// byte-exact while the worker compacts its chunks (the replaced ones
 	// stay for the GC grace, 5 minutes by default).
-	deadline = time.Now().Add(60 * time.Second)
-	for {
+	if !await.Until(await.DefaultTimeout, func() bool {
 		got, _, err := client.ReadAll(ctx, "gc-kept")
 		if err != nil {
 			t.Fatal(err)
@@ -121,13 +127,9 @@ func TestColdGCWorkerOnCluster(t *testing.T) {
 		if string(got) != want.String() {
 			t.Fatalf("gc-kept reads %d bytes, want %d", len(got), want.Len())
 		}
-		if coldFiles(t, coldDir, gone) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d objects of the deleted stream remain", coldFiles(t, coldDir, gone))
-		}
-		time.Sleep(200 * time.Millisecond)
+		return coldFiles(t, coldDir, gone) == 0
+	}) {
+		t.Fatalf("%d objects of the deleted stream remain", coldFiles(t, coldDir, gone))
 	}
 	if coldFiles(t, coldDir, kept) == 0 {
 		t.Fatal("the live stream's objects were deleted")

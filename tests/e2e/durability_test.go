@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ursula/ursula/tests/await"
 )
 
 func TestMain(m *testing.M) { os.Exit(Main(m)) }
@@ -185,17 +187,14 @@ func runDurability(t *testing.T, d *deployment, stop stopKind, rounds int) {
 		}
 
 		// Stop at a random moment once writes are flowing.
-		deadline := time.Now().Add(30 * time.Second)
-		for acks.Load() == 0 && time.Now().Before(deadline) && !t.Failed() {
-			time.Sleep(5 * time.Millisecond)
-		}
+		await.Until(await.DefaultTimeout, func() bool { return acks.Load() > 0 || t.Failed() })
 		if acks.Load() == 0 {
 			cancel()
 			wg.Wait()
-			t.Fatalf("round %d: no append acknowledged within 30 s", round)
+			t.Fatalf("round %d: no append acknowledged within %v", round, await.DefaultTimeout)
 		}
 		delay := time.Duration(200+rng.IntN(1300)) * time.Millisecond
-		time.Sleep(delay)
+		time.Sleep(delay) // pacing, not synchronization: the stop lands at a random moment
 		switch stop {
 		case sigkill:
 			if err := d.victim.Kill(); err != nil {
@@ -327,7 +326,7 @@ func (w *writer) run(ctx context.Context, t *testing.T, c *Client, acks *atomic.
 		case resp.Status == http.StatusServiceUnavailable:
 			// Backpressure, or the server is shutting down: the same tuple
 			// is retried, and deduplicated if it was applied after all.
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // pacing of the retries
 		default:
 			t.Errorf("writer %d (producer %s) seq %d: want 200, got %v", w.id, w.prod, req.seq, resp)
 			return
@@ -396,20 +395,20 @@ func (w *writer) appendOnce(ctx context.Context, t *testing.T, c *Client) {
 	w.acked = append(w.acked, a)
 }
 
-// send posts req, retrying 503 answers for up to 30 s.
+// send posts req, retrying 503 answers (for up to await.DefaultTimeout;
+// then the 503 is the answer).
 func (w *writer) send(ctx context.Context, t *testing.T, c *Client, req *request) *Response {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := c.Append(ctx, w.stream, "application/octet-stream", req.payload, w.producer(req.seq))
-		if err != nil {
-			t.Errorf("writer %d seq %d after restart: %v", w.id, req.seq, err)
-			return nil
-		}
-		if resp.Status != http.StatusServiceUnavailable || time.Now().After(deadline) {
-			return resp
-		}
-		time.Sleep(50 * time.Millisecond)
+	var resp *Response
+	var err error
+	await.Until(await.DefaultTimeout, func() bool {
+		resp, err = c.Append(ctx, w.stream, "application/octet-stream", req.payload, w.producer(req.seq))
+		return err != nil || resp.Status != http.StatusServiceUnavailable
+	})
+	if err != nil {
+		t.Errorf("writer %d seq %d after restart: %v", w.id, req.seq, err)
+		return nil
 	}
+	return resp
 }
 
 func ackFrom(req *request, resp *Response) (ack, error) {

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ursula/ursula/tests/await"
 )
 
 // Environment variables that point the harness at prebuilt binaries.
@@ -459,7 +461,7 @@ func (s *Server) Kill() error {
 	if err := s.signal(syscall.SIGKILL); err != nil {
 		return err
 	}
-	return s.wait(10 * time.Second)
+	return s.wait(await.DefaultTimeout)
 }
 
 // Terminate sends SIGTERM and waits up to timeout for a clean exit. A process

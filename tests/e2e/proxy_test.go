@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ursula/ursula/tests/await"
 )
 
 // echoServer answers every line with the same line.
@@ -47,7 +49,7 @@ func newTestProxy(t testing.TB) *Proxy {
 
 func dialProxy(t testing.TB, p *Proxy) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+	c, err := net.DialTimeout("tcp", p.Addr(), await.DefaultTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +84,7 @@ func TestProxy(t *testing.T) {
 		p := newTestProxy(t)
 		c, r := dialProxy(t, p)
 		for _, l := range []string{"a", "bb", "ccc"} {
-			if err := roundTrip(c, r, l, 2*time.Second); err != nil {
+			if err := roundTrip(c, r, l, await.DefaultTimeout); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -90,7 +92,7 @@ func TestProxy(t *testing.T) {
 	t.Run("blackhole drops both ways, heal resets the link", func(t *testing.T) {
 		p := newTestProxy(t)
 		c, r := dialProxy(t, p)
-		if err := roundTrip(c, r, "before", 2*time.Second); err != nil {
+		if err := roundTrip(c, r, "before", await.DefaultTimeout); err != nil {
 			t.Fatal(err)
 		}
 		p.Blackhole()
@@ -103,33 +105,33 @@ func TestProxy(t *testing.T) {
 		}
 		p.Heal()
 		for _, cc := range []net.Conn{c, c2} {
-			cc.SetReadDeadline(time.Now().Add(2 * time.Second))
+			cc.SetReadDeadline(time.Now().Add(await.DefaultTimeout))
 			if _, err := cc.Read(make([]byte, 1)); err == nil || isTimeout(err) {
 				t.Fatalf("a connection that lost bytes must be closed at heal, read gave %v", err)
 			}
 		}
 		c3, r3 := dialProxy(t, p)
-		if err := roundTrip(c3, r3, "after", 2*time.Second); err != nil {
+		if err := roundTrip(c3, r3, "after", await.DefaultTimeout); err != nil {
 			t.Fatalf("after heal: %v", err)
 		}
 	})
 	t.Run("cut closes and refuses", func(t *testing.T) {
 		p := newTestProxy(t)
 		c, r := dialProxy(t, p)
-		if err := roundTrip(c, r, "before", 2*time.Second); err != nil {
+		if err := roundTrip(c, r, "before", await.DefaultTimeout); err != nil {
 			t.Fatal(err)
 		}
 		p.Cut()
-		if err := roundTrip(c, r, "during", 2*time.Second); err == nil || isTimeout(err) {
+		if err := roundTrip(c, r, "during", await.DefaultTimeout); err == nil || isTimeout(err) {
 			t.Fatalf("open connection after cut: want it closed, got %v", err)
 		}
 		c2, r2 := dialProxy(t, p)
-		if err := roundTrip(c2, r2, "new", 2*time.Second); err == nil || isTimeout(err) {
+		if err := roundTrip(c2, r2, "new", await.DefaultTimeout); err == nil || isTimeout(err) {
 			t.Fatalf("new connection while cut: want it closed, got %v", err)
 		}
 		p.Heal()
 		c3, r3 := dialProxy(t, p)
-		if err := roundTrip(c3, r3, "after", 2*time.Second); err != nil {
+		if err := roundTrip(c3, r3, "after", await.DefaultTimeout); err != nil {
 			t.Fatalf("after heal: %v", err)
 		}
 	})
@@ -138,33 +140,33 @@ func TestProxy(t *testing.T) {
 		c, r := dialProxy(t, p)
 		p.SetDelay(150 * time.Millisecond)
 		start := time.Now()
-		if err := roundTrip(c, r, "slow", 3*time.Second); err != nil {
+		if err := roundTrip(c, r, "slow", await.DefaultTimeout); err != nil {
 			t.Fatal(err)
 		}
 		if d := time.Since(start); d < 300*time.Millisecond {
 			t.Fatalf("round trip through a 150 ms delay each way took %v", d)
 		}
+		// Heal removes the delay: with a delay as long as the wait, the
+		// round trip below could not finish in time unless it is gone.
+		// (No upper bound on how long an undelayed round trip takes.)
+		p.SetDelay(await.DefaultTimeout)
 		p.Heal()
-		start = time.Now()
-		if err := roundTrip(c, r, "fast", 3*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		if d := time.Since(start); d > 250*time.Millisecond {
-			t.Fatalf("round trip after heal took %v", d)
+		if err := roundTrip(c, r, "fast", await.DefaultTimeout); err != nil {
+			t.Fatalf("round trip after heal: %v", err)
 		}
 	})
 	t.Run("reset closes open connections only", func(t *testing.T) {
 		p := newTestProxy(t)
 		c, r := dialProxy(t, p)
-		if err := roundTrip(c, r, "before", 2*time.Second); err != nil {
+		if err := roundTrip(c, r, "before", await.DefaultTimeout); err != nil {
 			t.Fatal(err)
 		}
 		p.Reset()
-		if err := roundTrip(c, r, "during", 2*time.Second); err == nil || isTimeout(err) {
+		if err := roundTrip(c, r, "during", await.DefaultTimeout); err == nil || isTimeout(err) {
 			t.Fatalf("open connection after reset: want it closed, got %v", err)
 		}
 		c2, r2 := dialProxy(t, p)
-		if err := roundTrip(c2, r2, "new", 2*time.Second); err != nil {
+		if err := roundTrip(c2, r2, "new", await.DefaultTimeout); err != nil {
 			t.Fatalf("new connection after reset: %v", err)
 		}
 	})

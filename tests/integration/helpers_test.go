@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +17,7 @@ import (
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/node"
 	"github.com/ursula/ursula/storage/engine"
+	"github.com/ursula/ursula/tests/await"
 )
 
 const testClusterID = "integration"
@@ -31,7 +33,7 @@ func testLogger(tb testing.TB) *slog.Logger {
 
 // testNode is a single-node storage node: a running engine and its server.
 type testNode struct {
-	eng *engine.Engine
+	eng *engine.Node
 	srv *node.Server
 	// clientAddr and adminAddr are set once Serve ran.
 	clientAddr, adminAddr string
@@ -41,7 +43,7 @@ type testNode struct {
 // its server (listening on nothing until serve) until the test ends.
 func startNode(tb testing.TB) *testNode {
 	tb.Helper()
-	eng, err := engine.New(engine.Config{
+	eng, err := engine.Open(engine.Config{
 		DataDir:             tb.TempDir(),
 		NodeID:              1,
 		GroupCount:          4,
@@ -52,12 +54,12 @@ func startNode(tb testing.TB) *testNode {
 		SnapshotBytes:       64 << 10,
 		TickInterval:        100 * time.Millisecond,
 		ExpirySweepInterval: 100 * time.Millisecond,
-	}, nil, testLogger(tb))
+	}, engine.Deps{Logger: testLogger(tb)})
 	if err != nil {
-		tb.Fatalf("engine.New: %v", err)
+		tb.Fatalf("engine.Open: %v", err)
 	}
 	runUntilCleanup(tb, "engine", eng.Run)
-	ctx, cancel := context.WithTimeout(tb.Context(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(tb.Context(), await.DefaultTimeout)
 	defer cancel()
 	if err := eng.WaitReady(ctx); err != nil {
 		tb.Fatalf("engine WaitReady: %v", err)
@@ -76,20 +78,20 @@ func (n *testNode) serve(tb testing.TB) {
 	tb.Helper()
 	runUntilCleanup(tb, "node", n.srv.Run)
 	hc := httpClient(tb)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var last error
+	ready := await.Until(await.DefaultTimeout, func() bool {
 		resp, err := hc.Get("http://" + n.adminAddr + "/__ursula/ready")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			last = err
+			return false
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("node not ready: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		last = fmt.Errorf("status %d", resp.StatusCode)
+		return resp.StatusCode == http.StatusOK
+	})
+	if !ready {
+		tb.Fatalf("node not ready: %v", last)
 	}
 }
 
@@ -141,7 +143,7 @@ func runUntilCleanup(tb testing.TB, what string, f func(context.Context) error) 
 			if err != nil && ctx.Err() == nil {
 				tb.Errorf("%s: %v", what, err)
 			}
-		case <-time.After(20 * time.Second):
+		case <-time.After(await.DefaultTimeout):
 			tb.Errorf("%s did not stop", what)
 		}
 	})

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -17,6 +16,7 @@ import (
 	"github.com/ursula/ursula/gateway"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/telemetry"
+	"github.com/ursula/ursula/tests/await"
 )
 
 // spans records every span of the test process: the global tracer
@@ -43,15 +43,14 @@ type appendTrace struct {
 }
 
 // waitAppendTrace waits until the spans of one append have ended: the
-// gateway's server span, the node's server span and, over gRPC, the
-// gateway's client span. The node may end its span after the gateway
+// gateway's server and client spans and the node's server span. The node may end its span after the gateway
 // answered, so this polls.
-func waitAppendTrace(tb testing.TB, overGRPC bool) appendTrace {
+func waitAppendTrace(tb testing.TB) appendTrace {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var tr appendTrace
-		found := 0
+	var tr appendTrace
+	found, want := 0, 7
+	ended := await.Until(await.DefaultTimeout, func() bool {
+		tr, found = appendTrace{}, 0
 		for _, s := range spans.GetSpans() {
 			switch {
 			case s.Name == gatewayAppendSpanName && s.SpanKind == trace.SpanKindServer:
@@ -65,18 +64,12 @@ func waitAppendTrace(tb testing.TB, overGRPC bool) appendTrace {
 				found |= 4
 			}
 		}
-		want := 3
-		if overGRPC {
-			want = 7
-		}
-		if found == want {
-			return tr
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("spans of the append did not all end (found mask %b, want %b): %s", found, want, spanList())
-		}
-		time.Sleep(10 * time.Millisecond)
+		return found == want
+	})
+	if !ended {
+		tb.Fatalf("spans of the append did not all end (found mask %b, want %b): %s", found, want, spanList())
 	}
+	return tr
 }
 
 // spanList describes the recorded spans for failure messages.
@@ -124,15 +117,30 @@ const (
 	remoteSpanID  = "00f067aa0ba902b7"
 )
 
-// TestTraceOverGRPC: an append through the gateway and the upstream router
-// to a node over loopback gRPC is one trace: gateway server span → gateway
-// client span → node server span; an incoming traceparent makes the
-// gateway span a child of the remote span.
-func TestTraceOverGRPC(t *testing.T) {
-	n := startNode(t)
-	n.serve(t)
-	router := startRouter(t, n.clientAddr)
-	_, base := startGateway(t, router, nil)
+// TestAppendTrace: an append through the gateway to a node is one trace:
+// gateway server span → gateway client span → node server span, the node
+// span a child of the client span carried in the gRPC metadata; an
+// incoming traceparent makes the gateway span a child of the remote span.
+// The same holds whether the gateway reaches the node over loopback gRPC
+// (through the upstream router) or in process (the all-in-one binary's
+// inproc connection): one code path, one trace shape.
+func TestAppendTrace(t *testing.T) {
+	t.Run("over gRPC", func(t *testing.T) {
+		n := startNode(t)
+		n.serve(t)
+		_, base := startGateway(t, startRouter(t, n.clientAddr), nil)
+		checkAppendTraces(t, base)
+	})
+	t.Run("in process", func(t *testing.T) {
+		n := startNode(t)
+		_, base := startGateway(t, streamv1.NewStreamServiceClient(n.srv.Conn()), nil)
+		checkAppendTraces(t, base)
+	})
+}
+
+// checkAppendTraces appends through the gateway at base, without and with
+// an incoming traceparent, and checks the trace of each append.
+func checkAppendTraces(t *testing.T, base string) {
 	hc := httpClient(t)
 	if code, body := request(t, hc, http.MethodPut, base+"/v1/stream/trace-stream", "", map[string]string{"Content-Type": "text/plain"}); code != http.StatusCreated {
 		t.Fatalf("create: %d %s", code, body)
@@ -155,7 +163,7 @@ func TestTraceOverGRPC(t *testing.T) {
 			if code, body := request(t, hc, http.MethodPost, base+"/v1/stream/trace-stream", "hello", hdr); code != http.StatusNoContent {
 				t.Fatalf("append: %d %s", code, body)
 			}
-			tr := waitAppendTrace(t, true)
+			tr := waitAppendTrace(t)
 			checkGatewaySpan(t, tr.gateway)
 
 			gw := tr.gateway.SpanContext
@@ -186,41 +194,6 @@ func TestTraceOverGRPC(t *testing.T) {
 				t.Errorf("node span status code %q, want OK", got)
 			}
 		})
-	}
-}
-
-// TestTraceInProcess: in the all-in-one process the gateway calls the node
-// through node.LocalClient, which starts the node's server span as a child
-// of the gateway's span.
-func TestTraceInProcess(t *testing.T) {
-	n := startNode(t)
-	_, base := startGateway(t, n.srv.LocalClient(), nil)
-	hc := httpClient(t)
-	if code, body := request(t, hc, http.MethodPut, base+"/v1/stream/trace-stream", "", map[string]string{"Content-Type": "text/plain"}); code != http.StatusCreated {
-		t.Fatalf("create: %d %s", code, body)
-	}
-	spans.Reset()
-	hdr := map[string]string{"Content-Type": "text/plain", "traceparent": "00-" + remoteTraceID + "-" + remoteSpanID + "-01"}
-	if code, body := request(t, hc, http.MethodPost, base+"/v1/stream/trace-stream", "hello", hdr); code != http.StatusNoContent {
-		t.Fatalf("append: %d %s", code, body)
-	}
-	tr := waitAppendTrace(t, false)
-	checkGatewaySpan(t, tr.gateway)
-	gw := tr.gateway.SpanContext
-	if gw.TraceID().String() != remoteTraceID || tr.gateway.Parent.SpanID().String() != remoteSpanID {
-		t.Errorf("gateway span trace %s parent %s, want the incoming %s/%s", gw.TraceID(), tr.gateway.Parent.SpanID(), remoteTraceID, remoteSpanID)
-	}
-	if p := tr.node.Parent; p.SpanID() != gw.SpanID() || p.IsRemote() {
-		t.Errorf("node span parent %s (remote %v), want the gateway span %s, local%s", p.SpanID(), p.IsRemote(), gw.SpanID(), spanList())
-	}
-	if tr.node.SpanContext.TraceID() != gw.TraceID() {
-		t.Errorf("node span in trace %s, want %s", tr.node.SpanContext.TraceID(), gw.TraceID())
-	}
-	if got := attr(tr.node, "rpc.method"); got != appendSpanName {
-		t.Errorf("node span rpc.method %q, want %q", got, appendSpanName)
-	}
-	if got := attr(tr.node, "rpc.response.status_code"); got != "OK" {
-		t.Errorf("node span status code %q, want OK", got)
 	}
 }
 

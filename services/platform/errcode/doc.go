@@ -1,10 +1,13 @@
-// Package errcode names the domain error codes that cross process
-// boundaries. A code travels as the reason of a gRPC ErrorInfo detail and as
-// the "code" field of an HTTP JSON error body; metadata keys carry the
-// protocol fields an error needs (the final offset of a closed stream, the
-// expected producer sequence, the leader to retry at).
+// Package errcode is the error vocabulary of the services and the gateway:
+// the contract codes of proto/ursula/errors/v1 with their reasons, their one
+// HTTP status and their one gRPC code, all read from errors.proto's
+// options (so the proto file is the only table), and *Error, a code with a
+// message and metadata.
 //
-// The storage engine raises *Error values; services/platform/grpcerr turns
-// them into gRPC statuses (one table) and back; the gateway turns statuses
-// into HTTP responses (one table).
+// A code travels as the reason of a gRPC ErrorInfo detail
+// (services/platform/grpcerr) and as the "code" field of an HTTP JSON error
+// body; metadata keys carry the protocol fields an error needs (the final
+// offset of a closed stream, the expected producer sequence, the leader to
+// retry at). The storage engine does not use this package: it returns its
+// own sentinel errors, which the node maps to codes at its edge.
 package errcode

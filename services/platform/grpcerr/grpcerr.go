@@ -14,38 +14,6 @@ import (
 // Domain is the ErrorInfo domain of every Ursula error.
 const Domain = "ursula"
 
-// grpcCodes is the one table from domain code to gRPC status code.
-var grpcCodes = map[errcode.Code]codes.Code{
-	errcode.InvalidArgument:     codes.InvalidArgument,
-	errcode.BucketNotFound:      codes.NotFound,
-	errcode.BucketExists:        codes.AlreadyExists,
-	errcode.StreamNotFound:      codes.NotFound,
-	errcode.StreamGone:          codes.FailedPrecondition,
-	errcode.StreamExists:        codes.AlreadyExists,
-	errcode.StreamClosed:        codes.FailedPrecondition,
-	errcode.ContentTypeMismatch: codes.FailedPrecondition,
-	errcode.StreamSeqConflict:   codes.Aborted,
-	errcode.ProducerStaleEpoch:  codes.PermissionDenied,
-	errcode.ProducerSeqGap:      codes.Aborted,
-	errcode.ProducerEpochSeq:    codes.InvalidArgument,
-	errcode.OffsetOutOfRange:    codes.OutOfRange,
-	errcode.ForkSourceGone:      codes.FailedPrecondition,
-	errcode.IncarnationMismatch: codes.FailedPrecondition,
-	errcode.RecordMismatch:      codes.FailedPrecondition,
-	errcode.PayloadTooLarge:     codes.ResourceExhausted,
-	errcode.NotLeader:           codes.Unavailable,
-	errcode.OutcomeUnknown:      codes.Unavailable,
-	errcode.Unavailable:         codes.Unavailable,
-	errcode.Overloaded:          codes.Unavailable,
-	errcode.ColdStoreFailed:     codes.Unavailable,
-	errcode.OffsetTrimmed:       codes.OutOfRange,
-	errcode.Internal:            codes.Internal,
-	errcode.Unimplemented:       codes.Unimplemented,
-	errcode.SnapshotConflict:    codes.Aborted,
-	errcode.SnapshotNotFound:    codes.NotFound,
-	errcode.NoColdStore:         codes.Unimplemented,
-}
-
 // ToStatus converts err into a gRPC status error. Domain errors keep their
 // code and metadata; context errors map to Canceled/DeadlineExceeded;
 // anything else is INTERNAL.
@@ -66,13 +34,9 @@ func ToStatus(err error) error {
 	default:
 		de = &errcode.Error{Code: errcode.Internal, Message: err.Error()}
 	}
-	c, ok := grpcCodes[de.Code]
-	if !ok {
-		c = codes.Unknown
-	}
-	st := status.New(c, de.Message)
+	st := status.New(codes.Code(errcode.GRPCCode(de.Code)), de.Message)
 	if withInfo, derr := st.WithDetails(&errdetails.ErrorInfo{
-		Reason: string(de.Code), Domain: Domain, Metadata: de.Metadata,
+		Reason: errcode.Reason(de.Code), Domain: Domain, Metadata: de.Metadata,
 	}); derr == nil {
 		st = withInfo
 	}
@@ -95,7 +59,12 @@ func FromStatus(err error) *errcode.Error {
 	}
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == Domain {
-			return &errcode.Error{Code: errcode.Code(info.GetReason()), Message: st.Message(), Metadata: info.GetMetadata()}
+			code, known := errcode.Parse(info.GetReason())
+			if !known {
+				// A newer peer's code: its gRPC code still says how to treat it.
+				break
+			}
+			return &errcode.Error{Code: code, Message: st.Message(), Metadata: info.GetMetadata()}
 		}
 	}
 	switch st.Code() {

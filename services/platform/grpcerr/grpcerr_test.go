@@ -4,6 +4,10 @@ import (
 	"errors"
 	"testing"
 
+	"google.golang.org/grpc/status"
+
+	errorsv1 "github.com/ursula/ursula/proto/gen/go/ursula/errors/v1"
+
 	"github.com/ursula/ursula/services/platform/errcode"
 )
 
@@ -33,9 +37,15 @@ func TestRoundTrip(t *testing.T) {
 			}
 		})
 	}
-	for code := range grpcCodes {
-		if got := FromStatus(ToStatus(errcode.New(code, "x"))); got.Code != code {
+	values := errorsv1.Code(0).Descriptor().Values()
+	for i := 1; i < values.Len(); i++ {
+		code := errcode.Code(values.Get(i).Number())
+		err := ToStatus(errcode.New(code, "x"))
+		if got := FromStatus(err); got.Code != code {
 			t.Fatalf("%s round-trips as %s", code, got.Code)
+		}
+		if got := status.Code(err); uint32(got) != errcode.GRPCCode(code) {
+			t.Fatalf("%s has gRPC code %v, want %d", code, got, errcode.GRPCCode(code))
 		}
 	}
 }

@@ -6,7 +6,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"testing"
-	"time"
+
+	"github.com/ursula/ursula/tests/await"
 )
 
 func TestLimit(t *testing.T) {
@@ -40,14 +41,13 @@ func TestRunSetsAndLifts(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for debug.SetMemoryLimit(-1) == math.MaxInt64 {
-		if time.Now().After(deadline) {
-			t.Fatal("no limit set")
+	await.True(t, "a memory limit set after a collection", func() bool {
+		if debug.SetMemoryLimit(-1) != math.MaxInt64 {
+			return true
 		}
 		runtime.GC()
-		time.Sleep(pollInterval)
-	}
+		return false
+	})
 	runtime.KeepAlive(keep)
 	cancel()
 	if err := <-done; err != nil {

@@ -77,7 +77,10 @@ type RequestRebuildResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// done is set when the node is no longer a voter that lost its log (it
 	// was removed, or already re-added as a learner).
-	Done          bool `protobuf:"varint,1,opt,name=done,proto3" json:"done,omitempty"`
+	Done bool `protobuf:"varint,1,opt,name=done,proto3" json:"done,omitempty"`
+	// error is the leader's refusal (for example NOT_LEADER naming another
+	// leader); unset on success.
+	Error         *ForwardError `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -117,6 +120,13 @@ func (x *RequestRebuildResponse) GetDone() bool {
 		return x.Done
 	}
 	return false
+}
+
+func (x *RequestRebuildResponse) GetError() *ForwardError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
 }
 
 type ForwardProposeRequest struct {
@@ -174,8 +184,12 @@ func (x *ForwardProposeRequest) GetCommand() []byte {
 
 type ForwardProposeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// result is an encoded ursula.storage.v1.ApplyResult.
-	Result        []byte `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	// result is an encoded ursula.storage.v1.ApplyResult; unset when the
+	// command was not applied (see error).
+	Result []byte `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	// error says why the command was not applied (this node no longer leads
+	// the group, the outcome is unknown, ...); unset when it was.
+	Error         *ForwardError `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -217,6 +231,77 @@ func (x *ForwardProposeResponse) GetResult() []byte {
 	return nil
 }
 
+func (x *ForwardProposeResponse) GetError() *ForwardError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// ForwardError is a storage error carried between nodes in an answer, not
+// as a gRPC status: a gRPC error on the cluster plane always means the
+// call itself failed.
+type ForwardError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is the storage error kind's stable name (storage/fault).
+	Kind          string            `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Message       string            `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Details       map[string]string `protobuf:"bytes,3,rep,name=details,proto3" json:"details,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardError) Reset() {
+	*x = ForwardError{}
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardError) ProtoMessage() {}
+
+func (x *ForwardError) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardError.ProtoReflect.Descriptor instead.
+func (*ForwardError) Descriptor() ([]byte, []int) {
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ForwardError) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ForwardError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ForwardError) GetDetails() map[string]string {
+	if x != nil {
+		return x.Details
+	}
+	return nil
+}
+
 var File_ursula_raft_v1_forward_proto protoreflect.FileDescriptor
 
 const file_ursula_raft_v1_forward_proto_rawDesc = "" +
@@ -224,14 +309,23 @@ const file_ursula_raft_v1_forward_proto_rawDesc = "" +
 	"\x1cursula/raft/v1/forward.proto\x12\x0eursula.raft.v1\"K\n" +
 	"\x15RequestRebuildRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\rR\agroupId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\",\n" +
+	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\"`\n" +
 	"\x16RequestRebuildResponse\x12\x12\n" +
-	"\x04done\x18\x01 \x01(\bR\x04done\"L\n" +
+	"\x04done\x18\x01 \x01(\bR\x04done\x122\n" +
+	"\x05error\x18\x02 \x01(\v2\x1c.ursula.raft.v1.ForwardErrorR\x05error\"L\n" +
 	"\x15ForwardProposeRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\rR\agroupId\x12\x18\n" +
-	"\acommand\x18\x02 \x01(\fR\acommand\"0\n" +
+	"\acommand\x18\x02 \x01(\fR\acommand\"d\n" +
 	"\x16ForwardProposeResponse\x12\x16\n" +
-	"\x06result\x18\x01 \x01(\fR\x06result2\xcb\x01\n" +
+	"\x06result\x18\x01 \x01(\fR\x06result\x122\n" +
+	"\x05error\x18\x02 \x01(\v2\x1c.ursula.raft.v1.ForwardErrorR\x05error\"\xbd\x01\n" +
+	"\fForwardError\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12C\n" +
+	"\adetails\x18\x03 \x03(\v2).ursula.raft.v1.ForwardError.DetailsEntryR\adetails\x1a:\n" +
+	"\fDetailsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xcb\x01\n" +
 	"\x0eForwardService\x12X\n" +
 	"\aPropose\x12%.ursula.raft.v1.ForwardProposeRequest\x1a&.ursula.raft.v1.ForwardProposeResponse\x12_\n" +
 	"\x0eRequestRebuild\x12%.ursula.raft.v1.RequestRebuildRequest\x1a&.ursula.raft.v1.RequestRebuildResponseB\xb9\x01\n" +
@@ -249,23 +343,28 @@ func file_ursula_raft_v1_forward_proto_rawDescGZIP() []byte {
 	return file_ursula_raft_v1_forward_proto_rawDescData
 }
 
-var file_ursula_raft_v1_forward_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_ursula_raft_v1_forward_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_ursula_raft_v1_forward_proto_goTypes = []any{
 	(*RequestRebuildRequest)(nil),  // 0: ursula.raft.v1.RequestRebuildRequest
 	(*RequestRebuildResponse)(nil), // 1: ursula.raft.v1.RequestRebuildResponse
 	(*ForwardProposeRequest)(nil),  // 2: ursula.raft.v1.ForwardProposeRequest
 	(*ForwardProposeResponse)(nil), // 3: ursula.raft.v1.ForwardProposeResponse
+	(*ForwardError)(nil),           // 4: ursula.raft.v1.ForwardError
+	nil,                            // 5: ursula.raft.v1.ForwardError.DetailsEntry
 }
 var file_ursula_raft_v1_forward_proto_depIdxs = []int32{
-	2, // 0: ursula.raft.v1.ForwardService.Propose:input_type -> ursula.raft.v1.ForwardProposeRequest
-	0, // 1: ursula.raft.v1.ForwardService.RequestRebuild:input_type -> ursula.raft.v1.RequestRebuildRequest
-	3, // 2: ursula.raft.v1.ForwardService.Propose:output_type -> ursula.raft.v1.ForwardProposeResponse
-	1, // 3: ursula.raft.v1.ForwardService.RequestRebuild:output_type -> ursula.raft.v1.RequestRebuildResponse
-	2, // [2:4] is the sub-list for method output_type
-	0, // [0:2] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	4, // 0: ursula.raft.v1.RequestRebuildResponse.error:type_name -> ursula.raft.v1.ForwardError
+	4, // 1: ursula.raft.v1.ForwardProposeResponse.error:type_name -> ursula.raft.v1.ForwardError
+	5, // 2: ursula.raft.v1.ForwardError.details:type_name -> ursula.raft.v1.ForwardError.DetailsEntry
+	2, // 3: ursula.raft.v1.ForwardService.Propose:input_type -> ursula.raft.v1.ForwardProposeRequest
+	0, // 4: ursula.raft.v1.ForwardService.RequestRebuild:input_type -> ursula.raft.v1.RequestRebuildRequest
+	3, // 5: ursula.raft.v1.ForwardService.Propose:output_type -> ursula.raft.v1.ForwardProposeResponse
+	1, // 6: ursula.raft.v1.ForwardService.RequestRebuild:output_type -> ursula.raft.v1.RequestRebuildResponse
+	5, // [5:7] is the sub-list for method output_type
+	3, // [3:5] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_ursula_raft_v1_forward_proto_init() }
@@ -279,7 +378,7 @@ func file_ursula_raft_v1_forward_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_raft_v1_forward_proto_rawDesc), len(file_ursula_raft_v1_forward_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

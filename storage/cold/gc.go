@@ -1,55 +1,47 @@
-package engine
+package cold
 
 import (
 	"context"
 	"sort"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/storage/coldfmt"
+	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/stream"
 )
 
-// The engine's side of cold GC: the queue, acknowledgements, compaction
-// and purge, as the GC worker (services/coldgc) and the admin plane use
-// them. Reads run on this node's replica after a read barrier; commands
-// are forwarded to the group's leader, so a worker can talk to any node.
-
 // checkGroup validates a group id.
-func (e *Engine) checkGroup(g uint32) error {
-	if int(g) >= len(e.machines) {
-		return errcode.New(errcode.InvalidArgument, "group %d out of range [0, %d)", g, len(e.machines))
+func (t *Tier) checkGroup(g uint32) error {
+	if int(g) >= t.groups.GroupCount() {
+		return fault.Errorf(fault.ErrInvalidArgument, "group %d out of range [0, %d)", g, t.groups.GroupCount())
 	}
 	return nil
 }
 
-// GroupCount is the number of Raft groups.
-func (e *Engine) GroupCount() int { return len(e.machines) }
-
 // GCQueue returns up to limit entries of group g's cold-GC queue and its
 // length, as current as the group's leader when called.
-func (e *Engine) GCQueue(ctx context.Context, g uint32, limit int) ([]*storagev1.GCEntry, int, error) {
-	if err := e.checkGroup(g); err != nil {
+func (t *Tier) GCQueue(ctx context.Context, g uint32, limit int) ([]*storagev1.GCEntry, int, error) {
+	if err := t.checkGroup(g); err != nil {
 		return nil, 0, err
 	}
-	if err := e.syncGroup(ctx, g); err != nil {
+	if err := t.groups.Sync(ctx, g); err != nil {
 		return nil, 0, err
 	}
-	q, n := e.machines[g].GCQueue(limit)
+	q, n := t.groups.Machine(g).GCQueue(limit)
 	return q, n, nil
 }
 
 // AckGC removes reclaimed entries from group g's cold-GC queue.
-func (e *Engine) AckGC(ctx context.Context, g uint32, seqs []uint64) error {
-	if err := e.checkGroup(g); err != nil {
+func (t *Tier) AckGC(ctx context.Context, g uint32, seqs []uint64) error {
+	if err := t.checkGroup(g); err != nil {
 		return err
 	}
 	if len(seqs) == 0 {
 		return nil
 	}
-	_, err := e.propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_GcAck{GcAck: &storagev1.GCAck{Seqs: seqs}}})
-	if err == nil && e.cold != nil {
-		e.cold.stats.GCAcked.Add(uint64(len(seqs)))
+	_, err := t.groups.Propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_GcAck{GcAck: &storagev1.GCAck{Seqs: seqs}}})
+	if err == nil {
+		t.stats.GCAcked.Add(uint64(len(seqs)))
 	}
 	return err
 }
@@ -64,15 +56,15 @@ type Compaction struct {
 
 // CompactionCandidates lists runs of at least two adjacent chunks of
 // group g, each below small bytes and together at most max bytes.
-func (e *Engine) CompactionCandidates(ctx context.Context, g uint32, small, max uint64) ([]Compaction, error) {
-	if err := e.checkGroup(g); err != nil {
+func (t *Tier) CompactionCandidates(ctx context.Context, g uint32, small, max uint64) ([]Compaction, error) {
+	if err := t.checkGroup(g); err != nil {
 		return nil, err
 	}
-	if err := e.syncGroup(ctx, g); err != nil {
+	if err := t.groups.Sync(ctx, g); err != nil {
 		return nil, err
 	}
 	var out []Compaction
-	for k, s := range e.machines[g].StreamsWithColdIndex(2) {
+	for k, s := range t.groups.Machine(g).StreamsWithColdIndex(2) {
 		var run []*storagev1.ColdRef
 		var size uint64
 		flush := func() {
@@ -106,26 +98,26 @@ func (e *Engine) CompactionCandidates(ctx context.Context, g uint32, small, max 
 
 // CommitCompaction swaps a run of chunks for the compacted chunk that
 // replaces them; the replaced objects are deleted after the GC grace.
-func (e *Engine) CommitCompaction(ctx context.Context, g uint32, swap *storagev1.ColdSwap) error {
-	if err := e.checkGroup(g); err != nil {
+func (t *Tier) CommitCompaction(ctx context.Context, g uint32, swap *storagev1.ColdSwap) error {
+	if err := t.checkGroup(g); err != nil {
 		return err
 	}
 	if swap.GetGraceMs() == 0 {
-		swap.GraceMs = e.ColdConfig().GCGrace.Milliseconds()
+		swap.GraceMs = t.cfg.GCGrace.Milliseconds()
 	}
-	_, err := e.propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_ColdSwap{ColdSwap: swap}})
-	if err == nil && e.cold != nil {
-		e.cold.stats.Compactions.Add(1)
+	_, err := t.groups.Propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_ColdSwap{ColdSwap: swap}})
+	if err == nil {
+		t.stats.Compactions.Add(1)
 	}
 	return err
 }
 
 // LivePrefixes returns the cold prefix of every stream incarnation of
 // every group on this replica.
-func (e *Engine) LivePrefixes() map[string]bool {
+func (t *Tier) LivePrefixes() map[string]bool {
 	out := map[string]bool{}
-	for _, m := range e.machines {
-		for p := range m.LivePrefixes() {
+	for g := range t.groups.GroupCount() {
+		for p := range t.groups.Machine(uint32(g)).LivePrefixes() {
 			out[p] = true
 		}
 	}
@@ -135,13 +127,14 @@ func (e *Engine) LivePrefixes() map[string]bool {
 // ColdReferences returns every object key the stream incarnation under
 // prefix references: its index (walking sealed pages) and the external
 // payloads in its hot window. live is false when no such stream exists.
-func (e *Engine) ColdReferences(ctx context.Context, prefix string) (keys []string, live bool, err error) {
-	for g, m := range e.machines {
+func (t *Tier) ColdReferences(ctx context.Context, prefix string) (keys []string, live bool, err error) {
+	for g := range t.groups.GroupCount() {
+		m := t.groups.Machine(uint32(g))
 		k, ok := m.LivePrefixes()[prefix]
 		if !ok {
 			continue
 		}
-		if err := e.syncGroup(ctx, uint32(g)); err != nil {
+		if err := t.groups.Sync(ctx, uint32(g)); err != nil {
 			return nil, true, err
 		}
 		meta, ok := m.Lookup(k)
@@ -168,16 +161,16 @@ func (e *Engine) ColdReferences(ctx context.Context, prefix string) (keys []stri
 				if r.GetKind() != storagev1.ColdKind_COLD_KIND_PAGE {
 					continue
 				}
-				if e.cold == nil {
-					return errcode.New(errcode.Internal, "no cold store")
+				if t.store == nil {
+					return errNoStore("walking a sealed index page")
 				}
-				body, err := e.cold.store.Get(ctx, r.GetKey())
+				body, err := t.store.Get(ctx, r.GetKey())
 				if err != nil {
-					return errcode.New(errcode.ColdStoreFailed, "read index page %s: %v", r.GetKey(), err)
+					return fault.Errorf(fault.ErrColdStoreFailed, "read index page %s: %v", r.GetKey(), err)
 				}
 				entries, err := coldfmt.DecodePage(body)
 				if err != nil {
-					return errcode.New(errcode.ColdStoreFailed, "index page %s: %v", r.GetKey(), err)
+					return fault.Errorf(fault.ErrColdStoreFailed, "index page %s: %v", r.GetKey(), err)
 				}
 				if err := walk(entries); err != nil {
 					return err
@@ -207,16 +200,13 @@ type PurgeReport struct {
 	GCReclaimed uint64
 }
 
-// PurgeBucket erases a bucket in every group and fences it for good:
+// PurgeBucket erases a (valid) bucket in every group and fences it for good:
 // idempotent, so an interrupted purge converges when sent again. A group
 // without a reachable leader fails the call with 503 (retry it).
-func (e *Engine) PurgeBucket(ctx context.Context, bucket string) (PurgeReport, error) {
+func (t *Tier) PurgeBucket(ctx context.Context, bucket string) (PurgeReport, error) {
 	var r PurgeReport
-	if err := validBucketName(bucket); err != nil {
-		return r, err
-	}
-	for g := range e.machines {
-		res, err := e.propose(ctx, uint32(g), &storagev1.Command{Op: &storagev1.Command_PurgeBucket{PurgeBucket: &storagev1.PurgeBucket{Bucket: bucket}}})
+	for g := range t.groups.GroupCount() {
+		res, err := t.groups.Propose(ctx, uint32(g), &storagev1.Command{Op: &storagev1.Command_PurgeBucket{PurgeBucket: &storagev1.PurgeBucket{Bucket: bucket}}})
 		if err != nil {
 			return r, err
 		}

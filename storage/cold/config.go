@@ -1,4 +1,4 @@
-package engine
+package cold
 
 import (
 	"errors"
@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// ColdConfig sets when hot bytes move to the cold store and how much
+// Config sets when hot bytes move to the cold store and how much
 // memory they may take meanwhile.
-type ColdConfig struct {
+type Config struct {
 	// FlushBytes flushes a stream once it holds this many hot bytes.
 	FlushBytes uint64 `toml:"flush_bytes"`
 	// FlushAge flushes a stream whose oldest hot byte is this old.
@@ -37,9 +37,9 @@ type ColdConfig struct {
 	GCGrace time.Duration `toml:"gc_grace"`
 }
 
-// DefaultColdConfig is the cold tier's default configuration.
-func DefaultColdConfig() ColdConfig {
-	return ColdConfig{
+// DefaultConfig is the cold tier's default configuration.
+func DefaultConfig() Config {
+	return Config{
 		FlushBytes:       1 << 20,
 		FlushAge:         5 * time.Second,
 		GroupFlushBytes:  8 << 20,
@@ -55,8 +55,8 @@ func DefaultColdConfig() ColdConfig {
 }
 
 // RegisterFlags registers the cold tier's flags with defaults.
-func (c *ColdConfig) RegisterFlags(fs *flag.FlagSet) {
-	d := DefaultColdConfig()
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	d := DefaultConfig()
 	fs.Uint64Var(&c.FlushBytes, "cold.flush-bytes", d.FlushBytes, "flush a stream once it holds this many hot bytes")
 	fs.DurationVar(&c.FlushAge, "cold.flush-age", d.FlushAge, "flush a stream whose oldest hot byte is this old")
 	fs.Uint64Var(&c.GroupFlushBytes, "cold.group-flush-bytes", d.GroupFlushBytes, "flush a group's largest streams while it holds more hot bytes than this")
@@ -71,7 +71,7 @@ func (c *ColdConfig) RegisterFlags(fs *flag.FlagSet) {
 }
 
 // Validate checks the cold tier's settings.
-func (c *ColdConfig) Validate() error {
+func (c *Config) Validate() error {
 	var errs []error
 	if c.FlushBytes == 0 || c.MaxChunkBytes == 0 || c.HotCapBytes == 0 || c.GroupFlushBytes == 0 {
 		errs = append(errs, errors.New("cold: flush_bytes, group_flush_bytes, hot_cap_bytes and max_chunk_bytes must be positive"))

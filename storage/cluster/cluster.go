@@ -1,0 +1,332 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	raftv1 "github.com/ursula/ursula/proto/gen/go/ursula/raft/v1"
+	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	"github.com/ursula/ursula/storage/fault"
+	"github.com/ursula/ursula/storage/multiraft"
+	"github.com/ursula/ursula/storage/stream"
+)
+
+// Cluster is one node's view of the Raft groups and of its peers: it
+// proposes (forwarding to a remote leader what must run there), answers
+// the cluster plane, and keeps leaderships and memberships healthy.
+type Cluster struct {
+	cfg      Config
+	host     *multiraft.Host
+	machines []*stream.Machine
+	net      Network // nil on a single node
+	logger   *slog.Logger
+	now      func() time.Time
+
+	rejoined sync.Map // group → leader id: joined with a vote floor, awaiting rebuild
+	rebuilds sync.Map // rebuildKey → true: replicas to remove and add back
+	// commitStalls counts watchdog interventions.
+	commitStalls atomic.Uint64
+}
+
+// New builds the cluster side of a node over its Raft host and state
+// machines, and attaches net (nil on a single node) to it. It starts
+// nothing.
+func New(cfg Config, host *multiraft.Host, machines []*stream.Machine, net Network, now func() time.Time, logger *slog.Logger) (*Cluster, error) {
+	cfg.setDefaults()
+	if cfg.MultiNode() && net == nil {
+		return nil, errors.New("cluster: a multi-node cluster needs a network")
+	}
+	if now == nil {
+		now = time.Now
+	}
+	c := &Cluster{cfg: cfg, host: host, machines: machines, net: net, logger: logger, now: now}
+	if net != nil {
+		// The network and the node need each other: the Raft host
+		// sends through the network (it was built with it), and the
+		// network delivers peers' messages and calls here. This is
+		// where that cycle closes, once.
+		net.Attach(c)
+	}
+	return c, nil
+}
+
+// Run runs the cluster's work until ctx ends: the network, the startup
+// initializer of groups without state, and the leadership upkeep. A
+// failure of the network ends it with an error.
+func (c *Cluster) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	netErr := make(chan error, 1)
+	if c.net != nil {
+		wg.Go(func() {
+			if err := c.net.Run(ctx); err != nil && ctx.Err() == nil {
+				netErr <- fmt.Errorf("cluster network: %w", err)
+				cancel()
+			}
+		})
+	}
+	wg.Go(func() {
+		if err := c.initializeGroups(ctx); err != nil && ctx.Err() == nil {
+			c.logger.Error("group initializer stopped", "err", err)
+		}
+	})
+	wg.Go(func() { c.leadershipLoop(ctx) })
+	<-ctx.Done()
+	wg.Wait()
+	select {
+	case err := <-netErr:
+		return err
+	default:
+		return nil
+	}
+}
+
+// GroupCount is the number of Raft groups.
+func (c *Cluster) GroupCount() int { return len(c.machines) }
+
+// Machine is group g's state machine on this node (read it; apply goes
+// through Propose).
+func (c *Cluster) Machine(g uint32) *stream.Machine { return c.machines[g] }
+
+// Status is group g's Raft status on this node.
+func (c *Cluster) Status(g uint32) multiraft.GroupStatus { return c.host.Status(g) }
+
+// MultiNode reports a cluster of more than one voter.
+func (c *Cluster) MultiNode() bool { return c.cfg.MultiNode() }
+
+// NodeID is this node's id.
+func (c *Cluster) NodeID() uint64 { return c.cfg.NodeID }
+
+// Voters are the configured voters.
+func (c *Cluster) Voters() []uint64 { return c.cfg.Voters() }
+
+// Peers are the configured voters with their addresses.
+func (c *Cluster) Peers() []Peer { return c.cfg.Peers }
+
+// Leads reports whether this node answers for the tail of group g: a
+// single node always; in a cluster only the group's leader.
+func (c *Cluster) Leads(g uint32) bool {
+	return !c.MultiNode() || c.host.Status(g).IsLeader
+}
+
+// NotLeader is the answer of a node that must not serve a request of
+// group g: it names the leader it knows of.
+func (c *Cluster) NotLeader(g uint32) error {
+	return notLeader(c.host.Status(g).LeaderID, "this node does not lead the group; ask its leader")
+}
+
+func notLeader(leader uint64, msg string) error {
+	fe := fault.Errorf(fault.ErrNotLeader, "%s", msg).With(fault.DetailRetryAfterMS, "200")
+	if leader != 0 {
+		fe.With(fault.DetailLeaderID, strconv.FormatUint(leader, 10))
+	}
+	return fe
+}
+
+// WaitApplied waits until this node's replica of g applied index.
+func (c *Cluster) WaitApplied(ctx context.Context, g uint32, index uint64) error {
+	if err := c.host.WaitApplied(ctx, g, index); err != nil {
+		return raftError(err)
+	}
+	return nil
+}
+
+// Propose replicates cmd through group g and returns its applied result;
+// a command the state machine rejected returns its error together with the
+// result. Commands the node issues on its own behalf in a group it may not
+// lead (forwardable) run on the group's remote leader.
+func (c *Cluster) Propose(ctx context.Context, g uint32, cmd *storagev1.Command) (*stream.Result, error) {
+	cmd.NowMs = c.now().UnixMilli()
+	data, err := proto.Marshal(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: encode command: %w", err)
+	}
+	out, err := c.host.Propose(ctx, g, data)
+	var res *stream.Result
+	var nl *multiraft.NotLeaderError
+	switch {
+	case err == nil:
+		var ok bool
+		if res, ok = out.(*stream.Result); !ok {
+			return nil, fault.Errorf(fault.ErrInternal, "unexpected apply result %T", out)
+		}
+	case errors.As(err, &nl) && forwardable(cmd) && nl.LeaderID != 0:
+		if res, err = c.forward(ctx, nl.LeaderID, g, data); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, raftError(err)
+	}
+	if res.Err != nil {
+		return res, res.Err
+	}
+	return res, nil
+}
+
+// forwardable reports commands the node issues on its own behalf in a
+// group it may not lead (fork references, bucket purges, cold-GC
+// acknowledgements and compaction swaps); client commands are routed to
+// the leader by the gateway instead, and expiry, touches, barriers and
+// flushes run only on the leader.
+func forwardable(cmd *storagev1.Command) bool {
+	switch cmd.GetOp().(type) {
+	case *storagev1.Command_AddForkRef, *storagev1.Command_ReleaseForkRef,
+		*storagev1.Command_PurgeBucket, *storagev1.Command_GcAck, *storagev1.Command_ColdSwap:
+		return true
+	}
+	return false
+}
+
+// forward runs an encoded command on the group's remote leader.
+func (c *Cluster) forward(ctx context.Context, leader uint64, g uint32, cmd []byte) (*stream.Result, error) {
+	if c.net == nil || leader == c.cfg.NodeID {
+		return nil, fault.Errorf(fault.ErrUnavailable, "group %d has no reachable leader", g).With(fault.DetailRetryAfterMS, "500")
+	}
+	ar, err := c.net.Forward(ctx, leader, g, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return stream.DecodeResult(ar), nil
+}
+
+// ProposeForwarded applies a command a peer forwarded to this node, the
+// group's leader (Local).
+func (c *Cluster) ProposeForwarded(ctx context.Context, g uint32, data []byte) (*storagev1.ApplyResult, error) {
+	if int(g) >= len(c.machines) {
+		return nil, fault.Errorf(fault.ErrInvalidArgument, "group %d out of range", g)
+	}
+	out, err := c.host.Propose(ctx, g, data)
+	if err != nil {
+		return nil, raftError(err)
+	}
+	res, ok := out.(*stream.Result)
+	if !ok {
+		return nil, fault.Errorf(fault.ErrInternal, "unexpected apply result %T", out)
+	}
+	return stream.EncodeResult(res), nil
+}
+
+// Sync makes this node's replica of group g at least as current as the
+// group's leader was when called (a read barrier): on a follower it runs a
+// barrier on the leader and waits until the local replica applied it.
+func (c *Cluster) Sync(ctx context.Context, g uint32) error {
+	st := c.host.Status(g)
+	if !c.MultiNode() || st.IsLeader {
+		return nil
+	}
+	data, err := proto.Marshal(&storagev1.Command{NowMs: c.now().UnixMilli(), Op: &storagev1.Command_Barrier{Barrier: &storagev1.Barrier{}}})
+	if err != nil {
+		return err
+	}
+	res, err := c.forward(ctx, st.LeaderID, g, data)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.host.WaitApplied(ctx, g, res.Index); err != nil {
+		return fault.Errorf(fault.ErrUnavailable, "replica of group %d is behind its leader", g).With(fault.DetailRetryAfterMS, "500")
+	}
+	return nil
+}
+
+// WaitReady blocks until every group has a leader and every group this
+// node leads has applied its whole log: a barrier entry proposed in the
+// leader's term applies only after every entry before it.
+func (c *Cluster) WaitReady(ctx context.Context) error {
+	if err := c.host.WaitReady(ctx); err != nil {
+		return err
+	}
+	for g := range c.machines {
+		for c.host.Status(uint32(g)).IsLeader {
+			changed := c.host.StatusChanged()
+			_, err := c.Propose(ctx, uint32(g), &storagev1.Command{Op: &storagev1.Command_Barrier{Barrier: &storagev1.Barrier{}}})
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			// Refused while leadership moves (a transfer, a new term):
+			// look again once something changes.
+			select {
+			case <-changed:
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// raftError is the one translation of the Raft host's errors into the
+// storage vocabulary, for proposals and the admin API alike.
+func raftError(err error) error {
+	var nl *multiraft.NotLeaderError
+	switch {
+	case err == nil:
+		return nil
+	case fault.KindOf(err) != nil:
+		return err
+	case errors.As(err, &nl):
+		return notLeader(nl.LeaderID, "not the leader of this group")
+	case errors.Is(err, multiraft.ErrOutcomeUnknown):
+		return fault.Errorf(fault.ErrOutcomeUnknown, "leadership changed after the write was proposed; it may or may not have been applied")
+	case errors.Is(err, multiraft.ErrNotVoter):
+		return fault.Errorf(fault.ErrNotAVoter, "%v", err)
+	case errors.Is(err, multiraft.ErrSnapshotFailed):
+		return fault.Errorf(fault.ErrInternal, "%v", err)
+	case errors.Is(err, multiraft.ErrUnknownGroup):
+		return fault.Errorf(fault.ErrInvalidArgument, "%v", err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	default:
+		// Stopped, a dropped proposal, a request the shard worker did not
+		// start in time, a refused membership change: retry later.
+		return fault.Errorf(fault.ErrUnavailable, "%v", err).With(fault.DetailRetryAfterMS, "1000")
+	}
+}
+
+// confChange is a one-step membership change.
+func confChange(t pb.ConfChangeType, node uint64) *pb.ConfChangeV2 {
+	return &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{{Type: t.Enum(), NodeId: proto.Uint64(node)}}}
+}
+
+// ProbeAnswer reports this node's state of groups to a probing peer
+// (Local).
+func (c *Cluster) ProbeAnswer(groups []uint32) []*raftv1.ProbeResponse_GroupState {
+	out := make([]*raftv1.ProbeResponse_GroupState, 0, len(groups))
+	for _, g := range groups {
+		if int(g) >= len(c.machines) {
+			continue
+		}
+		st := c.host.Status(g)
+		out = append(out, &raftv1.ProbeResponse_GroupState{GroupId: g, HasState: st.HasState, LeaderId: st.LeaderID, Term: st.Term})
+	}
+	return out
+}
+
+// Step, ReportUnreachable and ReportSnapshot hand the Raft messages and
+// reports a network received to the host (Local).
+func (c *Cluster) Step(g uint32, m *pb.Message) error { return c.host.Step(g, m) }
+
+// ReportUnreachable implements Local.
+func (c *Cluster) ReportUnreachable(g uint32, to uint64) error {
+	return c.host.ReportUnreachable(g, to)
+}
+
+// ReportSnapshot implements Local.
+func (c *Cluster) ReportSnapshot(g uint32, to uint64, failed bool) error {
+	return c.host.ReportSnapshot(g, to, failed)
+}

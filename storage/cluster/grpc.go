@@ -1,0 +1,236 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	raftv1 "github.com/ursula/ursula/proto/gen/go/ursula/raft/v1"
+	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	"github.com/ursula/ursula/storage/fault"
+	"github.com/ursula/ursula/storage/transport"
+)
+
+// GRPC is the cluster plane over gRPC: the Raft transport
+// (ursula.raft.v1.RaftService, package transport) and ForwardService, both
+// as client and server. Every call carries this node's cluster and node
+// ids, which the receiving node checks before decoding anything
+// (transport.ServerOptions).
+type GRPC struct {
+	tr     *transport.Transport
+	cfg    Config
+	logger *slog.Logger
+	local  Local
+
+	mu    sync.Mutex
+	conns map[uint64]*grpc.ClientConn
+}
+
+// NewGRPC builds the gRPC cluster plane of a multi-node cluster. It starts
+// nothing and dials nobody.
+func NewGRPC(cfg Config, logger *slog.Logger) (*GRPC, error) {
+	cfg.setDefaults()
+	peers := make(map[uint64]string, len(cfg.Peers))
+	for _, p := range cfg.Peers {
+		peers[p.ID] = p.ClusterURL
+	}
+	tr, err := transport.New(transport.Config{
+		NodeID:          cfg.NodeID,
+		ClusterID:       cfg.ClusterID,
+		Peers:           peers,
+		MaxMessageBytes: cfg.MaxMessageBytes,
+		// A restarted peer should hear from its leaders within a second.
+		BackoffMax: time.Second,
+	}, nil, logger.With("component", "transport"))
+	if err != nil {
+		return nil, err
+	}
+	return &GRPC{tr: tr, cfg: cfg, logger: logger, conns: map[uint64]*grpc.ClientConn{}}, nil
+}
+
+// Attach implements Network: the transport steps into local, and answers
+// probes and shed-state requests from it.
+func (n *GRPC) Attach(local Local) {
+	n.local = local
+	n.tr.SetHost(local)
+	n.tr.SetProbeFunc(local.ProbeAnswer)
+	n.tr.SetShedStateFunc(local.ShedState)
+}
+
+// Run implements Network: it runs the peer senders until ctx ends, then
+// closes every connection.
+func (n *GRPC) Run(ctx context.Context) error {
+	err := n.tr.Run(ctx)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for id, cc := range n.conns {
+		_ = cc.Close()
+		delete(n.conns, id)
+	}
+	return err
+}
+
+// Register serves RaftService and ForwardService on a cluster-plane gRPC
+// server built with ServerOptions.
+func (n *GRPC) Register(s *grpc.Server) {
+	n.tr.Register(s)
+	raftv1.RegisterForwardServiceServer(s, &forwardServer{n: n})
+}
+
+// ServerOptions are the options the cluster-plane gRPC server needs: the
+// identity check of every inbound call, before anything is decoded.
+func (n *GRPC) ServerOptions() []grpc.ServerOption { return n.tr.ServerOptions() }
+
+// Transport is the Raft transport (for its metrics and refusals).
+func (n *GRPC) Transport() *transport.Transport { return n.tr }
+
+// Send implements Network.
+func (n *GRPC) Send(groupID uint32, msgs []*pb.Message) { n.tr.Send(groupID, msgs) }
+
+// Probe implements Network.
+func (n *GRPC) Probe(ctx context.Context, peer uint64, groups []uint32) ([]*raftv1.ProbeResponse_GroupState, error) {
+	resp, err := n.tr.Probe(ctx, peer, groups)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetGroups(), nil
+}
+
+// AcceptsTransfers implements Network.
+func (n *GRPC) AcceptsTransfers(ctx context.Context, peer uint64) bool {
+	st, err := n.tr.GetShedState(ctx, peer)
+	return err == nil && st.GetClusterId() == n.cfg.ClusterID && st.GetShouldAcceptTransfer()
+}
+
+// Forward implements Network.
+func (n *GRPC) Forward(ctx context.Context, leader uint64, g uint32, cmd []byte) (*storagev1.ApplyResult, error) {
+	cc, err := n.conn(leader)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := raftv1.NewForwardServiceClient(cc).Propose(ctx, &raftv1.ForwardProposeRequest{GroupId: g, Command: cmd})
+	if err != nil {
+		return nil, callError(leader, err)
+	}
+	if e := resp.GetError(); e != nil {
+		return nil, decodeError(e)
+	}
+	var ar storagev1.ApplyResult
+	if err := proto.Unmarshal(resp.GetResult(), &ar); err != nil {
+		return nil, fault.Errorf(fault.ErrInternal, "decode the result node %d forwarded: %v", leader, err)
+	}
+	return &ar, nil
+}
+
+// RequestRebuild implements Network.
+func (n *GRPC) RequestRebuild(ctx context.Context, leader uint64, g uint32, node uint64) (bool, error) {
+	cc, err := n.conn(leader)
+	if err != nil {
+		return false, err
+	}
+	resp, err := raftv1.NewForwardServiceClient(cc).RequestRebuild(ctx, &raftv1.RequestRebuildRequest{GroupId: g, NodeId: node})
+	if err != nil {
+		return false, callError(leader, err)
+	}
+	if e := resp.GetError(); e != nil {
+		return false, decodeError(e)
+	}
+	return resp.GetDone(), nil
+}
+
+func (n *GRPC) conn(id uint64) (*grpc.ClientConn, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if cc := n.conns[id]; cc != nil {
+		return cc, nil
+	}
+	var addr string
+	for _, p := range n.cfg.Peers {
+		if p.ID == id {
+			addr = p.ClusterURL
+		}
+	}
+	if addr == "" {
+		return nil, fault.Errorf(fault.ErrUnavailable, "node %d is not a configured peer", id).With(fault.DetailRetryAfterMS, "1000")
+	}
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(n.cfg.MaxMessageBytes), grpc.MaxCallSendMsgSize(n.cfg.MaxMessageBytes)),
+	}, n.tr.DialOptions()...)
+	cc, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: dial peer %d at %s: %w", id, addr, err)
+	}
+	n.conns[id] = cc
+	return cc, nil
+}
+
+// callError is a failed call to a peer: the peer did not answer, so the
+// caller may retry later.
+func callError(peer uint64, err error) error {
+	return fault.Errorf(fault.ErrUnavailable, "node %d: %v", peer, err).With(fault.DetailRetryAfterMS, "500")
+}
+
+// encodeError carries a storage error in an answer.
+func encodeError(err error) *raftv1.ForwardError {
+	if fe, ok := asFault(err); ok {
+		return &raftv1.ForwardError{Kind: fe.Kind.Name(), Message: fe.Message, Details: fe.Details}
+	}
+	return &raftv1.ForwardError{Kind: fault.ErrUnavailable.Name(), Message: err.Error(), Details: map[string]string{fault.DetailRetryAfterMS: "500"}}
+}
+
+// decodeError is the inverse of encodeError; a kind this node does not
+// know (a newer peer's) is unavailability.
+func decodeError(e *raftv1.ForwardError) error {
+	k, ok := fault.ByName(e.GetKind())
+	if !ok {
+		k = fault.ErrUnavailable
+	}
+	return &fault.Error{Kind: k, Message: e.GetMessage(), Details: e.GetDetails()}
+}
+
+func asFault(err error) (*fault.Error, bool) {
+	var fe *fault.Error
+	if errors.As(err, &fe) {
+		return fe, true
+	}
+	if k := fault.KindOf(err); k != nil {
+		return &fault.Error{Kind: k, Message: err.Error()}, true
+	}
+	return nil, false
+}
+
+// forwardServer serves ForwardService: commands forwarded to this node, a
+// group's leader, and rebuild requests.
+type forwardServer struct {
+	raftv1.UnimplementedForwardServiceServer
+	n *GRPC
+}
+
+func (f *forwardServer) Propose(ctx context.Context, req *raftv1.ForwardProposeRequest) (*raftv1.ForwardProposeResponse, error) {
+	ar, err := f.n.local.ProposeForwarded(ctx, req.GetGroupId(), req.GetCommand())
+	if err != nil {
+		return &raftv1.ForwardProposeResponse{Error: encodeError(err)}, nil
+	}
+	out, err := proto.Marshal(ar)
+	if err != nil {
+		return &raftv1.ForwardProposeResponse{Error: encodeError(fault.Errorf(fault.ErrInternal, "encode the result: %v", err))}, nil
+	}
+	return &raftv1.ForwardProposeResponse{Result: out}, nil
+}
+
+func (f *forwardServer) RequestRebuild(ctx context.Context, req *raftv1.RequestRebuildRequest) (*raftv1.RequestRebuildResponse, error) {
+	done, err := f.n.local.RequestRebuild(ctx, req.GetGroupId(), req.GetNodeId())
+	if err != nil {
+		return &raftv1.RequestRebuildResponse{Error: encodeError(err)}, nil
+	}
+	return &raftv1.RequestRebuildResponse{Done: done}, nil
+}

@@ -1,0 +1,211 @@
+package cold
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	"github.com/ursula/ursula/storage/coldfmt"
+	"github.com/ursula/ursula/storage/fault"
+	"github.com/ursula/ursula/storage/stream"
+)
+
+// flushPieces bounds the pieces (chunks and external payloads) of one
+// ColdFlush command.
+const flushPieces = 16
+
+// Run flushes the hot bytes of the groups this node leads until ctx ends.
+func (t *Tier) Run(ctx context.Context) error {
+	if t.store == nil {
+		<-ctx.Done()
+		return nil
+	}
+	c := t
+	tick := time.NewTicker(c.cfg.FlushInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		case <-c.kick:
+		}
+		var wg sync.WaitGroup
+		for g := range c.groups.GroupCount() {
+			if !c.groups.Status(uint32(g)).IsLeader {
+				continue
+			}
+			for _, h := range c.flushCandidates(uint32(g)) {
+				if _, busy := c.flushing.LoadOrStore(h.Key, struct{}{}); busy {
+					continue
+				}
+				select {
+				case c.slots <- struct{}{}:
+				case <-ctx.Done():
+					c.flushing.Delete(h.Key)
+					wg.Wait()
+					return nil
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { <-c.slots; c.flushing.Delete(h.Key) }()
+					if err := c.flushStream(ctx, uint32(g), h); err != nil && ctx.Err() == nil {
+						c.logger.Debug("cold flush", "group", g, "stream", h.Key.Stream, "err", err)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+	}
+}
+
+// flushCandidates picks the streams of a group to flush now: those past
+// the size or age threshold or holding external payloads, then the largest
+// others while the group holds more than its flush threshold.
+func (t *Tier) flushCandidates(g uint32) []stream.HotStream {
+	c := t
+	hs := t.groups.Machine(g).HotStreams()
+	if len(hs) == 0 {
+		return nil
+	}
+	sort.Slice(hs, func(i, j int) bool { return hs[i].HotBytes > hs[j].HotBytes })
+	now := t.now().UnixMilli()
+	groupHot := uint64(t.groups.Machine(g).HotBytes())
+	var out []stream.HotStream
+	for _, h := range hs {
+		due := h.HotBytes >= c.cfg.FlushBytes || now-h.HotSinceMs >= c.cfg.FlushAge.Milliseconds() ||
+			h.Tail-h.ColdEnd > h.HotBytes
+		if due || groupHot > c.cfg.GroupFlushBytes {
+			out = append(out, h)
+			groupHot -= min(groupHot, h.HotBytes)
+		}
+	}
+	return out
+}
+
+// Flush flushes a stream's hot bytes now; the caller runs on the group's
+// leader.
+func (t *Tier) Flush(ctx context.Context, g uint32, k stream.Key) error {
+	if t.store == nil {
+		return errNoStore("a cold flush")
+	}
+	m, ok := t.groups.Machine(g).Lookup(k)
+	if !ok {
+		return fault.Errorf(fault.ErrStreamNotFound, "stream %s not found", k.Stream)
+	}
+	for {
+		if _, busy := t.flushing.LoadOrStore(k, struct{}{}); !busy {
+			break
+		}
+		// The flush loop is uploading this stream: wait for it.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	defer t.flushing.Delete(k)
+	for {
+		cur, ok := t.groups.Machine(g).Lookup(k)
+		if !ok || cur.Incarnation != m.Incarnation || cur.ColdEnd >= cur.Tail {
+			return nil
+		}
+		h := stream.HotStream{Key: k, Incarnation: m.Incarnation, ColdEnd: cur.ColdEnd, Tail: cur.Tail}
+		if err := t.flushStream(ctx, g, h); err != nil {
+			return err
+		}
+	}
+}
+
+// flushStream uploads the oldest part of a stream's hot window and commits
+// it to the cold index.
+func (t *Tier) flushStream(ctx context.Context, g uint32, h stream.HotStream) error {
+	c := t
+	m := t.groups.Machine(g)
+	pieces, levels, ok := m.FlushPlan(h.Key, h.Incarnation, c.cfg.MaxChunkBytes)
+	if !ok || len(pieces) == 0 {
+		return nil
+	}
+	if len(pieces) > flushPieces {
+		pieces = pieces[:flushPieces]
+	}
+	prefix := coldfmt.StreamPrefix(h.Key.Bucket, h.Key.Stream, h.Incarnation)
+	var uploaded []string
+	fail := func(err error) error {
+		c.stats.UploadErrors.Add(1)
+		c.Discard(uploaded...)
+		return err
+	}
+	chunks := make([]*storagev1.ColdRef, 0, len(pieces))
+	for _, p := range pieces {
+		if p.External != nil {
+			chunks = append(chunks, proto.CloneOf(p.External))
+			continue
+		}
+		body := coldfmt.EncodeChunk(p.Start, p.Data, p.Records)
+		key := coldfmt.ChunkKey(prefix, p.Start, p.End)
+		if err := c.store.Put(ctx, key, body); err != nil {
+			return fail(fmt.Errorf("upload chunk [%d, %d): %w", p.Start, p.End, err))
+		}
+		uploaded = append(uploaded, key)
+		c.stats.Uploads.Add(1)
+		c.stats.UploadBytes.Add(uint64(len(body)))
+		chunks = append(chunks, &storagev1.ColdRef{
+			Start: p.Start, End: p.End, Key: key, Kind: storagev1.ColdKind_COLD_KIND_CHUNK,
+			Size: uint64(len(body)), Records: uint32(len(p.Records)),
+			FirstRecord: p.FirstRecord, NextRecord: p.NextRecord,
+		})
+	}
+	// Seal full levels, as apply will: the pages are uploaded first.
+	if len(levels) == 0 {
+		levels = []*storagev1.ColdLevel{{}}
+	}
+	levels[0].Entries = append(levels[0].Entries, chunks...)
+	var seals []*storagev1.ColdSeal
+	for k := 0; k < len(levels); k++ {
+		for len(levels[k].GetEntries()) >= coldfmt.PageFanout {
+			run := levels[k].Entries[:coldfmt.PageFanout]
+			body, digest := coldfmt.EncodePage(run)
+			key := coldfmt.PageKey(prefix, uint32(k+1), run[0].GetStart(), run[len(run)-1].GetEnd())
+			if err := c.store.Put(ctx, key, body); err != nil {
+				return fail(fmt.Errorf("upload index page: %w", err))
+			}
+			uploaded = append(uploaded, key)
+			c.stats.Uploads.Add(1)
+			c.stats.UploadBytes.Add(uint64(len(body)))
+			seals = append(seals, &storagev1.ColdSeal{Level: uint32(k), Count: coldfmt.PageFanout, Key: key, Size: uint64(len(body)), Digest: digest})
+			page := &storagev1.ColdRef{Start: run[0].GetStart(), End: run[len(run)-1].GetEnd(), Key: key, Kind: storagev1.ColdKind_COLD_KIND_PAGE, Size: uint64(len(body)), Records: coldfmt.PageFanout, Level: uint32(k + 1),
+				FirstRecord: run[0].GetFirstRecord(), NextRecord: run[len(run)-1].GetNextRecord()}
+			levels[k].Entries = levels[k].Entries[coldfmt.PageFanout:]
+			if k+1 == len(levels) {
+				levels = append(levels, &storagev1.ColdLevel{})
+			}
+			levels[k+1].Entries = append(levels[k+1].Entries, page)
+		}
+	}
+	cmd := &storagev1.Command{Op: &storagev1.Command_ColdFlush{ColdFlush: &storagev1.ColdFlush{
+		Bucket: h.Key.Bucket, Stream: h.Key.Stream, Incarnation: h.Incarnation,
+		Chunks: chunks, Seals: seals, GraceMs: c.cfg.GCGrace.Milliseconds(),
+	}}}
+	if _, err := c.groups.Propose(ctx, g, cmd); err != nil {
+		switch fault.KindOf(err) {
+		case nil, fault.ErrOutcomeUnknown, fault.ErrUnavailable, fault.ErrNotLeader:
+			// It may have committed, or may yet: keep the objects (the
+			// orphan sweep takes them if nothing names them).
+		default:
+			// Refused by apply: nothing names the objects.
+			c.stats.FlushRejected.Add(1)
+			c.Discard(uploaded...)
+		}
+		return err
+	}
+	c.stats.Flushes.Add(1)
+	c.stats.SealedPages.Add(uint64(len(seals)))
+	return nil
+}

@@ -1,0 +1,207 @@
+package cold
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	"github.com/ursula/ursula/storage/coldfmt"
+	"github.com/ursula/ursula/storage/fault"
+	"github.com/ursula/ursula/storage/multiraft"
+	"github.com/ursula/ursula/storage/objstore"
+	"github.com/ursula/ursula/storage/stream"
+	"github.com/ursula/ursula/storage/tier"
+)
+
+// Groups is how the cold tier reaches the Raft groups.
+type Groups interface {
+	// Propose replicates a command through group g (forwarding it to a
+	// remote leader when it may run there) and returns its result.
+	Propose(ctx context.Context, g uint32, cmd *storagev1.Command) (*stream.Result, error)
+	// Status is group g's Raft status on this node.
+	Status(g uint32) multiraft.GroupStatus
+	// Sync is a read barrier: this node's replica of g becomes at least as
+	// current as the leader was when called.
+	Sync(ctx context.Context, g uint32) error
+	// Machine is group g's state machine on this node (read only).
+	Machine(g uint32) *stream.Machine
+	// GroupCount is the number of groups.
+	GroupCount() int
+	// Leads reports whether this node answers for the tail of group g.
+	Leads(g uint32) bool
+}
+
+// Tier is a node's cold tier.
+type Tier struct {
+	cfg    Config
+	store  objstore.Store // nil: no cold store (every byte stays hot)
+	reader *tier.Reader
+	groups Groups
+	logger *slog.Logger
+	now    func() time.Time
+
+	slots    chan struct{} // upload concurrency
+	flushing sync.Map      // stream.Key → struct{}: one flush per stream at a time
+	kick     chan struct{} // wakes the flush loop (a write hit the cap)
+	staged   stagedIndex
+	stats    Stats
+}
+
+// Stats are the cold tier's counters.
+type Stats struct {
+	Flushes            atomic.Uint64
+	FlushRejected      atomic.Uint64
+	Uploads            atomic.Uint64
+	UploadBytes        atomic.Uint64
+	UploadErrors       atomic.Uint64
+	ExternalPayloads   atomic.Uint64
+	ReadErrors         atomic.Uint64
+	BackpressureWrites atomic.Uint64
+	SealedPages        atomic.Uint64
+	Retired            atomic.Uint64
+	Compactions        atomic.Uint64
+	GCAcked            atomic.Uint64
+}
+
+// New builds the cold tier over store (nil keeps every committed byte in
+// memory: tests of the hot path only). The zero cfg means DefaultConfig.
+// It starts nothing.
+func New(cfg Config, store objstore.Store, groups Groups, now func() time.Time, logger *slog.Logger) (*Tier, error) {
+	if cfg == (Config{}) {
+		cfg = DefaultConfig()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if now == nil {
+		now = time.Now
+	}
+	t := &Tier{
+		cfg: cfg, store: store, groups: groups, logger: logger, now: now,
+		slots: make(chan struct{}, cfg.FlushConcurrency),
+		kick:  make(chan struct{}, 1),
+	}
+	if store != nil {
+		t.reader = tier.NewReader(tier.NewCache(store, int64(cfg.BlockBytes), int64(cfg.CacheBytes)))
+	}
+	return t, nil
+}
+
+// Enabled reports whether a cold store is attached.
+func (t *Tier) Enabled() bool { return t.store != nil }
+
+// Config is the tier's effective configuration.
+func (t *Tier) Config() Config { return t.cfg }
+
+// Store is the cold store (nil without one).
+func (t *Tier) Store() objstore.Store { return t.store }
+
+// Stats returns the tier's counters.
+func (t *Tier) Stats() *Stats { return &t.stats }
+
+// CacheStats returns the read cache's counters.
+func (t *Tier) CacheStats() tier.CacheStats {
+	if t.reader == nil {
+		return tier.CacheStats{}
+	}
+	return t.reader.Cache().Stats()
+}
+
+// errNoStore is the answer of an operation that needs a cold store on a
+// node without one.
+func errNoStore(what string) error {
+	return fault.Errorf(fault.ErrNoColdStore, "%s needs a cold store", what)
+}
+
+// AdmitWrite refuses a write while the group holds more hot bytes than its
+// cap: flushes must catch up first.
+func (t *Tier) AdmitWrite(g uint32) error {
+	m := t.groups.Machine(g)
+	if t.store == nil || uint64(m.HotBytes()) < t.cfg.HotCapBytes {
+		return nil
+	}
+	t.stats.BackpressureWrites.Add(1)
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+	return fault.Errorf(fault.ErrOverloaded, "group %d holds %d hot bytes, at or above its cap of %d: waiting for cold flushes", g, m.HotBytes(), t.cfg.HotCapBytes).
+		With(fault.DetailRetryAfterMS, "1000")
+}
+
+// External reports whether an append of n bytes goes to the cold store as
+// an object of its own.
+func (t *Tier) External(n int) bool {
+	return t.store != nil && t.cfg.ExternalMinBytes > 0 && uint64(n) >= t.cfg.ExternalMinBytes
+}
+
+// StoreExternal uploads a large append body as an object of its own and
+// returns its locator for the Append command.
+func (t *Tier) StoreExternal(ctx context.Context, m stream.Meta, body []byte) (*storagev1.ColdRef, error) {
+	key := coldfmt.ExternalKey(coldfmt.StreamPrefix(m.Key.Bucket, m.Key.Stream, m.Incarnation))
+	if err := t.Put(ctx, key, body, "append"); err != nil {
+		return nil, err
+	}
+	t.stats.ExternalPayloads.Add(1)
+	return &storagev1.ColdRef{Key: key, Kind: storagev1.ColdKind_COLD_KIND_EXTERNAL, Size: uint64(len(body))}, nil
+}
+
+// Put uploads an object (what names it in the error).
+func (t *Tier) Put(ctx context.Context, key string, body []byte, what string) error {
+	if t.store == nil {
+		return errNoStore("storing a " + what)
+	}
+	if err := t.store.Put(ctx, key, body); err != nil {
+		t.stats.UploadErrors.Add(1)
+		return fault.Errorf(fault.ErrUnavailable, "store a %d-byte %s in the cold store: %v", len(body), what, err).With(fault.DetailRetryAfterMS, "1000")
+	}
+	t.stats.Uploads.Add(1)
+	t.stats.UploadBytes.Add(uint64(len(body)))
+	return nil
+}
+
+// maxCachedObjectBytes bounds the objects Get reads through the block
+// cache (a bootstrap storm reads the same snapshot again and again; a
+// large one would evict everything else).
+const maxCachedObjectBytes = 1 << 20
+
+// Get reads a whole object of the given size (what names it in the error).
+func (t *Tier) Get(ctx context.Context, key string, size int64, what string) ([]byte, error) {
+	if t.store == nil {
+		return nil, fault.Errorf(fault.ErrInternal, "%s is in the cold store but none is configured", what)
+	}
+	var body []byte
+	var err error
+	if size <= maxCachedObjectBytes {
+		body, err = t.reader.Cache().ReadAt(ctx, key, size, 0, size)
+	} else {
+		body, err = t.store.Get(ctx, key)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		t.stats.ReadErrors.Add(1)
+		return nil, fault.Errorf(fault.ErrColdStoreFailed, "read %s: %v", what, err)
+	}
+	return body, nil
+}
+
+// Discard deletes objects a rejected command named (best effort: the
+// orphan sweep catches what this misses).
+func (t *Tier) Discard(keys ...string) {
+	if len(keys) == 0 || t.store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := t.store.Delete(ctx, keys...); err != nil {
+		t.logger.Warn("delete objects of a rejected cold command", "err", err)
+	}
+}
+
+// GroupCount is the number of Raft groups.
+func (t *Tier) GroupCount() int { return t.groups.GroupCount() }
