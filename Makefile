@@ -99,7 +99,7 @@ generate: bin/buf ## Regenerate proto/gen from proto/ (offline: buf and the prot
 	bin/buf generate
 	bin/buf generate --template buf.gen.admin.yaml --path proto/ursula/admin
 
-verify: generate ## Fail on stale proto/gen, gofmt, go vet, or an untidy go.mod
+verify: generate ## Fail on stale proto/gen, gofmt, go vet, an untidy go.mod, or an import that breaks the layering of docs/architecture.md
 	@if ! git diff --quiet -- proto/gen || [ -n "$$(git ls-files --others --exclude-standard -- proto/gen)" ]; then \
 		git status --short -- proto/gen; \
 		echo "verify: proto/gen differs from what make generate produces; commit the regenerated files" >&2; exit 1; \
@@ -107,6 +107,7 @@ verify: generate ## Fail on stale proto/gen, gofmt, go vet, or an untidy go.mod
 	@files=$$(git ls-files --cached --others --exclude-standard -- '*.go' | xargs -r gofmt -l); \
 	if [ -n "$$files" ]; then echo "verify: gofmt -w needed on:" >&2; echo "$$files" >&2; exit 1; fi
 	$(GO) vet ./...
+	$(GO) test -count=1 ./tests/layering/
 	$(GO) mod tidy -diff
 	cd tests/tools && $(GO) mod tidy -diff
 
