@@ -58,9 +58,9 @@
 // span in an incoming W3C traceparent header; it records the method, the
 // route, the bucket and the status (5xx marks it failed), never the path's
 // stream name or the body. The request's context carries the span to the
-// StreamService client, whose otelgrpc handler (gateway/upstream) or
-// in-process equivalent (services/node.LocalClient) makes the node's spans
-// its children.
+// StreamService client, whose otelgrpc client handler (gateway/upstream,
+// or the in-process connection of services/platform/inproc) makes the
+// node's spans its children.
 //
 // ETags have the form "<incarnation>:<start offset>:<next offset>[:c]" where
 // ":c" marks a read that reached the final offset of a closed stream.

@@ -96,8 +96,9 @@ type LogConfig struct {
 	// Format is text or json.
 	Format string `toml:"format"`
 	// Levels overrides Level per component: the value of the logger's
-	// "component" attribute (engine, node, transport, gateway, upstream,
-	// subscriptions, coldgc, memlimit, telemetry) to a level, for example
+	// "component" attribute (engine, raft, cluster, transport, cold, node,
+	// gateway, upstream, subscriptions, coldgc, memlimit, telemetry) to a
+	// level, for example
 	// levels = { engine = "debug", gateway = "warn" }. A key may be a package
 	// path ("storage/engine"); its last element names the component. On the
 	// command line: -log.levels engine=debug,gateway=warn.
@@ -129,7 +130,7 @@ func (c *Config) registerFlags(fs *flag.FlagSet, target string) {
 	c.ColdGC.RegisterFlags(fs)
 	fs.StringVar(&c.Log.Level, "log.level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.Log.Format, "log.format", "text", "log format: text or json")
-	fs.Func("log.levels", "per-component log levels, e.g. engine=debug,gateway=warn (components: engine, node, transport, gateway, upstream, subscriptions, coldgc, memlimit, telemetry)", func(v string) error {
+	fs.Func("log.levels", "per-component log levels, e.g. engine=debug,gateway=warn (components: engine, raft, cluster, transport, cold, node, gateway, upstream, subscriptions, coldgc, memlimit, telemetry)", func(v string) error {
 		m, err := telemetry.ParseLevelList(v)
 		if err != nil {
 			return err

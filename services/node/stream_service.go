@@ -55,6 +55,9 @@ var errDraining = errcode.New(errcode.Unavailable, "node is shutting down").With
 // status converts an engine error for the wire, adding the leader's
 // client address to NOT_LEADER answers.
 func (s *streamService) status(err error) error {
+	if err == nil {
+		return nil
+	}
 	err = domainError(err)
 	var de *errcode.Error
 	if errors.As(err, &de) && de.Code == errcode.NotLeader {

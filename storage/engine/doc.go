@@ -1,9 +1,14 @@
 // Package engine is the storage engine's front door: it places streams on
 // Raft groups, validates requests, turns them into state-machine commands,
-// proposes them through multiraft and answers from the applied state.
+// proposes them through its Groups (package cluster) and answers from the
+// applied state.
 //
-// Placement: group = FNV-1a 64(bucket + "/" + stream) mod G. Bucket records
-// live in group 0.
+// Open assembles one node's storage in dependency order (state machines,
+// cluster plane, WAL and Raft host, cluster side, cold tier, request
+// engine) and Node.Run runs it: see Open.
+//
+// Placement: group = FNV-1a 64(bucket + "/" + stream) mod G
+// (stream.GroupOf). Bucket records live in group 0.
 //
 // Work that spans groups is orchestrated here, never inside apply: a fork
 // first takes a reference in its source's group (AddForkRef), then creates

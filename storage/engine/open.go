@@ -78,7 +78,7 @@ func Open(cfg Config, deps Deps) (*Node, error) {
 	ccfg := cluster.Config{NodeID: cfg.NodeID, ClusterID: cfg.ClusterID, DataDir: cfg.DataDir, Peers: cfg.Peers, MaxMessageBytes: cfg.MaxMessageBytes}
 	net := deps.Network
 	if net == nil && ccfg.MultiNode() {
-		g, err := cluster.NewGRPC(ccfg, logger.With("component", "cluster"))
+		g, err := cluster.NewGRPC(ccfg, logger)
 		if err != nil {
 			return nil, err
 		}

@@ -37,8 +37,11 @@
 // leadership after the entry was appended, ErrProposalDropped when raft
 // refused the entry (nothing was appended), and ErrStopped once the host is
 // stopping. A failed journal write or fsync, a failed snapshot write or
-// restore, and a malformed committed entry are fatal: Run returns the error
-// and the node stops; an fsync is never retried.
+// restore, and a committed entry the state machine cannot apply (it does
+// not decode, or names an operation this build does not know: Apply
+// returns an error) are fatal: Run returns the error and the node stops,
+// and stops again at every restart, rather than skip the entry and diverge
+// from the other replicas; an fsync is never retried.
 //
 // # Proposal envelope
 //
@@ -57,17 +60,30 @@
 // # Snapshots and log purge
 //
 // After SnapshotEntries applied entries or SnapshotBytes applied bytes since
-// its last snapshot, a group's state machine is snapshotted on its shard
-// worker, the snapshot file is written durably (package raftlog), its marker
-// is written and synced to the journal, the in-memory log is compacted, and
-// journal segments whose entries are all covered by snapshots are deleted. A
-// group whose entries alone keep an old segment alive is snapshotted early.
+// its last snapshot, a group's state machine is captured on its shard
+// worker (StateMachine.CaptureSnapshot, cheap); the host's snapshot worker
+// encodes the capture and writes the snapshot file durably (package
+// raftlog); back on the shard worker, its marker joins the journal (it
+// rides with the next write) and the in-memory log is compacted. Older
+// snapshot files are removed, and journal segments whose entries are all
+// covered by snapshots deleted, only after a synced flush made the markers
+// durable (snapshot.go has the details). A group whose entries alone keep an
+// old segment alive is snapshotted early. One group's snapshot thus never
+// stalls the other groups of its shard on a disk.
+//
+// # Waiting
+//
+// WaitApplied returns once this node's replica of a group applied an index
+// (the shard worker triggers waiters after each applied batch, etcd's
+// wait.WaitTime idea); StatusChanged returns a channel closed at the next
+// change of any group's leader, term or membership. Nobody polls.
 //
 // An operator can ask for both (Host.Snapshot, Host.PurgeLog). The request
 // joins the mailbox of the group's shard worker like a proposal and runs
 // there between two Ready cycles, never on the caller's goroutine: a
-// snapshot request takes a snapshot at the applied index unless the group
-// already has one there; a purge request purges through min(upto, snapshot
+// snapshot request answers once the group holds a snapshot of everything it
+// had applied when asked (taking one unless it already has one there); a
+// purge request purges through min(upto, snapshot
 // index), which the compaction at each snapshot already did for the
 // in-memory log, so it deletes the journal segments that became
 // purgeable. A request the worker has not started within the caller's
