@@ -172,19 +172,22 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		if srv, err = node.New(cfg.Node, storage, logger.With("component", "node")); err != nil {
+		deps := node.Deps{InProcess: node.NewInProcess(), Prometheus: tel.PrometheusHandler()}
+		var worker *coldgc.Worker
+		if cfg.Target == TargetAll {
+			// The worker calls this process's node in process.
+			if worker, err = coldgc.New(cfg.ColdGC, coldgcv1.NewColdGCServiceClient(deps.InProcess), store, logger.With("component", "coldgc")); err != nil {
+				return err
+			}
+			deps.ExtraMetrics = worker.AddMetrics
+		}
+		if srv, err = node.New(cfg.Node, storage, deps, logger.With("component", "node")); err != nil {
 			return err
 		}
-		srv.SetPrometheusHandler(tel.PrometheusHandler())
 		roles = append(roles,
 			lifecycle.Role{Name: "storage", Run: storage.Run},
 			lifecycle.Role{Name: "node", Run: srv.Run})
-		if cfg.Target == TargetAll {
-			worker, err := coldgc.New(cfg.ColdGC, coldgcv1.NewColdGCServiceClient(srv.Conn()), store, logger.With("component", "coldgc"))
-			if err != nil {
-				return err
-			}
-			srv.AddMetrics(worker.AddMetrics)
+		if worker != nil {
 			roles = append(roles, lifecycle.Role{Name: "coldgc", Run: worker.Run})
 		}
 		registerMetrics(tel, "node", srv.MetricsSource(), logger)

@@ -132,7 +132,7 @@ func TestAdminGuard(t *testing.T) {
 	eng := startEngine(t)
 	cfg := testConfig("127.0.0.1:0", "127.0.0.1:0")
 	cfg.AdminTokenFile = writeTokenFile(t, testToken+"\n", 0o600)
-	s, err := New(cfg, eng, testLogger(t))
+	s, err := New(cfg, eng, Deps{}, testLogger(t))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -84,7 +84,7 @@ func testConfig(listen, admin string) Config {
 // nothing).
 func newServer(tb testing.TB, eng *engine.Node) *Server {
 	tb.Helper()
-	s, err := New(testConfig("127.0.0.1:0", "127.0.0.1:0"), eng, testLogger(tb))
+	s, err := New(testConfig("127.0.0.1:0", "127.0.0.1:0"), eng, Deps{}, testLogger(tb))
 	if err != nil {
 		tb.Fatalf("node.New: %v", err)
 	}

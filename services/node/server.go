@@ -45,12 +45,7 @@ type Server struct {
 	local   *inproc.Server
 	streams *streamService
 	coldgc  *coldGCService
-	// extraMetrics adds the metrics of roles running beside the node in
-	// this process (the cold-GC worker).
-	extraMetrics atomic.Pointer[func(map[string]any)]
-	// prometheus serves GET /__ursula/prometheus on the admin plane (see
-	// SetPrometheusHandler).
-	prometheus atomic.Pointer[http.Handler]
+	deps    Deps
 	// plane is the cluster plane of a multi-node cluster (nil otherwise).
 	plane   *cluster.GRPC
 	readyMu sync.Mutex
@@ -59,9 +54,29 @@ type Server struct {
 	ready    bool
 }
 
+// Deps are what a node server takes from the roles that share its process.
+type Deps struct {
+	// InProcess serves the client plane's services to the roles of this
+	// process (NewInProcess); nil makes one, for the node's own use.
+	InProcess *inproc.Server
+	// Prometheus serves GET /__ursula/prometheus on the admin plane; nil
+	// answers 404.
+	Prometheus http.Handler
+	// ExtraMetrics adds the metrics of roles running beside the node (the
+	// all-in-one cold-GC worker) to /__ursula/metrics.
+	ExtraMetrics func(map[string]any)
+}
+
+// NewInProcess is the in-process connection of a node server, for the
+// roles that share its process (see Conn): it runs the stats handlers the
+// client plane's gRPC server and the gateway's router run.
+func NewInProcess() *inproc.Server {
+	return inproc.NewServer(inproc.WithServerStatsHandler(serverStatsHandler()), inproc.WithClientStatsHandler(clientStatsHandler()))
+}
+
 // New builds the server over the node's storage; it listens on nothing
 // until Run.
-func New(cfg Config, n *engine.Node, logger *slog.Logger) (*Server, error) {
+func New(cfg Config, n *engine.Node, deps Deps, logger *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("node config: %w", err)
 	}
@@ -69,6 +84,7 @@ func New(cfg Config, n *engine.Node, logger *slog.Logger) (*Server, error) {
 		cfg:         cfg,
 		n:           n,
 		plane:       n.ClusterPlane(),
+		deps:        deps,
 		logger:      logger,
 		incarnation: strconv.FormatInt(time.Now().UnixNano(), 36),
 	}
@@ -87,7 +103,9 @@ func New(cfg Config, n *engine.Node, logger *slog.Logger) (*Server, error) {
 		s.streams.leaderAddrs[p.ID] = p.ClientURL
 	}
 	s.coldgc = &coldGCService{cold: n.Cold}
-	s.local = inproc.NewServer(inproc.WithServerStatsHandler(serverStatsHandler()), inproc.WithClientStatsHandler(clientStatsHandler()))
+	if s.local = deps.InProcess; s.local == nil {
+		s.local = NewInProcess()
+	}
 	for _, r := range []grpc.ServiceRegistrar{s.grpcServer, s.local} {
 		streamv1.RegisterStreamServiceServer(r, s.streams)
 		coldgcv1.RegisterColdGCServiceServer(r, s.coldgc)
@@ -308,17 +326,13 @@ func readinessReason(stopping, started bool, rejoinPending int, groups []multira
 	return ""
 }
 
-// AddMetrics sets a function that adds metrics of another role of this
-// process to /__ursula/metrics.
-func (s *Server) AddMetrics(f func(map[string]any)) { s.extraMetrics.Store(&f) }
-
 func (s *Server) metricsSnapshot() map[string]any {
 	m := s.metrics.snapshot(s.n, s.cfg.ClusterID, s.incarnation)
 	m["node_id"] = float64(s.n.Config().NodeID)
 	m["peer_cluster_mismatches"] = s.mismatchList()
 	m["commit_stall_interventions"] = float64(s.n.Cluster.CommitStalls())
-	if f := s.extraMetrics.Load(); f != nil {
-		(*f)(m)
+	if f := s.deps.ExtraMetrics; f != nil {
+		f(m)
 	}
 	m["wal_recovery"] = s.n.WALRecovery()
 	m["leadership_shed_state"] = s.n.Cluster.ShedState().GetState()

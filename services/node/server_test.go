@@ -52,7 +52,7 @@ func TestConfigValidate(t *testing.T) {
 func TestServerRun(t *testing.T) {
 	eng := startEngine(t)
 	clientAddr, adminAddr := freeAddr(t), freeAddr(t)
-	s, err := New(testConfig(clientAddr, adminAddr), eng, testLogger(t))
+	s, err := New(testConfig(clientAddr, adminAddr), eng, Deps{}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

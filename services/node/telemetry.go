@@ -34,24 +34,12 @@ func (s *Server) MetricsSource() telemetry.Source {
 	}
 }
 
-// SetPrometheusHandler sets the handler of GET /__ursula/prometheus on the
-// admin plane (telemetry.Telemetry.PrometheusHandler); without one the
-// path answers 404.
-func (s *Server) SetPrometheusHandler(h http.Handler) {
-	if h == nil {
-		s.prometheus.Store(nil)
-		return
-	}
-	s.prometheus.Store(&h)
-}
-
 func (s *Server) servePrometheus(w http.ResponseWriter, r *http.Request) {
-	h := s.prometheus.Load()
-	if h == nil {
+	if s.deps.Prometheus == nil {
 		http.NotFound(w, r)
 		return
 	}
-	(*h).ServeHTTP(w, r)
+	s.deps.Prometheus.ServeHTTP(w, r)
 }
 
 // nodeDocument describes the metrics document: per-group values carry

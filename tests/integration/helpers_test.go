@@ -43,6 +43,12 @@ type testNode struct {
 // its server (listening on nothing until serve) until the test ends.
 func startNode(tb testing.TB) *testNode {
 	tb.Helper()
+	return startNodeWith(tb, node.Deps{})
+}
+
+// startNodeWith is startNode with the node server's deps.
+func startNodeWith(tb testing.TB, deps node.Deps) *testNode {
+	tb.Helper()
 	eng, err := engine.Open(engine.Config{
 		DataDir:             tb.TempDir(),
 		NodeID:              1,
@@ -65,7 +71,7 @@ func startNode(tb testing.TB) *testNode {
 		tb.Fatalf("engine WaitReady: %v", err)
 	}
 	n := &testNode{eng: eng, clientAddr: freeAddr(tb), adminAddr: freeAddr(tb)}
-	n.srv, err = node.New(node.Config{Listen: n.clientAddr, AdminListen: n.adminAddr, ClusterID: testClusterID, MaxMessageBytes: 4 << 20}, eng, testLogger(tb))
+	n.srv, err = node.New(node.Config{Listen: n.clientAddr, AdminListen: n.adminAddr, ClusterID: testClusterID, MaxMessageBytes: 4 << 20}, eng, deps, testLogger(tb))
 	if err != nil {
 		tb.Fatalf("node.New: %v", err)
 	}

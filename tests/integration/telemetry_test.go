@@ -15,6 +15,7 @@ import (
 
 	"github.com/ursula/ursula/gateway"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/services/node"
 	"github.com/ursula/ursula/services/platform/telemetry"
 	"github.com/ursula/ursula/tests/await"
 )
@@ -213,8 +214,7 @@ func TestPrometheusEndpoints(t *testing.T) {
 		}
 	})
 	prom := tel.PrometheusHandler()
-	n := startNode(t)
-	n.srv.SetPrometheusHandler(prom)
+	n := startNodeWith(t, node.Deps{Prometheus: prom})
 	n.serve(t)
 	router := startRouter(t, n.clientAddr)
 	gw, base := startGateway(t, router, func(c *gateway.Config) { c.Prometheus = prom })
