@@ -16,6 +16,7 @@ import (
 	"github.com/ursula/ursula/storage/objstore"
 	"github.com/ursula/ursula/storage/stream"
 	"github.com/ursula/ursula/storage/tier"
+	"github.com/ursula/ursula/tests/await"
 )
 
 // startColdEngine runs a single-node engine whose cold store is store and
@@ -58,17 +59,11 @@ func fill(tb testing.TB, eng *engine.Node, bucket, name string, n int) string {
 		all.WriteString(s)
 	}
 	k := stream.Key{Bucket: bucket, Stream: name}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	await.True(tb, bucket+"/"+name+" flushed", func() bool {
 		m, _ := eng.Engine.Lookup(k)
-		if m.ColdEnd == m.Tail {
-			return all.String()
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s/%s not flushed", bucket, name)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return m.ColdEnd == m.Tail
+	})
+	return all.String()
 }
 
 func readWhole(tb testing.TB, eng *engine.Node, bucket, name string) string {

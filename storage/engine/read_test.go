@@ -161,7 +161,7 @@ func TestLongPoll(t *testing.T) {
 			r, err := e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("lp"), Offset: tail, WaitMs: 10000})
 			got <- answer{r, err}
 		}()
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // pacing: lets the read start waiting; the outcome is the same either way
 		mustAppend(t, e, "lp", DefaultContentType, "cd")
 		select {
 		case a := <-got:
@@ -178,7 +178,7 @@ func TestLongPoll(t *testing.T) {
 			r, _ := e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("lp"), Offset: off(4), WaitMs: 10000})
 			got <- r
 		}()
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // pacing: lets the read start waiting; the outcome is the same either way
 		if _, err := e.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("lp"), Close: true}); err != nil {
 			t.Fatal(err)
 		}
@@ -207,7 +207,7 @@ func TestLongPoll(t *testing.T) {
 			_, err := e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("lp3"), Offset: "now", WaitMs: 10000})
 			got <- err
 		}()
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // pacing: lets the read start waiting; the outcome is the same either way
 		if _, err := e.DeleteStream(t.Context(), &streamv1.DeleteStreamRequest{Ref: ref("lp3")}); err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package multiraft
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -46,18 +47,11 @@ func TestProposeApplyRestart(t *testing.T) {
 
 	n2 := startNode(t, cfg, nil)
 	waitReady(t, n2.h)
-	deadline := time.Now().Add(5 * time.Second)
 	for g, w := range want {
-		for {
+		await.True(t, fmt.Sprintf("group %d to replay to %v", g, w), func() bool {
 			sum, count := n2.sms[g].state()
-			if sum == w[0] && count == w[1] {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("group %d after restart: sum %d count %d, want %v", g, sum, count, w)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return sum == w[0] && count == w[1]
+		})
 	}
 	v, err := n2.h.Propose(context.Background(), 0, u64(5))
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/ursula/ursula/tests/await"
 )
 
 // firstIndex reads the group's first log index on its shard worker.
@@ -36,10 +38,7 @@ func TestSnapshotAndPurgeOnRequest(t *testing.T) {
 	n.sms[1].mu.Lock()
 	last := n.sms[1].last
 	n.sms[1].mu.Unlock()
-	deadline := time.Now().Add(5 * time.Second)
-	for n.h.Status(1).Applied < last && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	await.True(t, "the status to show the last proposal", func() bool { return n.h.Status(1).Applied >= last })
 	applied := n.h.Status(1).Applied
 	if got := n.h.Status(1).SnapshotIndex; got >= applied {
 		t.Fatalf("group 1 already has a snapshot at %d (applied %d): raise SnapshotEntries", got, applied)

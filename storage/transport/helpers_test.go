@@ -10,13 +10,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/ursula/ursula/tests/await"
 )
 
 func TestMain(m *testing.M) {
@@ -150,15 +151,13 @@ func listen(tb testing.TB, addr string) net.Listener {
 		lis net.Listener
 		err error
 	)
-	// A restarted node re-listens on its old port; retry briefly.
-	for range 50 {
-		if lis, err = net.Listen("tcp", addr); err == nil {
-			return lis
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	tb.Fatalf("listen %s: %v", addr, err)
-	return nil
+	// A restarted node re-listens on its old port, which the kernel may
+	// still hold for a moment.
+	await.True(tb, "listening on "+addr, func() bool {
+		lis, err = net.Listen("tcp", addr)
+		return err == nil
+	})
+	return lis
 }
 
 // served is a transport with its gRPC server and Run goroutines.
