@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/ursula/ursula/storage/wal"
 )
 
 // clusterIDFile binds the WAL to a cluster id.
@@ -33,23 +35,7 @@ func BindWAL(dataDir, id string) error {
 		return nil
 	case errors.Is(err, os.ErrNotExist):
 		body := fmt.Sprintf("ursula-cluster-id v1\n%s\n%s\n", id, strconv.FormatUint(uint64(crc32.ChecksumIEEE([]byte(id))), 16))
-		tmp := path + ".tmp"
-		f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-		if err != nil {
-			return fmt.Errorf("cluster: record cluster id: %w", err)
-		}
-		if _, err := f.WriteString(body); err != nil {
-			f.Close()
-			return fmt.Errorf("cluster: record cluster id: %w", err)
-		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return fmt.Errorf("cluster: record cluster id: %w", err)
-		}
-		if err := f.Close(); err != nil {
-			return fmt.Errorf("cluster: record cluster id: %w", err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
+		if err := wal.WriteFileAtomic(wal.OSFS{}, filepath.Dir(path), path, []byte(body)); err != nil {
 			return fmt.Errorf("cluster: record cluster id: %w", err)
 		}
 		return nil

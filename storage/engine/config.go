@@ -55,18 +55,6 @@ type Config struct {
 	Cold cold.Config `toml:"-"`
 }
 
-// Voters returns the voter ids: the peers, or this node alone.
-func (c *Config) Voters() []uint64 {
-	if len(c.Peers) == 0 {
-		return []uint64{c.NodeID}
-	}
-	ids := make([]uint64, 0, len(c.Peers))
-	for _, p := range c.Peers {
-		ids = append(ids, p.ID)
-	}
-	return ids
-}
-
 // RegisterFlags registers the engine's flags with defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory for the WAL and snapshots")

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/ursula/ursula/storage/wal"
 )
 
 // The run state records whether the previous process shut down cleanly:
@@ -40,24 +42,9 @@ func readRunState(dataDir string, hadState bool) (crashed bool, err error) {
 // were flushed and synced.
 func recordCleanShutdown(dataDir string) error {
 	path := cleanShutdownFile(dataDir)
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
+	stamp := time.Now().UTC().Format(time.RFC3339Nano) + "\n"
+	if err := wal.WriteFileAtomic(wal.OSFS{}, filepath.Dir(path), path, []byte(stamp)); err != nil {
 		return fmt.Errorf("engine: record clean shutdown: %w", err)
-	}
-	if _, err := f.WriteString(time.Now().UTC().Format(time.RFC3339Nano) + "\n"); err != nil {
-		f.Close()
-		return fmt.Errorf("engine: record clean shutdown: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("engine: record clean shutdown: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("engine: record clean shutdown: %w", err)
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
 	}
 	return nil
 }

@@ -106,6 +106,21 @@
 //     producer tuple), every acknowledged append reads back once at its
 //     offset from the gateway and every node, the SSE readers see every
 //     byte in order, and leaderships spread over every node again;
+//   - TestFailStopPortTaken, TestFailStopColdStoreBroken,
+//     TestFailStopDataDirUnwritable (failstop_test.go; the issue: ursula
+//     kept running and answering 503 forever when its node failed): a
+//     listen port already taken (ursula's client, gateway and admin
+//     ports, ursula-node's client port and its cluster port in a 3-node
+//     configuration, ursula-gateway's port) ends the process with a
+//     non-zero status within 10 s, its log naming the failing role and
+//     "address already in use"; a cold store that is a regular file or a
+//     root holding a foreign object without URSULA_FORMAT_EPOCH ends it
+//     before it reports ready, naming the cold store; a data directory
+//     made unusable under load (renamed away, a regular file in its
+//     place) ends it with the storage role named, and once the directory
+//     is back every acknowledged append reads back once, in order (the
+//     all-in-one deployment, and ursula-node behind ursula-gateway, the
+//     gateway staying up);
 //   - TestProxy: the proxy's modes, without binaries;
 //   - TestExampleConfig, TestLocalClusterConfig: every binary accepts
 //     deploy/ursula.example.toml, and the files of make run-cluster
