@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"go.opentelemetry.io/otel"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -120,6 +122,12 @@ func startTelemetry(ctx context.Context, cfg *Config, logger *slog.Logger) (*tel
 	if err != nil {
 		return nil, nil, err
 	}
+	if !telemetry.TracesExported() {
+		// Nothing records spans: a no-op provider starts them without
+		// allocating (the global one's placeholder spans cost several
+		// allocations per call, on every request).
+		otel.SetTracerProvider(tracenoop.NewTracerProvider())
+	}
 	return tel, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), telemetryFlushTimeout)
 		defer cancel()
@@ -172,7 +180,8 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		deps := node.Deps{InProcess: node.NewInProcess(), Prometheus: tel.PrometheusHandler()}
+		exported := telemetry.TracesExported() || telemetry.MetricsExported()
+		deps := node.Deps{InProcess: node.NewInProcess(exported), Prometheus: tel.PrometheusHandler()}
 		var worker *coldgc.Worker
 		if cfg.Target == TargetAll {
 			// The worker calls this process's node in process.

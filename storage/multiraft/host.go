@@ -93,7 +93,8 @@ func (e *NotLeaderError) Error() string {
 	return fmt.Sprintf("multiraft: not leader (leader is node %d)", e.LeaderID)
 }
 
-// GroupStatus is a point-in-time view of a group on this node.
+// GroupStatus is a point-in-time view of a group on this node. Voters and
+// Learners are shared with other callers: never modify them.
 type GroupStatus struct {
 	GroupID  uint32
 	LeaderID uint64

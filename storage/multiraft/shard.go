@@ -654,13 +654,13 @@ func (g *group) updateStatus() {
 	}
 }
 
+// getStatus returns the status. Its Voters and Learners slices are
+// shared: updateStatus replaces them, never modifies them in place, so
+// they need no copy (callers must not modify them).
 func (g *group) getStatus() GroupStatus {
 	g.statusMu.Lock()
 	defer g.statusMu.Unlock()
-	st := g.status
-	st.Voters = slices.Clone(st.Voters)
-	st.Learners = slices.Clone(st.Learners)
-	return st
+	return g.status
 }
 
 func (g *group) leaderID() uint64 {

@@ -68,7 +68,7 @@ func (s *Server) newServerCall(cctx context.Context, method string, md metadata.
 			FullMethod: method,
 			RemoteAddr: s.peer.Addr,
 			LocalAddr:  s.peer.LocalAddr,
-			Header:     md.Copy(), // the handler's own must not change under it
+			Header:     copyMD(md), // the handler's own must not change under it
 		})
 	}
 	c.statsCtx = ctx
@@ -148,7 +148,7 @@ func (c *serverCall) ensureHeader() error {
 
 func (c *serverCall) statsOutHeader() {
 	if c.sh != nil {
-		c.sh.HandleRPC(c.statsCtx, &stats.OutHeader{Header: c.header.Copy()})
+		c.sh.HandleRPC(c.statsCtx, &stats.OutHeader{Header: copyMD(c.header)})
 	}
 }
 
@@ -169,7 +169,7 @@ func (c *serverCall) writeStatus() {
 		c.statsOutHeader()
 	}
 	if c.sh != nil {
-		c.sh.HandleRPC(c.statsCtx, &stats.OutTrailer{Trailer: trailer.Copy()})
+		c.sh.HandleRPC(c.statsCtx, &stats.OutTrailer{Trailer: copyMD(trailer)})
 	}
 	c.root.cancel(context.Canceled)
 }
@@ -217,7 +217,7 @@ func (s *Server) beginClient(ctx context.Context, method string, desc *grpc.Stre
 			FullMethod: method,
 			RemoteAddr: s.peer.Addr,
 			LocalAddr:  s.peer.LocalAddr,
-			Header:     md.Copy(), // the server's must not change under it
+			Header:     copyMD(md), // the server's must not change under it
 		})
 	}
 	return cctx, begin, md, nil

@@ -242,3 +242,12 @@ func finishCallOptions(opts []grpc.CallOption, header metadata.MD, headerSent bo
 		}
 	}
 }
+
+// copyMD copies metadata for a stats event, which must not see it change;
+// empty metadata, the common case, costs nothing.
+func copyMD(md metadata.MD) metadata.MD {
+	if len(md) == 0 {
+		return nil
+	}
+	return md.Copy()
+}

@@ -182,7 +182,7 @@ func (cs *clientStream) Header() (metadata.MD, error) {
 		return nil, nil
 	}
 	if header, sent := cs.reportHeader(); sent {
-		return header.Copy(), nil
+		return copyMD(header), nil
 	}
 	// Trailers-only: the handler has returned and its status is a moment
 	// away. grpc ends the call here.
@@ -200,7 +200,7 @@ func (cs *clientStream) Trailer() metadata.MD {
 		return nil
 	}
 	_, _, trailer := cs.call.sent()
-	return trailer.Copy()
+	return copyMD(trailer)
 }
 
 func (cs *clientStream) SendMsg(m any) error {
@@ -337,7 +337,7 @@ func (cs *clientStream) reportHeader() (header metadata.MD, sent bool) {
 	cs.headerReported = true
 	cs.mu.Unlock()
 	if first {
-		cs.ch.HandleRPC(cs.ctx, &stats.InHeader{Client: true, Header: header.Copy()})
+		cs.ch.HandleRPC(cs.ctx, &stats.InHeader{Client: true, Header: copyMD(header)})
 	}
 	return header, sent
 }
@@ -354,7 +354,7 @@ func (cs *clientStream) reportTrailer() {
 	cs.mu.Unlock()
 	if first {
 		_, _, trailer := cs.call.sent()
-		cs.ch.HandleRPC(cs.ctx, &stats.InTrailer{Client: true, Trailer: trailer.Copy()})
+		cs.ch.HandleRPC(cs.ctx, &stats.InTrailer{Client: true, Trailer: copyMD(trailer)})
 	}
 }
 

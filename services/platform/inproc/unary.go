@@ -68,12 +68,12 @@ func (s *Server) Invoke(ctx context.Context, method string, args, reply any, opt
 	}
 	if ch != nil && ctxErr == nil {
 		if headerSent {
-			ch.HandleRPC(cctx, &stats.InHeader{Client: true, Header: header.Copy()})
+			ch.HandleRPC(cctx, &stats.InHeader{Client: true, Header: copyMD(header)})
 		}
 		if clientErr == nil {
 			ch.HandleRPC(cctx, inPayload(true, reply, respSize))
 		}
-		ch.HandleRPC(cctx, &stats.InTrailer{Client: true, Trailer: trailer.Copy()})
+		ch.HandleRPC(cctx, &stats.InTrailer{Client: true, Trailer: copyMD(trailer)})
 	}
 	s.endClient(cctx, cbegin, header, headerSent, trailer, clientErr, opts)
 	return clientErr
