@@ -675,6 +675,9 @@ func (g *group) leaderID() uint64 {
 // holding much state (hot bytes not yet flushed) does not rewrite it for
 // every few appends.
 func (g *group) snapshotDue(cfg Config) bool {
+	if g.snapshotting {
+		return false // one at a time; the counters restarted at its capture
+	}
 	if g.sinceSnapEntries < cfg.SnapshotEntries && g.sinceSnapBytes < cfg.SnapshotBytes {
 		return false // the cost only ever raises the thresholds: skip asking for it
 	}
