@@ -82,6 +82,12 @@ func TestAdminEndpoints(t *testing.T) {
 		t.Fatalf("create %s: %v %v", dsName, resp, err)
 	}
 
+	// The balancer spreads leaderships after the start: wait until it is
+	// done, so that a group's leader found below is still its leader when
+	// the call reaches it.
+	if err := c.WaitBalanced(ctx); err != nil {
+		t.Fatal(err)
+	}
 	// Each call is local to one node: pin every node's incarnation once.
 	incs := map[uint64]string{}
 	for _, n := range c.Nodes {

@@ -20,6 +20,7 @@ import (
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/storage/stream"
+	"github.com/ursula/ursula/tests/await"
 )
 
 // EnvArtifacts names a directory where cluster tests copy the logs and
@@ -526,6 +527,36 @@ func (c *Cluster) GroupLeaders(ctx context.Context) (map[uint32]uint64, map[uint
 		}
 	}
 	return leaders, all, errors.Join(errs...)
+}
+
+// WaitBalanced waits until every group has a leader and no running node
+// leads more than its share: the balancer moves no leadership after that
+// (only a drain, a failure or the commit-stall watchdog does), so a test
+// that addresses a group's leader finds it still leading.
+func (c *Cluster) WaitBalanced(ctx context.Context) error {
+	var last map[uint64]int
+	ok := await.Until(await.DefaultTimeout, func() bool {
+		leaders, _, err := c.GroupLeaders(ctx)
+		if err != nil || len(leaders) < c.opts.GroupCount {
+			return false
+		}
+		last = map[uint64]int{}
+		for _, id := range leaders {
+			last[id]++
+		}
+		running := len(c.Running())
+		share := (c.opts.GroupCount + running - 1) / running
+		for _, n := range last {
+			if n > share {
+				return false
+			}
+		}
+		return true
+	})
+	if !ok {
+		return fmt.Errorf("leaderships not balanced after %v: %v", await.DefaultTimeout, last)
+	}
+	return nil
 }
 
 // WaitGroupsLed waits until every group has a leader that every running
