@@ -151,7 +151,7 @@ func summarize(t testing.TB, spans tracetest.SpanStubs) []string {
 		code := "-"
 		for _, a := range s.Attributes {
 			if a.Key == "rpc.response.status_code" {
-				code = a.Value.Emit()
+				code = a.Value.String()
 			}
 		}
 		out = append(out, fmt.Sprintf("%s %s parent=%s status=%s code=%s", s.SpanKind, s.Name, parent, s.Status.Code, code))

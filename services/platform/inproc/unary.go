@@ -46,7 +46,7 @@ func (s *Server) Invoke(ctx context.Context, method string, args, reply any, opt
 		st = lookupErr
 		c.writeStatus()
 	} else {
-		st, deliverErr, respSize = c.runUnary(m, args, reqSize, reply, ch != nil)
+		st, respSize, deliverErr = c.runUnary(m, args, reqSize, reply, ch != nil)
 	}
 	header, headerSent, trailer := c.sent()
 
@@ -84,7 +84,7 @@ func (s *Server) Invoke(ctx context.Context, method string, args, reply any, opt
 // success); deliverErr is the failure to deliver, which is the client's
 // alone, as a message that does not decode is over a network; respSize is
 // the response's size if stats handlers want it.
-func (c *serverCall) runUnary(m *method, args any, reqSize int, reply any, clientStats bool) (st *status.Status, deliverErr error, respSize int) {
+func (c *serverCall) runUnary(m *method, args any, reqSize int, reply any, clientStats bool) (st *status.Status, respSize int, deliverErr error) {
 	sh := c.sh
 	var begin time.Time
 	if sh != nil {
@@ -117,7 +117,7 @@ func (c *serverCall) runUnary(m *method, args any, reqSize int, reply any, clien
 	if sh != nil {
 		sh.HandleRPC(c.statsCtx, &stats.End{BeginTime: begin, EndTime: time.Now(), Error: errOf(st)})
 	}
-	return st, deliverErr, respSize
+	return st, respSize, deliverErr
 }
 
 // decode is the dec the generated unary handler calls to fill its request:
