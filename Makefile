@@ -64,8 +64,9 @@ run: build ## Build, then run bin/ursula (all roles, one node, ./data, gateway o
 # process (one terminal process group) and each shuts down gracefully (exit
 # status 0); a SIGTERM to make is passed on; when a process fails, the
 # others get SIGTERM.
-run-cluster: build ## Build, then run a local 3-node cluster (data under ./data/node{1,2,3}, shared cold store ./data/cold) behind ursula-gateway on 127.0.0.1:4437, with ursula-coldgc; Ctrl-C stops all
+run-cluster: build ## Build, then run a local 3-node cluster (data under ./data/node{1,2,3}, shared cold store ./data/cold, certificates ./data/pki) behind ursula-gateway on 127.0.0.1:4437, with ursula-coldgc; Ctrl-C stops all
 	@mkdir -p data/node1 data/node2 data/node3
+	@$(BIN)/ursulactl cert dev-cluster --dir data/pki --nodes 3
 	@pids=(); \
 	trap 'trap - EXIT INT TERM; wait; exit 130' INT; \
 	trap 'trap - EXIT INT TERM; kill -TERM "$${pids[@]}" 2>/dev/null || true; wait; exit 143' TERM; \

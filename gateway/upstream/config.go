@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/ursula/ursula/internal/pki"
 )
 
 // Defaults for Config.
@@ -46,6 +48,10 @@ type Config struct {
 	// KeepaliveTimeout is how long a keepalive ping may go unanswered before
 	// the connection is considered dead.
 	KeepaliveTimeout time.Duration `yaml:"keepalive_timeout" toml:"keepalive_timeout"`
+	// ClientPlane is how this process proves itself to the nodes (TLS with
+	// a role certificate, a bearer token); empty dials plaintext and
+	// anonymously.
+	pki.ClientPlane
 }
 
 // RegisterFlags registers the upstream flags on fs with "upstream."
@@ -68,6 +74,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RetryAfter, "upstream.retry-after", c.RetryAfter, "Retry-After hint when a group has no known leader.")
 	fs.DurationVar(&c.KeepaliveTime, "upstream.keepalive-time", c.KeepaliveTime, "Interval of keepalive pings on node connections.")
 	fs.DurationVar(&c.KeepaliveTimeout, "upstream.keepalive-timeout", c.KeepaliveTimeout, "How long a keepalive ping may go unanswered.")
+	fs.StringVar(&c.TLS.CAFile, "upstream.tls.ca-file", c.TLS.CAFile, "Dial the nodes over TLS: PEM bundle of the CA their certificates chain to.")
+	fs.StringVar(&c.TLS.CertFile, "upstream.tls.cert-file", c.TLS.CertFile, "This process's PEM certificate (proving its role) for the nodes.")
+	fs.StringVar(&c.TLS.KeyFile, "upstream.tls.key-file", c.TLS.KeyFile, "This process's PEM key (mode 600).")
+	fs.StringVar(&c.TokenFile, "upstream.token-file", c.TokenFile, "File holding this process's bearer token for the nodes (mode 600).")
 }
 
 // applyDefaults fills zero fields with the package defaults.
@@ -98,6 +108,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if len(c.Nodes) == 0 {
 		errs = append(errs, errors.New("upstream: nodes must name at least one storage node"))
+	}
+	if err := c.ClientPlane.Validate("upstream"); err != nil {
+		errs = append(errs, err)
 	}
 	for _, a := range c.Nodes {
 		if strings.TrimSpace(a) == "" {

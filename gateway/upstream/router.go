@@ -14,7 +14,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
@@ -121,8 +120,11 @@ func New(cfg Config, logger *slog.Logger) (*Router, error) {
 		kick:   make(chan struct{}, 1),
 		conns:  make(map[string]*nodeConn),
 	}
-	r.opts = []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds, err := cfg.ClientPlane.DialOptions(logger)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	r.opts = append(creds,
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxMessageBytes), grpc.MaxCallSendMsgSize(cfg.MaxMessageBytes)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: cfg.KeepaliveTime, Timeout: cfg.KeepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -130,7 +132,7 @@ func New(cfg Config, logger *slog.Logger) (*Router, error) {
 			MinConnectTimeout: cfg.DialTimeout,
 		}),
 		grpc.WithStatsHandler(clientStatsHandler()),
-	}
+	)
 	for _, addr := range cfg.Nodes {
 		if _, ok := r.conns[addr]; ok {
 			continue

@@ -156,6 +156,7 @@ func newRootCommand(env *Env, made func(*Controller)) *cobra.Command {
 		membershipCommand(ctl),
 		flushColdCommand(ctl),
 		purgeBucketCommand(ctl),
+		certCommand(env),
 	)
 	return root
 }

@@ -8,11 +8,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ursula/ursula/internal/pki"
 )
 
 // IncarnationHeader carries the pinned process incarnation on every
@@ -42,15 +43,12 @@ func (c *nodeClient) adminToken() (string, error) {
 		if c.node.AdminTokenFile == "" {
 			return
 		}
-		b, err := os.ReadFile(c.node.AdminTokenFile)
+		b, err := pki.ReadTokenFile(c.node.AdminTokenFile)
 		if err != nil {
-			c.tokenErr = fmt.Errorf("read admin_token_file: %w", err)
+			c.tokenErr = fmt.Errorf("read admin_token_file %s: %w", c.node.AdminTokenFile, err)
 			return
 		}
-		c.token = strings.TrimSpace(string(b))
-		if c.token == "" {
-			c.tokenErr = fmt.Errorf("admin_token_file %s is empty", c.node.AdminTokenFile)
-		}
+		c.token = string(b)
 	})
 	return c.token, c.tokenErr
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/ursula/ursula/internal/pki"
 )
 
 // Defaults of Options.
@@ -95,11 +97,19 @@ func New(m *Manifest, opts Options) (*Controller, error) {
 	}
 	ownHTTP := opts.HTTP == nil
 	if ownHTTP {
-		opts.HTTP = &http.Client{Transport: &http.Transport{
+		tr := &http.Transport{
 			Proxy:               nil, // admin planes are loopback or tunnels: never a system proxy
 			MaxIdleConnsPerHost: 4,
 			IdleConnTimeout:     30 * time.Second,
-		}}
+		}
+		if m.CAFile != "" {
+			src, err := pki.Load(pki.Files{CAFile: m.CAFile}, nil)
+			if err != nil {
+				return nil, fmt.Errorf("manifest ca_file: %w", err)
+			}
+			tr.TLSClientConfig = src.ClientConfig(pki.ExpectAnyNode)
+		}
+		opts.HTTP = &http.Client{Transport: tr}
 	}
 	c := &Controller{m: m, opts: opts, out: opts.Out, clients: map[uint64]*nodeClient{}, ownHTTP: ownHTTP}
 	if c.out == nil {

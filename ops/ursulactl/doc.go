@@ -11,6 +11,7 @@
 //
 //	cluster_id = "local-cluster"              # optional: every node must report it
 //	admin_token_file = "/etc/ursula/token"    # optional default of the nodes'
+//	ca_file = "pki/ca.crt"                    # optional: the CA of https:// URLs
 //
 //	[[nodes]]                                 # one per voter, in rollout order
 //	id = 1                                    # raft.node_id
@@ -19,10 +20,12 @@
 //	admin_url = "http://127.0.0.1:4451"       # server.admin_listen: mutations
 //	admin_token_file = "node1.token"          # optional, relative to the manifest
 //
-// A URL without a scheme gets http://. The token, when a node has a token
-// file, is the file's content without surrounding white space, sent as
-// Authorization: Bearer <token> on every admin-plane request; it is never
-// taken from the command line.
+// A URL without a scheme gets http://; an https:// URL is verified against
+// ca_file by the node identity its certificate proves (package pki). The
+// token, when a node has a token file, is the file's one line (the file
+// must be mode 600 or 400 and not a symlink), sent as Authorization:
+// Bearer <token> on every admin-plane request; it is never taken from the
+// command line.
 //
 // # Safety
 //

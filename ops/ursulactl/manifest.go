@@ -24,6 +24,11 @@ type Manifest struct {
 	// AdminTokenFile is the default admin_token_file of the nodes that set
 	// none.
 	AdminTokenFile string `toml:"admin_token_file"`
+	// CAFile is the PEM bundle of the CA the nodes' certificates chain to,
+	// for https:// URLs: a node is verified by the node identity its
+	// certificate proves (package pki), not by its host name. Relative to
+	// the manifest's directory. Empty: the system's roots and host names.
+	CAFile string `toml:"ca_file"`
 	// Nodes are the cluster's voters, in rollout order.
 	Nodes []Node `toml:"nodes"`
 
@@ -73,6 +78,9 @@ func LoadManifest(path string) (*Manifest, error) {
 	}
 	m.Path = path
 	dir := filepath.Dir(path)
+	if m.CAFile != "" && !filepath.IsAbs(m.CAFile) {
+		m.CAFile = filepath.Join(dir, m.CAFile)
+	}
 	for i := range m.Nodes {
 		n := &m.Nodes[i]
 		if n.AdminTokenFile != "" && !filepath.IsAbs(n.AdminTokenFile) {

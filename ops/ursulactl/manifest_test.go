@@ -93,6 +93,9 @@ func TestLocalClusterManifest(t *testing.T) {
 				ClusterID   string `toml:"cluster_id"`
 				Listen      string `toml:"listen"`
 				AdminListen string `toml:"admin_listen"`
+				ClientTLS   struct {
+					CAFile string `toml:"ca_file"`
+				} `toml:"client_tls"`
 			} `toml:"server"`
 			Raft struct {
 				NodeID uint64 `toml:"node_id"`
@@ -102,7 +105,11 @@ func TestLocalClusterManifest(t *testing.T) {
 		if _, err := toml.DecodeFile(file, &cfg); err != nil {
 			t.Fatal(err)
 		}
-		if n.ID != cfg.Raft.NodeID || n.ClientURL != "http://"+cfg.Server.Listen || n.AdminURL != "http://"+cfg.Server.AdminListen {
+		scheme := "http://"
+		if cfg.Server.ClientTLS.CAFile != "" {
+			scheme = "https://"
+		}
+		if n.ID != cfg.Raft.NodeID || n.ClientURL != scheme+cfg.Server.Listen || n.AdminURL != "http://"+cfg.Server.AdminListen {
 			t.Errorf("manifest node %+v does not match %s (node_id %d, listen %s, admin_listen %s)",
 				n, file, cfg.Raft.NodeID, cfg.Server.Listen, cfg.Server.AdminListen)
 		}

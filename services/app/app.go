@@ -14,11 +14,11 @@ import (
 	"go.opentelemetry.io/otel"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ursula/ursula/gateway"
 	"github.com/ursula/ursula/gateway/subscription"
 	"github.com/ursula/ursula/gateway/upstream"
+	"github.com/ursula/ursula/internal/pki"
 	coldgcv1 "github.com/ursula/ursula/proto/gen/go/ursula/coldgc/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/coldgc"
@@ -176,7 +176,11 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		storage, err := engine.Open(cfg.Engine, engine.Deps{ColdStore: store, Logger: logger})
+		clusterTLS, err := loadClusterTLS(cfg, logger)
+		if err != nil {
+			return err
+		}
+		storage, err := engine.Open(cfg.Engine, engine.Deps{ColdStore: store, ClusterTLS: clusterTLS, Logger: logger})
 		if err != nil {
 			return err
 		}
@@ -277,6 +281,29 @@ func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, tel *telemetry.Tel
 	return roles, closeAll, nil
 }
 
+// loadClusterTLS loads the cluster plane's certificates (nil when the
+// plane is off or plaintext): the node's certificate must prove its own
+// node id.
+func loadClusterTLS(cfg *Config, logger *slog.Logger) (*pki.Source, error) {
+	if len(cfg.Engine.Peers) < 2 {
+		return nil, nil
+	}
+	if cfg.Node.ClusterTLS.IsZero() {
+		logger.Warn("the cluster plane runs plaintext (server.insecure_cluster_plaintext): any local process can act as a node; use it for a development cluster only",
+			"cluster_listen", cfg.Node.ClusterListen)
+		return nil, nil
+	}
+	src, err := pki.Load(cfg.Node.ClusterTLS, logger.With("component", "pki", "plane", "cluster"))
+	if err != nil {
+		return nil, fmt.Errorf("server.cluster_tls: %w", err)
+	}
+	if want := pki.NodeIdentity(cfg.Engine.NodeID); src.Identity() != want {
+		return nil, fmt.Errorf("server.cluster_tls: the certificate %s proves %s, but raft.node_id is %d (%s)",
+			cfg.Node.ClusterTLS.CertFile, src.Identity(), cfg.Engine.NodeID, want)
+	}
+	return src, nil
+}
+
 // openColdStore opens the cold store and checks that its root is ours
 // (the format epoch marker), before the node serves anything.
 func openColdStore(ctx context.Context, cfg objstore.Config) (objstore.Store, error) {
@@ -300,7 +327,11 @@ func newColdGC(ctx context.Context, cfg *Config, logger *slog.Logger) (*coldgc.W
 	if err != nil {
 		return nil, nil, err
 	}
-	conn, err := grpc.NewClient(cfg.Upstream.Nodes[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds, err := cfg.Upstream.ClientPlane.DialOptions(logger.With("component", "pki"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("coldgc: %w", err)
+	}
+	conn, err := grpc.NewClient(cfg.Upstream.Nodes[0], creds...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("coldgc: dial %s: %w", cfg.Upstream.Nodes[0], err)
 	}

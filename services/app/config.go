@@ -151,6 +151,7 @@ func (c *Config) Validate() error {
 		if len(c.Upstream.Nodes) == 0 {
 			errs = append(errs, errors.New("upstream.nodes (a storage node's client plane) is required for the coldgc target"))
 		}
+		errs = append(errs, c.Upstream.ClientPlane.Validate("upstream"))
 		errs = append(errs, c.Runtime.Config.Validate())
 		errs = append(errs, c.Log.validate())
 		return errors.Join(errs...)
@@ -162,6 +163,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Target != TargetGateway {
 		errs = append(errs, c.Engine.Validate(), c.Node.Validate(), c.Cold.Config.Validate())
+		var urls []string
+		for _, p := range c.Engine.Peers {
+			if p.ID != c.Engine.NodeID {
+				urls = append(urls, p.ClusterURL)
+			}
+		}
+		if len(c.Engine.Peers) > 1 {
+			errs = append(errs, c.Node.ValidateClusterPlane(urls))
+		}
 	}
 	if c.Target != TargetNode {
 		errs = append(errs, c.Gateway.Validate(), c.Subscriptions.Validate())

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"net"
+
+	"github.com/ursula/ursula/internal/pki"
 )
 
 // Config configures a node's listeners.
@@ -29,6 +31,30 @@ type Config struct {
 	// otherwise the node refuses to start. Empty leaves the admin plane
 	// unauthenticated (a warning at startup).
 	AdminTokenFile string `toml:"admin_token_file"`
+	// ClientTLS serves the client plane (gRPC and HTTP) over TLS with this
+	// node's certificate; callers may present a client certificate of the
+	// CA in ca_file proving a role (urn:ursula:role:<role>, package pki).
+	ClientTLS pki.Files `toml:"client_tls"`
+	// ClientTokenFile names a file of bearer tokens for client-plane gRPC
+	// callers: one "<role> <token>" per line (roles gateway, coldgc,
+	// backup, client), mode 600, re-read when it changes.
+	ClientTokenFile string `toml:"client_token_file"`
+	// AllowAnonymousClients lets callers that prove no role in (as clients:
+	// the stream service on user buckets). Without ClientTLS and
+	// ClientTokenFile every caller is anonymous, and then a client plane on
+	// a non-loopback address requires this to be set explicitly.
+	AllowAnonymousClients bool `toml:"allow_anonymous_clients"`
+	// ClusterTLS is the cluster plane's mutual TLS: the cluster CA, and this
+	// node's certificate (proving urn:ursula:node:<raft.node_id>) and key,
+	// reloaded when the files change. A multi-node cluster requires it
+	// unless InsecureClusterPlaintext is set.
+	ClusterTLS pki.Files `toml:"cluster_tls"`
+	// InsecureClusterPlaintext runs the cluster plane of a multi-node
+	// cluster without TLS, where any process that reaches it can act as a
+	// node: allowed only when the cluster listener and every peer's
+	// cluster_url are loopback addresses (a development cluster on one
+	// machine), with a warning at startup.
+	InsecureClusterPlaintext bool `toml:"insecure_cluster_plaintext"`
 	// ClusterID names the cluster; it is reported by readiness and metrics.
 	ClusterID string `toml:"cluster_id"`
 	// MaxMessageBytes bounds one gRPC message (appends up to the gateway's
@@ -43,6 +69,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultListen, defaultClusterLi
 	fs.StringVar(&c.AdminListen, "admin.listen", "127.0.0.1:4438", "admin plane address (loopback only)")
 	fs.BoolVar(&c.AllowNonLoopbackAdmin, "admin.allow-non-loopback", false, "allow a non-loopback admin address")
 	fs.StringVar(&c.AdminTokenFile, "admin.token-file", "", "file holding the admin plane's bearer token (mode 600, one token of at least 32 bytes); empty: unauthenticated")
+	fs.StringVar(&c.ClientTLS.CAFile, "node.tls.ca-file", "", "client plane: PEM bundle of the CA of client certificates")
+	fs.StringVar(&c.ClientTLS.CertFile, "node.tls.cert-file", "", "client plane: this node's PEM certificate (serves TLS)")
+	fs.StringVar(&c.ClientTLS.KeyFile, "node.tls.key-file", "", "client plane: this node's PEM key (mode 600)")
+	fs.StringVar(&c.ClientTokenFile, "node.token-file", "", "client plane: file of \"<role> <token>\" lines for gRPC callers")
+	fs.BoolVar(&c.AllowAnonymousClients, "node.allow-anonymous-clients", false, "let callers without a certificate or token use the stream service on user buckets")
+	fs.StringVar(&c.ClusterTLS.CAFile, "cluster.tls.ca-file", "", "cluster plane: PEM bundle of the cluster CA")
+	fs.StringVar(&c.ClusterTLS.CertFile, "cluster.tls.cert-file", "", "cluster plane: this node's PEM certificate (urn:ursula:node:<id>)")
+	fs.StringVar(&c.ClusterTLS.KeyFile, "cluster.tls.key-file", "", "cluster plane: this node's PEM key (mode 600)")
+	fs.BoolVar(&c.InsecureClusterPlaintext, "cluster.insecure-plaintext", false, "run the cluster plane without TLS (every cluster address must be loopback)")
 	fs.StringVar(&c.ClusterID, "server.cluster-id", "local", "cluster id")
 	fs.IntVar(&c.MaxMessageBytes, "node.max-message-bytes", 64<<20, "maximum gRPC message size")
 }
@@ -64,11 +99,48 @@ func (c *Config) Validate() error {
 	if _, err := loadAdminToken(c.AdminTokenFile); err != nil {
 		errs = append(errs, err)
 	}
+	if !c.ClientTLS.IsZero() {
+		errs = append(errs, c.ClientTLS.Validate("server.client_tls", true))
+	}
+	if c.ClientTokenFile != "" {
+		if _, err := loadTokenFile(c.ClientTokenFile); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if host, _, err := net.SplitHostPort(c.Listen); err == nil && !isLoopback(host) &&
+		c.ClientTLS.IsZero() && c.ClientTokenFile == "" && !c.AllowAnonymousClients {
+		errs = append(errs, fmt.Errorf("server.listen %q is not a loopback address and the client plane authenticates nobody: "+
+			"configure server.client_tls and/or server.client_token_file, or set allow_anonymous_clients = true", c.Listen))
+	}
 	if c.ClusterID == "" {
 		errs = append(errs, errors.New("server.cluster_id is empty"))
 	}
 	if c.MaxMessageBytes < 1<<20 {
 		errs = append(errs, errors.New("node.max_message_bytes must be at least 1 MiB"))
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateClusterPlane checks the cluster plane of a multi-node cluster
+// against the other peers' cluster addresses: mutual TLS, or plaintext
+// confined to loopback.
+func (c *Config) ValidateClusterPlane(peerClusterURLs []string) error {
+	if !c.ClusterTLS.IsZero() {
+		if c.InsecureClusterPlaintext {
+			return errors.New("server: cluster_tls and insecure_cluster_plaintext exclude each other")
+		}
+		return c.ClusterTLS.Validate("server.cluster_tls", true)
+	}
+	if !c.InsecureClusterPlaintext {
+		return errors.New("server.cluster_tls is required by a multi-node cluster: the cluster plane authenticates nodes by their certificates " +
+			"(ursulactl cert creates a development CA); insecure_cluster_plaintext = true runs it plaintext on loopback addresses only")
+	}
+	var errs []error
+	for _, a := range append([]string{c.ClusterListen}, peerClusterURLs...) {
+		host, _, err := net.SplitHostPort(a)
+		if err != nil || !isLoopback(host) {
+			errs = append(errs, fmt.Errorf("server.insecure_cluster_plaintext: cluster address %q is not a loopback address; configure server.cluster_tls", a))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -40,6 +40,7 @@ var storageCodes = map[*fault.Kind]errcode.Code{
 	fault.ErrColdStoreFailed:     errcode.ColdStoreFailed,
 	fault.ErrNoColdStore:         errcode.NoColdStore,
 	fault.ErrUnimplemented:       errcode.Unimplemented,
+	fault.ErrPermissionDenied:    errcode.PermissionDenied,
 	fault.ErrInternal:            errcode.Internal,
 }
 

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/ursula/ursula/internal/pki"
 	adminv1 "github.com/ursula/ursula/proto/gen/go/ursula/admin/v1"
 	coldgcv1 "github.com/ursula/ursula/proto/gen/go/ursula/coldgc/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
@@ -39,6 +41,10 @@ type Server struct {
 	// adminToken is the digest of server.admin_token_file's token; nil
 	// when the admin plane is unauthenticated.
 	adminToken *adminToken
+	// clientTLS serves the client plane over TLS (nil: plaintext);
+	// clientAuth guards its gRPC calls.
+	clientTLS  *pki.Source
+	clientAuth *clientAuth
 
 	grpcServer *grpc.Server
 	// local serves the same services in-process (Conn).
@@ -100,12 +106,25 @@ func New(cfg Config, n *engine.Node, deps Deps, logger *slog.Logger) (*Server, e
 	if s.adminToken, err = loadAdminToken(cfg.AdminTokenFile); err != nil {
 		return nil, fmt.Errorf("node config: %w", err)
 	}
-	s.grpcServer = grpc.NewServer(
+	if !cfg.ClientTLS.IsZero() {
+		if s.clientTLS, err = pki.Load(cfg.ClientTLS, logger.With("plane", "client")); err != nil {
+			return nil, fmt.Errorf("server.client_tls: %w", err)
+		}
+	}
+	if s.clientAuth, err = newClientAuth(cfg, logger); err != nil {
+		return nil, fmt.Errorf("node config: %w", err)
+	}
+	opts := append(serverLimits(),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.StatsHandler(serverStatsHandler()),
+		grpc.ChainUnaryInterceptor(s.clientAuth.UnaryInterceptor),
+		grpc.ChainStreamInterceptor(s.clientAuth.StreamInterceptor),
 	)
+	if s.clientTLS != nil {
+		opts = append(opts, grpc.Creds(pki.Terminated()))
+	}
+	s.grpcServer = grpc.NewServer(opts...)
 	s.streams = &streamService{eng: n.Engine, cluster: n.Cluster, metrics: &s.metrics, clusterID: cfg.ClusterID, selfAddr: cfg.Listen, leaderAddrs: map[uint64]string{}, draining: make(chan struct{})}
 	for _, p := range n.Config().Peers {
 		s.streams.leaderAddrs[p.ID] = p.ClientURL
@@ -157,6 +176,9 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	mux := listenmux.New(clientLn)
+	if s.clientTLS != nil {
+		mux = listenmux.NewTLS(clientLn, s.clientTLS.ServerConfig(tls.VerifyClientCertIfGiven), s.clientAuth.handshakeRefused)
+	}
 	clientHTTP := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 	var adminHTTP *http.Server
 	if adminLn != nil {
@@ -195,10 +217,14 @@ func (s *Server) Run(ctx context.Context) error {
 		clusterMux  *listenmux.Mux
 	)
 	if s.plane != nil {
-		opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes), grpc.MaxSendMsgSize(s.cfg.MaxMessageBytes)}, s.plane.ServerOptions()...)
+		opts := append(append(serverLimits(), grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes), grpc.MaxSendMsgSize(s.cfg.MaxMessageBytes)), s.plane.ServerOptions()...)
 		clusterGRPC = grpc.NewServer(opts...)
 		s.plane.Register(clusterGRPC)
-		clusterMux = listenmux.New(clusterLn)
+		if tlsCfg := s.plane.Transport().ServerTLS(); tlsCfg != nil {
+			clusterMux = listenmux.NewTLS(clusterLn, tlsCfg, s.plane.Transport().HandshakeRefused)
+		} else {
+			clusterMux = listenmux.New(clusterLn)
+		}
 		shed := http.NewServeMux()
 		shed.HandleFunc("GET /__ursula/leadership-shed", s.serveShed)
 		clusterHTTP = &http.Server{Handler: shed, ReadHeaderTimeout: 10 * time.Second}
@@ -248,6 +274,29 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return runErr
+}
+
+// Limits of the node's gRPC servers.
+const (
+	// maxConcurrentStreams bounds the calls in flight on one connection
+	// (a gateway multiplexes its long-polls and subscriptions on a few).
+	maxConcurrentStreams = 16384
+	// connectionTimeout bounds a new connection's handshakes.
+	connectionTimeout = 10 * time.Second
+)
+
+// serverLimits are the resource bounds every gRPC server of the node
+// sets: streams per connection, handshake time, and keepalive both ways
+// (pings no more often than every 5 s from clients; a connection idle for
+// 10 minutes, or whose peer does not answer a ping within 10 s, is
+// closed).
+func serverLimits() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(maxConcurrentStreams),
+		grpc.ConnectionTimeout(connectionTimeout),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 10 * time.Minute, Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	}
 }
 
 // handOff is the first step of a graceful voter shutdown: mark the node
@@ -339,6 +388,8 @@ func (s *Server) metricsSnapshot() map[string]any {
 	m["node_id"] = float64(s.n.Config().NodeID)
 	m["peer_cluster_mismatches"] = s.mismatchList()
 	m["commit_stall_interventions"] = float64(s.n.Cluster.CommitStalls())
+	m["client_auth_refusals"] = float64(s.clientAuth.refusals.Load())
+	m["client_tls_handshake_refusals"] = float64(s.clientAuth.handshakeRefusals.Load())
 	if f := s.deps.ExtraMetrics; f != nil {
 		f(m)
 	}

@@ -160,8 +160,8 @@ func (c *Cluster) Propose(ctx context.Context, g uint32, cmd *storagev1.Command)
 		if res, ok = out.(*stream.Result); !ok {
 			return nil, fault.Errorf(fault.ErrInternal, "unexpected apply result %T", out)
 		}
-	case errors.As(err, &nl) && forwardable(cmd) && nl.LeaderID != 0:
-		if res, err = c.forward(ctx, nl.LeaderID, g, data); err != nil {
+	case errors.As(err, &nl) && nl.LeaderID != 0 && forwardRequest(g, cmd) != nil:
+		if res, err = c.forward(ctx, nl.LeaderID, forwardRequest(g, cmd)); err != nil {
 			return nil, err
 		}
 	default:
@@ -173,49 +173,6 @@ func (c *Cluster) Propose(ctx context.Context, g uint32, cmd *storagev1.Command)
 	return res, nil
 }
 
-// forwardable reports commands the node issues on its own behalf in a
-// group it may not lead (fork references, bucket purges, cold-GC
-// acknowledgements and compaction swaps); client commands are routed to
-// the leader by the gateway instead, and expiry, touches, barriers and
-// flushes run only on the leader.
-func forwardable(cmd *storagev1.Command) bool {
-	switch cmd.GetOp().(type) {
-	case *storagev1.Command_AddForkRef, *storagev1.Command_ReleaseForkRef,
-		*storagev1.Command_PurgeBucket, *storagev1.Command_GcAck, *storagev1.Command_ColdSwap:
-		return true
-	}
-	return false
-}
-
-// forward runs an encoded command on the group's remote leader.
-func (c *Cluster) forward(ctx context.Context, leader uint64, g uint32, cmd []byte) (*stream.Result, error) {
-	if c.net == nil || leader == c.cfg.NodeID {
-		return nil, fault.Errorf(fault.ErrUnavailable, "group %d has no reachable leader", g).With(fault.DetailRetryAfterMS, "500")
-	}
-	ar, err := c.net.Forward(ctx, leader, g, cmd)
-	if err != nil {
-		return nil, err
-	}
-	return stream.DecodeResult(ar), nil
-}
-
-// ProposeForwarded applies a command a peer forwarded to this node, the
-// group's leader (Local).
-func (c *Cluster) ProposeForwarded(ctx context.Context, g uint32, data []byte) (*storagev1.ApplyResult, error) {
-	if int(g) >= len(c.machines) {
-		return nil, fault.Errorf(fault.ErrInvalidArgument, "group %d out of range", g)
-	}
-	out, err := c.host.Propose(ctx, g, data)
-	if err != nil {
-		return nil, raftError(err)
-	}
-	res, ok := out.(*stream.Result)
-	if !ok {
-		return nil, fault.Errorf(fault.ErrInternal, "unexpected apply result %T", out)
-	}
-	return stream.EncodeResult(res), nil
-}
-
 // Sync makes this node's replica of group g at least as current as the
 // group's leader was when called (a read barrier): on a follower it runs a
 // barrier on the leader and waits until the local replica applied it.
@@ -224,11 +181,7 @@ func (c *Cluster) Sync(ctx context.Context, g uint32) error {
 	if !c.MultiNode() || st.IsLeader {
 		return nil
 	}
-	data, err := proto.Marshal(&storagev1.Command{NowMs: c.now().UnixMilli(), Op: &storagev1.Command_Barrier{Barrier: &storagev1.Barrier{}}})
-	if err != nil {
-		return err
-	}
-	res, err := c.forward(ctx, st.LeaderID, g, data)
+	res, err := c.forward(ctx, st.LeaderID, &raftv1.ForwardProposeRequest{GroupId: g, Op: &raftv1.ForwardProposeRequest_Barrier{Barrier: &storagev1.Barrier{}}})
 	if err != nil {
 		return err
 	}

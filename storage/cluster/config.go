@@ -1,6 +1,10 @@
 package cluster
 
-import "time"
+import (
+	"time"
+
+	"github.com/ursula/ursula/internal/pki"
+)
 
 // Peer is one voter of the cluster.
 type Peer struct {
@@ -25,6 +29,10 @@ type Config struct {
 	Peers []Peer
 	// MaxMessageBytes bounds one cluster-plane gRPC message.
 	MaxMessageBytes int
+	// TLS is this node's cluster-plane certificate and the cluster CA
+	// (mutual TLS between nodes; see transport.Config.TLS); nil runs the
+	// plane plaintext, for a loopback development cluster only.
+	TLS *pki.Source
 	// LeadershipTick is the period of the leadership upkeep (balancer,
 	// watchdog, membership, rebuilds); default 1s.
 	LeadershipTick time.Duration

@@ -3,14 +3,11 @@ package cluster
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	raftv1 "github.com/ursula/ursula/proto/gen/go/ursula/raft/v1"
@@ -29,9 +26,6 @@ type GRPC struct {
 	cfg    Config
 	logger *slog.Logger
 	local  Local
-
-	mu    sync.Mutex
-	conns map[uint64]*grpc.ClientConn
 }
 
 // NewGRPC builds the gRPC cluster plane of a multi-node cluster. It starts
@@ -47,13 +41,14 @@ func NewGRPC(cfg Config, logger *slog.Logger) (*GRPC, error) {
 		ClusterID:       cfg.ClusterID,
 		Peers:           peers,
 		MaxMessageBytes: cfg.MaxMessageBytes,
+		TLS:             cfg.TLS,
 		// A restarted peer should hear from its leaders within a second.
 		BackoffMax: time.Second,
 	}, nil, logger.With("component", "transport"))
 	if err != nil {
 		return nil, err
 	}
-	return &GRPC{tr: tr, cfg: cfg, logger: logger, conns: map[uint64]*grpc.ClientConn{}}, nil
+	return &GRPC{tr: tr, cfg: cfg, logger: logger}, nil
 }
 
 // Attach implements Network: the transport steps into local, and answers
@@ -67,16 +62,7 @@ func (n *GRPC) Attach(local Local) {
 
 // Run implements Network: it runs the peer senders until ctx ends, then
 // closes every connection.
-func (n *GRPC) Run(ctx context.Context) error {
-	err := n.tr.Run(ctx)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for id, cc := range n.conns {
-		_ = cc.Close()
-		delete(n.conns, id)
-	}
-	return err
-}
+func (n *GRPC) Run(ctx context.Context) error { return n.tr.Run(ctx) }
 
 // Register serves RaftService and ForwardService on a cluster-plane gRPC
 // server built with ServerOptions.
@@ -111,12 +97,12 @@ func (n *GRPC) AcceptsTransfers(ctx context.Context, peer uint64) bool {
 }
 
 // Forward implements Network.
-func (n *GRPC) Forward(ctx context.Context, leader uint64, g uint32, cmd []byte) (*storagev1.ApplyResult, error) {
+func (n *GRPC) Forward(ctx context.Context, leader uint64, req *raftv1.ForwardProposeRequest) (*storagev1.ApplyResult, error) {
 	cc, err := n.conn(leader)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := raftv1.NewForwardServiceClient(cc).Propose(ctx, &raftv1.ForwardProposeRequest{GroupId: g, Command: cmd})
+	resp, err := raftv1.NewForwardServiceClient(cc).Propose(ctx, req)
 	if err != nil {
 		return nil, callError(leader, err)
 	}
@@ -147,30 +133,11 @@ func (n *GRPC) RequestRebuild(ctx context.Context, leader uint64, g uint32, node
 }
 
 func (n *GRPC) conn(id uint64) (*grpc.ClientConn, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if cc := n.conns[id]; cc != nil {
-		return cc, nil
-	}
-	var addr string
-	for _, p := range n.cfg.Peers {
-		if p.ID == id {
-			addr = p.ClusterURL
-		}
-	}
-	if addr == "" {
+	cc, err := n.tr.Conn(id)
+	if errors.Is(err, transport.ErrUnknownPeer) {
 		return nil, fault.Errorf(fault.ErrUnavailable, "node %d is not a configured peer", id).With(fault.DetailRetryAfterMS, "1000")
 	}
-	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(n.cfg.MaxMessageBytes), grpc.MaxCallSendMsgSize(n.cfg.MaxMessageBytes)),
-	}, n.tr.DialOptions()...)
-	cc, err := grpc.NewClient(addr, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: dial peer %d at %s: %w", id, addr, err)
-	}
-	n.conns[id] = cc
-	return cc, nil
+	return cc, err
 }
 
 // callError is a failed call to a peer: the peer did not answer, so the
@@ -216,7 +183,7 @@ type forwardServer struct {
 }
 
 func (f *forwardServer) Propose(ctx context.Context, req *raftv1.ForwardProposeRequest) (*raftv1.ForwardProposeResponse, error) {
-	ar, err := f.n.local.ProposeForwarded(ctx, req.GetGroupId(), req.GetCommand())
+	ar, err := f.n.local.ProposeForwarded(ctx, transport.SenderID(ctx), req)
 	if err != nil {
 		return &raftv1.ForwardProposeResponse{Error: encodeError(err)}, nil
 	}
@@ -228,7 +195,7 @@ func (f *forwardServer) Propose(ctx context.Context, req *raftv1.ForwardProposeR
 }
 
 func (f *forwardServer) RequestRebuild(ctx context.Context, req *raftv1.RequestRebuildRequest) (*raftv1.RequestRebuildResponse, error) {
-	done, err := f.n.local.RequestRebuild(ctx, req.GetGroupId(), req.GetNodeId())
+	done, err := f.n.local.RequestRebuild(ctx, transport.SenderID(ctx), req.GetGroupId(), req.GetNodeId())
 	if err != nil {
 		return &raftv1.RequestRebuildResponse{Error: encodeError(err)}, nil
 	}

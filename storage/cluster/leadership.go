@@ -188,8 +188,14 @@ type rebuildKey struct {
 }
 
 // RequestRebuild is called on a group's leader by a replica that lost its
-// log. It reports done once the replica is no longer a voter.
-func (c *Cluster) RequestRebuild(ctx context.Context, g uint32, node uint64) (bool, error) {
+// log, node, through peer from. It reports done once the replica is no
+// longer a voter. A node asks only for itself: a request for another node
+// is refused, since it would remove a healthy voter.
+func (c *Cluster) RequestRebuild(ctx context.Context, from uint64, g uint32, node uint64) (bool, error) {
+	if from != node {
+		c.logger.Warn("refused a rebuild request for another node", "from_node_id", from, "node_id", node, "group_id", g)
+		return false, fault.Errorf(fault.ErrPermissionDenied, "node %d may ask a rebuild of its own replica only, not of node %d", from, node)
+	}
 	if int(g) >= len(c.machines) {
 		return false, fault.Errorf(fault.ErrInvalidArgument, "group %d out of range", g)
 	}

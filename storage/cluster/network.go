@@ -19,10 +19,10 @@ type Network interface {
 	Send(groupID uint32, msgs []*pb.Message)
 	// Probe asks a peer about the state of groups.
 	Probe(ctx context.Context, peer uint64, groups []uint32) ([]*raftv1.ProbeResponse_GroupState, error)
-	// Forward runs an encoded command on a group's leader and returns its
-	// applied result; a refusal (not the leader any more, ...) is a
-	// storage error (package fault).
-	Forward(ctx context.Context, leader uint64, groupID uint32, cmd []byte) (*storagev1.ApplyResult, error)
+	// Forward runs an allow-listed operation on a group's leader and
+	// returns its applied result; a refusal (not the leader any more, ...)
+	// is a storage error (package fault).
+	Forward(ctx context.Context, leader uint64, req *raftv1.ForwardProposeRequest) (*storagev1.ApplyResult, error)
 	// RequestRebuild asks a group's leader to rebuild node's replica; done
 	// once the leader no longer counts the lost log.
 	RequestRebuild(ctx context.Context, leader uint64, groupID uint32, node uint64) (done bool, err error)
@@ -45,12 +45,12 @@ type Local interface {
 	ReportSnapshot(groupID uint32, to uint64, failed bool) error
 	// ProbeAnswer reports this node's state of groups.
 	ProbeAnswer(groups []uint32) []*raftv1.ProbeResponse_GroupState
-	// ProposeForwarded applies a command a peer forwarded to this node, the
-	// group's leader.
-	ProposeForwarded(ctx context.Context, groupID uint32, cmd []byte) (*storagev1.ApplyResult, error)
-	// RequestRebuild is a peer asking this node, a group's leader, to
-	// rebuild its replica.
-	RequestRebuild(ctx context.Context, groupID uint32, node uint64) (bool, error)
+	// ProposeForwarded runs an operation peer from forwarded to this node,
+	// the group's leader. from is the sender the network authenticated.
+	ProposeForwarded(ctx context.Context, from uint64, req *raftv1.ForwardProposeRequest) (*storagev1.ApplyResult, error)
+	// RequestRebuild is peer from asking this node, a group's leader, to
+	// rebuild node's replica (only a node's own request is taken).
+	RequestRebuild(ctx context.Context, from uint64, groupID uint32, node uint64) (bool, error)
 	// ShedState is this node's leadership-shed state.
 	ShedState() *raftv1.ShedState
 }

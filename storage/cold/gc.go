@@ -105,6 +105,9 @@ func (t *Tier) CommitCompaction(ctx context.Context, g uint32, swap *storagev1.C
 	if swap.GetGraceMs() == 0 {
 		swap.GraceMs = t.cfg.GCGrace.Milliseconds()
 	}
+	if err := stream.ValidateColdSwap(swap); err != nil {
+		return err
+	}
 	_, err := t.groups.Propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_ColdSwap{ColdSwap: swap}})
 	if err == nil {
 		t.stats.Compactions.Add(1)

@@ -15,7 +15,7 @@ const MaxAttrsBytes = 16 << 10
 // GetAttrs returns a stream's attributes (nil attrs when none are set).
 func (e *Engine) GetAttrs(_ context.Context, req *streamv1.GetAttrsRequest) (*streamv1.GetAttrsResponse, error) {
 	k := keyOf(req.GetRef())
-	if err := validKey(k); err != nil {
+	if err := k.Validate(); err != nil {
 		return nil, err
 	}
 	m, err := e.live(k)
@@ -36,7 +36,7 @@ func (e *Engine) GetAttrs(_ context.Context, req *streamv1.GetAttrsRequest) (*st
 // streams accept it.
 func (e *Engine) SetAttrs(ctx context.Context, req *streamv1.SetAttrsRequest) (*streamv1.SetAttrsResponse, error) {
 	k := keyOf(req.GetRef())
-	if err := validKey(k); err != nil {
+	if err := k.Validate(); err != nil {
 		return nil, err
 	}
 	a := req.GetAttrs()

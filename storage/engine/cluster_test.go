@@ -93,12 +93,12 @@ func (n *memNet) Probe(_ context.Context, peer uint64, groups []uint32) ([]*raft
 	return p.local.ProbeAnswer(groups), nil
 }
 
-func (n *memNet) Forward(ctx context.Context, leader uint64, g uint32, cmd []byte) (*storagev1.ApplyResult, error) {
+func (n *memNet) Forward(ctx context.Context, leader uint64, req *raftv1.ForwardProposeRequest) (*storagev1.ApplyResult, error) {
 	p, ok := n.c.net(leader)
 	if !ok {
 		return nil, fault.Errorf(fault.ErrUnavailable, "no peer %d", leader)
 	}
-	return p.local.ProposeForwarded(ctx, g, cmd)
+	return p.local.ProposeForwarded(ctx, n.self, req)
 }
 
 func (n *memNet) RequestRebuild(ctx context.Context, leader uint64, g uint32, node uint64) (bool, error) {
@@ -106,7 +106,7 @@ func (n *memNet) RequestRebuild(ctx context.Context, leader uint64, g uint32, no
 	if !ok {
 		return false, fault.Errorf(fault.ErrUnavailable, "no peer %d", leader)
 	}
-	return p.local.RequestRebuild(ctx, g, node)
+	return p.local.RequestRebuild(ctx, n.self, g, node)
 }
 
 func (n *memNet) AcceptsTransfers(_ context.Context, peer uint64) bool {

@@ -14,7 +14,7 @@ func (e *Engine) FlushCold(ctx context.Context, k stream.Key) error {
 	if !e.cold.Enabled() {
 		return fault.Errorf(fault.ErrInvalidArgument, "no cold store is configured")
 	}
-	if err := validKey(k); err != nil {
+	if err := k.Validate(); err != nil {
 		return err
 	}
 	if !e.leads(k) {

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	"github.com/ursula/ursula/storage/cold"
@@ -22,12 +21,6 @@ const DefaultContentType = "application/octet-stream"
 
 // bucketGroup holds every bucket record.
 const bucketGroup = 0
-
-// Limits on names.
-const (
-	maxStreamIDBytes = 1024
-	maxBucketBytes   = 63
-)
 
 // Groups is how the request engine reaches the Raft groups
 // (cluster.Cluster implements it).
@@ -141,25 +134,6 @@ func (e *Engine) release(ctx context.Context, origins []*storagev1.ForkOrigin) {
 			e.logger.Warn("release fork reference failed", "bucket", k.Bucket, "stream", k.Stream, "err", err)
 		}
 	}
-}
-
-// validKey checks bucket and stream names.
-func validKey(k stream.Key) error {
-	if k.Bucket == "" || len(k.Bucket) > maxBucketBytes {
-		return fault.Errorf(fault.ErrInvalidArgument, "bucket name must be 1 to %d bytes", maxBucketBytes)
-	}
-	if k.Stream == "" || len(k.Stream) > maxStreamIDBytes {
-		return fault.Errorf(fault.ErrInvalidArgument, "stream id must be 1 to %d bytes", maxStreamIDBytes)
-	}
-	if !utf8.ValidString(k.Stream) || !utf8.ValidString(k.Bucket) {
-		return fault.Errorf(fault.ErrInvalidArgument, "names must be valid UTF-8")
-	}
-	for _, r := range k.Stream {
-		if r < 0x20 || r == 0x7f {
-			return fault.Errorf(fault.ErrInvalidArgument, "stream id contains a control character")
-		}
-	}
-	return nil
 }
 
 // builtinBucket reports buckets that exist without creation (names

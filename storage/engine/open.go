@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ursula/ursula/internal/pki"
 	"github.com/ursula/ursula/storage/cluster"
 	"github.com/ursula/ursula/storage/cold"
 	"github.com/ursula/ursula/storage/multiraft"
@@ -31,6 +32,10 @@ type Deps struct {
 	// Now is the clock of TTLs and flush ages; nil is time.Now. Raft
 	// ticks keep real time.
 	Now func() time.Time
+	// ClusterTLS is this node's cluster-plane certificate and the cluster
+	// CA for the gRPC cluster plane (mutual TLS between nodes); nil runs it
+	// plaintext (a loopback development cluster).
+	ClusterTLS *pki.Source
 	// Logger receives every component's log, each with its component.
 	Logger *slog.Logger
 }
@@ -75,7 +80,7 @@ func Open(cfg Config, deps Deps) (*Node, error) {
 	for g := range n.machines {
 		n.machines[g] = stream.NewMachine(uint32(g))
 	}
-	ccfg := cluster.Config{NodeID: cfg.NodeID, ClusterID: cfg.ClusterID, DataDir: cfg.DataDir, Peers: cfg.Peers, MaxMessageBytes: cfg.MaxMessageBytes}
+	ccfg := cluster.Config{NodeID: cfg.NodeID, ClusterID: cfg.ClusterID, DataDir: cfg.DataDir, Peers: cfg.Peers, MaxMessageBytes: cfg.MaxMessageBytes, TLS: deps.ClusterTLS}
 	net := deps.Network
 	if net == nil && ccfg.MultiNode() {
 		g, err := cluster.NewGRPC(ccfg, logger)

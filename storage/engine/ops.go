@@ -47,8 +47,8 @@ func (e *Engine) CreateBucket(ctx context.Context, req *streamv1.CreateBucketReq
 
 // validBucketName enforces S3-style names; "__" names are reserved.
 func validBucketName(b string) error {
-	if len(b) < 1 || len(b) > maxBucketBytes {
-		return fault.Errorf(fault.ErrInvalidArgument, "bucket name must be 1 to %d characters", maxBucketBytes)
+	if len(b) < 1 || len(b) > stream.MaxBucketBytes {
+		return fault.Errorf(fault.ErrInvalidArgument, "bucket name must be 1 to %d characters", stream.MaxBucketBytes)
 	}
 	if builtinBucket(b) {
 		return fault.Errorf(fault.ErrInvalidArgument, "bucket names starting with __ are reserved")
@@ -84,7 +84,7 @@ func (e *Engine) checkBucket(ctx context.Context, b string) error {
 // CreateStream creates a stream, confirms an identical one or creates a fork.
 func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamRequest) (*streamv1.CreateStreamResponse, error) {
 	k := keyOf(req.GetRef())
-	if err := validKey(k); err != nil {
+	if err := k.Validate(); err != nil {
 		return nil, err
 	}
 	if k.Stream == reservedStreamID && !builtinBucket(k.Bucket) {
@@ -168,7 +168,7 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 func (e *Engine) resolveFork(ctx context.Context, req *streamv1.CreateStreamRequest, c *storagev1.CreateStream) (stream.Meta, error) {
 	f := req.GetFork()
 	sk := keyOf(f.GetSource())
-	if err := validKey(sk); err != nil {
+	if err := sk.Validate(); err != nil {
 		return stream.Meta{}, err
 	}
 	// Resolve the fork point against the source as its leader knows it.
@@ -265,7 +265,7 @@ func (e *Engine) unitEnd(ctx context.Context, m stream.Meta, pos, n, clip uint64
 // Append appends to, appends to and closes, or closes a stream.
 func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*streamv1.AppendResponse, error) {
 	k := keyOf(req.GetRef())
-	if err := validKey(k); err != nil {
+	if err := k.Validate(); err != nil {
 		return nil, err
 	}
 	if len(req.GetFrames()) > 0 {
@@ -352,7 +352,7 @@ func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*stre
 // Head returns a stream's metadata without restarting its TTL.
 func (e *Engine) Head(_ context.Context, req *streamv1.HeadRequest) (*streamv1.HeadResponse, error) {
 	k := keyOf(req.GetRef())
-	if err := validKey(k); err != nil {
+	if err := k.Validate(); err != nil {
 		return nil, err
 	}
 	m, err := e.leaderLive(k)
@@ -369,7 +369,7 @@ func (e *Engine) Head(_ context.Context, req *streamv1.HeadRequest) (*streamv1.H
 // soft-deleted until the last of them goes.
 func (e *Engine) DeleteStream(ctx context.Context, req *streamv1.DeleteStreamRequest) (*streamv1.DeleteStreamResponse, error) {
 	k := keyOf(req.GetRef())
-	if err := validKey(k); err != nil {
+	if err := k.Validate(); err != nil {
 		return nil, err
 	}
 	m, err := e.leaderLive(k)
@@ -388,7 +388,7 @@ func (e *Engine) DeleteStream(ctx context.Context, req *streamv1.DeleteStreamReq
 // objects wholly below it (deleted after the GC grace).
 func (e *Engine) SetRetention(ctx context.Context, req *streamv1.SetRetentionRequest) (*streamv1.SetRetentionResponse, error) {
 	k := keyOf(req.GetRef())
-	if err := validKey(k); err != nil {
+	if err := k.Validate(); err != nil {
 		return nil, err
 	}
 	m, err := e.leaderLive(k)

@@ -17,7 +17,7 @@ const maxWait = 5 * time.Minute
 // stream for up to wait_ms.
 func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1.ReadResponse, error) {
 	k := keyOf(req.GetRef())
-	if err := validKey(k); err != nil {
+	if err := k.Validate(); err != nil {
 		return nil, err
 	}
 	m, err := e.live(k)
@@ -101,7 +101,7 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 // subscriber learns the tail at once.
 func (e *Engine) Subscribe(ctx context.Context, req *streamv1.SubscribeRequest, send func(*streamv1.ReadResponse) error) error {
 	k := keyOf(req.GetRef())
-	if err := validKey(k); err != nil {
+	if err := k.Validate(); err != nil {
 		return err
 	}
 	if !e.leads(k) {

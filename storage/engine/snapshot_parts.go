@@ -47,7 +47,7 @@ func (e *Engine) snapshotTarget(k stream.Key, raw string) (stream.Meta, uint64, 
 // SHA-256. It runs on the group's leader; nothing is replicated.
 func (e *Engine) PutSnapshotPart(ctx context.Context, req *streamv1.PutSnapshotPartRequest) (*streamv1.PutSnapshotPartResponse, error) {
 	k := keyOf(req.GetRef())
-	if err := validKey(k); err != nil {
+	if err := k.Validate(); err != nil {
 		return nil, err
 	}
 	if !e.cold.Enabled() {
@@ -85,7 +85,7 @@ func (e *Engine) PutSnapshotPart(ctx context.Context, req *streamv1.PutSnapshotP
 // store a window at a time. The offset and match checks are PutSnapshot's.
 func (e *Engine) CommitSnapshot(ctx context.Context, req *streamv1.CommitSnapshotRequest) (*streamv1.CommitSnapshotResponse, error) {
 	k := keyOf(req.GetRef())
-	if err := validKey(k); err != nil {
+	if err := k.Validate(); err != nil {
 		return nil, err
 	}
 	if !e.cold.Enabled() {

@@ -20,7 +20,7 @@ const MaxSnapshotBytes = 32 << 20
 // PublishSnapshot command is proposed, otherwise it travels inline.
 func (e *Engine) PutSnapshot(ctx context.Context, req *streamv1.PutSnapshotRequest) (*streamv1.PutSnapshotResponse, error) {
 	k := keyOf(req.GetRef())
-	if err := validKey(k); err != nil {
+	if err := k.Validate(); err != nil {
 		return nil, err
 	}
 	body := req.GetBody()
@@ -111,7 +111,7 @@ func (e *Engine) boundary(ctx context.Context, m stream.Meta, pos uint64) (bool,
 // how many).
 func (e *Engine) GetSnapshot(ctx context.Context, req *streamv1.GetSnapshotRequest) (*streamv1.GetSnapshotResponse, error) {
 	k := keyOf(req.GetRef())
-	if err := validKey(k); err != nil {
+	if err := k.Validate(); err != nil {
 		return nil, err
 	}
 	m, err := e.leaderLive(k)

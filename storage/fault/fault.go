@@ -65,6 +65,8 @@ var (
 	// ErrNoColdStore: the operation needs a cold store; none is configured.
 	ErrNoColdStore   = newKind("NO_COLD_STORE", "no cold store")
 	ErrUnimplemented = newKind("UNIMPLEMENTED", "not implemented")
+	// ErrPermissionDenied: the caller's proven identity may not do this.
+	ErrPermissionDenied = newKind("PERMISSION_DENIED", "permission denied")
 	// ErrInternal: a broken invariant; a bug, not the caller's fault.
 	ErrInternal = newKind("INTERNAL", "internal error")
 )

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/ursula/ursula/internal/pki"
 	raftv1 "github.com/ursula/ursula/proto/gen/go/ursula/raft/v1"
 )
 
@@ -66,9 +67,14 @@ type Config struct {
 	// MismatchWindow is how long a refusal keeps a configured peer listed
 	// by PeerClusterMismatches; default 1 minute.
 	MismatchWindow time.Duration `yaml:"mismatch_window"`
-	// DialOptions are added to every peer connection (TLS credentials,
-	// stats handlers). Without transport credentials the connection is
-	// plaintext.
+	// TLS secures the plane: peers are dialed over TLS and must present a
+	// certificate proving the node id dialed, and every inbound call must
+	// come over a connection whose client certificate proves the node id
+	// its metadata names (ServerTLS, ServerOptions). Nil runs plaintext,
+	// where the metadata is taken at its word: only for a loopback
+	// development cluster.
+	TLS *pki.Source `yaml:"-"`
+	// DialOptions are added to every peer connection (stats handlers).
 	DialOptions []grpc.DialOption `yaml:"-"`
 	// Probe answers Probe requests; nil answers every group with no state.
 	Probe ProbeFunc `yaml:"-"`

@@ -33,6 +33,23 @@
 // when the request claims its node id and, when the peer's configured
 // address is an IP address, comes from that address.
 //
+// # Authentication
+//
+// A call of this cluster is then authenticated (PERMISSION_DENIED
+// otherwise, counted in raft_grpc_unauthenticated_peer_refusals and logged
+// once per sender and reason within the mismatch window, readiness
+// untouched): the node id it names must be a configured peer other than
+// this node, and with Config.TLS its connection's client certificate,
+// verified against the cluster CA in the TLS handshake, must prove exactly
+// that node id (urn:ursula:node:<id>, package pki). A connection without a
+// certificate of the cluster CA does not get past the handshake
+// (ServerTLS; counted in raft_grpc_tls_handshake_refusals by the listener
+// through HandshakeRefused). Peers are dialed over TLS and must prove the
+// node id dialed. Every Raft message received must name the sender as its
+// From (others are counted as bad and dropped), so a node speaks in Raft
+// for itself only. Without Config.TLS the plane is plaintext and the
+// metadata is taken at its word: a loopback development cluster only.
+//
 // # Messages
 //
 // Send never blocks: it appends each message to its destination peer's

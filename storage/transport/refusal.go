@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"slices"
@@ -16,6 +17,8 @@ import (
 	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
+
+	"github.com/ursula/ursula/internal/pki"
 )
 
 // ErrorInfo reasons of the refusals (domain ErrorInfoDomain).
@@ -245,12 +248,55 @@ func (p *peer) accepted() {
 // The check applies to every method of that server. A server that already
 // has a tap handle installs UnaryServerInterceptor and
 // StreamServerInterceptor instead.
+//
+// With TLS, the server's listener must run the handshake (ServerTLS) and
+// hand the gRPC server finished TLS connections (listenmux.NewTLS does):
+// the options include pki.Terminated credentials, which read the
+// verified client certificate from them.
 func (t *Transport) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.InTapHandle(t.tapHandle),
 		grpc.KeepaliveEnforcementPolicy(keepaliveEnforcement(t.cfg.KeepaliveTime)),
 		grpc.MaxRecvMsgSize(t.cfg.MaxMessageBytes),
 	}
+	if t.cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(pki.Terminated()))
+	}
+	return opts
+}
+
+// ServerTLS is the TLS configuration of the cluster-plane listener: this
+// node's certificate, and a client certificate from the cluster CA
+// required of every connection. Nil when the plane runs plaintext.
+func (t *Transport) ServerTLS() *tls.Config {
+	if t.cfg.TLS == nil {
+		return nil
+	}
+	return t.cfg.TLS.ServerConfig(tls.RequireAndVerifyClientCert)
+}
+
+// HandshakeRefused counts and logs (once per address within the mismatch
+// window) a connection closed in its TLS handshake: for the listener that
+// runs ServerTLS.
+func (t *Transport) HandshakeRefused(remote net.Addr, err error) {
+	t.stats.tlsHandshakeRefusals.Add(1)
+	host := remote.String()
+	if h, _, e := net.SplitHostPort(host); e == nil {
+		host = h
+	}
+	if t.refusal.seenInbound("tls|"+host, time.Now()) {
+		t.logger.Error("refused a cluster-plane connection in its TLS handshake (no certificate of the cluster CA?)",
+			"remote_address", remote.String(), "err", err)
+	}
+}
+
+// SenderID is the node id of the peer that made an inbound call: checked
+// against its certificate (with TLS) and the configured peers before the
+// call ran, by the identity check of ServerOptions.
+func SenderID(ctx context.Context) uint64 {
+	md, _ := metadata.FromIncomingContext(ctx)
+	id, _ := strconv.ParseUint(firstValue(md, MetadataNodeID), 10, 64)
+	return id
 }
 
 func (t *Transport) tapHandle(ctx context.Context, info *tap.Info) (context.Context, error) {
@@ -295,12 +341,13 @@ func (t *Transport) checkIdentity(ctx context.Context, md metadata.MD) error {
 	clusterID := firstValue(md, MetadataClusterID)
 	nodeText := firstValue(md, MetadataNodeID)
 	nodeID, nodeErr := strconv.ParseUint(nodeText, 10, 64)
-	if clusterID == t.cfg.ClusterID && nodeErr == nil && nodeID != 0 {
-		return nil
-	}
 	remote := ""
-	if p, ok := grpcpeer.FromContext(ctx); ok && p.Addr != nil {
+	p, _ := grpcpeer.FromContext(ctx)
+	if p != nil && p.Addr != nil {
 		remote = p.Addr.String()
+	}
+	if clusterID == t.cfg.ClusterID && nodeErr == nil && nodeID != 0 {
+		return t.authenticate(p, remote, nodeID)
 	}
 	host := remote
 	if h, _, err := net.SplitHostPort(remote); err == nil {
@@ -327,6 +374,46 @@ func (t *Transport) checkIdentity(ctx context.Context, md metadata.MD) error {
 	msg := fmt.Sprintf("raft peer cluster mismatch: node %d of cluster %q refuses node %d of cluster %q",
 		t.cfg.NodeID, t.cfg.ClusterID, nodeID, clusterID)
 	return t.refusalStatus(codes.FailedPrecondition, msg, ReasonPeerClusterMismatch)
+}
+
+// authenticate refuses a caller of this cluster that cannot prove the
+// node id it names: with TLS its certificate must prove exactly that node,
+// and in every mode the node must be a configured peer. The refusal is
+// PERMISSION_DENIED, counted, and logged once per sender within the
+// mismatch window; it never changes readiness.
+func (t *Transport) authenticate(p *grpcpeer.Peer, remote string, nodeID uint64) error {
+	var reason string
+	switch {
+	case nodeID == t.cfg.NodeID:
+		reason = "it names this node's own id"
+	case t.peer(nodeID) == nil:
+		reason = "it names no configured peer"
+	case t.cfg.TLS != nil:
+		var id pki.Identity
+		ok := false
+		if p != nil {
+			id, ok = pki.FromAuthInfo(p.AuthInfo)
+		}
+		switch {
+		case !ok:
+			reason = "its connection proves no identity"
+		case id != pki.NodeIdentity(nodeID):
+			reason = "its certificate proves " + id.String()
+		}
+	}
+	if reason == "" {
+		return nil
+	}
+	t.stats.unauthenticatedRefusals.Add(1)
+	host := remote
+	if h, _, err := net.SplitHostPort(remote); err == nil {
+		host = h
+	}
+	if t.refusal.seenInbound("auth|"+host+"|"+strconv.FormatUint(nodeID, 10)+"|"+reason, time.Now()) {
+		t.logger.Error("refused a cluster-plane call that cannot prove who sent it",
+			"sender_node_id", nodeID, "remote_address", remote, "reason", reason)
+	}
+	return status.Errorf(codes.PermissionDenied, "cluster plane: node %d refuses a call naming node %d: %s", t.cfg.NodeID, nodeID, reason)
 }
 
 func (t *Transport) refusalStatus(code codes.Code, msg, reason string) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -75,12 +76,13 @@ func (s *raftServer) Stream(stream raftv1.RaftService_StreamServer) error {
 
 func (s *raftServer) receive(stream raftv1.RaftService_StreamServer, h StepReporter) error {
 	t := s.t
-	from := senderID(stream.Context())
+	fromText := senderID(stream.Context())
+	from, _ := strconv.ParseUint(fromText, 10, 64)
 	warned := false
 	warn := func(msg string, args ...any) {
 		if !warned {
 			warned = true
-			t.logger.Warn(msg, append(args, "sender_node_id", from)...)
+			t.logger.Warn(msg, append(args, "sender_node_id", fromText)...)
 		}
 	}
 	for {
@@ -103,6 +105,11 @@ func (s *raftServer) receive(stream raftv1.RaftService_StreamServer, h StepRepor
 			if m.GetTo() != t.cfg.NodeID {
 				t.stats.badMessages.Add(1)
 				warn("dropping a raft message addressed to another node", "group_id", gm.GetGroupId(), "to", m.GetTo())
+				continue
+			}
+			if m.GetFrom() != from {
+				t.stats.badMessages.Add(1)
+				warn("dropping a raft message that names another sender", "group_id", gm.GetGroupId(), "from", m.GetFrom())
 				continue
 			}
 			if err := h.Step(gm.GetGroupId(), m); err != nil {
@@ -145,6 +152,9 @@ func (s *raftServer) SendSnapshot(stream raftv1.RaftService_SendSnapshotServer) 
 			}
 			if msg.GetType() != pb.MessageType_MsgSnap || msg.GetTo() != t.cfg.NodeID {
 				return status.Errorf(codes.InvalidArgument, "snapshot stream carries a %s to node %d", msg.GetType(), msg.GetTo())
+			}
+			if from := SenderID(stream.Context()); msg.GetFrom() != from {
+				return status.Errorf(codes.PermissionDenied, "node %d sent a snapshot from node %d", from, msg.GetFrom())
 			}
 			group = c.GetGroupId()
 		} else if len(c.GetMessage()) != 0 || c.GetGroupId() != group {

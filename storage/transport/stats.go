@@ -9,6 +9,8 @@ import (
 type counters struct {
 	peerClusterRefusals      atomic.Uint64
 	unidentifiedRefusals     atomic.Uint64
+	unauthenticatedRefusals  atomic.Uint64
+	tlsHandshakeRefusals     atomic.Uint64
 	protocolRefusalsReceived atomic.Uint64
 
 	messagesSent, batchesSent, bytesSent             atomic.Uint64
@@ -28,6 +30,14 @@ type Stats struct {
 	// UnidentifiedPeerRefusals counts requests refused for naming no
 	// cluster id (raft_grpc_unidentified_peer_refusals).
 	UnidentifiedPeerRefusals uint64 `json:"raft_grpc_unidentified_peer_refusals"`
+	// UnauthenticatedPeerRefusals counts requests refused because the
+	// sender's certificate does not prove the node id it names, or names
+	// no configured peer (raft_grpc_unauthenticated_peer_refusals).
+	UnauthenticatedPeerRefusals uint64 `json:"raft_grpc_unauthenticated_peer_refusals"`
+	// TLSHandshakeRefusals counts connections to the cluster plane closed
+	// in their TLS handshake: no client certificate, one of another CA,
+	// an expired one (raft_grpc_tls_handshake_refusals).
+	TLSHandshakeRefusals uint64 `json:"raft_grpc_tls_handshake_refusals"`
 	// ProtocolRefusalsReceived counts peers refusing this node's requests
 	// as a protocol mismatch.
 	ProtocolRefusalsReceived uint64 `json:"raft_grpc_protocol_refusals_received"`
@@ -79,23 +89,25 @@ type PeerStats struct {
 func (t *Transport) Stats() Stats {
 	c := &t.stats
 	s := Stats{
-		PeerClusterRefusals:      c.peerClusterRefusals.Load(),
-		UnidentifiedPeerRefusals: c.unidentifiedRefusals.Load(),
-		ProtocolRefusalsReceived: c.protocolRefusalsReceived.Load(),
-		MessagesSent:             c.messagesSent.Load(),
-		BatchesSent:              c.batchesSent.Load(),
-		BytesSent:                c.bytesSent.Load(),
-		MessagesReceived:         c.messagesReceived.Load(),
-		BatchesReceived:          c.batchesReceived.Load(),
-		BytesReceived:            c.bytesReceived.Load(),
-		MessagesDropped:          c.dropped.Load(),
-		BadMessages:              c.badMessages.Load(),
-		StepErrors:               c.stepErrors.Load(),
-		SnapshotsSent:            c.snapshotsSent.Load(),
-		SnapshotsFailed:          c.snapshotsFailed.Load(),
-		SnapshotsReceived:        c.snapshotsReceived.Load(),
-		SnapshotBytesSent:        c.snapshotBytesSent.Load(),
-		SnapshotBytesReceived:    c.snapshotBytesReceived.Load(),
+		PeerClusterRefusals:         c.peerClusterRefusals.Load(),
+		UnidentifiedPeerRefusals:    c.unidentifiedRefusals.Load(),
+		UnauthenticatedPeerRefusals: c.unauthenticatedRefusals.Load(),
+		TLSHandshakeRefusals:        c.tlsHandshakeRefusals.Load(),
+		ProtocolRefusalsReceived:    c.protocolRefusalsReceived.Load(),
+		MessagesSent:                c.messagesSent.Load(),
+		BatchesSent:                 c.batchesSent.Load(),
+		BytesSent:                   c.bytesSent.Load(),
+		MessagesReceived:            c.messagesReceived.Load(),
+		BatchesReceived:             c.batchesReceived.Load(),
+		BytesReceived:               c.bytesReceived.Load(),
+		MessagesDropped:             c.dropped.Load(),
+		BadMessages:                 c.badMessages.Load(),
+		StepErrors:                  c.stepErrors.Load(),
+		SnapshotsSent:               c.snapshotsSent.Load(),
+		SnapshotsFailed:             c.snapshotsFailed.Load(),
+		SnapshotsReceived:           c.snapshotsReceived.Load(),
+		SnapshotBytesSent:           c.snapshotBytesSent.Load(),
+		SnapshotBytesReceived:       c.snapshotBytesReceived.Load(),
 	}
 	for _, p := range t.peerList() {
 		p.refusedMu.Lock()

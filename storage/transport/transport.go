@@ -14,10 +14,12 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/ursula/ursula/internal/pki"
 	raftv1 "github.com/ursula/ursula/proto/gen/go/ursula/raft/v1"
 )
 
@@ -324,8 +326,12 @@ func (t *Transport) conn(p *peer) (*grpc.ClientConn, error) {
 	if p.conn != nil {
 		return p.conn, nil
 	}
+	creds := insecure.NewCredentials()
+	if t.cfg.TLS != nil {
+		creds = credentials.NewTLS(t.cfg.TLS.ClientConfig(pki.ExpectNode(p.id)))
+	}
 	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff: backoff.Config{
 				BaseDelay:  t.cfg.BackoffMin,
@@ -355,9 +361,19 @@ func (t *Transport) conn(p *peer) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
+// Conn is the connection to peer id (created on first use), for the
+// node's other cluster-plane clients (forwards): it carries this node's
+// identity as every Raft RPC does.
+func (t *Transport) Conn(id uint64) (*grpc.ClientConn, error) {
+	p := t.peer(id)
+	if p == nil {
+		return nil, fmt.Errorf("%w: %d", ErrUnknownPeer, id)
+	}
+	return t.conn(p)
+}
+
 // DialOptions are the client options that make every RPC on a connection
-// carry this node's ursula-cluster-id and ursula-node-id metadata. The
-// node adds them to its other cluster-plane clients (forwards).
+// carry this node's ursula-cluster-id and ursula-node-id metadata.
 func (t *Transport) DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {

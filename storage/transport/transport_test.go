@@ -331,6 +331,10 @@ func TestAddRemovePeer(t *testing.T) {
 	if a.host.unreachableCount(2) != 1 {
 		t.Fatal("message to a peer not yet added was not reported unreachable")
 	}
+	// b takes calls only from its peers: it learns a first.
+	if err := b.tr.AddPeer(1, a.addr); err != nil {
+		t.Fatal(err)
+	}
 	if err := a.tr.AddPeer(2, b.addr); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"maps"
@@ -16,8 +17,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ursula/ursula/internal/pki"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/storage/stream"
 	"github.com/ursula/ursula/tests/await"
@@ -57,6 +58,13 @@ type NodeConfig struct {
 	ColdTuning string
 	// Extra is appended to the file verbatim (further keys or sections).
 	Extra string
+	// ClusterTLS is the node's cluster-plane certificate set; zero with
+	// InsecurePlaintext runs the plane plaintext.
+	ClusterTLS        pki.Files
+	InsecurePlaintext bool
+	// ClientTLS serves the client plane over TLS (client certificates of
+	// the same CA prove roles); zero serves it plaintext and anonymously.
+	ClientTLS pki.Files
 }
 
 // PeerConfig is one [[raft.peers]] entry.
@@ -71,8 +79,18 @@ func (c NodeConfig) TOML() string {
 	var b strings.Builder
 	q := strconv.Quote
 	fmt.Fprintf(&b, "# Written by the ursula test harness for node %d of cluster %q.\n\n", c.NodeID, c.ClusterID)
-	fmt.Fprintf(&b, "[server]\ncluster_id = %s\nlisten = %s\nadmin_listen = %s\ncluster_listen = %s\n\n",
+	fmt.Fprintf(&b, "[server]\ncluster_id = %s\nlisten = %s\nadmin_listen = %s\ncluster_listen = %s\n",
 		q(c.ClusterID), q(c.Listen), q(c.AdminListen), q(c.ClusterListen))
+	if f := c.ClusterTLS; !f.IsZero() {
+		fmt.Fprintf(&b, "cluster_tls = { ca_file = %s, cert_file = %s, key_file = %s }\n", q(f.CAFile), q(f.CertFile), q(f.KeyFile))
+	}
+	if c.InsecurePlaintext {
+		b.WriteString("insecure_cluster_plaintext = true\n")
+	}
+	if f := c.ClientTLS; !f.IsZero() {
+		fmt.Fprintf(&b, "client_tls = { ca_file = %s, cert_file = %s, key_file = %s }\n", q(f.CAFile), q(f.CertFile), q(f.KeyFile))
+	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "[runtime]\ncore_count = %d\n\n", c.CoreCount)
 	fmt.Fprintf(&b, "[raft]\nnode_id = %d\ndata_dir = %s\ngroup_count = %d\nfsync = %s\n\n",
 		c.NodeID, q(c.DataDir), c.GroupCount, q(c.Fsync))
@@ -126,6 +144,9 @@ type ClusterOptions struct {
 	Extra string
 	// ReadyTimeout bounds the wait for readiness at start; zero means 120 s.
 	ReadyTimeout time.Duration
+	// Plaintext runs the cluster plane without TLS (loopback only);
+	// otherwise every node gets a certificate of the cluster's own CA.
+	Plaintext bool
 }
 
 // Cluster is a cluster of spawned ursula-node processes, optionally behind
@@ -143,9 +164,13 @@ type Cluster struct {
 	opts    ClusterOptions
 	nodeBin string
 	proxies map[[2]uint64]*Proxy // [from, to]
+	// CA issues the cluster's certificates (in PKIDir).
+	CA     *pki.CA
+	PKIDir string
 
 	mu    sync.Mutex
 	extra []*Node // nodes added by AddNode
+	roles map[string]pki.Files
 }
 
 // Node is one ursula-node of a Cluster: its configuration file and its
@@ -156,8 +181,11 @@ type Node struct {
 	Config     NodeConfig
 	ConfigPath string
 
-	connMu sync.Mutex
-	conn   *grpc.ClientConn
+	// clientPlane is how StreamClient proves itself (as a gateway, which
+	// may reach the reserved buckets the tests use).
+	clientPlane pki.ClientPlane
+	connMu      sync.Mutex
+	conn        *grpc.ClientConn
 }
 
 // StartCluster writes the configuration files, starts every node, waits
@@ -230,6 +258,16 @@ func NewCluster(tb testing.TB, opts ClusterOptions) *Cluster {
 		proxies: map[[2]uint64]*Proxy{},
 	}
 	tb.Cleanup(c.cleanup)
+	if c.CA, err = pki.NewCA(opts.ClusterID, 24*time.Hour); err != nil {
+		tb.Fatal(err)
+	}
+	c.PKIDir = filepath.Join(c.Dir, "pki")
+	if err := os.MkdirAll(c.PKIDir, 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	if err := c.CA.Save(c.PKIDir); err != nil {
+		tb.Fatal(err)
+	}
 
 	addrs, err := FreeAddrs(3 * opts.Nodes)
 	if err != nil {
@@ -273,6 +311,7 @@ func NewCluster(tb testing.TB, opts ClusterOptions) *Cluster {
 			ColdDir:       filepath.Join(c.Dir, "cold"),
 			Extra:         opts.Extra,
 		}
+		c.secure(&cfg)
 		for j := range ps {
 			peer := PeerConfig{ID: uint64(j + 1), ClusterURL: ps[j].cluster, ClientURL: ps[j].client}
 			if p := c.proxies[[2]uint64{id, peer.ID}]; p != nil {
@@ -287,6 +326,87 @@ func NewCluster(tb testing.TB, opts ClusterOptions) *Cluster {
 		c.Nodes = append(c.Nodes, n)
 	}
 	return c
+}
+
+// secure gives cfg its cluster-plane security: a certificate of the
+// cluster's CA for its node id, or loopback plaintext.
+func (c *Cluster) secure(cfg *NodeConfig) {
+	if c.opts.Plaintext {
+		cfg.ClusterTLS, cfg.ClientTLS, cfg.InsecurePlaintext = pki.Files{}, pki.Files{}, true
+		return
+	}
+	cfg.ClusterTLS = c.Issue(pki.NodeIdentity(cfg.NodeID), fmt.Sprintf("node%d", cfg.NodeID))
+	cfg.ClientTLS = cfg.ClusterTLS
+	cfg.InsecurePlaintext = false
+}
+
+// ClientPlane is how a process of role proves itself to the nodes' client
+// plane: a certificate of the cluster's CA (issued once per role), or
+// nothing on a plaintext cluster.
+func (c *Cluster) ClientPlane(role string) pki.ClientPlane {
+	c.tb.Helper()
+	if c.opts.Plaintext {
+		return pki.ClientPlane{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f, ok := c.roles[role]; ok {
+		return pki.ClientPlane{TLS: f}
+	}
+	f := c.Issue(pki.RoleIdentity(role), "role-"+role)
+	if c.roles == nil {
+		c.roles = map[string]pki.Files{}
+	}
+	c.roles[role] = f
+	return pki.ClientPlane{TLS: f}
+}
+
+// httpsConfig is the client TLS configuration of a node's client-plane
+// HTTP endpoints (nil when it serves plain HTTP): the cluster's CA, and
+// any node identity.
+func (c *Cluster) httpsConfig(cfg NodeConfig) *tls.Config {
+	if cfg.ClientTLS.IsZero() {
+		return nil
+	}
+	src, err := pki.Load(pki.Files{CAFile: cfg.ClientTLS.CAFile}, nil)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	return src.ClientConfig(pki.ExpectAnyNode)
+}
+
+// ClientPlaneFlags are the upstream flags of a process of role.
+func (c *Cluster) ClientPlaneFlags(role string) []string {
+	cp := c.ClientPlane(role)
+	if cp.TLS.IsZero() {
+		return nil
+	}
+	return []string{"-upstream.tls.ca-file=" + cp.TLS.CAFile, "-upstream.tls.cert-file=" + cp.TLS.CertFile, "-upstream.tls.key-file=" + cp.TLS.KeyFile}
+}
+
+// ClientPlaneTOML is the [upstream] keys of a process of role.
+func (c *Cluster) ClientPlaneTOML(role string) string {
+	cp := c.ClientPlane(role)
+	if cp.TLS.IsZero() {
+		return ""
+	}
+	q := strconv.Quote
+	return fmt.Sprintf("tls = { ca_file = %s, cert_file = %s, key_file = %s }\n", q(cp.TLS.CAFile), q(cp.TLS.CertFile), q(cp.TLS.KeyFile))
+}
+
+// Issue writes a certificate of the cluster's CA proving id as
+// <PKIDir>/<name>.{crt,key} and returns its files.
+func (c *Cluster) Issue(id pki.Identity, name string) pki.Files {
+	c.tb.Helper()
+	is, err := c.CA.Issue(id, []string{"127.0.0.1", "localhost"}, 24*time.Hour)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	f, err := is.Save(c.PKIDir, name, filepath.Join(c.PKIDir, "ca.crt"))
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	return f
 }
 
 // newNode writes cfg to <Dir>/node<id>/node.toml (node<id>-<k> when that
@@ -309,7 +429,7 @@ func (c *Cluster) newNode(cfg NodeConfig) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
 	}
-	n := &Node{ID: cfg.NodeID, Config: cfg, ConfigPath: filepath.Join(dir, "node.toml")}
+	n := &Node{ID: cfg.NodeID, Config: cfg, ConfigPath: filepath.Join(dir, "node.toml"), clientPlane: c.ClientPlane(pki.RoleGateway)}
 	if err := n.writeConfig(); err != nil {
 		return nil, err
 	}
@@ -324,6 +444,7 @@ func (c *Cluster) newNode(cfg NodeConfig) (*Node, error) {
 		},
 		ReadyFlag:    "node.listen",
 		Args:         []string{"-config", n.ConfigPath},
+		TLS:          c.httpsConfig(cfg),
 		ReadyTimeout: c.opts.ReadyTimeout,
 	})
 	if err != nil {
@@ -354,6 +475,7 @@ func (c *Cluster) AddNode(id uint64, mutate func(*NodeConfig)) *Node {
 		cfg.Peers = append(cfg.Peers, PeerConfig{ID: n.ID, ClusterURL: n.Config.ClusterListen, ClientURL: n.Config.Listen})
 	}
 	cfg.Peers = append(cfg.Peers, PeerConfig{ID: id, ClusterURL: cfg.ClusterListen, ClientURL: cfg.Listen})
+	c.secure(&cfg)
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -386,7 +508,7 @@ func (c *Cluster) StartGateway(ctx context.Context) *Server {
 		Binary:       bin,
 		WorkDir:      filepath.Join(c.Dir, "gateway"),
 		ListenFlags:  []string{"gateway.listen"},
-		Args:         []string{"-upstream.nodes=" + strings.Join(ups, ",")},
+		Args:         append([]string{"-upstream.nodes=" + strings.Join(ups, ",")}, c.ClientPlaneFlags(pki.RoleGateway)...),
 		ReadyTimeout: c.opts.ReadyTimeout,
 	})
 	if err != nil {
@@ -771,9 +893,11 @@ func (n *Node) StreamClient() (streamv1.StreamServiceClient, error) {
 	n.connMu.Lock()
 	defer n.connMu.Unlock()
 	if n.conn == nil {
-		conn, err := grpc.NewClient(n.ClientAddr(),
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+		creds, err := n.clientPlane.DialOptions(nil)
+		if err != nil {
+			return nil, err
+		}
+		conn, err := grpc.NewClient(n.ClientAddr(), append(creds, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))...)
 		if err != nil {
 			return nil, fmt.Errorf("node %d: dial %s: %w", n.ID, n.ClientAddr(), err)
 		}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"testing"
+	"time"
 
 	"github.com/ursula/ursula/storage/objstore/objstoretest"
 )
@@ -49,7 +50,7 @@ func (s *Server) NodeMetrics(tb testing.TB) map[string]any {
 		tb.Fatalf("server %s has no node.listen listener", s.Bin)
 	}
 	var m map[string]any
-	if _, err := getJSON(tb.Context(), "http://"+addr+"/__ursula/metrics", &m); err != nil {
+	if _, err := getJSON(tb.Context(), s.HTTPClient(3*time.Second), s.scheme()+addr+"/__ursula/metrics", &m); err != nil {
 		tb.Fatal(err)
 	}
 	return m

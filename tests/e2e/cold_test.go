@@ -456,7 +456,7 @@ func (s *memSampler) sampleMetrics(url string) {
 			Hot uint64 `json:"hot_bytes"`
 		} `json:"raft_groups"`
 	}
-	_, err := getJSON(ctx, url, &m)
+	_, err := getJSON(ctx, &http.Client{Timeout: 3 * time.Second}, url, &m)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {

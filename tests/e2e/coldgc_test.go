@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ursula/ursula/internal/pki"
 	"github.com/ursula/ursula/tests/await"
 )
 
@@ -84,7 +85,7 @@ func TestColdGCWorkerOnCluster(t *testing.T) {
 	t.Logf("%d and %d cold objects of gc-gone and gc-kept after the appends", nGone, nKept)
 
 	cfg := filepath.Join(c.Dir, "coldgc.toml")
-	toml := fmt.Sprintf("[upstream]\nnodes = [%q]\n\n[cold]\nbackend = \"fs\"\ndir = %q\n\n[coldgc]\ninterval = \"100ms\"\ncompact_interval = \"200ms\"\nsmall_chunk_bytes = 4096\nmax_chunk_bytes = 65536\n",
+	toml := fmt.Sprintf("[upstream]\nnodes = [%q]\n"+c.ClientPlaneTOML(pki.RoleColdGC)+"\n[cold]\nbackend = \"fs\"\ndir = %q\n\n[coldgc]\ninterval = \"100ms\"\ncompact_interval = \"200ms\"\nsmall_chunk_bytes = 4096\nmax_chunk_bytes = 65536\n",
 		c.Nodes[1].ClientAddr(), coldDir)
 	if err := os.WriteFile(cfg, []byte(toml), 0o644); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -218,6 +219,9 @@ type Options struct {
 	Env []string
 	// ReadyTimeout bounds WaitReady; zero means 60 s.
 	ReadyTimeout time.Duration
+	// TLS is the client configuration of the process's HTTP listeners
+	// when they serve TLS (a node with server.client_tls); nil: plain HTTP.
+	TLS *tls.Config
 }
 
 // Server is one spawned server process. Its addresses and data directory stay
@@ -341,7 +345,24 @@ func (s *Server) Args() []string {
 
 // URL is the base URL of the ready listener (the gateway), without a
 // trailing slash.
-func (s *Server) URL() string { return "http://" + s.Addrs[s.opts.ReadyFlag] }
+func (s *Server) URL() string { return s.scheme() + s.Addrs[s.opts.ReadyFlag] }
+
+func (s *Server) scheme() string {
+	if s.opts.TLS != nil {
+		return "https://"
+	}
+	return "http://"
+}
+
+// HTTPClient is a client of the process's HTTP listeners (TLS when they
+// serve it), with timeout.
+func (s *Server) HTTPClient(timeout time.Duration) *http.Client {
+	c := &http.Client{Timeout: timeout}
+	if s.opts.TLS != nil {
+		c.Transport = &http.Transport{TLSClientConfig: s.opts.TLS.Clone()}
+	}
+	return c
+}
 
 // Start spawns the process. Output of every start goes to LogPath.
 func (s *Server) Start() error {
@@ -402,7 +423,7 @@ func (s *Server) WaitReady(ctx context.Context) error {
 	if exited == nil {
 		return errors.New("server was never started")
 	}
-	client := &http.Client{Timeout: time.Second}
+	client := s.HTTPClient(time.Second)
 	url := s.URL() + "/__ursula/ready"
 	start := time.Now()
 	last := "no answer yet"

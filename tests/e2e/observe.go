@@ -68,12 +68,10 @@ type Readiness struct {
 	PeerClusterMismatches []PeerMismatch `json:"peer_cluster_mismatches"`
 }
 
-var observeHTTP = &http.Client{Timeout: 3 * time.Second}
-
 // Metrics fetches and decodes the node's /__ursula/metrics.
 func (n *Node) Metrics(ctx context.Context) (*Metrics, error) {
 	var m Metrics
-	if _, err := getJSON(ctx, "http://"+n.ClientAddr()+"/__ursula/metrics", &m); err != nil {
+	if _, err := getJSON(ctx, n.HTTPClient(3*time.Second), n.URL()+"/__ursula/metrics", &m); err != nil {
 		return nil, err
 	}
 	return &m, nil
@@ -82,7 +80,7 @@ func (n *Node) Metrics(ctx context.Context) (*Metrics, error) {
 // Readiness fetches and decodes the node's /__ursula/ready.
 func (n *Node) Readiness(ctx context.Context) (*Readiness, error) {
 	var r Readiness
-	status, err := getJSON(ctx, "http://"+n.ClientAddr()+"/__ursula/ready", &r)
+	status, err := getJSON(ctx, n.HTTPClient(3*time.Second), n.URL()+"/__ursula/ready", &r)
 	if err != nil {
 		return nil, err
 	}
@@ -90,12 +88,12 @@ func (n *Node) Readiness(ctx context.Context) (*Readiness, error) {
 	return &r, nil
 }
 
-func getJSON(ctx context.Context, url string, v any) (int, error) {
+func getJSON(ctx context.Context, client *http.Client, url string, v any) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := observeHTTP.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, err
 	}

@@ -35,10 +35,16 @@ const ctlWait = 2 * time.Minute
 func writeCtlManifest(t testing.TB, c *Cluster) string {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "cluster_id = %q\n\n", c.ID)
+	fmt.Fprintf(&b, "cluster_id = %q\n", c.ID)
+	scheme := "http"
+	if ca := c.Nodes[0].Config.ClientTLS.CAFile; ca != "" {
+		fmt.Fprintf(&b, "ca_file = %q\n", ca)
+		scheme = "https"
+	}
+	b.WriteString("\n")
 	for _, n := range c.Nodes {
-		fmt.Fprintf(&b, "[[nodes]]\nid = %d\nname = \"node%d\"\nclient_url = \"http://%s\"\nadmin_url = \"http://%s\"\n\n",
-			n.ID, n.ID, n.Config.Listen, n.Config.AdminListen)
+		fmt.Fprintf(&b, "[[nodes]]\nid = %d\nname = \"node%d\"\nclient_url = \"%s://%s\"\nadmin_url = \"http://%s\"\n\n",
+			n.ID, n.ID, scheme, n.Config.Listen, n.Config.AdminListen)
 	}
 	path := filepath.Join(c.Dir, "manifest.toml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {

@@ -35,6 +35,8 @@ var rules = []rule{
 		why: "storage is a library below the services and the gateway"},
 	{from: "storage/coldfmt", forbidden: []string{""}, allowed: []string{"proto/gen/"}, tests: true,
 		why: "the cold object format is a leaf every reader of the cold store shares"},
+	{from: "internal/pki", forbidden: []string{""}, tests: true,
+		why: "process identities and TLS material are a leaf every plane shares"},
 	{from: "storage/fault", forbidden: []string{""}, tests: true,
 		why: "the storage error vocabulary is a leaf"},
 	{from: "storage/stream", forbidden: []string{"storage/engine", "storage/cluster", "storage/cold", "storage/multiraft", "storage/transport"},

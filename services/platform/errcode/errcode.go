@@ -61,6 +61,7 @@ const (
 	AlreadyClaimed            = errorsv1.Code_CODE_ALREADY_CLAIMED
 	NoPendingWork             = errorsv1.Code_CODE_NO_PENDING_WORK
 	InvalidOffset             = errorsv1.Code_CODE_INVALID_OFFSET
+	PermissionDenied          = errorsv1.Code_CODE_PERMISSION_DENIED
 )
 
 // Metadata keys carried next to a code (errors.proto lists them).

@@ -3,6 +3,8 @@ package listenmux
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
@@ -19,6 +21,8 @@ const sniffTimeout = 10 * time.Second
 // Mux splits one listener into an HTTP/2 (gRPC) listener and an HTTP/1 one.
 type Mux struct {
 	root      net.Listener
+	tls       *tls.Config
+	refused   func(remote net.Addr, err error)
 	grpc      *childListener
 	http      *childListener
 	closeOnce sync.Once
@@ -30,6 +34,18 @@ func New(l net.Listener) *Mux {
 	m := &Mux{root: l, done: make(chan struct{})}
 	m.grpc = &childListener{m: m, conns: make(chan net.Conn)}
 	m.http = &childListener{m: m, conns: make(chan net.Conn)}
+	return m
+}
+
+// NewTLS wraps l as New does, and runs each connection's TLS handshake
+// (bounded by the same deadline as the sniff) before it is split, so both
+// servers get decrypted connections (give the gRPC server credentials that
+// read the state of a finished handshake: pki.Terminated). A failed
+// handshake closes the connection and is passed to refused (which may be
+// nil); nothing of it reaches either server.
+func NewTLS(l net.Listener, cfg *tls.Config, refused func(remote net.Addr, err error)) *Mux {
+	m := New(l)
+	m.tls, m.refused = cfg, refused
 	return m
 }
 
@@ -55,7 +71,22 @@ func (m *Mux) Serve() error {
 }
 
 func (m *Mux) route(c net.Conn) {
-	_ = c.SetReadDeadline(time.Now().Add(sniffTimeout))
+	deadline := time.Now().Add(sniffTimeout)
+	if m.tls != nil {
+		tc := tls.Server(c, m.tls)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			if m.refused != nil {
+				m.refused(c.RemoteAddr(), err)
+			}
+			_ = c.Close()
+			return
+		}
+		c = tc
+	}
+	_ = c.SetReadDeadline(deadline)
 	br := bufio.NewReaderSize(c, 64)
 	head, err := br.Peek(len(preface))
 	_ = c.SetReadDeadline(time.Time{})
@@ -108,3 +139,7 @@ type peekedConn struct {
 }
 
 func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// NetConn is the connection underneath (a *tls.Conn on a TLS mux), for
+// code that needs its state.
+func (c *peekedConn) NetConn() net.Conn { return c.Conn }

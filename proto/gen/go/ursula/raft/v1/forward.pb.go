@@ -7,6 +7,7 @@
 package raftv1
 
 import (
+	v1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -129,11 +130,23 @@ func (x *RequestRebuildResponse) GetError() *ForwardError {
 	return nil
 }
 
+// ForwardProposeRequest names one operation of an allow-list: those a node
+// issues on its own behalf in a group it may not lead. The leader builds
+// the command itself (its own clock, fields it validated as it validates a
+// client's request, the group it leads); a forwarded request is never
+// proposed as bytes. An operation outside the list, or none, is refused.
 type ForwardProposeRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	GroupId uint32                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	// command is an encoded ursula.storage.v1.Command.
-	Command       []byte `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*ForwardProposeRequest_Barrier
+	//	*ForwardProposeRequest_AddForkRef
+	//	*ForwardProposeRequest_ReleaseForkRef
+	//	*ForwardProposeRequest_PurgeBucket
+	//	*ForwardProposeRequest_GcAck
+	//	*ForwardProposeRequest_ColdSwap
+	Op            isForwardProposeRequest_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -175,12 +188,106 @@ func (x *ForwardProposeRequest) GetGroupId() uint32 {
 	return 0
 }
 
-func (x *ForwardProposeRequest) GetCommand() []byte {
+func (x *ForwardProposeRequest) GetOp() isForwardProposeRequest_Op {
 	if x != nil {
-		return x.Command
+		return x.Op
 	}
 	return nil
 }
+
+func (x *ForwardProposeRequest) GetBarrier() *v1.Barrier {
+	if x != nil {
+		if x, ok := x.Op.(*ForwardProposeRequest_Barrier); ok {
+			return x.Barrier
+		}
+	}
+	return nil
+}
+
+func (x *ForwardProposeRequest) GetAddForkRef() *v1.AddForkRef {
+	if x != nil {
+		if x, ok := x.Op.(*ForwardProposeRequest_AddForkRef); ok {
+			return x.AddForkRef
+		}
+	}
+	return nil
+}
+
+func (x *ForwardProposeRequest) GetReleaseForkRef() *v1.ReleaseForkRef {
+	if x != nil {
+		if x, ok := x.Op.(*ForwardProposeRequest_ReleaseForkRef); ok {
+			return x.ReleaseForkRef
+		}
+	}
+	return nil
+}
+
+func (x *ForwardProposeRequest) GetPurgeBucket() *v1.PurgeBucket {
+	if x != nil {
+		if x, ok := x.Op.(*ForwardProposeRequest_PurgeBucket); ok {
+			return x.PurgeBucket
+		}
+	}
+	return nil
+}
+
+func (x *ForwardProposeRequest) GetGcAck() *v1.GCAck {
+	if x != nil {
+		if x, ok := x.Op.(*ForwardProposeRequest_GcAck); ok {
+			return x.GcAck
+		}
+	}
+	return nil
+}
+
+func (x *ForwardProposeRequest) GetColdSwap() *v1.ColdSwap {
+	if x != nil {
+		if x, ok := x.Op.(*ForwardProposeRequest_ColdSwap); ok {
+			return x.ColdSwap
+		}
+	}
+	return nil
+}
+
+type isForwardProposeRequest_Op interface {
+	isForwardProposeRequest_Op()
+}
+
+type ForwardProposeRequest_Barrier struct {
+	Barrier *v1.Barrier `protobuf:"bytes,10,opt,name=barrier,proto3,oneof"`
+}
+
+type ForwardProposeRequest_AddForkRef struct {
+	AddForkRef *v1.AddForkRef `protobuf:"bytes,11,opt,name=add_fork_ref,json=addForkRef,proto3,oneof"`
+}
+
+type ForwardProposeRequest_ReleaseForkRef struct {
+	ReleaseForkRef *v1.ReleaseForkRef `protobuf:"bytes,12,opt,name=release_fork_ref,json=releaseForkRef,proto3,oneof"`
+}
+
+type ForwardProposeRequest_PurgeBucket struct {
+	PurgeBucket *v1.PurgeBucket `protobuf:"bytes,13,opt,name=purge_bucket,json=purgeBucket,proto3,oneof"`
+}
+
+type ForwardProposeRequest_GcAck struct {
+	GcAck *v1.GCAck `protobuf:"bytes,14,opt,name=gc_ack,json=gcAck,proto3,oneof"`
+}
+
+type ForwardProposeRequest_ColdSwap struct {
+	ColdSwap *v1.ColdSwap `protobuf:"bytes,15,opt,name=cold_swap,json=coldSwap,proto3,oneof"`
+}
+
+func (*ForwardProposeRequest_Barrier) isForwardProposeRequest_Op() {}
+
+func (*ForwardProposeRequest_AddForkRef) isForwardProposeRequest_Op() {}
+
+func (*ForwardProposeRequest_ReleaseForkRef) isForwardProposeRequest_Op() {}
+
+func (*ForwardProposeRequest_PurgeBucket) isForwardProposeRequest_Op() {}
+
+func (*ForwardProposeRequest_GcAck) isForwardProposeRequest_Op() {}
+
+func (*ForwardProposeRequest_ColdSwap) isForwardProposeRequest_Op() {}
 
 type ForwardProposeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -306,16 +413,24 @@ var File_ursula_raft_v1_forward_proto protoreflect.FileDescriptor
 
 const file_ursula_raft_v1_forward_proto_rawDesc = "" +
 	"\n" +
-	"\x1cursula/raft/v1/forward.proto\x12\x0eursula.raft.v1\"K\n" +
+	"\x1cursula/raft/v1/forward.proto\x12\x0eursula.raft.v1\x1a\x1fursula/storage/v1/storage.proto\"K\n" +
 	"\x15RequestRebuildRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\rR\agroupId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\"`\n" +
 	"\x16RequestRebuildResponse\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\bR\x04done\x122\n" +
-	"\x05error\x18\x02 \x01(\v2\x1c.ursula.raft.v1.ForwardErrorR\x05error\"L\n" +
+	"\x05error\x18\x02 \x01(\v2\x1c.ursula.raft.v1.ForwardErrorR\x05error\"\xc5\x03\n" +
 	"\x15ForwardProposeRequest\x12\x19\n" +
-	"\bgroup_id\x18\x01 \x01(\rR\agroupId\x12\x18\n" +
-	"\acommand\x18\x02 \x01(\fR\acommand\"d\n" +
+	"\bgroup_id\x18\x01 \x01(\rR\agroupId\x126\n" +
+	"\abarrier\x18\n" +
+	" \x01(\v2\x1a.ursula.storage.v1.BarrierH\x00R\abarrier\x12A\n" +
+	"\fadd_fork_ref\x18\v \x01(\v2\x1d.ursula.storage.v1.AddForkRefH\x00R\n" +
+	"addForkRef\x12M\n" +
+	"\x10release_fork_ref\x18\f \x01(\v2!.ursula.storage.v1.ReleaseForkRefH\x00R\x0ereleaseForkRef\x12C\n" +
+	"\fpurge_bucket\x18\r \x01(\v2\x1e.ursula.storage.v1.PurgeBucketH\x00R\vpurgeBucket\x121\n" +
+	"\x06gc_ack\x18\x0e \x01(\v2\x18.ursula.storage.v1.GCAckH\x00R\x05gcAck\x12:\n" +
+	"\tcold_swap\x18\x0f \x01(\v2\x1b.ursula.storage.v1.ColdSwapH\x00R\bcoldSwapB\x04\n" +
+	"\x02opJ\x04\b\x02\x10\x03R\acommand\"d\n" +
 	"\x16ForwardProposeResponse\x12\x16\n" +
 	"\x06result\x18\x01 \x01(\fR\x06result\x122\n" +
 	"\x05error\x18\x02 \x01(\v2\x1c.ursula.raft.v1.ForwardErrorR\x05error\"\xbd\x01\n" +
@@ -351,26 +466,46 @@ var file_ursula_raft_v1_forward_proto_goTypes = []any{
 	(*ForwardProposeResponse)(nil), // 3: ursula.raft.v1.ForwardProposeResponse
 	(*ForwardError)(nil),           // 4: ursula.raft.v1.ForwardError
 	nil,                            // 5: ursula.raft.v1.ForwardError.DetailsEntry
+	(*v1.Barrier)(nil),             // 6: ursula.storage.v1.Barrier
+	(*v1.AddForkRef)(nil),          // 7: ursula.storage.v1.AddForkRef
+	(*v1.ReleaseForkRef)(nil),      // 8: ursula.storage.v1.ReleaseForkRef
+	(*v1.PurgeBucket)(nil),         // 9: ursula.storage.v1.PurgeBucket
+	(*v1.GCAck)(nil),               // 10: ursula.storage.v1.GCAck
+	(*v1.ColdSwap)(nil),            // 11: ursula.storage.v1.ColdSwap
 }
 var file_ursula_raft_v1_forward_proto_depIdxs = []int32{
-	4, // 0: ursula.raft.v1.RequestRebuildResponse.error:type_name -> ursula.raft.v1.ForwardError
-	4, // 1: ursula.raft.v1.ForwardProposeResponse.error:type_name -> ursula.raft.v1.ForwardError
-	5, // 2: ursula.raft.v1.ForwardError.details:type_name -> ursula.raft.v1.ForwardError.DetailsEntry
-	2, // 3: ursula.raft.v1.ForwardService.Propose:input_type -> ursula.raft.v1.ForwardProposeRequest
-	0, // 4: ursula.raft.v1.ForwardService.RequestRebuild:input_type -> ursula.raft.v1.RequestRebuildRequest
-	3, // 5: ursula.raft.v1.ForwardService.Propose:output_type -> ursula.raft.v1.ForwardProposeResponse
-	1, // 6: ursula.raft.v1.ForwardService.RequestRebuild:output_type -> ursula.raft.v1.RequestRebuildResponse
-	5, // [5:7] is the sub-list for method output_type
-	3, // [3:5] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	4,  // 0: ursula.raft.v1.RequestRebuildResponse.error:type_name -> ursula.raft.v1.ForwardError
+	6,  // 1: ursula.raft.v1.ForwardProposeRequest.barrier:type_name -> ursula.storage.v1.Barrier
+	7,  // 2: ursula.raft.v1.ForwardProposeRequest.add_fork_ref:type_name -> ursula.storage.v1.AddForkRef
+	8,  // 3: ursula.raft.v1.ForwardProposeRequest.release_fork_ref:type_name -> ursula.storage.v1.ReleaseForkRef
+	9,  // 4: ursula.raft.v1.ForwardProposeRequest.purge_bucket:type_name -> ursula.storage.v1.PurgeBucket
+	10, // 5: ursula.raft.v1.ForwardProposeRequest.gc_ack:type_name -> ursula.storage.v1.GCAck
+	11, // 6: ursula.raft.v1.ForwardProposeRequest.cold_swap:type_name -> ursula.storage.v1.ColdSwap
+	4,  // 7: ursula.raft.v1.ForwardProposeResponse.error:type_name -> ursula.raft.v1.ForwardError
+	5,  // 8: ursula.raft.v1.ForwardError.details:type_name -> ursula.raft.v1.ForwardError.DetailsEntry
+	2,  // 9: ursula.raft.v1.ForwardService.Propose:input_type -> ursula.raft.v1.ForwardProposeRequest
+	0,  // 10: ursula.raft.v1.ForwardService.RequestRebuild:input_type -> ursula.raft.v1.RequestRebuildRequest
+	3,  // 11: ursula.raft.v1.ForwardService.Propose:output_type -> ursula.raft.v1.ForwardProposeResponse
+	1,  // 12: ursula.raft.v1.ForwardService.RequestRebuild:output_type -> ursula.raft.v1.RequestRebuildResponse
+	11, // [11:13] is the sub-list for method output_type
+	9,  // [9:11] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_ursula_raft_v1_forward_proto_init() }
 func file_ursula_raft_v1_forward_proto_init() {
 	if File_ursula_raft_v1_forward_proto != nil {
 		return
+	}
+	file_ursula_raft_v1_forward_proto_msgTypes[2].OneofWrappers = []any{
+		(*ForwardProposeRequest_Barrier)(nil),
+		(*ForwardProposeRequest_AddForkRef)(nil),
+		(*ForwardProposeRequest_ReleaseForkRef)(nil),
+		(*ForwardProposeRequest_PurgeBucket)(nil),
+		(*ForwardProposeRequest_GcAck)(nil),
+		(*ForwardProposeRequest_ColdSwap)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

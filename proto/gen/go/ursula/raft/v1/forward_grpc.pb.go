@@ -27,14 +27,17 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// ForwardService runs a state-machine command on the leader of a group that
-// this node does not lead (cross-group steps of forks and deletes). It is
-// served on the cluster plane and guarded like RaftService.
+// ForwardService runs a state-machine operation on the leader of a group
+// that this node does not lead (cross-group steps of forks and deletes,
+// cold-GC acknowledgements and compactions, read barriers). It is served on
+// the cluster plane and guarded like RaftService: only a configured peer
+// proving its node id (its certificate, under TLS) reaches it.
 type ForwardServiceClient interface {
 	Propose(ctx context.Context, in *ForwardProposeRequest, opts ...grpc.CallOption) (*ForwardProposeResponse, error)
 	// RequestRebuild asks a group's leader to rebuild the calling replica,
 	// which lost its log (a wiped disk): the leader removes it from the voter
-	// set, adds it back as a learner and promotes it once it caught up.
+	// set, adds it back as a learner and promotes it once it caught up. Only
+	// the node named may ask for itself.
 	RequestRebuild(ctx context.Context, in *RequestRebuildRequest, opts ...grpc.CallOption) (*RequestRebuildResponse, error)
 }
 
@@ -70,14 +73,17 @@ func (c *forwardServiceClient) RequestRebuild(ctx context.Context, in *RequestRe
 // All implementations must embed UnimplementedForwardServiceServer
 // for forward compatibility.
 //
-// ForwardService runs a state-machine command on the leader of a group that
-// this node does not lead (cross-group steps of forks and deletes). It is
-// served on the cluster plane and guarded like RaftService.
+// ForwardService runs a state-machine operation on the leader of a group
+// that this node does not lead (cross-group steps of forks and deletes,
+// cold-GC acknowledgements and compactions, read barriers). It is served on
+// the cluster plane and guarded like RaftService: only a configured peer
+// proving its node id (its certificate, under TLS) reaches it.
 type ForwardServiceServer interface {
 	Propose(context.Context, *ForwardProposeRequest) (*ForwardProposeResponse, error)
 	// RequestRebuild asks a group's leader to rebuild the calling replica,
 	// which lost its log (a wiped disk): the leader removes it from the voter
-	// set, adds it back as a learner and promotes it once it caught up.
+	// set, adds it back as a learner and promotes it once it caught up. Only
+	// the node named may ask for itself.
 	RequestRebuild(context.Context, *RequestRebuildRequest) (*RequestRebuildResponse, error)
 	mustEmbedUnimplementedForwardServiceServer()
 }
