@@ -19,6 +19,8 @@ const (
 	RoleColdGC = "coldgc"
 	// RoleBackup is the backup service.
 	RoleBackup = "backup"
+	// RoleOperator is a person or tool on the admin plane (like its token).
+	RoleOperator = "operator"
 )
 
 const (

@@ -7,6 +7,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"syscall"
 )
 
 // Rules of a bearer token and of the files secrets live in.
@@ -64,6 +66,28 @@ func CheckSecretFileMode(m fs.FileMode) error {
 		return fmt.Errorf("not a regular file (%s)", m.Type())
 	case m.Perm()&0o077 != 0:
 		return fmt.Errorf("mode %04o lets group or others read or write it; chmod 600 (or 400) it", m.Perm())
+	}
+	return nil
+}
+
+// CheckSecretFileOwner refuses a secret file a server should not trust: one
+// owned by another user than the process's, or in a directory group or
+// others may write (where another user could replace it).
+func CheckSecretFileOwner(path string) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("the file is owned by uid %d, not by this process's user (uid %d)", st.Uid, os.Geteuid())
+	}
+	dir := filepath.Dir(path)
+	di, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if di.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("its directory %s (mode %04o) is writable by group or others; keep secrets in a directory only the server's user may write", dir, di.Mode().Perm())
 	}
 	return nil
 }

@@ -11,9 +11,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ursula/ursula/internal/pki"
 	adminv1 "github.com/ursula/ursula/proto/gen/go/ursula/admin/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
@@ -113,6 +115,9 @@ func rawDo(tb testing.TB, client *http.Client, method, url string, header http.H
 		tb.Fatal(err)
 	}
 	req.Header = header
+	if h := header.Get("Host"); h != "" {
+		req.Host = h // net/http sends req.Host, not the header
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		tb.Fatalf("%s %s: %v", method, url, err)
@@ -160,13 +165,15 @@ func TestAdminGuard(t *testing.T) {
 		wantCode int
 		wantErr  string
 	}{
-		{"read without a token", http.MethodGet, "/__ursula/metrics", nil, http.StatusUnauthorized, "UNAUTHENTICATED"},
+		{"read on loopback without a token", http.MethodGet, "/__ursula/metrics", nil, http.StatusOK, ""},
 		{"read with another token", http.MethodGet, "/__ursula/metrics", hdr("Authorization", "Bearer "+wrong), http.StatusUnauthorized, "UNAUTHENTICATED"},
 		{"read with the token as basic credentials", http.MethodGet, "/__ursula/metrics", hdr("Authorization", "Basic "+testToken), http.StatusUnauthorized, "UNAUTHENTICATED"},
 		{"read with the bare token", http.MethodGet, "/__ursula/metrics", hdr("Authorization", testToken), http.StatusUnauthorized, "UNAUTHENTICATED"},
-		{"readiness without a token", http.MethodGet, "/__ursula/ready", nil, http.StatusUnauthorized, "UNAUTHENTICATED"},
-		{"profiles without a token", http.MethodGet, "/debug/pprof/", nil, http.StatusUnauthorized, "UNAUTHENTICATED"},
-		{"unknown path without a token", http.MethodGet, "/__ursula/nothing", nil, http.StatusUnauthorized, "UNAUTHENTICATED"},
+		{"profiles are off", http.MethodGet, "/debug/pprof/", hdr("Authorization", bearer), http.StatusNotFound, "NOT_FOUND"},
+		{"unknown path without a token", http.MethodGet, "/__ursula/nothing", nil, http.StatusNotFound, "NOT_FOUND"},
+		{"another site's host name", http.MethodGet, "/__ursula/metrics", hdr("Host", "rebound.example:4438"), http.StatusForbidden, "PERMISSION_DENIED"},
+		{"mutation from another site's host name", http.MethodPost, "/__ursula/leadership-shed/maintenance", hdr("Host", "rebound.example", "Authorization", bearer, IncarnationHeader, s.Incarnation()), http.StatusForbidden, "PERMISSION_DENIED"},
+		{"localhost", http.MethodGet, "/__ursula/metrics", hdr("Host", "localhost:4438"), http.StatusOK, ""},
 		{"mutation without a token", http.MethodPost, "/__ursula/leadership-shed/maintenance", hdr(IncarnationHeader, s.Incarnation()), http.StatusUnauthorized, "UNAUTHENTICATED"},
 		{"mutation without the incarnation", http.MethodPost, "/__ursula/leadership-shed/maintenance", hdr("Authorization", bearer), http.StatusPreconditionRequired, "INCARNATION_REQUIRED"},
 		{"mutation of another incarnation", http.MethodPost, "/__ursula/leadership-shed/maintenance", hdr("Authorization", bearer, IncarnationHeader, "old"), http.StatusPreconditionFailed, "INCARNATION_MISMATCH"},
@@ -209,9 +216,105 @@ func TestAdminGuard(t *testing.T) {
 	}
 }
 
+// TestAdminTokenCreated checks the token file a node creates in its data
+// directory when none is configured: mode 600, a 64-digit hex token, kept
+// across restarts; and the refusals of a token file others could replace.
+func TestAdminTokenCreated(t *testing.T) {
+	eng := startEngine(t)
+	s := newServer(t, eng)
+	path := filepath.Join(eng.Config().DataDir, "admin.token")
+	if s.adminTokenFile != path {
+		t.Fatalf("token file %s, want %s", s.adminTokenFile, path)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("token file: %v, mode %v; want 0600", err, fi)
+	}
+	tok, err := pki.ReadTokenFile(path)
+	if err != nil || len(tok) != 64 {
+		t.Fatalf("token %d bytes, %v; want 64 hex digits", len(tok), err)
+	}
+	again := newServer(t, eng)
+	if tok2, _ := pki.ReadTokenFile(again.adminTokenFile); string(tok2) != string(tok) {
+		t.Fatal("a second start replaced the token")
+	}
+
+	t.Run("in a directory others may write", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.Chmod(dir, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, "admin.token")
+		if err := os.WriteFile(p, []byte(testToken+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg := testConfig("127.0.0.1:0", "127.0.0.1:0")
+		cfg.AdminTokenFile = p
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "writable by group or others") {
+			t.Fatalf("Validate = %v, want a refusal of the directory", err)
+		}
+	})
+}
+
+// TestAdminProfilesAndRemote checks profiles behind -admin.pprof and the
+// token, and a non-loopback admin plane, where every request needs the
+// token.
+func TestAdminProfilesAndRemote(t *testing.T) {
+	eng := startEngine(t)
+	ca, err := pki.NewCA("admin", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := ca.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	is, err := ca.Issue(pki.NodeIdentity(1), nil, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := is.Save(dir, "node1", filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig("127.0.0.1:0", "0.0.0.0:0")
+	cfg.AllowNonLoopbackAdmin, cfg.AdminPprof, cfg.AdminTLS = true, true, files
+	cfg.AdminTokenFile = writeTokenFile(t, testToken, 0o600)
+	s, err := New(cfg, eng, Deps{}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.adminHandler(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	bearer := http.Header{"Authorization": {"Bearer " + testToken}}
+	for _, tc := range []struct {
+		path   string
+		header http.Header
+		want   int
+	}{
+		{"/__ursula/metrics", nil, http.StatusUnauthorized},
+		{"/__ursula/metrics", bearer, http.StatusOK},
+		{"/debug/pprof/", nil, http.StatusUnauthorized},
+		{"/debug/pprof/", bearer, http.StatusOK},
+	} {
+		if resp, body := rawDo(t, ts.Client(), http.MethodGet, ts.URL+tc.path, tc.header); resp.StatusCode != tc.want {
+			t.Errorf("GET %s (token %v): %d %.200s, want %d", tc.path, tc.header != nil, resp.StatusCode, body, tc.want)
+		}
+	}
+	bad := testConfig("127.0.0.1:0", "0.0.0.0:0")
+	bad.AllowNonLoopbackAdmin = true
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "admin_tls is required") {
+		t.Errorf("a non-loopback admin plane without TLS: %v", err)
+	}
+}
+
 func TestAdminSnapshotAndPurge(t *testing.T) {
 	s, eng, ts := adminServer(t)
-	inc := incarnation(s.Incarnation())
+	inc := authed(s, s.Incarnation())
 	ref := &streamv1.StreamRef{Bucket: "snap", Stream: "s"}
 	ctx := t.Context()
 	if _, err := eng.Engine.CreateBucket(ctx, &streamv1.CreateBucketRequest{Bucket: ref.Bucket}); err != nil {
@@ -285,7 +388,7 @@ func TestAdminColdEndpoints(t *testing.T) {
 	}
 	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
-	inc := incarnation(s.Incarnation())
+	inc := authed(s, s.Incarnation())
 
 	fill(t, eng, "tenant-a", "a/b/c", 10)
 	code, body := do(t, ts.Client(), http.MethodPost, ts.URL+"/__ursula/flush-cold/tenant-a/a/b/c", inc)

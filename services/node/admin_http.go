@@ -6,14 +6,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/ursula/ursula/internal/pki"
 	adminv1 "github.com/ursula/ursula/proto/gen/go/ursula/admin/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/services/platform/grpcerr"
@@ -50,21 +54,99 @@ func (s *Server) adminGateway(ctx context.Context) (*runtime.ServeMux, error) {
 	return gw, nil
 }
 
+// setUpAdmin loads the admin plane's credentials: the token file (the
+// default one in dataDir created on first start), TLS, and the Host
+// values it answers.
+func (s *Server) setUpAdmin(dataDir string) error {
+	s.adminTokenFile = s.cfg.AdminTokenFile
+	if s.adminTokenFile == "" {
+		s.adminTokenFile = filepath.Join(dataDir, defaultAdminTokenFile)
+		created, err := ensureAdminToken(s.adminTokenFile)
+		if err != nil {
+			return err
+		}
+		if created {
+			s.logger.Info("created the admin token file; ursulactl and curl read the token from it", "path", s.adminTokenFile)
+		}
+	}
+	var err error
+	if s.adminToken, err = loadAdminToken(s.adminTokenFile); err != nil {
+		return err
+	}
+	if !s.cfg.AdminTLS.IsZero() {
+		if s.adminTLS, err = pki.Load(s.cfg.AdminTLS, s.logger.With("plane", "admin")); err != nil {
+			return fmt.Errorf("server.admin_tls: %w", err)
+		}
+	}
+	host, _, _ := net.SplitHostPort(s.cfg.AdminListen)
+	s.adminLoopback = isLoopback(host)
+	s.adminHosts = map[string]bool{"localhost": true}
+	if host != "" && !net.ParseIP(host).IsUnspecified() {
+		s.adminHosts[strings.ToLower(host)] = true
+	}
+	for _, h := range s.cfg.AdminAllowedHosts {
+		s.adminHosts[strings.ToLower(h)] = true
+	}
+	return nil
+}
+
+// adminHostAllowed reports whether a request's Host names this admin
+// plane: localhost, a loopback address, the listener's host or an allowed
+// one. A page of another site that a DNS rebinding points at the loopback
+// address sends its own name, and is refused.
+func (s *Server) adminHostAllowed(r *http.Request) bool {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return true
+	}
+	return s.adminHosts[host]
+}
+
+// adminAuthenticated reports a request that carries the token or comes
+// with a client certificate proving the operator role.
+func (s *Server) adminAuthenticated(r *http.Request) bool {
+	if s.adminToken != nil && s.adminToken.allows(r) {
+		return true
+	}
+	if r.TLS != nil {
+		if id, err := pki.PeerIdentity(*r.TLS); err == nil && id == pki.RoleIdentity(pki.RoleOperator) {
+			return true
+		}
+	}
+	return false
+}
+
 // adminGuard runs in front of every admin route, before any handler:
 //
-//   - with server.admin_token_file set, a request without
-//     "Authorization: Bearer <token>" answers 401;
-//   - a mutation (any method but GET and HEAD) without the process
-//     incarnation header answers 428, and with another process's
-//     incarnation (the node restarted since it was read) 412.
+//   - a Host that does not name this plane answers 403 (DNS rebinding);
+//   - a mutation (any method but GET and HEAD) without the token (or an
+//     operator certificate) answers 401, and so does every request when
+//     the listener is not loopback; read-only requests on a loopback
+//     listener (metrics, readiness, usage) need none, so diagnostic
+//     runbooks work as written;
+//   - a mutation without the process incarnation header answers 428, and
+//     with another process's incarnation (the node restarted since it was
+//     read) 412.
 func (s *Server) adminGuard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		if s.adminToken != nil && !s.adminToken.allows(r) {
-			writeAdminError(w, errcode.New(errcode.Unauthenticated, "the admin plane requires an Authorization: Bearer token (server.admin_token_file)"))
+		if !s.adminHostAllowed(r) {
+			writeAdminError(w, errcode.New(errcode.PermissionDenied, "the admin plane does not answer for Host %q (server.admin_allowed_hosts)", r.Host))
 			return
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		mutation := r.Method != http.MethodGet && r.Method != http.MethodHead
+		// Credentials that are presented are checked, even where none are
+		// needed: a wrong token is an error, not anonymity.
+		presented := r.Header.Get("Authorization") != ""
+		if (mutation || !s.adminLoopback || presented) && !s.adminAuthenticated(r) {
+			writeAdminError(w, errcode.New(errcode.Unauthenticated, "admin mutations require an Authorization: Bearer token (the file %s)", s.adminTokenFile))
+			return
+		}
+		if mutation {
 			switch got := r.Header.Get(IncarnationHeader); {
 			case got == "":
 				writeAdminError(w, errcode.New(errcode.IncarnationRequired,
@@ -75,6 +157,17 @@ func (s *Server) adminGuard(next http.Handler) http.Handler {
 					With(errcode.KeyProcessIncarnation, s.incarnation))
 				return
 			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// pprofGuard requires the token for profiles even on a loopback listener.
+func (s *Server) pprofGuard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.adminAuthenticated(r) {
+			writeAdminError(w, errcode.New(errcode.Unauthenticated, "profiles require the admin token (the file %s)", s.adminTokenFile))
+			return
 		}
 		next.ServeHTTP(w, r)
 	})

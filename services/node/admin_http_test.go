@@ -54,7 +54,7 @@ func TestAdminIncarnationRule(t *testing.T) {
 	for _, m := range mutations {
 		for _, h := range headers {
 			t.Run(m.method+" "+m.path+" "+h.name, func(t *testing.T) {
-				code, body := do(t, ts.Client(), m.method, ts.URL+m.path, incarnation(h.value))
+				code, body := do(t, ts.Client(), m.method, ts.URL+m.path, authed(s, h.value))
 				if code != h.wantCode || body["code"] != h.wantErr {
 					t.Fatalf("answer %d %v, want %d %s", code, body, h.wantCode, h.wantErr)
 				}
@@ -78,7 +78,7 @@ func TestAdminIncarnationRule(t *testing.T) {
 
 func TestLeadershipShed(t *testing.T) {
 	s, eng, ts := adminServer(t)
-	inc := incarnation(s.Incarnation())
+	inc := authed(s, s.Incarnation())
 	drained := map[string]any{
 		"bits": float64(1), "state": "maintenance-drain",
 		"should_accept_transfer": false, "should_campaign": false, "should_shed_current_leaders": true,
@@ -124,7 +124,7 @@ func TestLeadershipShed(t *testing.T) {
 
 func TestAdminRaftEndpoints(t *testing.T) {
 	s, eng, ts := adminServer(t)
-	inc := incarnation(s.Incarnation())
+	inc := authed(s, s.Incarnation())
 	tests := []struct {
 		name     string
 		path     string

@@ -22,15 +22,30 @@ type Config struct {
 	ClusterListen string `toml:"cluster_listen"`
 	// AllowNonLoopbackAdmin permits a non-loopback admin address.
 	AllowNonLoopbackAdmin bool `toml:"allow_non_loopback_admin"`
-	// AdminTokenFile, when set, names a file holding the admin plane's
-	// bearer token: every admin request must then carry "Authorization:
-	// Bearer <token>" (else 401). The file must be a regular file (not a
-	// symlink), not readable or writable by group or others, and hold one
-	// token of at least 32 bytes with no CR, NUL, other control character,
-	// inner newline or surrounding blank (one trailing newline allowed);
-	// otherwise the node refuses to start. Empty leaves the admin plane
-	// unauthenticated (a warning at startup).
+	// AdminTokenFile names the file holding the admin plane's bearer
+	// token: every mutation must carry "Authorization: Bearer <token>"
+	// (else 401), and so must every request when the admin listener is not
+	// loopback. The file must be a regular file (not a symlink) owned by
+	// the server's user, not readable or writable by group or others, in a
+	// directory group and others cannot write, and hold one token of at
+	// least 32 bytes with no CR, NUL, other control character, inner
+	// newline or surrounding blank (one trailing newline allowed);
+	// otherwise the node refuses to start. Empty means
+	// <data_dir>/admin.token, created (mode 600, a random token) on first
+	// start.
 	AdminTokenFile string `toml:"admin_token_file"`
+	// AdminTLS serves the admin plane over TLS (required on a non-loopback
+	// admin listener); a client certificate of ca_file proving the
+	// operator role (urn:ursula:role:operator) authenticates like the
+	// token.
+	AdminTLS pki.Files `toml:"admin_tls"`
+	// AdminAllowedHosts are the Host header values (without port) the
+	// admin plane answers besides localhost, loopback addresses and the
+	// listener's own host: any other Host is refused (DNS rebinding).
+	AdminAllowedHosts []string `toml:"admin_allowed_hosts"`
+	// AdminPprof serves the Go profiles (/debug/pprof/) on the admin
+	// plane, behind the token.
+	AdminPprof bool `toml:"admin_pprof"`
 	// ClientTLS serves the client plane (gRPC and HTTP) over TLS with this
 	// node's certificate; callers may present a client certificate of the
 	// CA in ca_file proving a role (urn:ursula:role:<role>, package pki).
@@ -68,7 +83,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultListen, defaultClusterLi
 	fs.StringVar(&c.ClusterListen, "cluster.listen", defaultClusterListen, "cluster plane address (Raft transport)")
 	fs.StringVar(&c.AdminListen, "admin.listen", "127.0.0.1:4438", "admin plane address (loopback only)")
 	fs.BoolVar(&c.AllowNonLoopbackAdmin, "admin.allow-non-loopback", false, "allow a non-loopback admin address")
-	fs.StringVar(&c.AdminTokenFile, "admin.token-file", "", "file holding the admin plane's bearer token (mode 600, one token of at least 32 bytes); empty: unauthenticated")
+	fs.StringVar(&c.AdminTokenFile, "admin.token-file", "", "file holding the admin plane's bearer token (mode 600, one token of at least 32 bytes); empty: <data-dir>/admin.token, created on first start")
+	fs.StringVar(&c.AdminTLS.CAFile, "admin.tls.ca-file", "", "admin plane: PEM bundle of the CA of operator client certificates")
+	fs.StringVar(&c.AdminTLS.CertFile, "admin.tls.cert-file", "", "admin plane: PEM certificate (serves TLS; required on a non-loopback address)")
+	fs.StringVar(&c.AdminTLS.KeyFile, "admin.tls.key-file", "", "admin plane: PEM key (mode 600)")
+	fs.BoolVar(&c.AdminPprof, "admin.pprof", false, "serve /debug/pprof/ on the admin plane (behind the token)")
 	fs.StringVar(&c.ClientTLS.CAFile, "node.tls.ca-file", "", "client plane: PEM bundle of the CA of client certificates")
 	fs.StringVar(&c.ClientTLS.CertFile, "node.tls.cert-file", "", "client plane: this node's PEM certificate (serves TLS)")
 	fs.StringVar(&c.ClientTLS.KeyFile, "node.tls.key-file", "", "client plane: this node's PEM key (mode 600)")
@@ -92,12 +111,21 @@ func (c *Config) Validate() error {
 		host, _, err := net.SplitHostPort(c.AdminListen)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("admin.listen %q: %w", c.AdminListen, err))
-		} else if !c.AllowNonLoopbackAdmin && !isLoopback(host) {
-			errs = append(errs, fmt.Errorf("admin.listen %q is not a loopback address (set allow_non_loopback_admin to override)", c.AdminListen))
+		} else if !isLoopback(host) {
+			if !c.AllowNonLoopbackAdmin {
+				errs = append(errs, fmt.Errorf("admin.listen %q is not a loopback address (set allow_non_loopback_admin to override)", c.AdminListen))
+			} else if c.AdminTLS.IsZero() {
+				errs = append(errs, fmt.Errorf("admin.listen %q is not a loopback address: server.admin_tls is required", c.AdminListen))
+			}
 		}
 	}
-	if _, err := loadAdminToken(c.AdminTokenFile); err != nil {
-		errs = append(errs, err)
+	if !c.AdminTLS.IsZero() {
+		errs = append(errs, c.AdminTLS.Validate("server.admin_tls", true))
+	}
+	if c.AdminTokenFile != "" {
+		if _, err := loadAdminToken(c.AdminTokenFile); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if !c.ClientTLS.IsZero() {
 		errs = append(errs, c.ClientTLS.Validate("server.client_tls", true))

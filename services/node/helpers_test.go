@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/ursula/ursula/internal/pki"
 	"github.com/ursula/ursula/storage/engine"
 )
 
@@ -142,6 +143,21 @@ func tryDo(ctx context.Context, client *http.Client, method, url string, header 
 		}
 	}
 	return resp.StatusCode, body, nil
+}
+
+// authed is an admin mutation's headers: the node's admin token and the
+// process incarnation v (none when empty).
+func authed(s *Server, v string) http.Header {
+	tok, err := pki.ReadTokenFile(s.adminTokenFile)
+	if err != nil {
+		panic(err)
+	}
+	h := incarnation(v)
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set("Authorization", "Bearer "+string(tok))
+	return h
 }
 
 func incarnation(v string) http.Header {

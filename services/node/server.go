@@ -38,9 +38,14 @@ type Server struct {
 	logger      *slog.Logger
 	metrics     metrics
 	incarnation string
-	// adminToken is the digest of server.admin_token_file's token; nil
-	// when the admin plane is unauthenticated.
-	adminToken *adminToken
+	// adminToken is the digest of server.admin_token_file's token, read
+	// from adminTokenFile; adminTLS serves the admin plane over TLS (nil:
+	// plaintext, loopback only); adminHosts are the Host values it answers.
+	adminToken     *adminToken
+	adminTokenFile string
+	adminTLS       *pki.Source
+	adminHosts     map[string]bool
+	adminLoopback  bool
 	// clientTLS serves the client plane over TLS (nil: plaintext);
 	// clientAuth guards its gRPC calls.
 	clientTLS  *pki.Source
@@ -103,8 +108,10 @@ func New(cfg Config, n *engine.Node, deps Deps, logger *slog.Logger) (*Server, e
 		incarnation: strconv.FormatInt(time.Now().UnixNano(), 36),
 	}
 	var err error
-	if s.adminToken, err = loadAdminToken(cfg.AdminTokenFile); err != nil {
-		return nil, fmt.Errorf("node config: %w", err)
+	if cfg.AdminListen != "" {
+		if err := s.setUpAdmin(n.Config().DataDir); err != nil {
+			return nil, fmt.Errorf("node config: %w", err)
+		}
 	}
 	if !cfg.ClientTLS.IsZero() {
 		if s.clientTLS, err = pki.Load(cfg.ClientTLS, logger.With("plane", "client")); err != nil {
@@ -189,9 +196,8 @@ func (s *Server) Run(ctx context.Context) error {
 			return err
 		}
 		adminHTTP = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-		if s.adminToken == nil {
-			s.logger.Warn("admin plane is unauthenticated: any local process can call it; set server.admin_token_file to require a bearer token",
-				"admin", adminLn.Addr().String())
+		if s.adminTLS != nil {
+			adminLn = tls.NewListener(adminLn, s.adminTLS.ServerConfig(tls.VerifyClientCertIfGiven))
 		}
 	}
 	var wg sync.WaitGroup
@@ -452,11 +458,14 @@ func (s *Server) adminHandler(ctx context.Context) (http.Handler, error) {
 	mux.HandleFunc("GET /__ursula/ready", s.serveReady)
 	mux.HandleFunc("GET /__ursula/prometheus", s.servePrometheus)
 	mux.HandleFunc("GET /__ursula/usage", s.serveUsage)
-	// Profiles are served on the loopback admin plane only.
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	if s.cfg.AdminPprof {
+		// Profiles cost CPU and reveal memory: only when asked for, and
+		// behind the token (see pprofGuard).
+		mux.Handle("/debug/pprof/", s.pprofGuard(http.HandlerFunc(pprof.Index)))
+		mux.Handle("/debug/pprof/profile", s.pprofGuard(http.HandlerFunc(pprof.Profile)))
+		mux.Handle("/debug/pprof/trace", s.pprofGuard(http.HandlerFunc(pprof.Trace)))
+		mux.Handle("/debug/pprof/symbol", s.pprofGuard(http.HandlerFunc(pprof.Symbol)))
+	}
 	mux.Handle("/", gw)
 	return s.adminGuard(mux), nil
 }

@@ -28,7 +28,7 @@ func TestConfigValidate(t *testing.T) {
 		{"ipv6 loopback admin", func(c *Config) { c.AdminListen = "[::1]:4438" }, ""},
 		{"bad listen", func(c *Config) { c.Listen = "nope" }, "node.listen"},
 		{"non-loopback admin", func(c *Config) { c.AdminListen = "0.0.0.0:4438" }, "not a loopback"},
-		{"non-loopback admin allowed", func(c *Config) { c.AdminListen = "0.0.0.0:4438"; c.AllowNonLoopbackAdmin = true }, ""},
+		{"non-loopback admin without TLS", func(c *Config) { c.AdminListen = "0.0.0.0:4438"; c.AllowNonLoopbackAdmin = true }, "admin_tls is required"},
 		{"empty cluster id", func(c *Config) { c.ClusterID = "" }, "cluster_id"},
 		{"tiny messages", func(c *Config) { c.MaxMessageBytes = 1000 }, "max_message_bytes"},
 	}

@@ -253,10 +253,21 @@ func TestAdminEndpoints(t *testing.T) {
 }
 
 // adaptSeed points a seed example at node n's admin listener and applies
-// the replacements (old, new pairs).
+// the replacements (old, new pairs). A mutation (an example with -X) gets
+// the node's admin token as well: Ursula requires it on every admin
+// mutation, and the seed's examples predate that.
 func adaptSeed(seed string, n *Node, adapt ...string) string {
 	pairs := append([]string{"127.0.0.1:4438", n.Config.AdminListen}, adapt...)
-	return strings.NewReplacer(pairs...).Replace(seed)
+	cmd := strings.NewReplacer(pairs...).Replace(seed)
+	if strings.Contains(cmd, " -X ") {
+		for _, prefix := range []string{"curl --fail-with-body ", "curl --fail "} {
+			if strings.HasPrefix(cmd, prefix) {
+				cmd = prefix + `-H "Authorization: ` + n.AdminAuth(n.tb) + `" ` + strings.TrimPrefix(cmd, prefix)
+				break
+			}
+		}
+	}
+	return cmd
 }
 
 // withBody turns a seed example's --fail into --fail-with-body, for the

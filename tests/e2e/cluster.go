@@ -181,6 +181,7 @@ type Node struct {
 	Config     NodeConfig
 	ConfigPath string
 
+	tb testing.TB
 	// clientPlane is how StreamClient proves itself (as a gateway, which
 	// may reach the reserved buckets the tests use).
 	clientPlane pki.ClientPlane
@@ -429,7 +430,7 @@ func (c *Cluster) newNode(cfg NodeConfig) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
 	}
-	n := &Node{ID: cfg.NodeID, Config: cfg, ConfigPath: filepath.Join(dir, "node.toml"), clientPlane: c.ClientPlane(pki.RoleGateway)}
+	n := &Node{ID: cfg.NodeID, Config: cfg, ConfigPath: filepath.Join(dir, "node.toml"), clientPlane: c.ClientPlane(pki.RoleGateway), tb: c.tb}
 	if err := n.writeConfig(); err != nil {
 		return nil, err
 	}
@@ -881,6 +882,21 @@ func (n *Node) Wipe() error {
 		return err
 	}
 	return os.MkdirAll(n.Config.DataDir, 0o755)
+}
+
+// AdminTokenFile is the admin token file the node created in its data
+// directory.
+func (n *Node) AdminTokenFile() string { return filepath.Join(n.Config.DataDir, "admin.token") }
+
+// AdminAuth is the Authorization header value of the node's admin
+// mutations.
+func (n *Node) AdminAuth(tb testing.TB) string {
+	tb.Helper()
+	b, err := os.ReadFile(n.AdminTokenFile())
+	if err != nil {
+		tb.Fatalf("node %d: read the admin token: %v", n.ID, err)
+	}
+	return "Bearer " + strings.TrimSpace(string(b))
 }
 
 // ClientAddr is the node's client plane (gRPC and HTTP).

@@ -858,8 +858,14 @@ func TestColdBucketPurge(t *testing.T) {
 	if inc == "" {
 		t.Fatal("/__ursula/metrics has no process_incarnation")
 	}
-	incHeader := func(v string) http.Header { return http.Header{"X-Ursula-Process-Incarnation": {v}} }
-	if resp := mustDo(ctx, t, hc, http.MethodDelete, purgeURL, nil, nil); resp.Status != http.StatusPreconditionRequired {
+	auth := srv.AdminAuth(t)
+	incHeader := func(v string) http.Header {
+		return http.Header{"X-Ursula-Process-Incarnation": {v}, "Authorization": {auth}}
+	}
+	if resp := mustDo(ctx, t, hc, http.MethodDelete, purgeURL, nil, nil); resp.Status != http.StatusUnauthorized {
+		t.Errorf("purge without the admin token: want 401, got %v", resp)
+	}
+	if resp := mustDo(ctx, t, hc, http.MethodDelete, purgeURL, http.Header{"Authorization": {auth}}, nil); resp.Status != http.StatusPreconditionRequired {
 		t.Errorf("purge without the incarnation header: want 428, got %v", resp)
 	}
 	if resp := mustDo(ctx, t, hc, http.MethodDelete, purgeURL, incHeader(inc+"-stale"), nil); resp.Status != http.StatusPreconditionFailed {
@@ -998,6 +1004,9 @@ func mustDo(ctx context.Context, t *testing.T, hc *http.Client, method, url stri
 	}
 	for k, vs := range header {
 		req.Header[k] = vs
+	}
+	if h := header.Get("Host"); h != "" {
+		req.Host = h // net/http sends req.Host, not the header
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

@@ -125,19 +125,20 @@ func startSplit(t *testing.T, fsync string) *deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
+	nodeTok, gwTok := SplitTokens(t)
 	node := StartServer(t, Options{
 		Binary:      nodeBin,
 		WorkDir:     filepath.Join(t.TempDir(), "node"),
 		DataDir:     filepath.Join(t.TempDir(), "data"),
 		ListenFlags: nodeFlags,
 		ReadyFlag:   "node.listen",
-		Args:        []string{"-raft.fsync=" + fsync},
+		Args:        append([]string{"-raft.fsync=" + fsync}, nodeTok...),
 	})
 	gw := StartServer(t, Options{
 		Binary:      gwBin,
 		WorkDir:     filepath.Join(t.TempDir(), "gateway"),
 		ListenFlags: []string{"gateway.listen"},
-		Args:        []string{"-upstream.nodes=" + node.Addrs["node.listen"]},
+		Args:        append([]string{"-upstream.nodes=" + node.Addrs["node.listen"]}, gwTok...),
 	})
 	return &deployment{url: gw.URL(), victim: node, others: []*Server{gw}}
 }

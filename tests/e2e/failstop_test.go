@@ -279,19 +279,20 @@ func runDataDirUnwritable(t *testing.T, split bool) {
 	}
 	var victim, gw *Server
 	if split {
+		nodeTok, gwTok := SplitTokens(t)
 		victim = StartServer(t, Options{
 			Binary:      binaryPath(t, "ursula-node"),
 			WorkDir:     filepath.Join(dir, "node"),
 			DataDir:     dataDir,
 			ListenFlags: []string{"node.listen", "admin.listen", "cluster.listen"},
 			ReadyFlag:   "node.listen",
-			Args:        args,
+			Args:        append(args, nodeTok...),
 		})
 		gw = StartServer(t, Options{
 			Binary:      binaryPath(t, "ursula-gateway"),
 			WorkDir:     filepath.Join(dir, "gateway"),
 			ListenFlags: []string{"gateway.listen"},
-			Args:        []string{"-upstream.nodes=" + victim.Addrs["node.listen"]},
+			Args:        append([]string{"-upstream.nodes=" + victim.Addrs["node.listen"]}, gwTok...),
 		})
 	} else {
 		victim = StartServer(t, Options{DataDir: dataDir, Args: args})

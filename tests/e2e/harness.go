@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	crand "crypto/rand"
+	"encoding/hex"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -352,6 +354,48 @@ func (s *Server) scheme() string {
 		return "https://"
 	}
 	return "http://"
+}
+
+// SplitTokens makes the bearer token an ursula-gateway in front of an
+// ursula-node proves its role with: the node's flags (its token file,
+// "gateway <token>") and the gateway's (its token file).
+func SplitTokens(tb testing.TB) (nodeArgs, gatewayArgs []string) {
+	tb.Helper()
+	dir := tb.TempDir()
+	var raw [32]byte
+	if _, err := crand.Read(raw[:]); err != nil {
+		tb.Fatal(err)
+	}
+	tok := hex.EncodeToString(raw[:])
+	nodeFile, gwFile := filepath.Join(dir, "node.tokens"), filepath.Join(dir, "gateway.token")
+	if err := os.WriteFile(nodeFile, []byte("gateway "+tok+"\n"), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(gwFile, []byte(tok+"\n"), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return []string{"-node.token-file=" + nodeFile}, []string{"-upstream.token-file=" + gwFile}
+}
+
+// AdminTokenFile is the admin token file the process created in its data
+// directory on first start (-data-dir, or ./data in its working
+// directory).
+func (s *Server) AdminTokenFile() string {
+	dir := s.opts.DataDir
+	if dir == "" {
+		dir = filepath.Join(s.WorkDir, "data")
+	}
+	return filepath.Join(dir, "admin.token")
+}
+
+// AdminAuth is the Authorization header value of admin mutations.
+func (s *Server) AdminAuth(tb testing.TB) string {
+	tb.Helper()
+	b, err := os.ReadFile(s.AdminTokenFile())
+	if err != nil {
+		tb.Fatalf("read the admin token: %v", err)
+	}
+	return "Bearer " + strings.TrimSpace(string(b))
 }
 
 // HTTPClient is a client of the process's HTTP listeners (TLS when they

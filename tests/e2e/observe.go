@@ -28,6 +28,10 @@ type Metrics struct {
 	// PeerClusterMismatches lists the configured peers refused within the
 	// last minute.
 	PeerClusterMismatches []PeerMismatch `json:"peer_cluster_mismatches"`
+	// Refusals of the planes' authentication.
+	UnauthenticatedPeerRefusals uint64 `json:"raft_grpc_unauthenticated_peer_refusals"`
+	TLSHandshakeRefusals        uint64 `json:"raft_grpc_tls_handshake_refusals"`
+	ClientAuthRefusals          uint64 `json:"client_auth_refusals"`
 }
 
 // GroupMetrics is one entry of raft_groups.

@@ -43,8 +43,8 @@ func writeCtlManifest(t testing.TB, c *Cluster) string {
 	}
 	b.WriteString("\n")
 	for _, n := range c.Nodes {
-		fmt.Fprintf(&b, "[[nodes]]\nid = %d\nname = \"node%d\"\nclient_url = \"%s://%s\"\nadmin_url = \"http://%s\"\n\n",
-			n.ID, n.ID, scheme, n.Config.Listen, n.Config.AdminListen)
+		fmt.Fprintf(&b, "[[nodes]]\nid = %d\nname = \"node%d\"\nclient_url = \"%s://%s\"\nadmin_url = \"http://%s\"\nadmin_token_file = %q\n\n",
+			n.ID, n.ID, scheme, n.Config.Listen, n.Config.AdminListen, n.AdminTokenFile())
 	}
 	path := filepath.Join(c.Dir, "manifest.toml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
