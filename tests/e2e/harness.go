@@ -1,11 +1,11 @@
 package e2e
 
 import (
-	crand "crypto/rand"
-	"encoding/hex"
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
