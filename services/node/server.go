@@ -29,6 +29,10 @@ import (
 	"github.com/ursula/ursula/storage/transport"
 )
 
+// maxHTTPBodyBytes bounds a request body on the node's HTTP servers; no
+// route of theirs takes one.
+const maxHTTPBodyBytes = 1 << 20
+
 // Server is a storage node's network front.
 type Server struct {
 	cfg         Config
@@ -157,7 +161,8 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	mux := listenmux.New(clientLn)
-	clientHTTP := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	errorLog := slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn)
+	clientHTTP := s.cfg.HTTP.Server(http.MaxBytesHandler(s.httpHandler(), maxHTTPBodyBytes), errorLog)
 	var adminHTTP *http.Server
 	if adminLn != nil {
 		h, err := s.adminHandler(ctx)
@@ -166,7 +171,7 @@ func (s *Server) Run(ctx context.Context) error {
 			_ = adminLn.Close()
 			return err
 		}
-		adminHTTP = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		adminHTTP = s.cfg.HTTP.Server(http.MaxBytesHandler(h, maxHTTPBodyBytes), errorLog)
 		if s.adminToken == nil {
 			s.logger.Warn("admin plane is unauthenticated: any local process can call it; set server.admin_token_file to require a bearer token",
 				"admin", adminLn.Addr().String())
@@ -201,7 +206,7 @@ func (s *Server) Run(ctx context.Context) error {
 		clusterMux = listenmux.New(clusterLn)
 		shed := http.NewServeMux()
 		shed.HandleFunc("GET /__ursula/leadership-shed", s.serveShed)
-		clusterHTTP = &http.Server{Handler: shed, ReadHeaderTimeout: 10 * time.Second}
+		clusterHTTP = s.cfg.HTTP.Server(http.MaxBytesHandler(shed, maxHTTPBodyBytes), errorLog)
 		run(clusterMux.Serve)
 		run(func() error { return clusterGRPC.Serve(clusterMux.GRPC()) })
 		run(func() error { return clusterHTTP.Serve(clusterMux.HTTP()) })
