@@ -36,6 +36,21 @@
 // and max_header_bytes (64 KiB) bounds a request's header block
 // (http.Server.MaxHeaderBytes).
 //
+// # Request bodies
+//
+// ReadBody reads a body into memory under a Budget, the process's budget
+// of request-body bytes in flight (server.http_inflight_body_size, 128 MiB
+// by default): nothing is allocated from a declared Content-Length (a
+// declared length above the limit is refused before any read); the buffer
+// starts at 64 KiB, or the declared length when smaller, and doubles as
+// bytes arrive, never past the declared length, each growth taken from the
+// budget first. A growth the budget cannot hold fails with
+// ErrBudgetExhausted, which servers answer with 503 and Retry-After. The
+// budget counts the buffer each body holds until its Body is released. A
+// node with a cold backend needs a budget of at least
+// MinInflightBodyBytesColdBackend (64 MiB, two of the largest bodies), and
+// a gateway's body limit is at most MaxRequestBodyBytes (32 MiB).
+//
 // HTTP/1.1 deadlines are connection deadlines, which only fail I/O that is
 // under way, so they are moved forward lazily; on HTTP/2 (where a deadline
 // that passes resets the stream whether or not a write is under way) a
