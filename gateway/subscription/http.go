@@ -663,9 +663,7 @@ func (m *Manager) checkNewLinks(s *subscription, paths []string) error {
 			for p, l := range o.links {
 				if l.explicit {
 					own++
-					if _, ok := want[p]; ok {
-						delete(want, p) // already linked: no change
-					}
+					delete(want, p) // already linked: no change
 				}
 			}
 		} else {
