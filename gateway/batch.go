@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -25,12 +24,10 @@ const (
 	hPrefer            = "Prefer"
 )
 
-// Append batch bounds: at most maxBatchFrames frames and maxBatchBytes of
-// frame payloads (the framing adds 4 bytes per frame).
-const (
-	maxBatchFrames = 512
-	maxBatchBytes  = 32 << 20
-)
+// maxBatchFrames bounds the frames of an append batch; its frame payloads
+// are bounded by the gateway's max_body_bytes (the framing adds 4 bytes per
+// frame).
+const maxBatchFrames = 512
 
 // ctRecordsNDJSON is the content type of a read with record_view=envelope.
 const ctRecordsNDJSON = "application/vnd.durable-stream-records+ndjson"
@@ -110,16 +107,27 @@ func (g *Gateway) appendBatch(w http.ResponseWriter, r *http.Request, t target) 
 		badRequest(w, ErrMissingType)
 		return
 	}
-	if r.ContentLength > maxBatchBytes+4*maxBatchFrames {
-		writeDomainError(w, errcode.New(errcode.PayloadTooLarge, "an append batch holds at most %d bytes", maxBatchBytes))
+	if err := checkContentType(ct); err != nil {
+		badRequest(w, err)
 		return
 	}
-	body, err := g.readBatchBody(w, r)
+	seq, err := ParseStreamSeq(h)
 	if err != nil {
+		badRequest(w, err)
+		return
+	}
+	maxBatchBytes := g.cfg.MaxBodyBytes
+	body, err := g.readBody(r, maxBatchBytes+4*maxBatchFrames)
+	if err != nil {
+		var de *errcode.Error
+		if errors.As(err, &de) && de.Code == errcode.PayloadTooLarge {
+			err = errcode.New(errcode.PayloadTooLarge, "an append batch holds at most %d bytes", maxBatchBytes)
+		}
 		writeError(w, err)
 		return
 	}
-	frames, err := parseFrames(body)
+	defer body.Release()
+	frames, err := parseFrames(body.Bytes())
 	if err != nil {
 		var de *errcode.Error
 		if errors.As(err, &de) {
@@ -133,11 +141,10 @@ func (g *Gateway) appendBatch(w http.ResponseWriter, r *http.Request, t target) 
 	for _, f := range frames {
 		total += len(f)
 	}
-	if total > maxBatchBytes {
+	if int64(total) > maxBatchBytes {
 		writeDomainError(w, errcode.New(errcode.PayloadTooLarge, "an append batch holds at most %d bytes", maxBatchBytes))
 		return
 	}
-	seq, _ := headerValue(h, hStreamSeq)
 	req := &streamv1.AppendRequest{Ref: t.ref, ContentType: ct, Frames: frames, StreamSeq: seq, Incarnation: t.incarnation}
 	if hasMatch {
 		req.RecordMatch = &match
@@ -203,23 +210,6 @@ func toFrameAck(a *streamv1.FrameAck, records bool) frameAck {
 		out.Error = &v
 	}
 	return out
-}
-
-// readBatchBody reads an append-batch body within the batch bound.
-func (g *Gateway) readBatchBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	var b bytes.Buffer
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, nil
-	}
-	limit := int64(maxBatchBytes + 4*maxBatchFrames)
-	if _, err := b.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, errcode.New(errcode.PayloadTooLarge, "an append batch holds at most %d bytes", maxBatchBytes)
-		}
-		return nil, errcode.New(errcode.InvalidArgument, "read request body: %v", err)
-	}
-	return b.Bytes(), nil
 }
 
 // preferMinimal reports Prefer: return=minimal.
@@ -333,26 +323,4 @@ func parseRecordParams(q url.Values, hasOffset bool) (recordParams, error) {
 func (p recordParams) apply(req *streamv1.ReadRequest) *streamv1.ReadRequest {
 	req.Record, req.RecordNow, req.TailRecords, req.MaxRecords = p.record, p.recordNow, p.tailRecords, p.maxRecords
 	return req
-}
-
-// appendEnvelope renders stored JSON messages as NDJSON lines
-// {"record":N,"value":<message>}, numbering from first.
-func appendEnvelope(dst, stored []byte, first uint64) []byte {
-	n := first
-	for len(stored) > 0 {
-		i := bytes.IndexByte(stored, '\n')
-		line := stored
-		if i >= 0 {
-			line, stored = stored[:i], stored[i+1:]
-		} else {
-			stored = nil
-		}
-		dst = append(dst, `{"record":`...)
-		dst = strconv.AppendUint(dst, n, 10)
-		dst = append(dst, `,"value":`...)
-		dst = append(dst, line...)
-		dst = append(dst, "}\n"...)
-		n++
-	}
-	return dst
 }

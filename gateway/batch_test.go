@@ -244,7 +244,8 @@ func TestReadRecords(t *testing.T) {
 }
 
 func TestAppendEnvelope(t *testing.T) {
-	got := appendEnvelope(nil, []byte("1\n\"x\"\n"), 9)
+	var got []byte
+	renderEnvelope([]byte("1\n\"x\"\n"), 9, func(b []byte) { got = append(got, b...) })
 	var lines []map[string]any
 	for _, l := range strings.Split(strings.TrimSuffix(string(got), "\n"), "\n") {
 		var v map[string]any

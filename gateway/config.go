@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/ursula/ursula/services/platform/httpserver"
 )
 
 // Defaults for Config.
@@ -32,11 +34,24 @@ type Config struct {
 	// SSEReconnectInterval ends SSE connections after this long so that
 	// clients reconnect (and CDNs can collapse them).
 	SSEReconnectInterval time.Duration `yaml:"sse_reconnect_interval" toml:"sse_reconnect_interval"`
-	// MaxBodyBytes is the largest request body accepted; larger ones get 413.
+	// MaxBodyBytes is the largest request body accepted (appends, creates,
+	// append batches, snapshots and staged snapshot parts); larger ones get
+	// 413. At most 33554432 (32 MiB, the seed's --max-request-body-bytes
+	// bound): a gateway configured above it refuses to start, and larger
+	// snapshots go up in parts.
 	MaxBodyBytes int64 `yaml:"max_body_bytes" toml:"max_body_bytes"`
 	// ReadChunkBytes bounds the data returned by one catch-up read (clients
 	// paginate with Stream-Next-Offset).
 	ReadChunkBytes int64 `yaml:"read_chunk_bytes" toml:"read_chunk_bytes"`
+	// HTTP holds the HTTP server's timeouts: read_header_timeout,
+	// body_read_timeout (request-body progress), write_timeout (progress
+	// of each response write), idle_timeout and max_header_bytes (see
+	// services/platform/httpserver).
+	HTTP httpserver.Config `yaml:"http" toml:"http"`
+	// BodyBudget is the process's in-flight request-body budget
+	// (server.http_inflight_body_size); nil makes one of
+	// httpserver.DefaultInflightBodyBytes. Set by the application.
+	BodyBudget *httpserver.Budget `yaml:"-" toml:"-"`
 	// Subscriptions serves the reserved subscription APIs under
 	// "<StreamRoot>__ds/"; nil answers 404. Set by the application.
 	Subscriptions http.Handler `yaml:"-" toml:"-"`
@@ -60,6 +75,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SSEReconnectInterval, "gateway.sse-reconnect-interval", c.SSEReconnectInterval, "SSE connections are ended after this long.")
 	fs.Int64Var(&c.MaxBodyBytes, "gateway.max-body-bytes", c.MaxBodyBytes, "Largest accepted request body in bytes (larger gets 413).")
 	fs.Int64Var(&c.ReadChunkBytes, "gateway.read-chunk-bytes", c.ReadChunkBytes, "Largest data returned by one catch-up read in bytes.")
+	c.HTTP.RegisterFlags(fs, "gateway.http.")
 }
 
 // applyDefaults fills zero fields with the package defaults.
@@ -82,6 +98,7 @@ func (c *Config) applyDefaults() {
 	if c.ReadChunkBytes == 0 {
 		c.ReadChunkBytes = DefaultReadChunkBytes
 	}
+	c.HTTP.ApplyDefaults()
 }
 
 // Validate reports the first invalid field. Zero fields are valid: they take
@@ -103,6 +120,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("gateway: max_body_bytes %d must not be negative", c.MaxBodyBytes))
+	}
+	if c.MaxBodyBytes > httpserver.MaxRequestBodyBytes {
+		errs = append(errs, fmt.Errorf("gateway: max_body_bytes %d is above %d: larger snapshots go up in parts", c.MaxBodyBytes, httpserver.MaxRequestBodyBytes))
+	}
+	if err := c.HTTP.Validate("gateway.http"); err != nil {
+		errs = append(errs, fmt.Errorf("gateway: %w", err))
 	}
 	if c.ReadChunkBytes < 0 {
 		errs = append(errs, fmt.Errorf("gateway: read_chunk_bytes %d must not be negative", c.ReadChunkBytes))

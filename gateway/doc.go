@@ -23,6 +23,42 @@
 // table in errors.go. Every response carries X-Content-Type-Options: nosniff,
 // Cross-Origin-Resource-Policy and the CORS headers.
 //
+// # Limits
+//
+// Config.HTTP holds the server's timeouts (services/platform/httpserver;
+// TOML [gateway.http], flags -gateway.http.*): read_header_timeout (10 s),
+// body_read_timeout (30 s: a request body that makes no progress for this
+// long is cut off with 408 REQUEST_TIMEOUT, a slow upload that keeps
+// arriving is not), write_timeout (30 s: a response write of at most 64
+// KiB that makes no progress fails and the connection is closed; a
+// long-poll or SSE response stays open as long as its reader reads),
+// idle_timeout (2 min) and max_header_bytes (64 KiB). Handler leaves them
+// out; Serve adds them.
+//
+// Request bodies (appends, creates, append batches, snapshots, staged
+// parts, commits) are read in pieces charged against the process's
+// in-flight request-body budget (Config.BodyBudget, set from
+// server.http_inflight_body_size, 128 MiB by default) as they arrive;
+// nothing is allocated from a declared Content-Length. A request whose
+// next piece the budget cannot hold answers 503 OVERLOADED with
+// Retry-After: 1. Each is bounded by max_body_bytes (default and most
+// 32 MiB; a larger value refuses to start; larger snapshots go up in
+// parts), a declared length above it answering 413 before anything is
+// read. Producer-Id, Stream-Seq and Content-Type must be at most 256 bytes
+// of valid UTF-8 without control characters (a tab is allowed in
+// Content-Type), and stream ids valid UTF-8: 400 otherwise, since the
+// node keeps them in protobuf strings.
+//
+// A read's body is written in pieces (JSON arrays and record envelopes are
+// rendered through a 32 KiB buffer, never whole), so a reader that does
+// not read holds the read's data (usually the stored bytes themselves)
+// and that buffer until the write timeout frees its connection.
+//
+// /__ursula/metrics reports, besides the request counters,
+// requests_in_flight, inflight_body_bytes (budget in use),
+// inflight_body_limit_bytes, inflight_body_refusals and heap_live_bytes
+// (the process's live Go heap as of the last collection).
+//
 // # Wire formats produced here
 //
 // JSON streams are stored by the node as one compact JSON value per line; the

@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/base64"
+	"io"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // appendJSONArray appends the stored form of JSON messages (one compact JSON
@@ -33,9 +36,6 @@ func appendJSONArray(dst, stored []byte) []byte {
 	}
 	return append(dst, ']')
 }
-
-// jsonArrayLen returns an upper bound of the size of appendJSONArray's output.
-func jsonArrayLen(stored []byte) int { return len(stored) + 2 }
 
 // appendSSEData appends one SSE "data" event carrying payload: each line of
 // payload (split on CRLF, CR and LF; empty lines included) becomes its own
@@ -178,4 +178,111 @@ func etagMatches(header, tag string) bool {
 		}
 	}
 	return false
+}
+
+// renderJSONArray emits the JSON array of stored JSON messages (the bytes
+// appendJSONArray appends) in pieces: the brackets, the separators and the
+// messages themselves, as slices of stored, so that a large read is never
+// copied whole.
+func renderJSONArray(stored []byte, emit func([]byte)) {
+	emit(jsonOpen)
+	first := true
+	for len(stored) > 0 {
+		line := stored
+		if i := bytes.IndexByte(stored, '\n'); i >= 0 {
+			line, stored = stored[:i], stored[i+1:]
+		} else {
+			stored = nil
+		}
+		if len(line) > 0 && line[len(line)-1] == '\r' {
+			line = line[:len(line)-1]
+		}
+		if len(line) == 0 {
+			continue
+		}
+		if !first {
+			emit(jsonComma)
+		}
+		first = false
+		emit(line)
+	}
+	emit(jsonClose)
+}
+
+// renderEnvelope emits what appendEnvelope appends, in pieces.
+func renderEnvelope(stored []byte, first uint64, emit func([]byte)) {
+	var hdr [48]byte
+	n := first
+	for len(stored) > 0 {
+		line := stored
+		if i := bytes.IndexByte(stored, '\n'); i >= 0 {
+			line, stored = stored[:i], stored[i+1:]
+		} else {
+			stored = nil
+		}
+		h := append(hdr[:0], `{"record":`...)
+		h = strconv.AppendUint(h, n, 10)
+		h = append(h, `,"value":`...)
+		emit(h)
+		emit(line)
+		emit(envelopeEnd)
+		n++
+	}
+}
+
+var (
+	jsonOpen    = []byte{'['}
+	jsonClose   = []byte{']'}
+	jsonComma   = []byte{','}
+	envelopeEnd = []byte("}\n")
+)
+
+// renderBufBytes is the buffer a rendered response is written through: a
+// response of any size holds this much of the gateway's memory for
+// rendering, whatever its reader does.
+const renderBufBytes = 32 << 10
+
+var renderBufPool = sync.Pool{New: func() any { b := make([]byte, 0, renderBufBytes); return &b }}
+
+// renderedSize returns the number of bytes render emits.
+func renderedSize(render func(emit func([]byte))) int {
+	n := 0
+	render(func(b []byte) { n += len(b) })
+	return n
+}
+
+// writeRendered writes what render emits to w through a pooled buffer of
+// renderBufBytes: small pieces are gathered, large ones (slices of the
+// stored bytes) written as they are. It returns the bytes written and the
+// first write error, after which nothing more is written.
+func writeRendered(w io.Writer, render func(emit func([]byte))) (int, error) {
+	bp := renderBufPool.Get().(*[]byte)
+	buf := (*bp)[:0]
+	written := 0
+	var werr error
+	write := func(b []byte) {
+		if werr != nil || len(b) == 0 {
+			return
+		}
+		n, err := w.Write(b)
+		written += n
+		werr = err
+	}
+	render(func(b []byte) {
+		if len(buf)+len(b) <= cap(buf) {
+			buf = append(buf, b...)
+			return
+		}
+		write(buf)
+		buf = buf[:0]
+		if len(b) >= cap(buf)/2 {
+			write(b)
+			return
+		}
+		buf = append(buf, b...)
+	})
+	write(buf)
+	*bp = buf[:0]
+	renderBufPool.Put(bp)
+	return written, werr
 }

@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"io"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,11 +29,69 @@ func TestAppendJSONArray(t *testing.T) {
 			if got != tt.want {
 				t.Fatalf("appendJSONArray(%q) = %q, want %q", tt.stored, got, tt.want)
 			}
-			if len(got) > jsonArrayLen([]byte(tt.stored)) {
-				t.Fatalf("output %d bytes exceeds bound %d", len(got), jsonArrayLen([]byte(tt.stored)))
+			render := func(emit func([]byte)) { renderJSONArray([]byte(tt.stored), emit) }
+			var b strings.Builder
+			if n, err := writeRendered(&b, render); err != nil || n != len(got) || b.String() != got {
+				t.Fatalf("writeRendered = %q (%d, %v), want %q", b.String(), n, err, got)
+			}
+			if n := renderedSize(render); n != len(got) {
+				t.Fatalf("renderedSize = %d, want %d", n, len(got))
 			}
 		})
 	}
+}
+
+// TestWriteRenderedPieces: a large rendered response goes out in writes of
+// the stored messages themselves and of at most renderBufBytes gathered
+// pieces; nothing the size of the whole response is allocated.
+func TestWriteRenderedPieces(t *testing.T) {
+	var stored []byte
+	for i := range 2000 {
+		stored = append(stored, strconv.Itoa(i)...)
+		stored = append(stored, '\n')
+	}
+	big := append([]byte(`"`), make([]byte, 1<<20)...)
+	for i := 1; i < len(big); i++ {
+		big[i] = 'x'
+	}
+	big = append(big, '"', '\n')
+	stored = append(stored, big...)
+	render := func(emit func([]byte)) { renderJSONArray(stored, emit) }
+	w := &pieceRecorder{}
+	n, err := writeRendered(w, render)
+	if err != nil || n != renderedSize(render) || n != len(appendJSONArray(nil, stored)) {
+		t.Fatalf("wrote %d (%v), size %d", n, err, renderedSize(render))
+	}
+	if string(w.all) != string(appendJSONArray(nil, stored)) {
+		t.Fatal("rendered bytes differ from appendJSONArray")
+	}
+	for i, p := range w.pieces {
+		if p > renderBufBytes && p != len(big)-1 {
+			t.Fatalf("write %d of %d bytes: neither a gathered piece nor a stored message", i, p)
+		}
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const runs = 20
+	for range runs {
+		_, _ = writeRendered(io.Discard, render)
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / runs; per > 128<<10 {
+		t.Fatalf("%d bytes allocated per rendered response of %d bytes", per, n)
+	}
+}
+
+// pieceRecorder records the size of each write.
+type pieceRecorder struct {
+	all    []byte
+	pieces []int
+}
+
+func (w *pieceRecorder) Write(p []byte) (int, error) {
+	w.all = append(w.all, p...)
+	w.pieces = append(w.pieces, len(p))
+	return len(p), nil
 }
 
 func TestAppendSSEData(t *testing.T) {

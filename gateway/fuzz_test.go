@@ -1,11 +1,20 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 )
 
 // FuzzParseOffset: no panic; accepted offsets are exactly the protocol's
@@ -147,14 +156,29 @@ func FuzzSSEData(f *testing.F) {
 	})
 }
 
-// FuzzHandler: no request makes the handler panic, and every response
-// carries the security headers.
+// FuzzHandler: no request makes the handler panic, every response
+// carries the security headers, and no header value makes it answer 500:
+// the node is reached through a client that marshals every request as
+// gRPC does (a string field that is not valid UTF-8 fails there, which
+// used to come back as 500 for Producer-Id, Content-Type and Stream-Seq),
+// so whatever the gateway passes on must be well-formed. A header named
+// Producer-Id comes with valid Producer-Epoch and Producer-Seq, so that
+// its value reaches the producer checks. The seeds (below and in
+// testdata/fuzz/FuzzHandler) run with plain go test.
 func FuzzHandler(f *testing.F) {
 	f.Add("PUT", "/v1/stream/a", "Stream-TTL", "1e3", "x")
 	f.Add("POST", "/v1/stream/a", "Producer-Epoch", "1", "")
 	f.Add("GET", "/v1/stream/a?offset=&live=sse", "", "", "")
 	f.Add("OPTIONS", "/anything", "Access-Control-Request-Headers", "a,,b", "")
 	f.Add("PUT", "/b%00/x", "", "", "")
+	f.Add("POST", "/v1/stream/a", "Producer-Id", "\xff\xfe", "x")
+	f.Add("POST", "/v1/stream/a", "Producer-Id", strings.Repeat("p", 257), "x")
+	f.Add("POST", "/v1/stream/a", "Content-Type", "text/\x01plain", "x")
+	f.Add("POST", "/v1/stream/a", "Stream-Seq", "\xed\xa0\x80", "x")
+	f.Add("POST", "/v1/stream/a", "Stream-Seq", strings.Repeat("9", 300), "x")
+	f.Add("PUT", "/v1/stream/a", "Content-Type", "a\xc3", "")
+	f.Add("POST", "/b1/s/append-batch", "Producer-Id", "p\x85", "\x00\x00\x00\x01x")
+	f.Add("PUT", "/b1/s/snapshot/0000000000000000_0000000000000000", "Content-Type", "\xc0\xaf", "x")
 	f.Fuzz(func(t *testing.T, method, target, hk, hv, body string) {
 		if !isToken(method) || !strings.HasPrefix(target, "/") {
 			return
@@ -164,14 +188,73 @@ func FuzzHandler(f *testing.F) {
 			return
 		}
 		if isToken(hk) {
-			req.Header[http.CanonicalHeaderKey(hk)] = []string{hv}
+			key := http.CanonicalHeaderKey(hk)
+			if key == hProducerID {
+				req.Header[hProducerEpoch] = []string{"0"}
+				req.Header[hProducerSeq] = []string{"0"}
+			}
+			req.Header[key] = []string{hv}
 		}
 		g := newTestGateway(t, &fakeClient{}, nil)
-		g.client = failingClient{}
+		g.client = marshalingClient{}
 		rec := httptest.NewRecorder()
 		g.Handler().ServeHTTP(rec, req)
 		if rec.Header().Get("X-Content-Type-Options") != "nosniff" {
 			t.Fatalf("%s %s: no nosniff", method, target)
 		}
+		if rec.Code == http.StatusInternalServerError {
+			t.Fatalf("%s %s with %s: %q: 500 %s", method, target, hk, hv, rec.Body)
+		}
+		// An append with a malformed or oversized stored header is a 400.
+		key := http.CanonicalHeaderKey(hk)
+		if method == http.MethodPost && simpleStreamPath.MatchString(target) &&
+			(key == hProducerID || key == hStreamSeq || key == hContentType) &&
+			!validHeaderText(hv, key == hContentType) && rec.Code != http.StatusBadRequest {
+			t.Fatalf("POST %s with %s: %q: %d %s, want 400", target, key, hv, rec.Code, rec.Body)
+		}
 	})
+}
+
+// simpleStreamPath matches the path of a stream of the Durable Streams
+// family without a query.
+var simpleStreamPath = regexp.MustCompile(`^/v1/stream/[a-z0-9]+$`)
+
+// marshalingClient marshals every write as gRPC would before answering
+// it (codes.Internal when a request cannot be marshalled, as gRPC's
+// client does) and fails everything else with UNAVAILABLE.
+type marshalingClient struct{ failingClient }
+
+func (marshalingClient) marshal(m proto.Message) error {
+	if _, err := proto.Marshal(m); err != nil {
+		return status.Error(codes.Internal, "grpc: error while marshaling: "+err.Error())
+	}
+	return nil
+}
+
+func (c marshalingClient) CreateStream(_ context.Context, in *streamv1.CreateStreamRequest, _ ...grpc.CallOption) (*streamv1.CreateStreamResponse, error) {
+	if err := c.marshal(in); err != nil {
+		return nil, err
+	}
+	return &streamv1.CreateStreamResponse{Created: true, Info: &streamv1.StreamInfo{NextOffset: "0_0", ContentType: in.GetContentType()}}, nil
+}
+
+func (c marshalingClient) Append(_ context.Context, in *streamv1.AppendRequest, _ ...grpc.CallOption) (*streamv1.AppendResponse, error) {
+	if err := c.marshal(in); err != nil {
+		return nil, err
+	}
+	return &streamv1.AppendResponse{NextOffset: "0_1"}, nil
+}
+
+func (c marshalingClient) PutSnapshot(_ context.Context, in *streamv1.PutSnapshotRequest, _ ...grpc.CallOption) (*streamv1.PutSnapshotResponse, error) {
+	if err := c.marshal(in); err != nil {
+		return nil, err
+	}
+	return &streamv1.PutSnapshotResponse{Offset: in.GetOffset(), Digest: "d"}, nil
+}
+
+func (c marshalingClient) CommitSnapshot(_ context.Context, in *streamv1.CommitSnapshotRequest, _ ...grpc.CallOption) (*streamv1.CommitSnapshotResponse, error) {
+	if err := c.marshal(in); err != nil {
+		return nil, err
+	}
+	return &streamv1.CommitSnapshotResponse{Offset: in.GetOffset(), Digest: "d"}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/services/platform/httpserver"
 )
 
 // BuiltinBucket is the bucket that holds the streams of the Durable Streams
@@ -48,6 +49,8 @@ type Gateway struct {
 	logger  *slog.Logger
 	metrics metrics
 	handler http.Handler
+	// budget is the process's in-flight request-body budget.
+	budget *httpserver.Budget
 
 	// stopCtx ends when the gateway shuts down; live reads watch it.
 	stopCtx   context.Context
@@ -70,7 +73,11 @@ func New(cfg Config, client streamv1.StreamServiceClient, logger *slog.Logger) (
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	g := &Gateway{cfg: cfg, client: client, logger: logger}
+	g := &Gateway{cfg: cfg, client: client, logger: logger, budget: cfg.BodyBudget}
+	if g.budget == nil {
+		g.budget = httpserver.NewBudget(0)
+	}
+	g.metrics.budget = g.budget
 	g.stopCtx, g.stop = context.WithCancel(context.Background())
 	g.handler = http.HandlerFunc(g.serveHTTP)
 	return g, nil
@@ -79,7 +86,8 @@ func New(cfg Config, client streamv1.StreamServiceClient, logger *slog.Logger) (
 // Config returns the effective configuration (defaults applied).
 func (g *Gateway) Config() Config { return g.cfg }
 
-// Handler returns the gateway's HTTP handler.
+// Handler returns the gateway's HTTP handler, without the body and write
+// progress deadlines Serve adds (Config.HTTP).
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
 // Run listens on Config.Listen and serves until ctx ends or Close is
@@ -100,17 +108,14 @@ type connContextKey struct{}
 // shutdownTimeout bounds the graceful shutdown of the HTTP server.
 const shutdownTimeout = 10 * time.Second
 
-// Serve serves on ln until ctx ends or Close is called; it closes ln.
+// Serve serves on ln until ctx ends or Close is called; it closes ln. The
+// server has the timeouts of Config.HTTP: headers, idle connections, and
+// progress deadlines for request bodies and for each response write.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler:           g.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(g.logger.Handler(), slog.LevelWarn),
-		// SSE hub writers look at the connection's send queue.
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, connContextKey{}, c)
-		},
+	srv := g.cfg.HTTP.Server(g.handler, slog.NewLogLogger(g.logger.Handler(), slog.LevelWarn))
+	// SSE hub writers look at the connection's send queue.
+	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		return context.WithValue(ctx, connContextKey{}, c)
 	}
 	g.logger.Info("gateway listening", "addr", ln.Addr().String(), "stream_root", g.cfg.StreamRoot)
 	errCh := make(chan error, 1)
@@ -220,6 +225,8 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	h["Access-Control-Allow-Origin"] = valAllowOrigin
 	h["Access-Control-Expose-Headers"] = valExpose
 
+	g.metrics.inFlight.Add(1)
+	defer g.metrics.inFlight.Add(-1)
 	ctx, span := g.startSpan(r)
 	r = r.WithContext(ctx)
 	rec := recorderPool.Get().(*recorder)

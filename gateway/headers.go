@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Protocol header names in canonical MIME form, so they can index
@@ -42,6 +44,11 @@ const maxSafeInteger = 1<<53 - 1
 // maxOffsetLen bounds offsets accepted from clients.
 const maxOffsetLen = 256
 
+// maxHeaderTextLen bounds the free-text headers the node stores:
+// Producer-Id and Stream-Seq (kept per producer and per stream, and in
+// every group snapshot) and Content-Type.
+const maxHeaderTextLen = 256
+
 // Parse errors; each becomes a 400 INVALID_ARGUMENT.
 var (
 	ErrBadOffset        = errors.New("gateway: offset must be -1, now or a server-issued offset")
@@ -56,7 +63,56 @@ var (
 	ErrBadForkSubOffset = errors.New("gateway: Stream-Fork-Sub-Offset must be a non-negative integer without sign or leading zeros")
 	ErrForkWithoutFrom  = errors.New("gateway: Stream-Fork-Offset and Stream-Fork-Sub-Offset need Stream-Forked-From")
 	ErrBadForkedFrom    = errors.New("gateway: Stream-Forked-From must be the path of a stream on this server")
+	ErrBadProducerID    = errors.New("gateway: Producer-Id must be valid UTF-8 without control characters, at most 256 bytes")
+	ErrBadStreamSeq     = errors.New("gateway: Stream-Seq must be valid UTF-8 without control characters, at most 256 bytes")
+	ErrBadContentType   = errors.New("gateway: Content-Type must be valid UTF-8 without control characters, at most 256 bytes")
 )
+
+// validHeaderText reports whether a header value the node stores is
+// acceptable: at most maxHeaderTextLen bytes of valid UTF-8 without
+// control characters (C0, DEL, C1), a horizontal tab allowed when tab is
+// set. HTTP lets obs-text bytes through, which are not UTF-8, and the
+// node's protobuf strings must be.
+func validHeaderText(s string, tab bool) bool {
+	if len(s) > maxHeaderTextLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c < 0x7f {
+			continue
+		}
+		if c == '\t' && tab {
+			continue
+		}
+		if c < 0x80 {
+			return false
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n <= 1 || unicode.IsControl(r) {
+			return false
+		}
+		i += n - 1
+	}
+	return true
+}
+
+// checkContentType validates a Content-Type value the node stores.
+func checkContentType(ct string) error {
+	if !validHeaderText(ct, true) {
+		return ErrBadContentType
+	}
+	return nil
+}
+
+// ParseStreamSeq returns the Stream-Seq header ("" when absent).
+func ParseStreamSeq(h http.Header) (string, error) {
+	seq, _ := headerValue(h, hStreamSeq)
+	if !validHeaderText(seq, false) {
+		return "", ErrBadStreamSeq
+	}
+	return seq, nil
+}
 
 // headerValue returns the first value of the canonical header key and
 // whether the header was present at all.
@@ -173,6 +229,9 @@ func ParseProducer(h http.Header) (p ProducerHeaders, ok bool, err error) {
 	if strings.TrimSpace(id) == "" {
 		return ProducerHeaders{}, false, ErrEmptyProducerID
 	}
+	if !validHeaderText(id, false) {
+		return ProducerHeaders{}, false, ErrBadProducerID
+	}
 	e, good := parseSafeUint(epoch)
 	if !good {
 		return ProducerHeaders{}, false, ErrBadProducerEpoch
@@ -200,6 +259,9 @@ type CreateHeaders struct {
 func ParseCreate(h http.Header) (CreateHeaders, error) {
 	var c CreateHeaders
 	c.ContentType, _ = headerValue(h, hContentType)
+	if err := checkContentType(c.ContentType); err != nil {
+		return CreateHeaders{}, err
+	}
 	ttl, hasTTL := headerValue(h, hStreamTTL)
 	exp, hasExp := headerValue(h, hStreamExpiresAt)
 	if hasTTL && hasExp {

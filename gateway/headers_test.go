@@ -268,6 +268,9 @@ func TestValidateStreamID(t *testing.T) {
 		{"a/./b", false},
 		{"a\x00b", false},
 		{"a\nb", false},
+		{"ünïcode/✓", true},
+		{"\xb5", false},
+		{"a/\xed\xa0\x80", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

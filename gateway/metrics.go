@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"net/http"
+	runtimemetrics "runtime/metrics"
 	"strconv"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
+	"github.com/ursula/ursula/services/platform/httpserver"
 	"github.com/ursula/ursula/services/platform/telemetry"
 )
 
@@ -40,6 +42,8 @@ func methodIndex(m string) int {
 // without locks.
 type metrics struct {
 	requests       [len(methodNames)][600]atomic.Uint64
+	inFlight       atomic.Int64 // requests being served
+	budget         *httpserver.Budget
 	sseClients     atomic.Int64
 	longPolls      atomic.Int64
 	sseEvents      atomic.Uint64
@@ -105,7 +109,27 @@ func (m *metrics) appendJSON(dst []byte) []byte {
 	dst = strconv.AppendUint(dst, m.bytesServed.Load(), 10)
 	dst = append(dst, `,"upstream_errors":`...)
 	dst = strconv.AppendUint(dst, m.upstreamErrors.Load(), 10)
+	dst = append(dst, `,"requests_in_flight":`...)
+	dst = strconv.AppendInt(dst, m.inFlight.Load(), 10)
+	dst = append(dst, `,"inflight_body_bytes":`...)
+	dst = strconv.AppendInt(dst, m.budget.InUse(), 10)
+	dst = append(dst, `,"inflight_body_limit_bytes":`...)
+	dst = strconv.AppendInt(dst, m.budget.Limit(), 10)
+	dst = append(dst, `,"inflight_body_refusals":`...)
+	dst = strconv.AppendUint(dst, m.budget.Refusals(), 10)
+	dst = append(dst, `,"heap_live_bytes":`...)
+	dst = strconv.AppendUint(dst, heapLiveBytes(), 10)
 	return append(dst, "}\n"...)
+}
+
+// heapLiveBytes is the process's live Go heap as of the last collection.
+func heapLiveBytes() uint64 {
+	s := []runtimemetrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	runtimemetrics.Read(s)
+	if s[0].Value.Kind() != runtimemetrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
 
 // MetricsSource reads the gateway's counters as telemetry samples: the
@@ -138,6 +162,7 @@ func (m *metrics) emit(emit func(telemetry.Sample)) {
 		{"bytes_appended", m.bytesAppended.Load()},
 		{"bytes_served", m.bytesServed.Load()},
 		{"upstream_errors", m.upstreamErrors.Load()},
+		{"inflight_body_refusals", m.budget.Refusals()},
 	} {
 		emit(telemetry.Sample{Name: c.name, Kind: telemetry.Counter, Value: float64(c.v)})
 	}
@@ -148,6 +173,9 @@ func (m *metrics) emit(emit func(telemetry.Sample)) {
 		{"sse_clients", m.sseClients.Load()},
 		{"long_polls_in_flight", m.longPolls.Load()},
 		{"sse_hubs", m.sseHubs.Load()},
+		{"requests_in_flight", m.inFlight.Load()},
+		{"inflight_body_bytes", m.budget.InUse()},
+		{"inflight_body_limit_bytes", m.budget.Limit()},
 	} {
 		emit(telemetry.Sample{Name: c.name, Kind: telemetry.Gauge, Value: float64(c.v)})
 	}

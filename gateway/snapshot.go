@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"mime/multipart"
@@ -13,6 +12,7 @@ import (
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/services/platform/httpserver"
 )
 
 // Snapshot and bootstrap headers.
@@ -21,10 +21,6 @@ const (
 	hSnapshotDigest = "Stream-Snapshot-Digest"
 	hSnapshotMatch  = "Stream-Snapshot-Match"
 )
-
-// maxSnapshotBytes bounds a snapshot published in one request body, and
-// one staged part of a larger one (snapshot_parts.go).
-const maxSnapshotBytes = 32 << 20
 
 // ErrBootstrapLive refuses a live bootstrap.
 var ErrBootstrapLive = errors.New("gateway: bootstrap is not a live read; read on from Stream-Next-Offset")
@@ -63,15 +59,20 @@ func (g *Gateway) serveSnapshot(w http.ResponseWriter, r *http.Request, t target
 // putSnapshot serves PUT …/snapshot/{offset}: 204 with the snapshot's
 // offset and digest (also for the same snapshot again).
 func (g *Gateway) putSnapshot(w http.ResponseWriter, r *http.Request, t target, offset string) {
-	body, err := readLimited(w, r, maxSnapshotBytes)
+	ct, _ := headerValue(r.Header, hContentType)
+	if err := checkContentType(ct); err != nil {
+		badRequest(w, err)
+		return
+	}
+	body, err := g.readBody(r, g.cfg.MaxBodyBytes)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	ct, _ := headerValue(r.Header, hContentType)
+	defer body.Release()
 	match, _ := headerValue(r.Header, hSnapshotMatch)
 	resp, err := g.client.PutSnapshot(r.Context(), &streamv1.PutSnapshotRequest{
-		Ref: t.ref, Offset: offset, ContentType: ct, Body: body, Match: strings.TrimSpace(match),
+		Ref: t.ref, Offset: offset, ContentType: ct, Body: body.Bytes(), Match: strings.TrimSpace(match),
 	})
 	if err != nil {
 		g.upstreamError(w, r, err)
@@ -80,33 +81,32 @@ func (g *Gateway) putSnapshot(w http.ResponseWriter, r *http.Request, t target, 
 	publishedSnapshot(w, resp.GetOffset(), resp.GetDigest())
 }
 
-// readLimited reads a request body of at most limit bytes; a larger
-// declared length is refused before anything is read.
-func readLimited(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	if r.ContentLength > limit {
-		return nil, errcode.New(errcode.PayloadTooLarge, "request body of %d bytes exceeds %d", r.ContentLength, limit)
+// readBody reads the request body, at most limit bytes, charged against
+// the process's in-flight request-body budget as it arrives; the caller
+// releases it once the node answered. The errors are domain errors: 413
+// above the limit, 503 OVERLOADED (Retry-After) when the budget cannot
+// hold it, 408 when it stalls, 400 on other read errors.
+func (g *Gateway) readBody(r *http.Request, limit int64) (*httpserver.Body, error) {
+	b, err := httpserver.ReadBody(r, limit, g.budget)
+	if err == nil {
+		return b, nil
 	}
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-		return nil, nil
+	var tooLarge *httpserver.BodyTooLargeError
+	switch {
+	case errors.As(err, &tooLarge):
+		return nil, errcode.New(errcode.PayloadTooLarge, "%s", tooLarge.Error())
+	case errors.Is(err, httpserver.ErrBudgetExhausted):
+		return nil, errcode.New(errcode.Overloaded, "the gateway holds its budget of in-flight request bodies; retry").
+			With(errcode.KeyRetryAfterMS, strconv.Itoa(bodyBudgetRetryMS))
+	case errors.Is(err, httpserver.ErrBodyStalled):
+		return nil, errcode.New(errcode.RequestTimeout, "the request body made no progress for %v", g.cfg.HTTP.BodyReadTimeout)
 	}
-	if r.ContentLength > 0 {
-		// The server already limits the body to Content-Length.
-		buf := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, buf); err != nil {
-			return nil, errcode.New(errcode.InvalidArgument, "read request body: %v", err)
-		}
-		return buf, nil
-	}
-	var b bytes.Buffer
-	if _, err := b.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, errcode.New(errcode.PayloadTooLarge, "request body exceeds %d bytes", limit)
-		}
-		return nil, errcode.New(errcode.InvalidArgument, "read request body: %v", err)
-	}
-	return b.Bytes(), nil
+	return nil, errcode.New(errcode.InvalidArgument, "read request body: %v", err)
 }
+
+// bodyBudgetRetryMS is the Retry-After of a request refused for want of
+// body budget.
+const bodyBudgetRetryMS = 1000
 
 // latestSnapshot serves GET …/snapshot: 307 to the latest snapshot's URL,
 // 404 when the stream has none.
@@ -313,9 +313,16 @@ func (g *Gateway) bootstrap(w http.ResponseWriter, r *http.Request, t target) {
 		if len(data) > 0 {
 			ct := orDefault(resp.GetContentType())
 			if isJSONType(ct) {
-				data = appendJSONArray(make([]byte, 0, jsonArrayLen(data)), data)
+				// Rendered in pieces, never copied whole.
+				p := part(ct, nil)
+				n, err := writeRendered(p, func(emit func([]byte)) { renderJSONArray(data, emit) })
+				g.metrics.bytesServed.Add(uint64(n))
+				if err != nil {
+					panic(http.ErrAbortHandler)
+				}
+			} else {
+				part(ct, data)
 			}
-			part(ct, data)
 		}
 		if end >= target {
 			break

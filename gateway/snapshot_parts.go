@@ -23,7 +23,7 @@ const (
 // Staged-part errors.
 var (
 	ErrBadPartNumber = errors.New("gateway: a snapshot part number is an integer from 1 to 10000 without leading zeros")
-	ErrEmptyPart     = errors.New("gateway: a snapshot part holds 1 byte to 32 MiB")
+	ErrEmptyPart     = errors.New("gateway: a snapshot part holds at least 1 byte (at most the gateway's max_body_bytes)")
 	ErrBadCommit     = errors.New("gateway: a snapshot commit is a JSON object {\"parts\": [{\"part\": 1, \"digest\": \"<sha256 hex>\"}, ...]}")
 )
 
@@ -82,16 +82,17 @@ func parsePartNumber(s string) (uint32, bool) {
 // putSnapshotPart serves PUT …/snapshot/{offset}/parts/{n}: 204 with the
 // part's digest.
 func (g *Gateway) putSnapshotPart(w http.ResponseWriter, r *http.Request, t target, offset string, n uint32) {
-	body, err := readLimited(w, r, maxSnapshotBytes)
+	body, err := g.readBody(r, g.cfg.MaxBodyBytes)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if len(body) == 0 {
+	defer body.Release()
+	if len(body.Bytes()) == 0 {
 		badRequest(w, ErrEmptyPart)
 		return
 	}
-	resp, err := g.client.PutSnapshotPart(r.Context(), &streamv1.PutSnapshotPartRequest{Ref: t.ref, Offset: offset, Part: n, Body: body})
+	resp, err := g.client.PutSnapshotPart(r.Context(), &streamv1.PutSnapshotPartRequest{Ref: t.ref, Offset: offset, Part: n, Body: body.Bytes()})
 	if err != nil {
 		g.upstreamError(w, r, err)
 		return
@@ -103,13 +104,20 @@ func (g *Gateway) putSnapshotPart(w http.ResponseWriter, r *http.Request, t targ
 // commitSnapshot serves POST …/snapshot/{offset}/commit: 204 with the
 // snapshot's offset and digest.
 func (g *Gateway) commitSnapshot(w http.ResponseWriter, r *http.Request, t target, offset string) {
-	raw, err := readLimited(w, r, maxCommitBodyBytes)
+	ct, _ := headerValue(r.Header, hContentType)
+	if err := checkContentType(ct); err != nil {
+		badRequest(w, err)
+		return
+	}
+	raw, err := g.readBody(r, maxCommitBodyBytes)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	var body commitBody
-	if err := json.Unmarshal(raw, &body); err != nil || len(body.Parts) == 0 {
+	err = json.Unmarshal(raw.Bytes(), &body)
+	raw.Release()
+	if err != nil || len(body.Parts) == 0 {
 		badRequest(w, ErrBadCommit)
 		return
 	}
@@ -117,7 +125,7 @@ func (g *Gateway) commitSnapshot(w http.ResponseWriter, r *http.Request, t targe
 	for _, p := range body.Parts {
 		req.Parts = append(req.Parts, &streamv1.SnapshotPartDigest{Part: p.Part, Digest: p.Digest})
 	}
-	req.ContentType, _ = headerValue(r.Header, hContentType)
+	req.ContentType = ct
 	match, _ := headerValue(r.Header, hSnapshotMatch)
 	req.Match = strings.TrimSpace(match)
 	resp, err := g.client.CommitSnapshot(r.Context(), req)

@@ -125,6 +125,7 @@ func (c *sseConn) writeChunk(resp *streamv1.ReadResponse) bool {
 			return true
 		}
 		c.s.events = 0
+		c.s.trim()
 	}
 	return done
 }
@@ -312,6 +313,7 @@ func (c *sseConn) writeEvent(ev *sseEvent) bool {
 			return true
 		}
 		c.s.events = 0
+		c.s.trim()
 	}
 	c.pos, c.offset = ev.next, ev.nextOffset
 	return ev.closed
@@ -339,6 +341,21 @@ type sseWriter struct {
 	lastUpToDate bool
 	lastClosed   bool
 	events       uint64
+}
+
+// sseKeepBuf bounds the encoding buffers a connection keeps between
+// chunks: one grown by a large chunk is dropped once written, so that
+// thousands of mostly idle connections do not each keep a chunk's worth.
+const sseKeepBuf = 64 << 10
+
+// trim drops buffers grown past sseKeepBuf.
+func (s *sseWriter) trim() {
+	if cap(s.out) > sseKeepBuf {
+		s.out = nil
+	}
+	if cap(s.payload) > sseKeepBuf {
+		s.payload = nil
+	}
 }
 
 // appendChunk returns the bytes to write for chunk (valid until the next

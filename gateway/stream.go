@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -9,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
@@ -21,7 +21,7 @@ var (
 	ErrBadOffsetParam  = errors.New("gateway: offset must appear at most once and not be empty")
 	ErrLiveNeedsOffset = errors.New("gateway: live reads need an offset")
 	ErrBadQuery        = errors.New("gateway: malformed query string")
-	ErrBadStreamID     = errors.New("gateway: stream ids must not contain control characters or empty, \".\" or \"..\" segments")
+	ErrBadStreamID     = errors.New("gateway: stream ids must be valid UTF-8 without control characters or empty, \".\" or \"..\" segments")
 	errShuttingDown    = errcode.New(errcode.Unavailable, "gateway shutting down")
 )
 
@@ -45,10 +45,11 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 	writeDomainError(w, de)
 }
 
-// ValidateStreamID checks a stream id: not empty, no control characters,
-// no empty, "." or ".." path segments.
+// ValidateStreamID checks a stream id: not empty, valid UTF-8 (the node
+// keeps it in protobuf strings), no control characters, no empty, "." or
+// ".." path segments.
 func ValidateStreamID(id string) error {
-	if id == "" {
+	if id == "" || !utf8.ValidString(id) {
 		return ErrBadStreamID
 	}
 	for i := 0; i < len(id); i++ {
@@ -62,11 +63,6 @@ func ValidateStreamID(id string) error {
 		}
 	}
 	return nil
-}
-
-// readBody reads the request body within the configured limit.
-func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	return readLimited(w, r, g.cfg.MaxBodyBytes)
 }
 
 // absoluteURL returns the absolute URL of the request, honouring
@@ -109,7 +105,7 @@ func (g *Gateway) forkSource(v string) (*streamv1.StreamRef, error) {
 		return &streamv1.StreamRef{Bucket: BuiltinBucket, Stream: rest}, nil
 	}
 	bucket, stream, ok := strings.Cut(strings.TrimPrefix(p, "/"), "/")
-	if !ok || stream == "" || strings.Contains(stream, "/") || ValidateBucket(bucket) != nil {
+	if !ok || strings.Contains(stream, "/") || ValidateStreamID(stream) != nil || ValidateBucket(bucket) != nil {
 		return nil, ErrBadForkedFrom
 	}
 	return &streamv1.StreamRef{Bucket: bucket, Stream: stream}, nil
@@ -140,11 +136,13 @@ func (g *Gateway) createStream(w http.ResponseWriter, r *http.Request, t target)
 		}
 		req.Fork = &streamv1.ForkSpec{Source: src, Offset: hdr.ForkOffset, SubOffset: hdr.ForkSubOffset}
 	}
-	body, err := g.readBody(w, r)
+	rb, err := g.readBody(r, g.cfg.MaxBodyBytes)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer rb.Release()
+	body := rb.Bytes()
 	req.Body, req.HasBody = body, len(body) > 0
 	resp, err := g.client.CreateStream(r.Context(), req)
 	if err != nil {
@@ -192,12 +190,22 @@ func (g *Gateway) appendStream(w http.ResponseWriter, r *http.Request, t target)
 		closeReq = ParseClosed(v)
 	}
 	ct, _ := headerValue(h, hContentType)
-	seq, _ := headerValue(h, hStreamSeq)
-	body, err := g.readBody(w, r)
+	if err := checkContentType(ct); err != nil {
+		badRequest(w, err)
+		return
+	}
+	seq, err := ParseStreamSeq(h)
+	if err != nil {
+		badRequest(w, err)
+		return
+	}
+	rb, err := g.readBody(r, g.cfg.MaxBodyBytes)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer rb.Release()
+	body := rb.Bytes()
 	if len(body) == 0 && !closeReq {
 		badRequest(w, ErrEmptyAppend)
 		return
@@ -416,20 +424,35 @@ func (g *Gateway) writeReadResponse(w http.ResponseWriter, r *http.Request, resp
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	body := resp.GetData()
+	// The body goes out in pieces, never rendered whole: a reader that
+	// stops reading holds the read's data (usually the stored bytes
+	// themselves) and a small buffer until the write deadline frees it.
+	data := resp.GetData()
+	var render func(emit func([]byte))
 	switch {
 	case envelope:
 		h[hContentType] = []string{ctRecordsNDJSON}
-		body = appendEnvelope(make([]byte, 0, len(body)+32*bytes.Count(body, []byte{'\n'})), body, resp.GetRecordFirst())
+		first := resp.GetRecordFirst()
+		render = func(emit func([]byte)) { renderEnvelope(data, first, emit) }
 	case isJSONType(ct):
-		body = appendJSONArray(make([]byte, 0, jsonArrayLen(body)), body)
+		render = func(emit func([]byte)) { renderJSONArray(data, emit) }
 	}
-	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	size := len(data)
+	if render != nil {
+		size = renderedSize(render)
+	}
+	h["Content-Length"] = []string{strconv.Itoa(size)}
 	w.WriteHeader(http.StatusOK)
-	if r.Method != http.MethodHead {
-		n, _ := w.Write(body)
-		g.metrics.bytesServed.Add(uint64(n))
+	if r.Method == http.MethodHead {
+		return
 	}
+	var n int
+	if render == nil {
+		n, _ = w.Write(data)
+	} else {
+		n, _ = writeRendered(w, render)
+	}
+	g.metrics.bytesServed.Add(uint64(n))
 }
 
 // liveContext returns a context that ends with the request, with the

@@ -2,10 +2,13 @@ package subscription
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/ursula/ursula/services/platform/httpserver"
 )
 
 // Config configures the subscription manager. Zero values take the defaults
@@ -19,11 +22,38 @@ type Config struct {
 	// from the incoming request (X-Forwarded-Proto / X-Forwarded-Host
 	// honoured).
 	PublicURL string `toml:"public_url" yaml:"public_url"`
-	// AllowPrivateWebhooks permits webhook URLs that resolve to RFC 1918,
-	// unique-local, link-local or carrier-grade NAT addresses, and plain
-	// http to any host. Loopback (http://localhost, http://127.0.0.1) is
-	// always allowed for development. Default false.
+	// AllowPrivateWebhooks permits webhook URLs that resolve to private
+	// addresses (RFC 1918, unique-local fc00::/7, carrier-grade NAT
+	// 100.64.0.0/10, site-local), and plain http to any host. Loopback,
+	// link-local (cloud metadata), unspecified, multicast and the other
+	// special-purpose ranges stay refused unless AllowWebhookHosts lists
+	// them. Default false.
 	AllowPrivateWebhooks bool `toml:"allow_private_webhooks" yaml:"allow_private_webhooks"`
+	// AllowWebhookHosts lists webhook destinations admitted despite the
+	// address checks, for development and private deployments: CIDR
+	// prefixes or addresses ("127.0.0.0/8", "::1", "10.1.0.0/16"), matched
+	// against every address a delivery actually dials, and host names
+	// ("localhost", "hooks.internal"), whose every address is admitted. A
+	// listed destination may use plain http. Empty by default: webhooks to
+	// loopback, private, link-local, unspecified, multicast, carrier-grade
+	// NAT, unique-local and other special-purpose addresses (IPv4-mapped,
+	// NAT64 and 6to4 forms included), and to names resolving to them at
+	// delivery time, are refused.
+	AllowWebhookHosts []string `toml:"allow_webhook_hosts" yaml:"allow_webhook_hosts"`
+	// MaxSubscriptions bounds the subscriptions in all (they all live in
+	// the data bucket, so this is also the bound per bucket); a create past
+	// it answers 429 LIMIT_EXCEEDED. Default 10000.
+	MaxSubscriptions int `toml:"max_subscriptions" yaml:"max_subscriptions"`
+	// MaxSubscriptionsPerStream bounds the subscriptions that link one
+	// stream explicitly (429 LIMIT_EXCEEDED past it). Default 100.
+	MaxSubscriptionsPerStream int `toml:"max_subscriptions_per_stream" yaml:"max_subscriptions_per_stream"`
+	// MaxStreamsPerSubscription bounds the streams one subscription links
+	// explicitly (429 LIMIT_EXCEEDED past it). Default 1000.
+	MaxStreamsPerSubscription int `toml:"max_streams_per_subscription" yaml:"max_streams_per_subscription"`
+	// BodyBudget is the process's in-flight request-body budget, which
+	// request bodies of the subscription APIs are charged against; nil
+	// makes one of its own. Set by the application.
+	BodyBudget *httpserver.Budget `toml:"-" yaml:"-"`
 	// KeyFile is the path of the PEM (PKCS #8) Ed25519 key that signs
 	// webhooks. It is generated and saved with mode 0600 when missing. Empty
 	// means an ephemeral key that changes on every start.
@@ -79,7 +109,29 @@ func DefaultConfig() Config {
 		TickInterval:        100 * time.Millisecond,
 		MaxTrackedStreams:   10000,
 		StorageTimeout:      5 * time.Second,
+
+		MaxSubscriptions:          10000,
+		MaxSubscriptionsPerStream: 100,
+		MaxStreamsPerSubscription: 1000,
 	}
+}
+
+// RegisterFlags registers the subscription flags on fs with
+// "subscriptions." prefixes.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	d := DefaultConfig()
+	fs.Func("subscriptions.allow-webhook-hosts", "comma-separated CIDR prefixes, addresses and host names webhooks may be delivered to despite the address checks, e.g. 127.0.0.0/8,::1,localhost (development)", func(v string) error {
+		c.AllowWebhookHosts = nil
+		for _, e := range strings.Split(v, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				c.AllowWebhookHosts = append(c.AllowWebhookHosts, e)
+			}
+		}
+		return nil
+	})
+	fs.IntVar(&c.MaxSubscriptions, "subscriptions.max-subscriptions", d.MaxSubscriptions, "subscriptions in all")
+	fs.IntVar(&c.MaxSubscriptionsPerStream, "subscriptions.max-per-stream", d.MaxSubscriptionsPerStream, "subscriptions linking one stream explicitly")
+	fs.IntVar(&c.MaxStreamsPerSubscription, "subscriptions.max-streams", d.MaxStreamsPerSubscription, "streams one subscription links explicitly")
 }
 
 // withDefaults returns c with zero fields replaced by their defaults.
@@ -124,6 +176,15 @@ func (c Config) withDefaults() Config {
 	if c.StorageTimeout == 0 {
 		c.StorageTimeout = d.StorageTimeout
 	}
+	if c.MaxSubscriptions == 0 {
+		c.MaxSubscriptions = d.MaxSubscriptions
+	}
+	if c.MaxSubscriptionsPerStream == 0 {
+		c.MaxSubscriptionsPerStream = d.MaxSubscriptionsPerStream
+	}
+	if c.MaxStreamsPerSubscription == 0 {
+		c.MaxStreamsPerSubscription = d.MaxStreamsPerSubscription
+	}
 	if !strings.HasSuffix(c.StreamRoot, "/") {
 		c.StreamRoot += "/"
 	}
@@ -160,6 +221,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxTrackedStreams < 0 {
 		errs = append(errs, errors.New("max_tracked_streams must not be negative"))
+	}
+	if c.MaxSubscriptions < 0 || c.MaxSubscriptionsPerStream < 0 || c.MaxStreamsPerSubscription < 0 {
+		errs = append(errs, errors.New("max_subscriptions, max_subscriptions_per_stream and max_streams_per_subscription must not be negative"))
+	}
+	if _, err := newAddressPolicy(c.AllowPrivateWebhooks, c.AllowWebhookHosts); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("subscription config: %w", err)

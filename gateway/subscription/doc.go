@@ -51,6 +51,36 @@
 // stream tails directly. Run also checks every subscription for pending
 // work at start, since wakes are not persisted.
 //
+// # Webhook destinations
+//
+// A webhook is never delivered to loopback, unspecified, multicast,
+// link-local (cloud metadata), private (RFC 1918, unique-local fc00::/7,
+// carrier-grade NAT 100.64.0.0/10, site-local) or other special-purpose
+// addresses (this-network, documentation, benchmarking, reserved,
+// IPv4-compatible, Teredo), in any spelling: IPv4-mapped addresses count
+// as their IPv4 address, NAT64 and 6to4 addresses as the IPv4 address
+// they carry. The subscription is refused (400 WEBHOOK_URL_REJECTED) when
+// its URL names such an address or this machine (localhost, *.localhost)
+// or a cloud metadata name; a name is checked again at every delivery by
+// the address the dialer actually connects to (net.Dialer's Control hook),
+// so a name that resolves, or rebinds, to such an address is not dialled.
+// Plain http is refused, proxies are not used and redirects not followed.
+// Config.AllowWebhookHosts (allow_webhook_hosts, -subscriptions.allow-
+// webhook-hosts) lists CIDR prefixes, addresses and host names admitted
+// anyway, over http too, for development; allow_private_webhooks admits
+// the private ranges and http.
+//
+// # Limits
+//
+// max_subscriptions (10000; all subscriptions live in the data bucket, so
+// this is also the bound per bucket), max_subscriptions_per_stream (100,
+// subscriptions linking one stream explicitly) and
+// max_streams_per_subscription (1000, explicit links of one
+// subscription): a create or an added link past one answers 429
+// LIMIT_EXCEEDED and changes nothing. Request bodies (at most 1 MiB) are
+// charged against the process's in-flight request-body budget (503
+// OVERLOADED with Retry-After when it is full).
+//
 // # Durable state
 //
 // Definitions, links and acked offsets are persisted in the JSON stream

@@ -1,21 +1,23 @@
 package subscription
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/services/platform/httpserver"
 )
 
 // Error codes of the subscription API (the contract's, errors.proto).
@@ -33,6 +35,7 @@ const (
 	codeRouteNotFound    = errcode.NotFound
 	codeMethodNotAllowed = errcode.MethodNotAllowed
 	codeUnavailable      = errcode.Unavailable
+	codeLimitExceeded    = errcode.LimitExceeded
 )
 
 const (
@@ -69,7 +72,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, e *apiError) {
 	e.Reason = errcode.Reason(e.Code)
-	writeJSON(w, errcode.HTTPStatus(e.Code), map[string]*apiError{"error": e})
+	status := errcode.HTTPStatus(e.Code)
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, status, map[string]*apiError{"error": e})
 }
 
 func writeNoContent(w http.ResponseWriter) {
@@ -102,7 +109,7 @@ func (m *Manager) parseRoute(escapedPath string) (route, bool) {
 		return route{}, false
 	}
 	id, err := url.PathUnescape(segs[1])
-	if err != nil || id == "" || len(id) > maxIDLength || strings.ContainsAny(id, "/\x00") {
+	if err != nil || id == "" || len(id) > maxIDLength || strings.ContainsAny(id, "/\x00") || !utf8.ValidString(id) {
 		return route{}, false
 	}
 	r := route{id: id}
@@ -189,14 +196,36 @@ func (m *Manager) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// readJSONObject reads the body as a JSON object; an empty body is {}.
-func readJSONObject(w http.ResponseWriter, r *http.Request) (map[string]json.RawMessage, error) {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err != nil {
-		return nil, newAPIError(codeInvalidRequest, "read body: %v", err)
+// readBody reads a request body of at most maxBodyBytes, charged against
+// the process's in-flight request-body budget while it is decoded; the
+// caller releases it.
+func (m *Manager) readBody(r *http.Request) (*httpserver.Body, error) {
+	b, err := httpserver.ReadBody(r, maxBodyBytes, m.budget)
+	if err == nil {
+		return b, nil
 	}
+	var tooLarge *httpserver.BodyTooLargeError
+	switch {
+	case errors.As(err, &tooLarge):
+		return nil, newAPIError(codeInvalidRequest, "read body: %s", tooLarge.Error())
+	case errors.Is(err, httpserver.ErrBudgetExhausted):
+		return nil, newAPIError(errcode.Overloaded, "the gateway holds its budget of in-flight request bodies; retry")
+	case errors.Is(err, httpserver.ErrBodyStalled):
+		return nil, newAPIError(errcode.RequestTimeout, "the request body made no progress")
+	}
+	return nil, newAPIError(codeInvalidRequest, "read body: %v", err)
+}
+
+// readJSONObject reads the body as a JSON object; an empty body is {}.
+func (m *Manager) readJSONObject(r *http.Request) (map[string]json.RawMessage, error) {
+	body, err := m.readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Release()
+	data := body.Bytes()
 	obj := map[string]json.RawMessage{}
-	if len(strings.TrimSpace(string(data))) == 0 {
+	if len(bytes.TrimSpace(data)) == 0 {
 		return obj, nil
 	}
 	if err := json.Unmarshal(data, &obj); err != nil || obj == nil {
@@ -379,13 +408,16 @@ func (m *Manager) view(s *subscription, base string) subscriptionView {
 }
 
 func (m *Manager) handlePut(w http.ResponseWriter, r *http.Request, id string) error {
-	obj, err := readJSONObject(w, r)
+	obj, err := m.readJSONObject(r)
 	if err != nil {
 		return err
 	}
 	in, err := parseCreate(obj)
 	if err != nil {
 		return err
+	}
+	if len(in.Streams) > m.cfg.MaxStreamsPerSubscription {
+		return newAPIError(codeLimitExceeded, "a subscription links at most %d streams explicitly", m.cfg.MaxStreamsPerSubscription)
 	}
 	hash := in.hash()
 	base := m.baseURL(r)
@@ -401,10 +433,13 @@ func (m *Manager) handlePut(w http.ResponseWriter, r *http.Request, id string) e
 		writeJSON(w, http.StatusOK, m.view(s, base))
 		return nil
 	}
+	if err := m.checkNewLinks(nil, in.Streams); err != nil {
+		return err
+	}
 	ctx := r.Context()
 	switch in.Type {
 	case typeWebhook:
-		if err := validateWebhookURL(in.WebhookURL, m.cfg.AllowPrivateWebhooks); err != nil {
+		if err := m.policy.validateWebhookURL(in.WebhookURL); err != nil {
 			return newAPIError(codeURLRejected, "%s", err.Error())
 		}
 	case typePullWake:
@@ -544,7 +579,7 @@ func (m *Manager) lockSub(id string) (*subscription, error) {
 }
 
 func (m *Manager) handleAddStreams(w http.ResponseWriter, r *http.Request, id string) error {
-	obj, err := readJSONObject(w, r)
+	obj, err := m.readJSONObject(r)
 	if err != nil {
 		return err
 	}
@@ -556,6 +591,19 @@ func (m *Manager) handleAddStreams(w http.ResponseWriter, r *http.Request, id st
 		if streams[i] = normalizePath(p); streams[i] == "" {
 			return newAPIError(codeInvalidRequest, "streams must be a non-empty string array")
 		}
+	}
+	if len(streams) > m.cfg.MaxStreamsPerSubscription {
+		return newAPIError(codeLimitExceeded, "a subscription links at most %d streams explicitly", m.cfg.MaxStreamsPerSubscription)
+	}
+	// Serialised with creates, so that the limits hold.
+	m.adminMu.Lock()
+	defer m.adminMu.Unlock()
+	target := m.getSub(id)
+	if target == nil {
+		return newAPIError(codeNotFound, "subscription not found")
+	}
+	if err := m.checkNewLinks(target, streams); err != nil {
+		return err
 	}
 	s, err := m.lockSub(id)
 	if err != nil {
@@ -590,6 +638,54 @@ func (m *Manager) handleAddStreams(w http.ResponseWriter, r *http.Request, id st
 	return nil
 }
 
+// checkNewLinks enforces the subscription limits for explicit links to
+// paths, by a new subscription (s nil) or by s: the number of
+// subscriptions, the streams one subscription links, and the
+// subscriptions linking one stream. m.adminMu is held (every change of
+// explicit links but removals runs under it); no subscription's mutex is.
+func (m *Manager) checkNewLinks(s *subscription, paths []string) error {
+	subs := m.allSubs()
+	if s == nil && len(subs) >= m.cfg.MaxSubscriptions {
+		return newAPIError(codeLimitExceeded, "at most %d subscriptions", m.cfg.MaxSubscriptions)
+	}
+	want := make(map[string]int, len(paths)) // explicit links to each path, by other subscriptions
+	for _, p := range paths {
+		want[p] = 0
+	}
+	own := 0
+	for _, o := range subs {
+		o.mu.Lock()
+		if o.deleted {
+			o.mu.Unlock()
+			continue
+		}
+		if o == s {
+			for p, l := range o.links {
+				if l.explicit {
+					own++
+					delete(want, p) // already linked: no change
+				}
+			}
+		} else {
+			for p := range want {
+				if l := o.links[p]; l != nil && l.explicit {
+					want[p]++
+				}
+			}
+		}
+		o.mu.Unlock()
+	}
+	if s != nil && own+len(want) > m.cfg.MaxStreamsPerSubscription {
+		return newAPIError(codeLimitExceeded, "a subscription links at most %d streams explicitly", m.cfg.MaxStreamsPerSubscription)
+	}
+	for p, n := range want {
+		if n >= m.cfg.MaxSubscriptionsPerStream {
+			return newAPIError(codeLimitExceeded, "stream %s is linked by %d subscriptions, the most allowed", p, n)
+		}
+	}
+	return nil
+}
+
 func (m *Manager) handleRemoveStream(w http.ResponseWriter, r *http.Request, id, path string) error {
 	s, err := m.lockSub(id)
 	if err != nil {
@@ -618,7 +714,7 @@ type claimResponse struct {
 }
 
 func (m *Manager) handleClaim(w http.ResponseWriter, r *http.Request, id string) error {
-	obj, err := readJSONObject(w, r)
+	obj, err := m.readJSONObject(r)
 	if err != nil {
 		return err
 	}
@@ -684,15 +780,18 @@ func (m *Manager) handleWakeCall(w http.ResponseWriter, r *http.Request, id, act
 	if !ok || token == "" {
 		return newAPIError(codeTokenInvalid, "missing or malformed Authorization header")
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	body, err := m.readBody(r)
 	if err != nil {
-		return newAPIError(codeInvalidRequest, "read body: %v", err)
+		return err
 	}
+	data := body.Bytes()
 	var req wakeRequest
-	if len(strings.TrimSpace(string(data))) > 0 {
-		if err := json.Unmarshal(data, &req); err != nil {
-			return newAPIError(codeInvalidRequest, "invalid JSON body")
-		}
+	if len(bytes.TrimSpace(data)) > 0 {
+		err = json.Unmarshal(data, &req)
+	}
+	body.Release()
+	if err != nil {
+		return newAPIError(codeInvalidRequest, "invalid JSON body")
 	}
 	s, err := m.lockSub(id)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/services/platform/httpserver"
 )
 
 const (
@@ -66,6 +67,8 @@ type Manager struct {
 	store      *stateStore
 	httpClient *http.Client
 	transport  *http.Transport
+	policy     *addressPolicy     // which webhook destinations may be dialled
+	budget     *httpserver.Budget // request bodies are charged against it
 	now        func() time.Time
 	prefix     string // StreamRoot + "__ds/"
 
@@ -106,10 +109,17 @@ func New(cfg Config, client streamv1.StreamServiceClient, logger *slog.Logger) (
 	if err != nil {
 		return nil, fmt.Errorf("subscription: %w", err)
 	}
+	policy, err := newAddressPolicy(cfg.AllowPrivateWebhooks, cfg.AllowWebhookHosts)
+	if err != nil {
+		return nil, fmt.Errorf("subscription: %w", err)
+	}
 	dialer := &webhookDialer{
-		dialer:       net.Dialer{Timeout: cfg.DeliveryTimeout, KeepAlive: 30 * time.Second},
-		resolver:     net.DefaultResolver,
-		allowPrivate: cfg.AllowPrivateWebhooks,
+		dialer: net.Dialer{Timeout: cfg.DeliveryTimeout, KeepAlive: 30 * time.Second},
+		policy: policy,
+	}
+	budget := cfg.BodyBudget
+	if budget == nil {
+		budget = httpserver.NewBudget(0)
 	}
 	transport := &http.Transport{
 		Proxy:                 nil, // a proxy would bypass the address checks
@@ -130,6 +140,8 @@ func New(cfg Config, client streamv1.StreamServiceClient, logger *slog.Logger) (
 			Bucket: cfg.StateBucket, Stream: cfg.StateStream,
 		}},
 		transport: transport,
+		policy:    policy,
+		budget:    budget,
 		httpClient: &http.Client{
 			Transport: transport,
 			Timeout:   cfg.DeliveryTimeout,

@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -23,6 +25,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/net/dns/dnsmessage"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
@@ -51,6 +54,11 @@ func newHarness(t testing.TB, cfg Config, fake *fakeStreams) *harness {
 	}
 	if cfg.TickInterval == 0 {
 		cfg.TickInterval = 5 * time.Millisecond
+	}
+	if cfg.AllowWebhookHosts == nil {
+		// The tests' webhook receivers are loopback httptest servers,
+		// which the default refuses.
+		cfg.AllowWebhookHosts = []string{"127.0.0.0/8", "::1", "localhost"}
 	}
 	m, err := New(cfg, fake, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
@@ -255,37 +263,72 @@ func TestGlobMatch(t *testing.T) {
 	}
 }
 
+// TestValidateWebhookURL: by default only https to public hosts is
+// accepted; loopback, private, link-local and other special-purpose
+// addresses (in every spelling) and this machine's names are refused;
+// allow_private_webhooks admits private ranges and http; allow_webhook_hosts
+// admits what it lists, over http too.
 func TestValidateWebhookURL(t *testing.T) {
 	tests := []struct {
 		name         string
 		url          string
 		allowPrivate bool
+		allow        []string
 		ok           bool
 	}{
-		{"loopback ip", "http://127.0.0.1:8080/hook", false, true},
-		{"localhost", "http://localhost:9/hook", false, true},
-		{"public https", "https://hooks.example.com/x", false, true},
-		{"public http", "http://hooks.example.com/x", false, false},
-		{"public http allowed", "http://hooks.example.com/x", true, true},
-		{"rfc1918 10", "http://10.0.0.1/hook", false, false},
-		{"rfc1918 https", "https://192.168.1.5/hook", false, false},
-		{"rfc1918 172", "https://172.16.3.4/hook", false, false},
-		{"rfc1918 allowed", "https://10.0.0.1/hook", true, true},
-		{"metadata ip", "https://169.254.169.254/latest", false, false},
-		{"metadata name", "https://metadata.google.internal/x", false, false},
-		{"link-local v6", "https://[fe80::1]/x", false, false},
-		{"ula v6", "https://[fd00::1]/x", false, false},
-		{"mapped v4", "https://[::ffff:10.0.0.1]/x", false, false},
-		{"unspecified", "https://0.0.0.0/x", false, false},
-		{"ftp", "ftp://example.com/x", false, false},
-		{"file", "file:///etc/passwd", false, false},
-		{"relative", "/hook", false, false},
-		{"credentials", "https://u:p@example.com/x", false, false},
-		{"garbage", "::", false, false},
+		{"public https", "https://hooks.example.com/x", false, nil, true},
+		{"public http", "http://hooks.example.com/x", false, nil, false},
+		{"public http allowed", "http://hooks.example.com/x", true, nil, true},
+		{"loopback ip", "http://127.0.0.1:8080/hook", false, nil, false},
+		{"loopback ip https", "https://127.0.0.1:8080/hook", false, nil, false},
+		{"loopback other", "https://127.1.2.3/hook", false, nil, false},
+		{"localhost", "http://localhost:9/hook", false, nil, false},
+		{"localhost https", "https://localhost:9/hook", false, nil, false},
+		{"localhost subdomain", "https://a.localhost/hook", false, nil, false},
+		{"localhost trailing dot", "https://LOCALHOST./hook", false, nil, false},
+		{"loopback v6", "https://[::1]/x", false, nil, false},
+		{"loopback mapped", "https://[::ffff:127.0.0.1]/x", false, nil, false},
+		{"loopback private allowed", "http://127.0.0.1/x", true, nil, false},
+		{"localhost listed by name", "http://localhost:9/hook", false, []string{"localhost"}, true},
+		{"localhost listed by cidr", "http://localhost:9/hook", false, []string{"127.0.0.0/8"}, true},
+		{"loopback listed", "http://127.0.0.1:8080/hook", false, []string{"127.0.0.0/8"}, true},
+		{"loopback v6 listed", "http://[::1]:8080/hook", false, []string{"::1"}, true},
+		{"loopback not covered", "http://127.0.0.2:8080/hook", false, []string{"127.0.0.1/32"}, false},
+		{"rfc1918 10", "http://10.0.0.1/hook", false, nil, false},
+		{"rfc1918 https", "https://192.168.1.5/hook", false, nil, false},
+		{"rfc1918 172", "https://172.16.3.4/hook", false, nil, false},
+		{"rfc1918 allowed", "https://10.0.0.1/hook", true, nil, true},
+		{"rfc1918 listed", "http://10.1.2.3/hook", false, []string{"10.1.0.0/16"}, true},
+		{"cgnat", "https://100.64.1.1/x", false, nil, false},
+		{"cgnat allowed", "https://100.64.1.1/x", true, nil, true},
+		{"metadata ip", "https://169.254.169.254/latest", false, nil, false},
+		{"metadata ip private allowed", "https://169.254.169.254/latest", true, nil, false},
+		{"metadata name", "https://metadata.google.internal/x", false, nil, false},
+		{"link-local v6", "https://[fe80::1]/x", false, nil, false},
+		{"ula v6", "https://[fd00::1]/x", false, nil, false},
+		{"mapped v4", "https://[::ffff:10.0.0.1]/x", false, nil, false},
+		{"nat64 of private", "https://[64:ff9b::a00:1]/x", false, nil, false},
+		{"6to4 of loopback", "https://[2002:7f00:1::1]/x", false, nil, false},
+		{"v4-compatible", "https://[::7f00:1]/x", false, nil, false},
+		{"unspecified", "https://0.0.0.0/x", false, nil, false},
+		{"unspecified v6", "https://[::]/x", false, nil, false},
+		{"multicast", "https://224.0.0.1/x", false, nil, false},
+		{"broadcast", "https://255.255.255.255/x", false, nil, false},
+		{"public v4", "https://8.8.8.8/x", false, nil, true},
+		{"public v6", "https://[2606:4700:4700::1111]/x", false, nil, true},
+		{"ftp", "ftp://example.com/x", false, nil, false},
+		{"file", "file:///etc/passwd", false, nil, false},
+		{"relative", "/hook", false, nil, false},
+		{"credentials", "https://u:p@example.com/x", false, nil, false},
+		{"garbage", "::", false, nil, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := validateWebhookURL(tt.url, tt.allowPrivate)
+			p, err := newAddressPolicy(tt.allowPrivate, tt.allow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = p.validateWebhookURL(tt.url)
 			if (err == nil) != tt.ok {
 				t.Errorf("validateWebhookURL(%q) = %v, want ok=%v", tt.url, err, tt.ok)
 			}
@@ -293,15 +336,193 @@ func TestValidateWebhookURL(t *testing.T) {
 	}
 }
 
+func TestAllowWebhookHostsParse(t *testing.T) {
+	for _, bad := range [][]string{{""}, {"10.0.0.0/33"}, {"a b"}, {"host:80"}} {
+		if _, err := newAddressPolicy(false, bad); err == nil {
+			t.Errorf("allow_webhook_hosts %q accepted", bad)
+		}
+	}
+	if err := (Config{AllowWebhookHosts: []string{"10.0.0.0/33"}}).Validate(); err == nil {
+		t.Error("Validate accepted a bad allow_webhook_hosts")
+	}
+}
+
 func TestWebhookDialerBlocksInternalAddresses(t *testing.T) {
-	d := &webhookDialer{}
-	for _, addr := range []string{"10.0.0.1:80", "169.254.169.254:80", "[fe80::1]:443", "metadata.google.internal:80"} {
+	p, _ := newAddressPolicy(false, nil)
+	d := &webhookDialer{policy: p}
+	for _, addr := range []string{"10.0.0.1:80", "169.254.169.254:80", "[fe80::1]:443", "metadata.google.internal:80", "127.0.0.1:1", "[::ffff:127.0.0.1]:1", "0.0.0.0:1"} {
 		t.Run(addr, func(t *testing.T) {
 			_, err := d.DialContext(t.Context(), "tcp", addr)
 			if !errors.Is(err, errAddressBlocked) {
 				t.Fatalf("dial %s: %v, want errAddressBlocked", addr, err)
 			}
 		})
+	}
+}
+
+// TestWebhookDialerChecksDialedAddress: a name is judged by the address
+// the dialer actually connects to, whatever it was at subscription time:
+// a name a resolver points at loopback (DNS rebinding) is refused, and
+// connects once loopback is listed.
+func TestWebhookDialerChecksDialedAddress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	resolver := fakeResolver(t, netip.MustParseAddr("127.0.0.1"))
+	for _, tc := range []struct {
+		name  string
+		host  string
+		allow []string
+		ok    bool
+	}{
+		{"rebound name", "hooks.example.test", nil, false},
+		{"rebound name, loopback listed", "hooks.example.test", []string{"127.0.0.0/8"}, true},
+		{"rebound name listed", "hooks.example.test", []string{"hooks.example.test"}, true},
+		{"other name listed", "hooks.example.test", []string{"other.example.test"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := newAddressPolicy(false, tc.allow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.validateWebhookURL("https://" + tc.host + "/hook"); err != nil {
+				t.Fatalf("the name was refused at subscription time: %v", err)
+			}
+			d := &webhookDialer{dialer: net.Dialer{Resolver: resolver}, policy: p}
+			c, err := d.DialContext(t.Context(), "tcp", net.JoinHostPort(tc.host, port))
+			if tc.ok {
+				if err != nil {
+					t.Fatalf("dial: %v", err)
+				}
+				c.Close()
+				return
+			}
+			if !errors.Is(err, errAddressBlocked) {
+				t.Fatalf("dial: %v, want errAddressBlocked", err)
+			}
+		})
+	}
+}
+
+// fakeResolver is a resolver whose DNS server answers every A question
+// with addr and every other question with no records.
+func fakeResolver(t *testing.T, addr netip.Addr) *net.Resolver {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			var msg dnsmessage.Message
+			if msg.Unpack(buf[:n]) != nil || len(msg.Questions) != 1 {
+				continue
+			}
+			q := msg.Questions[0]
+			msg.Header.Response, msg.Header.Authoritative, msg.Header.RCode = true, true, dnsmessage.RCodeSuccess
+			if q.Type == dnsmessage.TypeA {
+				msg.Answers = []dnsmessage.Resource{{
+					Header: dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 1},
+					Body:   &dnsmessage.AResource{A: addr.As4()},
+				}}
+			}
+			out, err := msg.Pack()
+			if err == nil {
+				_, _ = pc.WriteTo(out, from)
+			}
+		}
+	}()
+	server := pc.LocalAddr().String()
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "udp", server)
+	}}
+}
+
+// TestDefaultRefusesLoopbackWebhooks: with the default configuration a
+// webhook subscription to this machine is refused (400
+// WEBHOOK_URL_REJECTED), and nothing is stored.
+func TestDefaultRefusesLoopbackWebhooks(t *testing.T) {
+	fake := newFakeStreams()
+	m, err := New(Config{}, fake, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for i, u := range []string{"http://localhost:1/x", "http://127.0.0.1:1/x", "https://[::1]:1/x", "https://169.254.169.254/x"} {
+		body, _ := json.Marshal(map[string]any{"type": "webhook", "pattern": "a/*", "webhook": map[string]any{"url": u}})
+		req := httptest.NewRequest(http.MethodPut, root+"__ds/subscriptions/s"+fmt.Sprint(i), bytes.NewReader(body))
+		rec := httptest.NewRecorder()
+		m.ServeHTTP(rec, req)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "WEBHOOK_URL_REJECTED") {
+			t.Errorf("%s: %d %s", u, rec.Code, rec.Body)
+		}
+	}
+	if n := len(m.allSubs()); n != 0 {
+		t.Fatalf("%d subscriptions stored", n)
+	}
+}
+
+// TestSubscriptionLimits: creates and added links past the limits answer
+// 429 LIMIT_EXCEEDED and change nothing: subscriptions in all, streams one
+// subscription links, subscriptions linking one stream; a delete makes
+// room again.
+func TestSubscriptionLimits(t *testing.T) {
+	h := newHarness(t, Config{MaxSubscriptions: 2, MaxSubscriptionsPerStream: 1, MaxStreamsPerSubscription: 2}, nil)
+	create := func(id string, streams ...string) (int, map[string]any) {
+		return h.do("PUT", "subscriptions/"+id, map[string]any{
+			"type": "webhook", "streams": streams, "webhook": map[string]any{"url": "https://hooks.example.com/x"},
+		})
+	}
+	limited := func(what string, status int, body map[string]any) {
+		t.Helper()
+		e, _ := body["error"].(map[string]any)
+		if status != http.StatusTooManyRequests || e["code"] != "LIMIT_EXCEEDED" {
+			t.Fatalf("%s: %d %v, want 429 LIMIT_EXCEEDED", what, status, body)
+		}
+	}
+	if st, b := create("a", "s1"); st != http.StatusCreated {
+		t.Fatalf("create a: %d %v", st, b)
+	}
+	st, b := create("b", "s1")
+	limited("a second subscription of s1", st, b)
+	st, b = create("b", "s2", "s3", "s4")
+	limited("three streams", st, b)
+	if st, b := create("b", "s2"); st != http.StatusCreated {
+		t.Fatalf("create b: %d %v", st, b)
+	}
+	st, b = create("c", "s9")
+	limited("a third subscription", st, b)
+	st, b = h.do("POST", "subscriptions/a/streams", map[string]any{"streams": []string{"s2"}})
+	limited("linking s2 twice", st, b)
+	if st, b := h.do("POST", "subscriptions/a/streams", map[string]any{"streams": []string{"s3", "s1"}}); st != http.StatusNoContent {
+		t.Fatalf("add s3 to a: %d %v", st, b)
+	}
+	st, b = h.do("POST", "subscriptions/a/streams", map[string]any{"streams": []string{"s5"}})
+	limited("a third stream of a", st, b)
+	if st, _ := h.do("DELETE", "subscriptions/b", nil); st != http.StatusNoContent {
+		t.Fatalf("delete b: %d", st)
+	}
+	if st, b := create("c", "s2"); st != http.StatusCreated {
+		t.Fatalf("create c after the delete: %d %v", st, b)
 	}
 }
 

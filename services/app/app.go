@@ -23,6 +23,7 @@ import (
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/coldgc"
 	"github.com/ursula/ursula/services/node"
+	"github.com/ursula/ursula/services/platform/httpserver"
 	"github.com/ursula/ursula/services/platform/lifecycle"
 	"github.com/ursula/ursula/services/platform/memlimit"
 	"github.com/ursula/ursula/services/platform/telemetry"
@@ -254,7 +255,11 @@ func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, tel *telemetry.Tel
 		roles = append(roles, lifecycle.Role{Name: "upstream", Run: router.Run})
 		client = router
 	}
+	// One in-flight request-body budget for every HTTP body this process
+	// reads (server.http_inflight_body_size).
+	budget := httpserver.NewBudget(cfg.Node.InflightBodySize())
 	subCfg := cfg.Subscriptions
+	subCfg.BodyBudget = budget
 	if subCfg.StreamRoot == "" {
 		subCfg.StreamRoot = cfg.Gateway.StreamRoot
 	}
@@ -265,6 +270,7 @@ func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, tel *telemetry.Tel
 	}
 	closers = append(closers, subs.Close)
 	gwCfg := cfg.Gateway
+	gwCfg.BodyBudget = budget
 	gwCfg.Subscriptions = subs
 	gwCfg.Observer = subs
 	gwCfg.Prometheus = tel.PrometheusHandler()

@@ -117,6 +117,7 @@ func (c *Config) registerFlags(fs *flag.FlagSet, target string) {
 	}
 	c.Node.RegisterFlags(fs, nodeListen, clusterListen)
 	c.Gateway.RegisterFlags(fs)
+	c.Subscriptions.RegisterFlags(fs)
 	c.Upstream.Config.RegisterFlags(fs)
 	fs.BoolVar(&c.Upstream.InProcess, "upstream.in-process", true, "all-in-one: call the local node in-process instead of over loopback gRPC")
 	fs.StringVar(&c.Cold.Backend, "cold.backend", objstore.BackendFS, "cold store: fs (a local directory), s3 or memory (tests only)")
@@ -175,6 +176,16 @@ func (c *Config) Validate() error {
 	}
 	if c.Target != TargetNode {
 		errs = append(errs, c.Gateway.Validate(), c.Subscriptions.Validate())
+		// The gateway reads its bodies under the process's budget, which
+		// must hold at least the largest one.
+		maxBody := c.Gateway.MaxBodyBytes
+		if maxBody == 0 {
+			maxBody = gateway.DefaultMaxBodyBytes
+		}
+		if n := c.Node.InflightBodySize(); n < maxBody {
+			errs = append(errs, fmt.Errorf("%w: server.http_inflight_body_size %d is below gateway.max_body_bytes %d",
+				node.ErrInflightBodyBudgetTooSmall, n, maxBody))
+		}
 		if c.Target == TargetGateway && len(c.Upstream.Nodes) == 0 {
 			errs = append(errs, errors.New("upstream.nodes is required for the gateway target"))
 		}

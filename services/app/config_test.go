@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLogAndTelemetryConfig(t *testing.T) {
@@ -82,5 +83,81 @@ func TestNewLoggerLevels(t *testing.T) {
 		if strings.Contains(out, unwanted) {
 			t.Errorf("%q logged: %s", unwanted, out)
 		}
+	}
+}
+
+// TestHTTPLimitsConfig: the request-body budget, the gateway's body limit,
+// the HTTP timeouts and the webhook allowance, from flags and from the
+// file, and the starts they refuse.
+func TestHTTPLimitsConfig(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "ursula.toml")
+	if err := os.WriteFile(file, []byte(`
+[server]
+http_inflight_body_size = 100000000
+[server.http]
+body_read_timeout = "5s"
+[gateway.http]
+write_timeout = "7s"
+idle_timeout = "1m"
+[subscriptions]
+allow_webhook_hosts = ["127.0.0.0/8", "localhost"]
+max_subscriptions_per_stream = 3
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		target  string
+		args    []string
+		wantErr string
+		check   func(*testing.T, *Config)
+	}{
+		{"defaults", TargetAll, nil, "", func(t *testing.T, c *Config) {
+			if c.Node.InflightBodySize() != 128<<20 || c.Gateway.MaxBodyBytes != 32<<20 || c.Gateway.HTTP.WriteTimeout != 30*time.Second ||
+				c.Node.HTTP.BodyReadTimeout != 30*time.Second || len(c.Subscriptions.AllowWebhookHosts) != 0 || c.Subscriptions.MaxSubscriptions != 10000 {
+				t.Fatalf("defaults: budget %d, max body %d, gateway %+v, node %+v, subscriptions %+v",
+					c.Node.InflightBodySize(), c.Gateway.MaxBodyBytes, c.Gateway.HTTP, c.Node.HTTP, c.Subscriptions)
+			}
+		}},
+		{"file", TargetAll, []string{"-config", file}, "", func(t *testing.T, c *Config) {
+			if c.Node.HTTPInflightBodySize != 100000000 || c.Node.HTTP.BodyReadTimeout != 5*time.Second ||
+				c.Gateway.HTTP.WriteTimeout != 7*time.Second || c.Gateway.HTTP.IdleTimeout != time.Minute ||
+				strings.Join(c.Subscriptions.AllowWebhookHosts, ",") != "127.0.0.0/8,localhost" || c.Subscriptions.MaxSubscriptionsPerStream != 3 {
+				t.Fatalf("from the file: %+v %+v %+v %+v", c.Node.HTTPInflightBodySize, c.Node.HTTP, c.Gateway.HTTP, c.Subscriptions)
+			}
+		}},
+		{"flags", TargetAll, []string{"-gateway.http.body-read-timeout=3s", "-subscriptions.allow-webhook-hosts=127.0.0.0/8, ::1,localhost"}, "", func(t *testing.T, c *Config) {
+			if c.Gateway.HTTP.BodyReadTimeout != 3*time.Second || strings.Join(c.Subscriptions.AllowWebhookHosts, ",") != "127.0.0.0/8,::1,localhost" {
+				t.Fatalf("from flags: %+v %v", c.Gateway.HTTP, c.Subscriptions.AllowWebhookHosts)
+			}
+		}},
+		{"node budget too small", TargetNode, []string{"-server.http-inflight-body-size=33554432"}, "InflightBodyBudgetTooSmall", nil},
+		{"all budget too small", TargetAll, []string{"-server.http-inflight-body-size=67108863"}, "InflightBodyBudgetTooSmall", nil},
+		{"gateway budget below its body limit", TargetGateway, []string{"-upstream.nodes=127.0.0.1:1", "-server.http-inflight-body-size=16777216"}, "InflightBodyBudgetTooSmall", nil},
+		{"gateway budget at its body limit", TargetGateway, []string{"-upstream.nodes=127.0.0.1:1", "-server.http-inflight-body-size=16777216", "-gateway.max-body-bytes=16777216"}, "", nil},
+		{"gateway body limit above 32 MiB", TargetGateway, []string{"-upstream.nodes=127.0.0.1:1", "-gateway.max-body-bytes=33554433"}, "above 33554432", nil},
+		{"negative timeout", TargetAll, []string{"-server.http.write-timeout=-1s"}, "server.http.write_timeout", nil},
+		{"bad allowance", TargetGateway, []string{"-upstream.nodes=127.0.0.1:1", "-subscriptions.allow-webhook-hosts=10.0.0.0/33"}, "allow_webhook_hosts", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, _, err := Load(tc.args, tc.target)
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			err = cfg.Validate()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Validate = %v, want an error mentioning %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			if tc.check != nil {
+				tc.check(t, cfg)
+			}
+		})
 	}
 }

@@ -7,7 +7,14 @@ import (
 	"net"
 
 	"github.com/ursula/ursula/internal/pki"
+	"github.com/ursula/ursula/services/platform/httpserver"
 )
+
+// ErrInflightBodyBudgetTooSmall refuses a start whose in-flight
+// request-body budget (server.http_inflight_body_size) cannot hold what it
+// must: two of the largest request bodies for a node with a cold backend
+// (64 MiB), and one for a gateway.
+var ErrInflightBodyBudgetTooSmall = errors.New("InflightBodyBudgetTooSmall")
 
 // Config configures a node's listeners.
 type Config struct {
@@ -75,6 +82,19 @@ type Config struct {
 	// MaxMessageBytes bounds one gRPC message (appends up to the gateway's
 	// body limit must fit).
 	MaxMessageBytes int `toml:"max_message_bytes"`
+	// HTTPInflightBodySize is the process's budget of request-body bytes
+	// held in memory at once: the gateway of this process (all-in-one or
+	// ursula-gateway) reads request bodies in pieces charged against it as
+	// they arrive and answers 503 OVERLOADED with Retry-After when the next
+	// piece does not fit. A node with a cold backend needs at least 64 MiB
+	// (two of the largest bodies) or refuses to start with
+	// InflightBodyBudgetTooSmall. Default (and zero) 128 MiB.
+	HTTPInflightBodySize int64 `toml:"http_inflight_body_size"`
+	// HTTP holds the timeouts of the node's HTTP servers (the client
+	// plane's HTTP side, the admin plane, the cluster plane's HTTP side):
+	// read_header_timeout, body_read_timeout, write_timeout, idle_timeout,
+	// max_header_bytes (services/platform/httpserver).
+	HTTP httpserver.Config `toml:"http"`
 }
 
 // RegisterFlags registers the node's flags.
@@ -99,6 +119,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultListen, defaultClusterLi
 	fs.BoolVar(&c.InsecureClusterPlaintext, "cluster.insecure-plaintext", false, "run the cluster plane without TLS (every cluster address must be loopback)")
 	fs.StringVar(&c.ClusterID, "server.cluster-id", "local", "cluster id")
 	fs.IntVar(&c.MaxMessageBytes, "node.max-message-bytes", 64<<20, "maximum gRPC message size")
+	fs.Int64Var(&c.HTTPInflightBodySize, "server.http-inflight-body-size", httpserver.DefaultInflightBodyBytes,
+		"bytes of HTTP request bodies the process holds at once (at least 64 MiB on a node with a cold backend); beyond it requests get 503")
+	c.HTTP.RegisterFlags(fs, "server.http.")
 }
 
 // Validate checks the configuration.
@@ -146,6 +169,14 @@ func (c *Config) Validate() error {
 	if c.MaxMessageBytes < 1<<20 {
 		errs = append(errs, errors.New("node.max_message_bytes must be at least 1 MiB"))
 	}
+	// Every node has a cold backend (objstore: fs, s3 or memory).
+	if n := c.InflightBodySize(); n < httpserver.MinInflightBodyBytesColdBackend {
+		errs = append(errs, fmt.Errorf("%w: server.http_inflight_body_size %d is below %d, what a node with a cold backend needs",
+			ErrInflightBodyBudgetTooSmall, n, httpserver.MinInflightBodyBytesColdBackend))
+	}
+	if err := c.HTTP.Validate("server.http"); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -171,6 +202,14 @@ func (c *Config) ValidateClusterPlane(peerClusterURLs []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// InflightBodySize is HTTPInflightBodySize with the default for zero.
+func (c Config) InflightBodySize() int64 {
+	if c.HTTPInflightBodySize == 0 {
+		return httpserver.DefaultInflightBodyBytes
+	}
+	return c.HTTPInflightBodySize
 }
 
 func isLoopback(host string) bool {

@@ -4,6 +4,20 @@
 // plane. The storage engine does the work; this package only adapts it to
 // the wire and maps errors in one place.
 //
+// # HTTP servers
+//
+// The client plane's HTTP side, the admin plane and the cluster plane's
+// HTTP side run with the timeouts of Config.HTTP ([server.http],
+// -server.http.*; services/platform/httpserver): read_header_timeout
+// (10 s), body_read_timeout (30 s of no progress), write_timeout (30 s of
+// no progress per write), idle_timeout (2 min), max_header_bytes (64 KiB).
+// No route of theirs takes a body; bodies are capped at 1 MiB.
+// Config.HTTPInflightBodySize (server.http_inflight_body_size, 128 MiB) is
+// the process's in-flight request-body budget, which the application
+// hands to the gateway and the subscription APIs of the process; below
+// 64 MiB a node refuses to start with InflightBodyBudgetTooSmall
+// (ErrInflightBodyBudgetTooSmall).
+//
 // # Admin plane
 //
 // The admin plane (server.admin_listen, loopback only unless

@@ -31,6 +31,10 @@ import (
 	"github.com/ursula/ursula/storage/transport"
 )
 
+// maxHTTPBodyBytes bounds a request body on the node's HTTP servers; no
+// route of theirs takes one.
+const maxHTTPBodyBytes = 1 << 20
+
 // Server is a storage node's network front.
 type Server struct {
 	cfg         Config
@@ -186,7 +190,8 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.clientTLS != nil {
 		mux = listenmux.NewTLS(clientLn, s.clientTLS.ServerConfig(tls.VerifyClientCertIfGiven), s.clientAuth.handshakeRefused)
 	}
-	clientHTTP := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	errorLog := slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn)
+	clientHTTP := s.cfg.HTTP.Server(http.MaxBytesHandler(s.httpHandler(), maxHTTPBodyBytes), errorLog)
 	var adminHTTP *http.Server
 	if adminLn != nil {
 		h, err := s.adminHandler(ctx)
@@ -195,7 +200,7 @@ func (s *Server) Run(ctx context.Context) error {
 			_ = adminLn.Close()
 			return err
 		}
-		adminHTTP = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		adminHTTP = s.cfg.HTTP.Server(http.MaxBytesHandler(h, maxHTTPBodyBytes), errorLog)
 		if s.adminTLS != nil {
 			adminLn = tls.NewListener(adminLn, s.adminTLS.ServerConfig(tls.VerifyClientCertIfGiven))
 		}
@@ -233,7 +238,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		shed := http.NewServeMux()
 		shed.HandleFunc("GET /__ursula/leadership-shed", s.serveShed)
-		clusterHTTP = &http.Server{Handler: shed, ReadHeaderTimeout: 10 * time.Second}
+		clusterHTTP = s.cfg.HTTP.Server(http.MaxBytesHandler(shed, maxHTTPBodyBytes), errorLog)
 		run(clusterMux.Serve)
 		run(func() error { return clusterGRPC.Serve(clusterMux.GRPC()) })
 		run(func() error { return clusterHTTP.Serve(clusterMux.HTTP()) })

@@ -31,6 +31,10 @@ func TestConfigValidate(t *testing.T) {
 		{"non-loopback admin without TLS", func(c *Config) { c.AdminListen = "0.0.0.0:4438"; c.AllowNonLoopbackAdmin = true }, "admin_tls is required"},
 		{"empty cluster id", func(c *Config) { c.ClusterID = "" }, "cluster_id"},
 		{"tiny messages", func(c *Config) { c.MaxMessageBytes = 1000 }, "max_message_bytes"},
+		{"default body budget", func(c *Config) { c.HTTPInflightBodySize = 0 }, ""},
+		{"smallest body budget", func(c *Config) { c.HTTPInflightBodySize = 64 << 20 }, ""},
+		{"body budget too small", func(c *Config) { c.HTTPInflightBodySize = 64<<20 - 1 }, "InflightBodyBudgetTooSmall"},
+		{"negative http timeout", func(c *Config) { c.HTTP.IdleTimeout = -1 }, "server.http.idle_timeout"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

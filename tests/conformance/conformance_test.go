@@ -19,6 +19,11 @@ import (
 // wantTests is the size of suite 0.3.6 with the subscription tests enabled.
 const wantTests = 338
 
+// allowLoopbackWebhooks lets the suite's webhook receivers, which listen on
+// this machine, be subscribed to: the default refuses webhooks to loopback
+// addresses.
+var allowLoopbackWebhooks = []string{"-subscriptions.allow-webhook-hosts=127.0.0.0/8,::1,localhost"}
+
 func TestMain(m *testing.M) { os.Exit(e2e.Main(m)) }
 
 // TestConformance runs the suite against bin/ursula (all roles in one
@@ -27,8 +32,9 @@ func TestConformance(t *testing.T) {
 	dir := suiteDir(t)
 
 	// As `make run` starts it: embedded defaults, ./data in the working
-	// directory. Only the listen addresses move to free loopback ports.
-	srv := e2e.StartServer(t, e2e.Options{})
+	// directory. Only the listen addresses move to free loopback ports, and
+	// loopback webhooks are allowed.
+	srv := e2e.StartServer(t, e2e.Options{Args: allowLoopbackWebhooks})
 	t.Logf("ursula (pid %d) ready at %s, started as: %s %s", srv.PID(), srv.URL(), srv.Bin, strings.Join(srv.Args(), " "))
 	runSuite(t, dir, srv.URL(), []*e2e.Server{srv})
 }
@@ -41,7 +47,8 @@ func TestConformanceColdS3(t *testing.T) {
 	dir := suiteDir(t)
 	s3 := objstoretest.NewS3Server(t)
 	args, env := e2e.ColdS3Args(t, s3, "conformance", "cold-"+time.Now().UTC().Format("20060102T150405Z"))
-	srv := e2e.StartServer(t, e2e.Options{Args: append(args, e2e.TinyFlushArgs...), Env: env})
+	args = append(append(args, e2e.TinyFlushArgs...), allowLoopbackWebhooks...)
+	srv := e2e.StartServer(t, e2e.Options{Args: args, Env: env})
 	runSuite(t, dir, srv.URL(), []*e2e.Server{srv})
 	m := srv.NodeMetrics(t)
 	for _, k := range []string{"cold_flushes", "cold_cache_misses"} {
@@ -60,7 +67,7 @@ func TestConformanceCluster(t *testing.T) {
 	dir := suiteDir(t)
 	// The nodes flush within milliseconds into their shared cold store, so
 	// history reads on followers cross cold objects too.
-	c := e2e.StartCluster(t, e2e.ClusterOptions{Nodes: 3, Gateway: true, ColdTuning: e2e.TinyFlushTOML})
+	c := e2e.StartCluster(t, e2e.ClusterOptions{Nodes: 3, Gateway: true, GatewayArgs: allowLoopbackWebhooks, ColdTuning: e2e.TinyFlushTOML})
 	procs := []*e2e.Server{c.Gateway}
 	for _, n := range c.Nodes {
 		procs = append(procs, n.Server)

@@ -3,8 +3,11 @@
 // in package-lock.json) against Ursula, in both deployments.
 //
 // TestConformance starts bin/ursula the way `make run` does: no config file
-// and no flags except loopback listen addresses on free ports, in a fresh
-// temporary working directory (so the data lands in its ./data).
+// and no flags except loopback listen addresses on free ports and
+// -subscriptions.allow-webhook-hosts=127.0.0.0/8,::1,localhost (the suite's
+// webhook receivers listen on this machine, and webhooks to loopback are
+// refused by default), in a fresh temporary working directory (so the data
+// lands in its ./data). The other two tests pass the same allowance.
 // TestConformanceCluster starts a 3-node cluster of ursula-node processes
 // behind ursula-gateway with the tests/e2e harness (e2e.StartCluster). Each
 // waits for /__ursula/ready, runs

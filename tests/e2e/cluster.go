@@ -133,6 +133,8 @@ type ClusterOptions struct {
 	Proxies bool
 	// Gateway starts an ursula-gateway in front of every node.
 	Gateway bool
+	// GatewayArgs are extra flags of the gateway.
+	GatewayArgs []string
 	// LogLevel is every node's log.level; empty leaves the default.
 	LogLevel string
 	// Cold is every node's [cold] section body; empty means an fs store in
@@ -509,7 +511,7 @@ func (c *Cluster) StartGateway(ctx context.Context) *Server {
 		Binary:       bin,
 		WorkDir:      filepath.Join(c.Dir, "gateway"),
 		ListenFlags:  []string{"gateway.listen"},
-		Args:         append([]string{"-upstream.nodes=" + strings.Join(ups, ",")}, c.ClientPlaneFlags(pki.RoleGateway)...),
+		Args:         append(append([]string{"-upstream.nodes=" + strings.Join(ups, ",")}, c.ClientPlaneFlags(pki.RoleGateway)...), c.opts.GatewayArgs...),
 		ReadyTimeout: c.opts.ReadyTimeout,
 	})
 	if err != nil {

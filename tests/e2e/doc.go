@@ -121,6 +121,25 @@
 //     is back every acknowledged append reads back once, in order (the
 //     all-in-one deployment, and ursula-node behind ursula-gateway, the
 //     gateway staying up);
+//   - TestHTTPTimeouts, TestSlowReadersMemoryBounded,
+//     TestHeadersOnlyBodiesBounded, TestBodyBudgetRefuses,
+//     TestBodyLimitsRefuseStart (limits_test.go; the issue: an attacker
+//     probing with real clients): against bin/ursula with one-second
+//     timeouts a request body that stops arriving answers 408 and its
+//     connection is closed, and connections that stop inside their headers
+//     or stay idle are closed by the gateway, the node's client plane and
+//     the admin plane; 60 connections that read nothing of a 4 MiB JSON
+//     read grow the live heap (measured after a collection forced through
+//     the admin plane's heap profile) by a few MiB, not 240, and the write
+//     timeout then frees them all; 20 requests announcing 32 MiB bodies and
+//     sending none take one 64 KiB piece of the body budget each, the heap
+//     hardly moves, and the body timeout gives it all back; with the
+//     smallest budget (64 MiB) two 32 MiB uploads under way take it all, a
+//     third request with a body answers 503 OVERLOADED with Retry-After
+//     while reads go on, and goes through once they are gone; ursula,
+//     ursula-node and ursula-gateway refuse to start with a budget below
+//     64 MiB or below the body limit (InflightBodyBudgetTooSmall), and
+//     ursula-gateway with a body limit above 33554432;
 //   - TestProxy: the proxy's modes, without binaries;
 //   - TestExampleConfig, TestLocalClusterConfig: every binary accepts
 //     deploy/ursula.example.toml, and the files of make run-cluster

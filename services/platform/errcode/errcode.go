@@ -61,6 +61,8 @@ const (
 	AlreadyClaimed            = errorsv1.Code_CODE_ALREADY_CLAIMED
 	NoPendingWork             = errorsv1.Code_CODE_NO_PENDING_WORK
 	InvalidOffset             = errorsv1.Code_CODE_INVALID_OFFSET
+	LimitExceeded             = errorsv1.Code_CODE_LIMIT_EXCEEDED
+	RequestTimeout            = errorsv1.Code_CODE_REQUEST_TIMEOUT
 	PermissionDenied          = errorsv1.Code_CODE_PERMISSION_DENIED
 )
 

@@ -79,7 +79,9 @@ const (
 	// been applied. Never retried on the client's behalf.
 	Code_CODE_OUTCOME_UNKNOWN Code = 19
 	Code_CODE_UNAVAILABLE     Code = 20
-	// The group holds its cap of hot bytes: retry after retry_after_ms.
+	// A cap of the node or gateway is reached for now: a group's hot bytes,
+	// or the process's in-flight request-body budget. Retry after
+	// retry_after_ms.
 	Code_CODE_OVERLOADED Code = 21
 	// The object store failed a read of cold bytes.
 	Code_CODE_COLD_STORE_FAILED Code = 22
@@ -115,6 +117,12 @@ const (
 	Code_CODE_ALREADY_CLAIMED             Code = 43
 	Code_CODE_NO_PENDING_WORK             Code = 44
 	Code_CODE_INVALID_OFFSET              Code = 45
+	// A configured count limit is reached (subscriptions in all, or linking
+	// one stream; streams linked by one subscription); nothing was changed.
+	Code_CODE_LIMIT_EXCEEDED Code = 46
+	// The request body made no progress within the server's body read
+	// timeout; the connection is closed after the answer.
+	Code_CODE_REQUEST_TIMEOUT Code = 47
 	// Trust boundaries (numbered apart so that codes added beside them do
 	// not collide).
 	// The caller proved who it is, and that identity may not do this (a
@@ -171,6 +179,8 @@ var (
 		43: "CODE_ALREADY_CLAIMED",
 		44: "CODE_NO_PENDING_WORK",
 		45: "CODE_INVALID_OFFSET",
+		46: "CODE_LIMIT_EXCEEDED",
+		47: "CODE_REQUEST_TIMEOUT",
 		60: "CODE_PERMISSION_DENIED",
 	}
 	Code_value = map[string]int32{
@@ -220,6 +230,8 @@ var (
 		"CODE_ALREADY_CLAIMED":             43,
 		"CODE_NO_PENDING_WORK":             44,
 		"CODE_INVALID_OFFSET":              45,
+		"CODE_LIMIT_EXCEEDED":              46,
+		"CODE_REQUEST_TIMEOUT":             47,
 		"CODE_PERMISSION_DENIED":           60,
 	}
 )
@@ -286,7 +298,7 @@ var File_ursula_errors_v1_errors_proto protoreflect.FileDescriptor
 
 const file_ursula_errors_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x1dursula/errors/v1/errors.proto\x12\x10ursula.errors.v1\x1a google/protobuf/descriptor.proto*\xe9\r\n" +
+	"\x1dursula/errors/v1/errors.proto\x12\x10ursula.errors.v1\x1a google/protobuf/descriptor.proto*\xb2\x0e\n" +
 	"\x04Code\x12\x1f\n" +
 	"\x10CODE_UNSPECIFIED\x10\x00\x1a\t\xa8\xbb\x18\xf4\x03\xb0\xbb\x18\x02\x12$\n" +
 	"\x15CODE_INVALID_ARGUMENT\x10\x01\x1a\t\xa8\xbb\x18\x90\x03\xb0\xbb\x18\x03\x12$\n" +
@@ -338,7 +350,9 @@ const file_ursula_errors_v1_errors_proto_rawDesc = "" +
 	"\x14CODE_ALREADY_CLAIMED\x10+\x1a\t\xa8\xbb\x18\x99\x03\xb0\xbb\x18\n" +
 	"\x12#\n" +
 	"\x14CODE_NO_PENDING_WORK\x10,\x1a\t\xa8\xbb\x18\x99\x03\xb0\xbb\x18\t\x12\"\n" +
-	"\x13CODE_INVALID_OFFSET\x10-\x1a\t\xa8\xbb\x18\x99\x03\xb0\xbb\x18\t\x12%\n" +
+	"\x13CODE_INVALID_OFFSET\x10-\x1a\t\xa8\xbb\x18\x99\x03\xb0\xbb\x18\t\x12\"\n" +
+	"\x13CODE_LIMIT_EXCEEDED\x10.\x1a\t\xa8\xbb\x18\xad\x03\xb0\xbb\x18\b\x12#\n" +
+	"\x14CODE_REQUEST_TIMEOUT\x10/\x1a\t\xa8\xbb\x18\x98\x03\xb0\xbb\x18\x04\x12%\n" +
 	"\x16CODE_PERMISSION_DENIED\x10<\x1a\t\xa8\xbb\x18\x93\x03\xb0\xbb\x18\a:D\n" +
 	"\vhttp_status\x12!.google.protobuf.EnumValueOptions\x18\xb5\x87\x03 \x01(\rR\n" +
 	"httpStatus:@\n" +
