@@ -101,14 +101,17 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 		return nil, fault.Errorf(fault.ErrInvalidArgument, "Stream-TTL and Stream-Expires-At are mutually exclusive")
 	}
 	if req.TtlSeconds != nil {
+		if err := validTTL(req.GetTtlSeconds()); err != nil {
+			return nil, err
+		}
 		c.HasTtl, c.TtlSeconds = true, req.GetTtlSeconds()
 	}
 	if at := req.GetExpiresAt(); at != "" {
-		t, err := time.Parse(time.RFC3339Nano, at)
+		ms, err := parseExpiresAt(at)
 		if err != nil {
-			return nil, fault.Errorf(fault.ErrInvalidArgument, "Stream-Expires-At %q is not an RFC 3339 timestamp", at)
+			return nil, err
 		}
-		c.ExpiresAt, c.ExpiresAtMs = at, max(t.UnixMilli(), 1)
+		c.ExpiresAt, c.ExpiresAtMs = at, ms
 	}
 	c.ContentType = req.GetContentType()
 	var srcMeta stream.Meta
@@ -161,6 +164,30 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 		return nil, err
 	}
 	return &streamv1.CreateStreamResponse{Created: res.Created, Info: info(res.Meta)}, nil
+}
+
+// validTTL refuses a TTL longer than stream.MaxTTLSeconds (100 years).
+func validTTL(sec uint64) error {
+	if sec > stream.MaxTTLSeconds {
+		return fault.Errorf(fault.ErrInvalidArgument, "Stream-TTL %d exceeds the maximum of %d seconds (100 years)", sec, uint64(stream.MaxTTLSeconds))
+	}
+	return nil
+}
+
+// parseExpiresAt parses a Stream-Expires-At value into its milliseconds
+// since the Unix epoch. The state keeps 0 for "none", so an instant at or
+// before the epoch cannot be stored and is refused rather than changed;
+// RFC 3339 years have four digits, so every other instant fits an int64.
+func parseExpiresAt(at string) (int64, error) {
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return 0, fault.Errorf(fault.ErrInvalidArgument, "Stream-Expires-At %q is not an RFC 3339 timestamp", at)
+	}
+	ms := t.UnixMilli()
+	if ms <= 0 {
+		return 0, fault.Errorf(fault.ErrInvalidArgument, "Stream-Expires-At %q is not after 1970-01-01T00:00:00Z", at)
+	}
+	return ms, nil
 }
 
 // resolveFork validates a fork request against its source (read locally)

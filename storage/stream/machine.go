@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"sync"
@@ -553,13 +554,25 @@ type Meta struct {
 	RecordFirst, RecordNext, BaseRecord uint64
 }
 
-// ExpiredAt reports whether the stream's TTL or expiry has passed at nowMs.
-func (m Meta) ExpiredAt(nowMs int64) bool {
-	if m.HasTTL && nowMs >= m.TouchedMs+int64(m.TTLSeconds)*1000 {
-		return true
+// ExpiryMs is when the stream expires, in ms since the Unix epoch: the
+// earlier of its last touch plus its TTL and its Expires-At;
+// math.MaxInt64 when it has neither. The sum saturates instead of
+// wrapping, so a TTL that passed no validation (a command of another
+// build, a restored snapshot) means "not for a long time", never "expired
+// already".
+func (m Meta) ExpiryMs() int64 {
+	exp := int64(math.MaxInt64)
+	if m.HasTTL {
+		exp = AddMs(m.TouchedMs, TTLMs(m.TTLSeconds))
 	}
-	return m.ExpiresAtMs > 0 && nowMs >= m.ExpiresAtMs
+	if m.ExpiresAtMs > 0 {
+		exp = min(exp, m.ExpiresAtMs)
+	}
+	return exp
 }
+
+// ExpiredAt reports whether the stream's TTL or expiry has passed at nowMs.
+func (m Meta) ExpiredAt(nowMs int64) bool { return nowMs >= m.ExpiryMs() }
 
 func (s *stream) metaView() Meta {
 	st := s.meta
