@@ -121,6 +121,12 @@
 //     is back every acknowledged append reads back once, in order (the
 //     all-in-one deployment, and ursula-node behind ursula-gateway, the
 //     gateway staying up);
+//   - TestCleanShutdownDamagedTailRefused (walrecovery_test.go): bin/ursula
+//     acknowledges appends and stops cleanly on SIGTERM; the active WAL
+//     segment holding them loses its last bytes; the next start exits
+//     non-zero, its log naming the segment file and the byte offset, and
+//     the data directory is unchanged; with the segment restored every
+//     acknowledged append reads back and wal_recovery is false;
 //   - TestProxy: the proxy's modes, without binaries;
 //   - TestExampleConfig, TestLocalClusterConfig: every binary accepts
 //     deploy/ursula.example.toml, and the files of make run-cluster

@@ -28,6 +28,8 @@ type Metrics struct {
 	// PeerClusterMismatches lists the configured peers refused within the
 	// last minute.
 	PeerClusterMismatches []PeerMismatch `json:"peer_cluster_mismatches"`
+	// WALRecovery: this run started after a crash.
+	WALRecovery bool `json:"wal_recovery"`
 }
 
 // GroupMetrics is one entry of raft_groups.
