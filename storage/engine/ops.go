@@ -246,6 +246,15 @@ func (e *Engine) resolveFork(ctx context.Context, req *streamv1.CreateStreamRequ
 		pos = end
 	}
 	if src.JSON {
+		// A fork of a JSON stream starts on a message boundary, or its
+		// view would hold half a message.
+		ok, err := e.boundary(ctx, src, pos)
+		if err != nil {
+			return src, err
+		}
+		if !ok {
+			return src, fault.Errorf(fault.ErrInvalidArgument, "fork offset %s is inside a JSON message of the source", f.GetOffset())
+		}
 		rec, err := e.recordAt(ctx, src, pos)
 		if err != nil {
 			return src, err
@@ -435,6 +444,15 @@ func (e *Engine) SetRetention(ctx context.Context, req *streamv1.SetRetentionReq
 	}
 	var recordFirst uint64
 	if m.JSON && pos > m.Retained && pos <= m.Tail {
+		// Reads from the retention start there: it must not cut a
+		// message.
+		ok, err := e.boundary(ctx, m, pos)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fault.Errorf(fault.ErrInvalidArgument, "retention offset %s is inside a JSON message", req.GetOffset())
+		}
 		if recordFirst, err = e.recordAt(ctx, m, pos); err != nil {
 			return nil, err
 		}
