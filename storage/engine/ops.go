@@ -314,8 +314,8 @@ func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*stre
 	if len(body) > 0 && req.GetContentType() == "" {
 		return nil, fault.Errorf(fault.ErrInvalidArgument, "Content-Type is required with a body")
 	}
-	if p := req.GetProducer(); p != nil && p.GetId() == "" {
-		return nil, fault.Errorf(fault.ErrInvalidArgument, "Producer-Id must not be empty")
+	if err := validWriter(req); err != nil {
+		return nil, err
 	}
 	// A write is answered by its group's leader: another replica's state
 	// (it may lag, or hold nothing) must not decide it.

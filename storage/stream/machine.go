@@ -23,7 +23,8 @@ import (
 const snapshotFormat = 2
 
 // Producer state bounds: a stream keeps at most MaxProducers producers and
-// forgets one idle for longer than ProducerTTLMs (as the protocol allows).
+// forgets one idle for longer than ProducerTTLMs (as the protocol allows);
+// doc.go ("Producers") gives the eviction rule.
 const (
 	MaxProducers  = 4096
 	ProducerTTLMs = 7 * 24 * 3600 * 1000
