@@ -310,7 +310,7 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 		body, rel = batchBody(fr)
 	}
 	ext := c.GetExternal()
-	size := uint64(len(body)) + ext.GetSize()
+	size := uint64(len(body)) + externalBytes(ext)
 	if st.GetClosed() {
 		if p != nil {
 			if cb := st.GetClosedBy(); cb != nil && cb.GetId() == p.GetId() && cb.GetEpoch() == p.GetEpoch() && cb.GetSeq() == p.GetSeq() {
@@ -391,6 +391,15 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 	return r
 }
 
+// externalBytes is the stream bytes an Append's external payload stands
+// for: [start, end) of its locator, relative (start 0) in the command.
+func externalBytes(ext *storagev1.ColdRef) uint64 {
+	if ext.GetEnd() < ext.GetStart() {
+		return 0
+	}
+	return ext.GetEnd() - ext.GetStart()
+}
+
 func closedErr(s *stream) *fault.Error {
 	return fault.Errorf(fault.ErrStreamClosed, "stream %s is closed", s.meta.GetStream()).
 		With(fault.DetailNextOffset, FormatOffset(s.buf.End())).
@@ -425,7 +434,7 @@ func (s *stream) putProducer(ps *storagev1.ProducerState) {
 func (s *stream) appendStored(now int64, body []byte, ext *storagev1.ColdRef, rel []uint64, hotSize *atomic.Int64) {
 	n := uint64(len(body))
 	if ext != nil {
-		n = ext.GetSize()
+		n = externalBytes(ext)
 	}
 	if n == 0 {
 		return

@@ -61,6 +61,7 @@ const (
 	AlreadyClaimed            = errorsv1.Code_CODE_ALREADY_CLAIMED
 	NoPendingWork             = errorsv1.Code_CODE_NO_PENDING_WORK
 	InvalidOffset             = errorsv1.Code_CODE_INVALID_OFFSET
+	ColdObjectCorrupt         = errorsv1.Code_CODE_COLD_OBJECT_CORRUPT
 )
 
 // Metadata keys carried next to a code (errors.proto lists them).

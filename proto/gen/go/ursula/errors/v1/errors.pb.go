@@ -115,6 +115,10 @@ const (
 	Code_CODE_ALREADY_CLAIMED             Code = 43
 	Code_CODE_NO_PENDING_WORK             Code = 44
 	Code_CODE_INVALID_OFFSET              Code = 45
+	// A cold object's bytes do not match the checksum its committed
+	// reference carries (bit rot, a truncated or replaced object): none of
+	// them is served. Retrying does not help until the object is repaired.
+	Code_CODE_COLD_OBJECT_CORRUPT Code = 46
 )
 
 // Enum value maps for Code.
@@ -166,6 +170,7 @@ var (
 		43: "CODE_ALREADY_CLAIMED",
 		44: "CODE_NO_PENDING_WORK",
 		45: "CODE_INVALID_OFFSET",
+		46: "CODE_COLD_OBJECT_CORRUPT",
 	}
 	Code_value = map[string]int32{
 		"CODE_UNSPECIFIED":                 0,
@@ -214,6 +219,7 @@ var (
 		"CODE_ALREADY_CLAIMED":             43,
 		"CODE_NO_PENDING_WORK":             44,
 		"CODE_INVALID_OFFSET":              45,
+		"CODE_COLD_OBJECT_CORRUPT":         46,
 	}
 )
 
@@ -279,7 +285,7 @@ var File_ursula_errors_v1_errors_proto protoreflect.FileDescriptor
 
 const file_ursula_errors_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x1dursula/errors/v1/errors.proto\x12\x10ursula.errors.v1\x1a google/protobuf/descriptor.proto*\xc2\r\n" +
+	"\x1dursula/errors/v1/errors.proto\x12\x10ursula.errors.v1\x1a google/protobuf/descriptor.proto*\xeb\r\n" +
 	"\x04Code\x12\x1f\n" +
 	"\x10CODE_UNSPECIFIED\x10\x00\x1a\t\xa8\xbb\x18\xf4\x03\xb0\xbb\x18\x02\x12$\n" +
 	"\x15CODE_INVALID_ARGUMENT\x10\x01\x1a\t\xa8\xbb\x18\x90\x03\xb0\xbb\x18\x03\x12$\n" +
@@ -331,7 +337,8 @@ const file_ursula_errors_v1_errors_proto_rawDesc = "" +
 	"\x14CODE_ALREADY_CLAIMED\x10+\x1a\t\xa8\xbb\x18\x99\x03\xb0\xbb\x18\n" +
 	"\x12#\n" +
 	"\x14CODE_NO_PENDING_WORK\x10,\x1a\t\xa8\xbb\x18\x99\x03\xb0\xbb\x18\t\x12\"\n" +
-	"\x13CODE_INVALID_OFFSET\x10-\x1a\t\xa8\xbb\x18\x99\x03\xb0\xbb\x18\t:D\n" +
+	"\x13CODE_INVALID_OFFSET\x10-\x1a\t\xa8\xbb\x18\x99\x03\xb0\xbb\x18\t\x12'\n" +
+	"\x18CODE_COLD_OBJECT_CORRUPT\x10.\x1a\t\xa8\xbb\x18\xf6\x03\xb0\xbb\x18\x0f:D\n" +
 	"\vhttp_status\x12!.google.protobuf.EnumValueOptions\x18\xb5\x87\x03 \x01(\rR\n" +
 	"httpStatus:@\n" +
 	"\tgrpc_code\x12!.google.protobuf.EnumValueOptions\x18\xb6\x87\x03 \x01(\rR\bgrpcCodeB\xc6\x01\n" +
