@@ -152,8 +152,12 @@ func RecoverJournal(opts Options) (*Journal, map[uint32]*GroupState, error) {
 		meta:     make(map[uint32]*groupMeta),
 		clean:    opts.CleanShutdown,
 	}
-	if err := j.fs.MkdirAll(j.dir, 0o755); err != nil {
-		return nil, nil, fmt.Errorf("wal: create %s: %w", j.dir, err)
+	// After a clean shutdown the directory exists; a refused recovery
+	// must not create it.
+	if j.clean == nil {
+		if err := j.fs.MkdirAll(j.dir, 0o755); err != nil {
+			return nil, nil, fmt.Errorf("wal: create %s: %w", j.dir, err)
+		}
 	}
 	states, err := j.recover()
 	if err != nil {
@@ -248,7 +252,7 @@ func validFrameAfter(data []byte, from int) bool {
 
 func (j *Journal) recover() (map[uint32]*GroupState, error) {
 	segs, err := j.listSegments()
-	if err != nil {
+	if err != nil && !(j.clean != nil && errors.Is(err, fs.ErrNotExist)) {
 		return nil, err
 	}
 	states := make(map[uint32]*GroupState)

@@ -75,13 +75,17 @@ func cleanJournal(tb testing.TB, opts Options) (string, SegmentTail) {
 	return files[len(files)-1], tail
 }
 
-// dirState is every file under dir and its bytes.
+// dirState is every directory and file under dir, with the files' bytes.
 func dirState(tb testing.TB, dir string) map[string]string {
 	tb.Helper()
 	out := map[string]string{}
 	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err != nil || fi.IsDir() {
+		if err != nil {
 			return err
+		}
+		if fi.IsDir() {
+			out[p] = "directory"
+			return nil
 		}
 		b, err := os.ReadFile(p)
 		out[p] = string(b)
@@ -152,6 +156,12 @@ func TestCleanShutdownRefusesDamagedTail(t *testing.T) {
 		}, true},
 		{"active segment removed", func(tb testing.TB, p string, _ SegmentTail) (string, int64) {
 			if err := os.Remove(p); err != nil {
+				tb.Fatal(err)
+			}
+			return p, 0
+		}, false},
+		{"shard directory removed", func(tb testing.TB, p string, _ SegmentTail) (string, int64) {
+			if err := os.RemoveAll(filepath.Dir(p)); err != nil {
 				tb.Fatal(err)
 			}
 			return p, 0
