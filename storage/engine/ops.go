@@ -90,12 +90,7 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 	if k.Stream == reservedStreamID && !builtinBucket(k.Bucket) {
 		return nil, fault.Errorf(fault.ErrInvalidArgument, "stream id %q is reserved", k.Stream)
 	}
-	if err := e.checkBucket(ctx, k.Bucket); err != nil {
-		return nil, err
-	}
-	if err := e.settle(k); err != nil {
-		return nil, err
-	}
+	// The lifetime is checked before anything is read or proposed.
 	c := &storagev1.CreateStream{Bucket: k.Bucket, Stream: k.Stream, Closed: req.GetClosed()}
 	if req.TtlSeconds != nil && req.GetExpiresAt() != "" {
 		return nil, fault.Errorf(fault.ErrInvalidArgument, "Stream-TTL and Stream-Expires-At are mutually exclusive")
@@ -112,6 +107,12 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 			return nil, err
 		}
 		c.ExpiresAt, c.ExpiresAtMs = at, ms
+	}
+	if err := e.checkBucket(ctx, k.Bucket); err != nil {
+		return nil, err
+	}
+	if err := e.settle(k); err != nil {
+		return nil, err
 	}
 	c.ContentType = req.GetContentType()
 	var srcMeta stream.Meta

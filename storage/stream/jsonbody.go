@@ -15,11 +15,12 @@ import (
 // allowEmpty permits "[]" (zero messages), which a create may send and an
 // append may not. It returns the stored bytes and the message count.
 //
-// The body must be I-JSON text (RFC 7493 §2.1) as far as characters go:
-// valid UTF-8 (json.Valid accepts invalid UTF-8 inside strings, which
-// strict parsers then cannot read back) and no \u escape of an unpaired
-// surrogate (which strict parsers refuse too). Anything else is
-// INVALID_ARGUMENT, before a command is proposed.
+// The body must be valid UTF-8 (json.Valid accepts invalid UTF-8 inside
+// strings, which strict parsers then cannot read back) and hold no \u
+// escape of an unpaired surrogate (which strict parsers refuse too): the
+// character rules of I-JSON (RFC 7493 §2.1) that parsers enforce.
+// Noncharacters, which I-JSON also excludes but parsers accept, pass.
+// Anything else is INVALID_ARGUMENT, before a command is proposed.
 func FlattenJSON(body []byte, allowEmpty bool) ([]byte, int, error) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
