@@ -53,7 +53,8 @@ const maxHeaderTextLen = 256
 var (
 	ErrBadOffset        = errors.New("gateway: offset must be -1, now or a server-issued offset")
 	ErrBadTTL           = errors.New("gateway: Stream-TTL must be a non-negative integer without sign or leading zeros")
-	ErrBadExpiresAt     = errors.New("gateway: Stream-Expires-At must be an RFC 3339 timestamp")
+	ErrBadExpiresAt     = errors.New("gateway: Stream-Expires-At must be an RFC 3339 timestamp after 1970-01-01T00:00:00Z")
+	ErrTTLTooLong       = errors.New("gateway: Stream-TTL must be at most 3155760000 seconds (100 years)")
 	ErrTTLAndExpiresAt  = errors.New("gateway: Stream-TTL and Stream-Expires-At are mutually exclusive")
 	ErrPartialProducer  = errors.New("gateway: Producer-Id, Producer-Epoch and Producer-Seq must be sent together")
 	ErrEmptyProducerID  = errors.New("gateway: Producer-Id must not be empty")
@@ -163,19 +164,29 @@ func parseCanonicalUint(s string) (uint64, bool) {
 	return n, err == nil
 }
 
-// ParseTTL parses a Stream-TTL value (seconds).
+// maxTTLSeconds is the longest Stream-TTL: 100 years, the node's bound
+// (storage/stream.MaxTTLSeconds, which documents why), repeated here
+// because the gateway does not import storage.
+const maxTTLSeconds = 3_155_760_000
+
+// ParseTTL parses a Stream-TTL value (seconds, at most 100 years).
 func ParseTTL(s string) (uint64, error) {
 	n, ok := parseCanonicalUint(s)
 	if !ok {
 		return 0, ErrBadTTL
 	}
+	if n > maxTTLSeconds {
+		return 0, ErrTTLTooLong
+	}
 	return n, nil
 }
 
 // ParseExpiresAt validates a Stream-Expires-At value and returns it
-// unchanged (the node stores and compares the client's spelling).
+// unchanged (the node stores and compares the client's spelling). An
+// instant at or before the Unix epoch (in milliseconds) cannot be stored.
 func ParseExpiresAt(s string) (string, error) {
-	if _, err := time.Parse(time.RFC3339Nano, s); err != nil {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil || t.UnixMilli() <= 0 {
 		return "", ErrBadExpiresAt
 	}
 	return s, nil

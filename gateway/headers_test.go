@@ -62,6 +62,10 @@ func TestParseTTL(t *testing.T) {
 		{"empty", "", 0, false},
 		{"space", " 60", 0, false},
 		{"overflow", "99999999999999999999999", 0, false},
+		{"100 years", "3155760000", 3155760000, true},
+		{"over 100 years", "3155760001", 0, false},
+		{"max int64", "9223372036854775807", 0, false},
+		{"max uint64", "18446744073709551615", 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -87,6 +91,11 @@ func TestParseExpiresAt(t *testing.T) {
 		{"date only", "2030-01-02", false},
 		{"no zone", "2030-01-02T03:04:05", false},
 		{"empty", "", false},
+		{"year 9999", "9999-12-31T23:59:59.999Z", true},
+		{"after the epoch", "1970-01-01T00:00:00.001Z", true},
+		{"the epoch", "1970-01-01T00:00:00Z", false},
+		{"before the epoch", "1969-12-31T23:59:59Z", false},
+		{"year zero", "0000-01-01T00:00:00Z", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -172,6 +181,8 @@ func TestParseCreate(t *testing.T) {
 		{"expires", header("Stream-Expires-At", "2030-01-01T00:00:00Z"), CreateHeaders{ExpiresAt: "2030-01-01T00:00:00Z"}, nil},
 		{"both", header("Stream-TTL", "1", "Stream-Expires-At", "2030-01-01T00:00:00Z"), CreateHeaders{}, ErrTTLAndExpiresAt},
 		{"bad ttl", header("Stream-TTL", "00060"), CreateHeaders{}, ErrBadTTL},
+		{"ttl past 100 years", header("Stream-TTL", "9223372036854775807"), CreateHeaders{}, ErrTTLTooLong},
+		{"expires before the epoch", header("Stream-Expires-At", "1969-07-20T20:17:40Z"), CreateHeaders{}, ErrBadExpiresAt},
 		{"empty ttl", header("Stream-TTL", ""), CreateHeaders{}, ErrBadTTL},
 		{"bad expires", header("Stream-Expires-At", "tomorrow"), CreateHeaders{}, ErrBadExpiresAt},
 		{"closed", header("Stream-Closed", "TRUE"), CreateHeaders{Closed: true}, nil},

@@ -71,6 +71,9 @@ type Stats struct {
 	CompactRejected atomic.Uint64
 	OrphansDeleted  atomic.Uint64
 	Sweeps          atomic.Uint64
+	// CorruptObjects counts objects that failed their checksum when the
+	// worker read them (a page to reclaim, a chunk to compact).
+	CorruptObjects atomic.Uint64
 }
 
 // Worker reclaims, compacts and sweeps one cold store.
@@ -192,7 +195,7 @@ func (w *Worker) reclaim(ctx context.Context, e *storagev1.GCEntry) error {
 	case storagev1.GCKind_GC_KIND_PREFIX:
 		return w.deletePrefix(ctx, e.GetKey())
 	case storagev1.GCKind_GC_KIND_PAGE:
-		return w.deletePage(ctx, e.GetKey(), 0)
+		return w.deletePage(ctx, e.GetKey(), e.GetCrc32C(), 0)
 	default:
 		return fmt.Errorf("GC entry %d of unknown kind %v", e.GetSeq(), e.GetKind())
 	}
@@ -232,7 +235,11 @@ func (w *Worker) deletePrefix(ctx context.Context, prefix string) error {
 
 // deletePage deletes everything a sealed index page indexes, then the
 // page: the page goes last, so an interrupted pass finds its entries again.
-func (w *Worker) deletePage(ctx context.Context, key string, depth int) error {
+// A page whose body does not match its checksum (crc, from its reference)
+// is never trusted to name objects to delete: only the page itself is
+// deleted, and what it indexed, which nothing references any more, is left
+// to the orphan sweep.
+func (w *Worker) deletePage(ctx context.Context, key string, crc uint32, depth int) error {
 	if depth > 64 {
 		return fmt.Errorf("index page %q nests deeper than 64 levels", key)
 	}
@@ -243,14 +250,19 @@ func (w *Worker) deletePage(ctx context.Context, key string, depth int) error {
 	if err != nil {
 		return err
 	}
-	entries, err := coldfmt.DecodePage(body)
+	entries, err := coldfmt.DecodePage(body, crc)
+	if errors.Is(err, coldfmt.ErrCorrupt) {
+		w.stats.CorruptObjects.Add(1)
+		w.logger.Error("cold index page failed its checksum: deleting only the page, the orphan sweep takes what it indexed", "key", key, "err", err)
+		return w.delete(ctx, key)
+	}
 	if err != nil {
 		return err
 	}
 	var leaves []string
 	for _, r := range entries {
 		if r.GetKind() == storagev1.ColdKind_COLD_KIND_PAGE {
-			if err := w.deletePage(ctx, r.GetKey(), depth+1); err != nil {
+			if err := w.deletePage(ctx, r.GetKey(), r.GetCrc32C(), depth+1); err != nil {
 				return err
 			}
 			continue
@@ -295,19 +307,21 @@ func (w *Worker) compact(ctx context.Context, g uint32, c *coldgcv1.Compaction) 
 		if err != nil {
 			return err
 		}
-		n := r.GetEnd() - r.GetStart()
-		if uint64(len(body)) < n {
-			return fmt.Errorf("chunk %q holds %d bytes, its index entry %d", r.GetKey(), len(body), n)
-		}
-		recs, err := coldfmt.DecodeRecords(r.GetStart(), body[n:])
+		// Verified before anything is merged: a compaction must never
+		// give a damaged chunk's bytes a fresh, valid checksum.
+		data, recs, err := coldfmt.DecodeChunk(r.GetStart(), r.GetEnd()-r.GetStart(), body, r.GetCrc32C())
 		if err != nil {
+			if errors.Is(err, coldfmt.ErrCorrupt) {
+				w.stats.CorruptObjects.Add(1)
+				w.logger.Error("cold chunk failed its checksum: not compacting it", "key", r.GetKey(), "bucket", c.GetBucket(), "err", err)
+			}
 			return fmt.Errorf("chunk %q: %w", r.GetKey(), err)
 		}
-		segments = append(segments, body[:n])
+		segments = append(segments, data)
 		records = append(records, recs...)
 	}
 	start, end := run[0].GetStart(), run[len(run)-1].GetEnd()
-	body := coldfmt.EncodeChunk(start, segments, records)
+	body, crc := coldfmt.EncodeChunk(start, segments, records)
 	key := coldfmt.ChunkKey(coldfmt.StreamPrefix(c.GetBucket(), c.GetStream(), c.GetIncarnation()), start, end)
 	if err := w.store.Put(ctx, key, body); err != nil {
 		return err
@@ -315,7 +329,7 @@ func (w *Worker) compact(ctx context.Context, g uint32, c *coldgcv1.Compaction) 
 	swap := &storagev1.ColdSwap{
 		Bucket: c.GetBucket(), Stream: c.GetStream(), Incarnation: c.GetIncarnation(), Replaced: run,
 		Chunk: &storagev1.ColdRef{Start: start, End: end, Key: key, Kind: storagev1.ColdKind_COLD_KIND_CHUNK, Size: uint64(len(body)), Records: uint32(len(records)),
-			FirstRecord: run[0].GetFirstRecord(), NextRecord: run[len(run)-1].GetNextRecord()},
+			FirstRecord: run[0].GetFirstRecord(), NextRecord: run[len(run)-1].GetNextRecord(), Crc32C: crc},
 	}
 	if _, err := w.node.CommitCompaction(ctx, &coldgcv1.CommitCompactionRequest{Group: g, Swap: swap}); err != nil {
 		w.stats.CompactRejected.Add(1)
@@ -418,6 +432,7 @@ func (w *Worker) AddMetrics(out map[string]any) {
 		"coldgc_deleted_objects":     st.DeletedObjects.Load(),
 		"coldgc_errors":              st.Errors.Load(),
 		"coldgc_compactions":         st.Compactions.Load(),
+		"coldgc_corrupt_objects":     st.CorruptObjects.Load(),
 		"coldgc_compaction_rejected": st.CompactRejected.Load(),
 		"coldgc_orphans_deleted":     st.OrphansDeleted.Load(),
 		"coldgc_sweeps":              st.Sweeps.Load(),

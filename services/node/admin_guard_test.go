@@ -462,6 +462,7 @@ func TestAdminErrorTable(t *testing.T) {
 		{"not a voter", toStatus(fault.Errorf(fault.ErrNotAVoter, "x")), http.StatusBadRequest, "NOT_A_VOTER", nil, ""},
 		{"worker busy", toStatus(fault.Errorf(fault.ErrUnavailable, "busy").With(fault.DetailRetryAfterMS, "1000")), http.StatusServiceUnavailable, "UNAVAILABLE", nil, "1"},
 		{"cold store failed", toStatus(fault.Errorf(fault.ErrColdStoreFailed, "x")), http.StatusBadGateway, "COLD_STORE_FAILED", nil, ""},
+		{"cold object corrupt", toStatus(fault.Errorf(fault.ErrColdObjectCorrupt, "x")), http.StatusBadGateway, "COLD_OBJECT_CORRUPT", nil, ""},
 		{"longer retry", grpcerr.ToStatus(errcode.New(errcode.Overloaded, "x").With(errcode.KeyRetryAfterMS, "2500")), http.StatusServiceUnavailable, "OVERLOADED", nil, "3"},
 		{"snapshot failed", toStatus(fault.Errorf(fault.ErrInternal, "x")), http.StatusInternalServerError, "INTERNAL", nil, ""},
 		{"stream not found", grpcerr.ToStatus(errcode.New(errcode.StreamNotFound, "x")), http.StatusNotFound, "STREAM_NOT_FOUND", nil, ""},

@@ -38,6 +38,7 @@ var storageCodes = map[*fault.Kind]errcode.Code{
 	fault.ErrUnavailable:         errcode.Unavailable,
 	fault.ErrOverloaded:          errcode.Overloaded,
 	fault.ErrColdStoreFailed:     errcode.ColdStoreFailed,
+	fault.ErrColdObjectCorrupt:   errcode.ColdObjectCorrupt,
 	fault.ErrNoColdStore:         errcode.NoColdStore,
 	fault.ErrUnimplemented:       errcode.Unimplemented,
 	fault.ErrPermissionDenied:    errcode.PermissionDenied,

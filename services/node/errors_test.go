@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/services/platform/grpcerr"
@@ -42,6 +43,33 @@ func TestToStatus(t *testing.T) {
 				if de.Metadata[k] != v {
 					t.Fatalf("metadata %s = %q, want %q", k, de.Metadata[k], v)
 				}
+			}
+		})
+	}
+}
+
+// TestStorageKindsOnTheWire: the gRPC status codes of storage refusals a
+// client of the node plane acts on (the issue: input that could lose data
+// answers INVALID_ARGUMENT; a cold object that fails its checksum
+// DATA_LOSS, 502 over HTTP).
+func TestStorageKindsOnTheWire(t *testing.T) {
+	tests := []struct {
+		kind *fault.Kind
+		grpc codes.Code
+		http int
+	}{
+		{fault.ErrInvalidArgument, codes.InvalidArgument, 400},
+		{fault.ErrColdObjectCorrupt, codes.DataLoss, 502},
+		{fault.ErrColdStoreFailed, codes.Unavailable, 502},
+	}
+	for _, tc := range tests {
+		t.Run(tc.kind.Name(), func(t *testing.T) {
+			st := toStatus(fault.Errorf(tc.kind, "x"))
+			if got := status.Code(st); got != tc.grpc {
+				t.Fatalf("gRPC code %v, want %v", got, tc.grpc)
+			}
+			if got := errcode.HTTPStatus(grpcerr.FromStatus(st).Code); got != tc.http {
+				t.Fatalf("HTTP status %d, want %d", got, tc.http)
 			}
 		})
 	}

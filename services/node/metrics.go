@@ -175,6 +175,8 @@ func coldMetrics(t *cold.Tier, pending uint64, out map[string]any) {
 		"cold_upload_errors":           cs.UploadErrors.Load(),
 		"cold_external_payloads":       cs.ExternalPayloads.Load(),
 		"cold_read_errors":             cs.ReadErrors.Load(),
+		"cold_corrupt_reads":           cs.CorruptReads.Load(),
+		"cold_cache_checksum_failures": cache.ChecksumFailures,
 		"cold_backpressure_writes":     cs.BackpressureWrites.Load(),
 		"cold_sealed_pages":            cs.SealedPages.Load(),
 		"cold_compactions":             cs.Compactions.Load(),

@@ -63,7 +63,7 @@ var nodeCounters = map[string]bool{
 	"cold_upload_errors": true, "cold_external_payloads": true, "cold_read_errors": true,
 	"cold_backpressure_writes": true, "cold_sealed_pages": true, "cold_compactions": true,
 	"cold_gc_acked_entries": true, "cold_cache_hits": true, "cold_cache_misses": true,
-	"cold_cache_fetch_errors": true,
+	"cold_cache_fetch_errors": true, "cold_corrupt_reads": true, "cold_cache_checksum_failures": true,
 	// shard workers and journals, summed and per shard
 	"raft_proposals": true, "raft_ready_batches": true, "raft_applied_entries": true,
 	"raft_snapshots": true, "raft_snapshot_bytes": true, "wal_writes": true, "wal_bytes_written": true,
@@ -75,7 +75,7 @@ var nodeCounters = map[string]bool{
 	// the cold-GC worker in the all-in-one process
 	"coldgc_passes": true, "coldgc_reclaimed_entries": true, "coldgc_deleted_objects": true,
 	"coldgc_errors": true, "coldgc_compactions": true, "coldgc_compaction_rejected": true,
-	"coldgc_orphans_deleted": true, "coldgc_sweeps": true,
+	"coldgc_orphans_deleted": true, "coldgc_sweeps": true, "coldgc_corrupt_objects": true,
 	// the cluster transport
 	"raft_grpc_peer_cluster_refusals": true, "raft_grpc_unidentified_peer_refusals": true,
 	"raft_grpc_protocol_refusals_received": true, "raft_messages_sent": true, "raft_batches_sent": true,

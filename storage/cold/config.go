@@ -26,7 +26,11 @@ type Config struct {
 	MaxChunkBytes uint64 `toml:"max_chunk_bytes"`
 	// CacheBytes bounds the block cache of cold reads.
 	CacheBytes uint64 `toml:"cache_bytes"`
-	// BlockBytes is the block size of the cache (one ranged GET).
+	// BlockBytes is the block size of the cache (one ranged GET). Reads
+	// are verified per checksum block (coldfmt.ChecksumBlockBytes, 64
+	// KiB): a multiple of it (the default is) fetches nothing extra; a
+	// smaller or unaligned block makes each fill fetch the checksum blocks
+	// it touches.
 	BlockBytes uint64 `toml:"block_bytes"`
 	// FlushInterval is how often a leader looks for streams to flush.
 	FlushInterval time.Duration `toml:"flush_interval"`

@@ -148,7 +148,7 @@ func (t *Tier) flushStream(ctx context.Context, g uint32, h stream.HotStream) er
 			chunks = append(chunks, proto.CloneOf(p.External))
 			continue
 		}
-		body := coldfmt.EncodeChunk(p.Start, p.Data, p.Records)
+		body, crc := coldfmt.EncodeChunk(p.Start, p.Data, p.Records)
 		key := coldfmt.ChunkKey(prefix, p.Start, p.End)
 		if err := c.store.Put(ctx, key, body); err != nil {
 			return fail(fmt.Errorf("upload chunk [%d, %d): %w", p.Start, p.End, err))
@@ -159,7 +159,7 @@ func (t *Tier) flushStream(ctx context.Context, g uint32, h stream.HotStream) er
 		chunks = append(chunks, &storagev1.ColdRef{
 			Start: p.Start, End: p.End, Key: key, Kind: storagev1.ColdKind_COLD_KIND_CHUNK,
 			Size: uint64(len(body)), Records: uint32(len(p.Records)),
-			FirstRecord: p.FirstRecord, NextRecord: p.NextRecord,
+			FirstRecord: p.FirstRecord, NextRecord: p.NextRecord, Crc32C: crc,
 		})
 	}
 	// Seal full levels, as apply will: the pages are uploaded first.
@@ -181,7 +181,7 @@ func (t *Tier) flushStream(ctx context.Context, g uint32, h stream.HotStream) er
 			c.stats.UploadBytes.Add(uint64(len(body)))
 			seals = append(seals, &storagev1.ColdSeal{Level: uint32(k), Count: coldfmt.PageFanout, Key: key, Size: uint64(len(body)), Digest: digest})
 			page := &storagev1.ColdRef{Start: run[0].GetStart(), End: run[len(run)-1].GetEnd(), Key: key, Kind: storagev1.ColdKind_COLD_KIND_PAGE, Size: uint64(len(body)), Records: coldfmt.PageFanout, Level: uint32(k + 1),
-				FirstRecord: run[0].GetFirstRecord(), NextRecord: run[len(run)-1].GetNextRecord()}
+				FirstRecord: run[0].GetFirstRecord(), NextRecord: run[len(run)-1].GetNextRecord(), Crc32C: digest}
 			levels[k].Entries = levels[k].Entries[coldfmt.PageFanout:]
 			if k+1 == len(levels) {
 				levels = append(levels, &storagev1.ColdLevel{})

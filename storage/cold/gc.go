@@ -5,7 +5,6 @@ import (
 	"sort"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
-	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/stream"
 )
@@ -167,13 +166,9 @@ func (t *Tier) ColdReferences(ctx context.Context, prefix string) (keys []string
 				if t.store == nil {
 					return errNoStore("walking a sealed index page")
 				}
-				body, err := t.store.Get(ctx, r.GetKey())
+				entries, err := t.reader.Page(ctx, r)
 				if err != nil {
-					return fault.Errorf(fault.ErrColdStoreFailed, "read index page %s: %v", r.GetKey(), err)
-				}
-				entries, err := coldfmt.DecodePage(body)
-				if err != nil {
-					return fault.Errorf(fault.ErrColdStoreFailed, "index page %s: %v", r.GetKey(), err)
+					return t.readFailed(ctx, k, "walk index page "+r.GetKey(), err)
 				}
 				if err := walk(entries); err != nil {
 					return err

@@ -2,12 +2,37 @@ package cold
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/stream"
 	"github.com/ursula/ursula/storage/tier"
 )
+
+// readFailed turns a failed read of cold objects into the answer: the
+// caller's cancellation as it is; an object whose bytes do not match their
+// checksum COLD_OBJECT_CORRUPT, counted in CorruptReads and logged with
+// the object and the stream (its bytes are never served: the tier does not
+// return them); anything else COLD_STORE_FAILED, counted in ReadErrors.
+// what says what was being read.
+func (t *Tier) readFailed(ctx context.Context, k stream.Key, what string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if fault.KindOf(err) != nil {
+		return err
+	}
+	if errors.Is(err, coldfmt.ErrCorrupt) {
+		t.stats.CorruptReads.Add(1)
+		t.logger.Error("cold object failed its checksum: refusing to serve it", "bucket", k.Bucket, "stream", k.Stream, "read", what, "err", err)
+		return fault.Errorf(fault.ErrColdObjectCorrupt, "%s of stream %s: %v", what, k.Stream, err)
+	}
+	t.stats.ReadErrors.Add(1)
+	return fault.Errorf(fault.ErrColdStoreFailed, "%s of stream %s: %v", what, k.Stream, err)
+}
 
 // Read reads bytes of a stream from a cold reference covering from, cut
 // like a hot read (record ends, whole JSON messages, whole runes).
@@ -31,11 +56,7 @@ func (t *Tier) Read(ctx context.Context, m stream.Meta, ref *storagev1.ColdRef, 
 			return data, end, nil
 		}
 	}
-	if ctx.Err() != nil {
-		return nil, from, ctx.Err()
-	}
-	t.stats.ReadErrors.Add(1)
-	return nil, from, fault.Errorf(fault.ErrColdStoreFailed, "read cold bytes of stream %s at %d: %v", m.Key.Stream, from, err)
+	return nil, from, t.readFailed(ctx, m.Key, fmt.Sprintf("read cold bytes at %d", from), err)
 }
 
 // UnitEnd resolves a fork sub-offset whose append lies in the cold range.
@@ -45,11 +66,11 @@ func (t *Tier) UnitEnd(ctx context.Context, m stream.Meta, ref *storagev1.ColdRe
 	}
 	leaf, err := t.reader.Leaf(ctx, ref, pos)
 	if err != nil {
-		return 0, false, fault.Errorf(fault.ErrColdStoreFailed, "read the cold index of %s: %v", m.Key.Stream, err)
+		return 0, false, t.readFailed(ctx, m.Key, "read the cold index", err)
 	}
 	end, ok, err := t.reader.UnitEnd(ctx, leaf, pos, n, clip, m.JSON)
 	if err != nil {
-		return 0, false, fault.Errorf(fault.ErrColdStoreFailed, "read cold bytes of %s: %v", m.Key.Stream, err)
+		return 0, false, t.readFailed(ctx, m.Key, fmt.Sprintf("resolve a sub-offset at %d", pos), err)
 	}
 	return end, ok, nil
 }
@@ -66,7 +87,7 @@ func (t *Tier) Boundary(ctx context.Context, m stream.Meta, ref *storagev1.ColdR
 		ok, err = t.reader.Boundary(ctx, leaf, pos, m.JSON)
 	}
 	if err != nil {
-		return false, fault.Errorf(fault.ErrColdStoreFailed, "read cold bytes of %s at %d: %v", m.Key.Stream, pos, err)
+		return false, t.readFailed(ctx, m.Key, fmt.Sprintf("check the boundary at %d", pos), err)
 	}
 	return ok, nil
 }
@@ -83,7 +104,7 @@ func (t *Tier) RecordPos(ctx context.Context, m stream.Meta, ref *storagev1.Cold
 		pos, err = t.reader.RecordPos(ctx, leaf, n)
 	}
 	if err != nil {
-		return 0, t.recordErr(ctx, m, err)
+		return 0, t.readFailed(ctx, m.Key, fmt.Sprintf("locate record %d", n), err)
 	}
 	return pos, nil
 }
@@ -100,15 +121,7 @@ func (t *Tier) RecordAt(ctx context.Context, m stream.Meta, ref *storagev1.ColdR
 		rec, err = t.reader.RecordAt(ctx, leaf, pos)
 	}
 	if err != nil {
-		return 0, t.recordErr(ctx, m, err)
+		return 0, t.readFailed(ctx, m.Key, fmt.Sprintf("locate the record at %d", pos), err)
 	}
 	return rec, nil
-}
-
-func (t *Tier) recordErr(ctx context.Context, m stream.Meta, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	t.stats.ReadErrors.Add(1)
-	return fault.Errorf(fault.ErrColdStoreFailed, "locate a record of stream %s: %v", m.Key.Stream, err)
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"hash"
 	"slices"
 	"sync"
@@ -230,6 +231,7 @@ type Commit struct {
 	t      *Tier
 	g      uint32
 	term   uint64
+	key    stream.Key
 	prefix string
 	pos    uint64
 	ss     *stagedStream
@@ -250,7 +252,7 @@ func (t *Tier) BeginCommit(ctx context.Context, g uint32, term uint64, k stream.
 	if err := t.listStaged(ctx, g, term, k, prefix); err != nil {
 		return nil, err
 	}
-	c := &Commit{t: t, g: g, term: term, prefix: prefix, pos: pos, parts: make([]stagedPart, len(digests)), want: digests}
+	c := &Commit{t: t, g: g, term: term, key: k, prefix: prefix, pos: pos, parts: make([]stagedPart, len(digests)), want: digests}
 	t.staged.mu.Lock()
 	defer t.staged.mu.Unlock()
 	var ps map[uint32]stagedPart
@@ -350,7 +352,14 @@ func (c *Commit) Digest(ctx context.Context, ct string) (string, error) {
 			h.Write(b)
 			ph.Write(b)
 		}
-		if got := hex.EncodeToString(ph.Sum(nil)); got != c.want[i] {
+		got := hex.EncodeToString(ph.Sum(nil))
+		if p.digest != "" && got != p.digest {
+			// This leader computed the part's digest as it stored it: the
+			// object changed since.
+			return "", t.readFailed(ctx, c.key, fmt.Sprintf("read snapshot part %d", i+1),
+				fmt.Errorf("%w: part %d (%s) has digest %s, staged with %s", coldfmt.ErrCorrupt, i+1, p.key, got, p.digest))
+		}
+		if got != c.want[i] {
 			return "", fault.Errorf(fault.ErrSnapshotConflict, "part %d has digest %s, not %s", i+1, got, c.want[i])
 		}
 	}

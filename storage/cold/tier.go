@@ -2,6 +2,7 @@ package cold
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -52,13 +53,16 @@ type Tier struct {
 
 // Stats are the cold tier's counters.
 type Stats struct {
-	Flushes            atomic.Uint64
-	FlushRejected      atomic.Uint64
-	Uploads            atomic.Uint64
-	UploadBytes        atomic.Uint64
-	UploadErrors       atomic.Uint64
-	ExternalPayloads   atomic.Uint64
-	ReadErrors         atomic.Uint64
+	Flushes          atomic.Uint64
+	FlushRejected    atomic.Uint64
+	Uploads          atomic.Uint64
+	UploadBytes      atomic.Uint64
+	UploadErrors     atomic.Uint64
+	ExternalPayloads atomic.Uint64
+	ReadErrors       atomic.Uint64
+	// CorruptReads counts reads refused because a cold object's bytes did
+	// not match their checksum (COLD_OBJECT_CORRUPT).
+	CorruptReads       atomic.Uint64
 	BackpressureWrites atomic.Uint64
 	SealedPages        atomic.Uint64
 	Retired            atomic.Uint64
@@ -138,15 +142,18 @@ func (t *Tier) External(n int) bool {
 	return t.store != nil && t.cfg.ExternalMinBytes > 0 && uint64(n) >= t.cfg.ExternalMinBytes
 }
 
-// StoreExternal uploads a large append body as an object of its own and
-// returns its locator for the Append command.
+// StoreExternal uploads a large append body as an object of its own (a
+// chunk without record ends, so that reads verify it block by block) and
+// returns its locator for the Append command: the object's key, size and
+// checksum, and the body's length as End (Start 0; apply rebases both).
 func (t *Tier) StoreExternal(ctx context.Context, m stream.Meta, body []byte) (*storagev1.ColdRef, error) {
 	key := coldfmt.ExternalKey(coldfmt.StreamPrefix(m.Key.Bucket, m.Key.Stream, m.Incarnation))
-	if err := t.Put(ctx, key, body, "append"); err != nil {
+	obj, crc := coldfmt.EncodeChunk(0, [][]byte{body}, nil)
+	if err := t.Put(ctx, key, obj, "append"); err != nil {
 		return nil, err
 	}
 	t.stats.ExternalPayloads.Add(1)
-	return &storagev1.ColdRef{Key: key, Kind: storagev1.ColdKind_COLD_KIND_EXTERNAL, Size: uint64(len(body))}, nil
+	return &storagev1.ColdRef{Key: key, Kind: storagev1.ColdKind_COLD_KIND_EXTERNAL, Size: uint64(len(obj)), End: uint64(len(body)), Crc32C: crc}, nil
 }
 
 // Put uploads an object (what names it in the error).
@@ -168,24 +175,30 @@ func (t *Tier) Put(ctx context.Context, key string, body []byte, what string) er
 // large one would evict everything else).
 const maxCachedObjectBytes = 1 << 20
 
-// Get reads a whole object of the given size (what names it in the error).
-func (t *Tier) Get(ctx context.Context, key string, size int64, what string) ([]byte, error) {
+// Get reads a whole object of the given size of stream k (what names it
+// in errors), verified by check before it is served (and, for a small one,
+// before it is cached): check returns an error wrapping coldfmt.ErrCorrupt
+// when the bytes are not the ones committed.
+func (t *Tier) Get(ctx context.Context, k stream.Key, key string, size int64, what string, check func([]byte) error) ([]byte, error) {
 	if t.store == nil {
 		return nil, fault.Errorf(fault.ErrInternal, "%s is in the cold store but none is configured", what)
 	}
 	var body []byte
 	var err error
 	if size <= maxCachedObjectBytes {
-		body, err = t.reader.Cache().ReadAt(ctx, key, size, 0, size)
-	} else {
-		body, err = t.store.Get(ctx, key)
+		body, err = t.reader.Cache().ReadSealed(ctx, key, 0, size, check)
+	} else if body, err = t.store.Get(ctx, key); err == nil {
+		if int64(len(body)) != size {
+			err = fmt.Errorf("%w: %q holds %d bytes, its reference %d", coldfmt.ErrCorrupt, key, len(body), size)
+		} else {
+			err = check(body)
+		}
+		if err != nil {
+			body = nil
+		}
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		t.stats.ReadErrors.Add(1)
-		return nil, fault.Errorf(fault.ErrColdStoreFailed, "read %s: %v", what, err)
+		return nil, t.readFailed(ctx, k, "read "+what, err)
 	}
 	return body, nil
 }

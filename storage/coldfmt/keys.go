@@ -10,9 +10,13 @@ import (
 )
 
 // The root of the cold store holds FormatEpochKey, whose body is FormatEpoch.
+// Epoch 2: chunks and external payloads carry a CRC-32C per data block in
+// a checksummed footer ("UCK2"), and every index reference the checksum of
+// its object. A root of another epoch is refused (this build reads no
+// other format).
 const (
 	FormatEpochKey = "URSULA_FORMAT_EPOCH"
-	FormatEpoch    = "1"
+	FormatEpoch    = "2"
 )
 
 // StreamPrefix is the object-key prefix of one stream incarnation: every

@@ -26,14 +26,24 @@ func EncodePage(entries []*storagev1.ColdRef) ([]byte, uint32) {
 	if err != nil {
 		panic(fmt.Sprintf("coldfmt: encode cold page: %v", err)) // only fails on invalid UTF-8, which keys never hold
 	}
-	return b, crc32.Checksum(b, castagnoli)
+	return b, PageChecksum(b)
 }
 
-// DecodePage parses a page object.
-func DecodePage(b []byte) ([]*storagev1.ColdRef, error) {
+// PageChecksum is the CRC-32C of a page body (a page reference's crc32c,
+// its seal's digest).
+func PageChecksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// DecodePage parses a page object after checking it against crc, the
+// checksum its reference carries: a page's entries name the objects that
+// readers fetch and the cold GC deletes, so an unverified page is never
+// decoded.
+func DecodePage(b []byte, crc uint32) ([]*storagev1.ColdRef, error) {
+	if got := PageChecksum(b); got != crc {
+		return nil, fmt.Errorf("%w: page CRC %08x, its reference %08x", ErrCorrupt, got, crc)
+	}
 	var p storagev1.ColdPage
 	if err := proto.Unmarshal(b, &p); err != nil {
-		return nil, fmt.Errorf("coldfmt: decode cold page: %w", err)
+		return nil, fmt.Errorf("%w: decode cold page: %v", ErrCorrupt, err)
 	}
 	return p.GetEntries(), nil
 }

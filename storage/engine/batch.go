@@ -53,8 +53,8 @@ func (e *Engine) appendBatch(ctx context.Context, k stream.Key, req *streamv1.Ap
 	if req.GetContentType() == "" {
 		return nil, fault.Errorf(fault.ErrInvalidArgument, "Content-Type is required with a body")
 	}
-	if p := req.GetProducer(); p != nil && p.GetId() == "" {
-		return nil, fault.Errorf(fault.ErrInvalidArgument, "Producer-Id must not be empty")
+	if err := validWriter(req); err != nil {
+		return nil, err
 	}
 	m, err := e.live(k)
 	if err != nil {

@@ -8,8 +8,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/storage/cold"
 	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/multiraft"
@@ -134,6 +137,44 @@ func (e *Engine) release(ctx context.Context, origins []*storagev1.ForkOrigin) {
 			e.logger.Warn("release fork reference failed", "bucket", k.Bucket, "stream", k.Stream, "err", err)
 		}
 	}
+}
+
+// MaxTokenBytes bounds a Producer-Id and a Stream-Seq. Both are kept in
+// replicated state (each stream keeps up to stream.MaxProducers producer
+// ids and its last Stream-Seq) and in every snapshot, so their size is
+// memory on every replica.
+const MaxTokenBytes = 256
+
+// validToken checks a Producer-Id or Stream-Seq (what names it): at most
+// MaxTokenBytes bytes of valid UTF-8 without control characters. A
+// Producer-Id must not be empty; an empty Stream-Seq means none.
+func validToken(what, v string) error {
+	if len(v) > MaxTokenBytes {
+		return fault.Errorf(fault.ErrInvalidArgument, "%s is %d bytes long, at most %d are allowed", what, len(v), MaxTokenBytes)
+	}
+	if !utf8.ValidString(v) {
+		return fault.Errorf(fault.ErrInvalidArgument, "%s is not valid UTF-8", what)
+	}
+	for _, r := range v {
+		if unicode.IsControl(r) {
+			return fault.Errorf(fault.ErrInvalidArgument, "%s contains the control character %U", what, r)
+		}
+	}
+	return nil
+}
+
+// validWriter checks the writer's tokens of an append: the producer id
+// and the Stream-Seq.
+func validWriter(req *streamv1.AppendRequest) error {
+	if p := req.GetProducer(); p != nil {
+		if p.GetId() == "" {
+			return fault.Errorf(fault.ErrInvalidArgument, "Producer-Id must not be empty")
+		}
+		if err := validToken("Producer-Id", p.GetId()); err != nil {
+			return err
+		}
+	}
+	return validToken("Stream-Seq", req.GetStreamSeq())
 }
 
 // builtinBucket reports buckets that exist without creation (names

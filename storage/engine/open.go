@@ -127,9 +127,10 @@ func Open(cfg Config, deps Deps) (*Node, error) {
 			break
 		}
 	}
-	if n.walRecovery, err = readRunState(cfg.DataDir, hadState); err != nil {
-		return fail(err)
-	}
+	// A start that finds journals but no clean-shutdown record follows a
+	// crash (kill -9, OOM, power loss): under fsync "never" the unsynced
+	// tail of the journals may be gone, and metrics report wal_recovery.
+	n.walRecovery = hadState && !host.CleanStart()
 	if n.walRecovery {
 		logger.Warn("previous run did not shut down cleanly: recovered the journals as they were on disk", "fsync", cfg.Fsync)
 	}
@@ -201,8 +202,8 @@ func (n *Node) Run(ctx context.Context) error {
 	err := firstErr
 	mu.Unlock()
 	if err == nil && ctx.Err() != nil && hostErr == nil {
-		// Every journal was flushed and synced as the host stopped.
-		return recordCleanShutdown(n.cfg.DataDir)
+		// Every journal was flushed, synced and closed as the host stopped.
+		return n.host.RecordCleanShutdown()
 	}
 	return err
 }

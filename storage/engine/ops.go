@@ -90,25 +90,29 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 	if k.Stream == reservedStreamID && !builtinBucket(k.Bucket) {
 		return nil, fault.Errorf(fault.ErrInvalidArgument, "stream id %q is reserved", k.Stream)
 	}
-	if err := e.checkBucket(ctx, k.Bucket); err != nil {
-		return nil, err
-	}
-	if err := e.settle(k); err != nil {
-		return nil, err
-	}
+	// The lifetime is checked before anything is read or proposed.
 	c := &storagev1.CreateStream{Bucket: k.Bucket, Stream: k.Stream, Closed: req.GetClosed()}
 	if req.TtlSeconds != nil && req.GetExpiresAt() != "" {
 		return nil, fault.Errorf(fault.ErrInvalidArgument, "Stream-TTL and Stream-Expires-At are mutually exclusive")
 	}
 	if req.TtlSeconds != nil {
+		if err := validTTL(req.GetTtlSeconds()); err != nil {
+			return nil, err
+		}
 		c.HasTtl, c.TtlSeconds = true, req.GetTtlSeconds()
 	}
 	if at := req.GetExpiresAt(); at != "" {
-		t, err := time.Parse(time.RFC3339Nano, at)
+		ms, err := parseExpiresAt(at)
 		if err != nil {
-			return nil, fault.Errorf(fault.ErrInvalidArgument, "Stream-Expires-At %q is not an RFC 3339 timestamp", at)
+			return nil, err
 		}
-		c.ExpiresAt, c.ExpiresAtMs = at, max(t.UnixMilli(), 1)
+		c.ExpiresAt, c.ExpiresAtMs = at, ms
+	}
+	if err := e.checkBucket(ctx, k.Bucket); err != nil {
+		return nil, err
+	}
+	if err := e.settle(k); err != nil {
+		return nil, err
 	}
 	c.ContentType = req.GetContentType()
 	var srcMeta stream.Meta
@@ -161,6 +165,30 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 		return nil, err
 	}
 	return &streamv1.CreateStreamResponse{Created: res.Created, Info: info(res.Meta)}, nil
+}
+
+// validTTL refuses a TTL longer than stream.MaxTTLSeconds (100 years).
+func validTTL(sec uint64) error {
+	if sec > stream.MaxTTLSeconds {
+		return fault.Errorf(fault.ErrInvalidArgument, "Stream-TTL %d exceeds the maximum of %d seconds (100 years)", sec, uint64(stream.MaxTTLSeconds))
+	}
+	return nil
+}
+
+// parseExpiresAt parses a Stream-Expires-At value into its milliseconds
+// since the Unix epoch. The state keeps 0 for "none", so an instant at or
+// before the epoch cannot be stored and is refused rather than changed;
+// RFC 3339 years have four digits, so every other instant fits an int64.
+func parseExpiresAt(at string) (int64, error) {
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return 0, fault.Errorf(fault.ErrInvalidArgument, "Stream-Expires-At %q is not an RFC 3339 timestamp", at)
+	}
+	ms := t.UnixMilli()
+	if ms <= 0 {
+		return 0, fault.Errorf(fault.ErrInvalidArgument, "Stream-Expires-At %q is not after 1970-01-01T00:00:00Z", at)
+	}
+	return ms, nil
 }
 
 // resolveFork validates a fork request against its source (read locally)
@@ -219,6 +247,15 @@ func (e *Engine) resolveFork(ctx context.Context, req *streamv1.CreateStreamRequ
 		pos = end
 	}
 	if src.JSON {
+		// A fork of a JSON stream starts on a message boundary, or its
+		// view would hold half a message.
+		ok, err := e.boundary(ctx, src, pos)
+		if err != nil {
+			return src, err
+		}
+		if !ok {
+			return src, fault.Errorf(fault.ErrInvalidArgument, "fork offset %s is inside a JSON message of the source", f.GetOffset())
+		}
 		rec, err := e.recordAt(ctx, src, pos)
 		if err != nil {
 			return src, err
@@ -278,8 +315,8 @@ func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*stre
 	if len(body) > 0 && req.GetContentType() == "" {
 		return nil, fault.Errorf(fault.ErrInvalidArgument, "Content-Type is required with a body")
 	}
-	if p := req.GetProducer(); p != nil && p.GetId() == "" {
-		return nil, fault.Errorf(fault.ErrInvalidArgument, "Producer-Id must not be empty")
+	if err := validWriter(req); err != nil {
+		return nil, err
 	}
 	// A write is answered by its group's leader: another replica's state
 	// (it may lag, or hold nothing) must not decide it.
@@ -408,6 +445,15 @@ func (e *Engine) SetRetention(ctx context.Context, req *streamv1.SetRetentionReq
 	}
 	var recordFirst uint64
 	if m.JSON && pos > m.Retained && pos <= m.Tail {
+		// Reads from the retention start there: it must not cut a
+		// message.
+		ok, err := e.boundary(ctx, m, pos)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fault.Errorf(fault.ErrInvalidArgument, "retention offset %s is inside a JSON message", req.GetOffset())
+		}
 		if recordFirst, err = e.recordAt(ctx, m, pos); err != nil {
 			return nil, err
 		}

@@ -42,6 +42,9 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 		pos, err = e.recordStart(ctx, req, m, leader)
 	} else {
 		pos, err = startPosition(req.GetOffset(), m)
+		if err == nil {
+			err = e.checkMessageStart(ctx, m, pos, req.GetOffset())
+		}
 	}
 	if err != nil {
 		var de *fault.Error
@@ -112,6 +115,9 @@ func (e *Engine) Subscribe(ctx context.Context, req *streamv1.SubscribeRequest, 
 		return err
 	}
 	pos, err := startPosition(req.GetOffset(), m)
+	if err == nil {
+		err = e.checkMessageStart(ctx, m, pos, req.GetOffset())
+	}
 	if err != nil {
 		return err
 	}
@@ -188,6 +194,27 @@ func startPosition(raw string, m stream.Meta) (uint64, error) {
 		return 0, fault.Errorf(fault.ErrOffsetOutOfRange, "offset %s is beyond the tail %s", raw, stream.FormatOffset(m.Tail))
 	}
 	return off.Pos, nil
+}
+
+// checkMessageStart refuses a read of a JSON stream from a position inside
+// a message: the bytes from there are not JSON, and the gateway would
+// render them as an invalid array (every offset the server issues is a
+// message boundary; a client that computes its own may not be). The start,
+// the tail and the retention are boundaries; so is every append end and
+// every '\n' of stored form, hot or cold (see boundary). A position below
+// the retention is left to the read, which answers OFFSET_TRIMMED.
+func (e *Engine) checkMessageStart(ctx context.Context, m stream.Meta, pos uint64, raw string) error {
+	if !m.JSON || pos < m.Retained {
+		return nil
+	}
+	ok, err := e.boundary(ctx, m, pos)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fault.Errorf(fault.ErrInvalidArgument, "offset %s is inside a JSON message: read from an offset the server issued", raw)
+	}
+	return nil
 }
 
 // readAt reads up to limit bytes of m's view (inherited history, then its

@@ -2,6 +2,9 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"strings"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
@@ -139,11 +142,32 @@ func (e *Engine) GetSnapshot(ctx context.Context, req *streamv1.GetSnapshotReque
 		return nil, fault.Errorf(fault.ErrInvalidArgument, "the snapshot of %s has %d parts, not %d", k.Stream, parts, n)
 	}
 	body, key, size := snap.GetData(), snap.GetKey(), int64(snap.GetSize())
+	// The snapshot's committed digest verifies what the store returns: of
+	// the whole body, or of the part (a commit checked every part's).
+	check := func(b []byte) error {
+		if got := stream.SnapshotDigest(snap.GetContentType(), b); got != snap.GetDigest() {
+			return fmt.Errorf("%w: snapshot digest %s, committed %s", coldfmt.ErrCorrupt, got, snap.GetDigest())
+		}
+		return nil
+	}
+	what := "the snapshot"
 	if len(snap.GetPartKeys()) > 0 {
 		key, size = snap.GetPartKeys()[n-1], int64(snap.GetPartSizes()[n-1])
+		what = fmt.Sprintf("part %d of the snapshot", n)
+		want := ""
+		if int(n) <= len(snap.GetPartDigests()) {
+			want = snap.GetPartDigests()[n-1]
+		}
+		check = func(b []byte) error {
+			sum := sha256.Sum256(b)
+			if got := hex.EncodeToString(sum[:]); got != want {
+				return fmt.Errorf("%w: snapshot part digest %s, committed %s", coldfmt.ErrCorrupt, got, want)
+			}
+			return nil
+		}
 	}
 	if key != "" {
-		if body, err = e.cold.Get(ctx, key, size, "the snapshot of "+k.Stream); err != nil {
+		if body, err = e.cold.Get(ctx, k, key, size, what, check); err != nil {
 			return nil, err
 		}
 	}

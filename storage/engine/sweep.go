@@ -49,7 +49,7 @@ func (e *Engine) sweepPass(ctx context.Context) sweepStats {
 		if !e.groups.Status(uint32(g)).IsLeader {
 			continue
 		}
-		due := m.Expired(e.nowMs()-sweepGrace.Milliseconds(), sweepEntries*sweepBatch+1)
+		due := m.Expired(stream.AddMs(e.nowMs(), -sweepGrace.Milliseconds()), sweepEntries*sweepBatch+1)
 		left := len(due) > 0
 		for i := 0; i < sweepEntries && len(due) > 0; i++ {
 			if e.now().Sub(start) >= e.sweepBudget {

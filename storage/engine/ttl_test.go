@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"fmt"
+	"math"
 	"testing"
 	"time"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/storage/fault"
+	"github.com/ursula/ursula/storage/stream"
 	"github.com/ursula/ursula/tests/await"
 )
 
@@ -220,4 +223,62 @@ func TestTouchSurvivesRestart(t *testing.T) {
 	}
 	clock.Advance(time.Second)
 	wantCode(t, "Head 10s after the touch", headErr(t, e, "s"), fault.ErrStreamNotFound)
+}
+
+// TestLifetimeBounds: a TTL or Expires-At the node cannot represent is
+// refused with INVALID_ARGUMENT before anything is proposed, so nothing is
+// created (the issue: Stream-TTL 9223372036854775807 answered 201, then
+// the stream and its initial body were gone at once, its expiry having
+// wrapped into the past). The largest TTL allowed keeps the stream and
+// its body for as long as it says.
+func TestLifetimeBounds(t *testing.T) {
+	clock := newFakeClock(ttlEpoch)
+	cfg := testConfig(t.TempDir())
+	cfg.ExpirySweepInterval = time.Hour
+	e := startEngineAt(t, cfg, clock)
+	refused := []struct {
+		name string
+		req  *streamv1.CreateStreamRequest
+	}{
+		{"ttl of max int64 seconds", &streamv1.CreateStreamRequest{TtlSeconds: ttlSeconds(math.MaxInt64)}},
+		{"ttl of max uint64 seconds", &streamv1.CreateStreamRequest{TtlSeconds: ttlSeconds(math.MaxUint64)}},
+		{"ttl a second past 100 years", &streamv1.CreateStreamRequest{TtlSeconds: ttlSeconds(stream.MaxTTLSeconds + 1)}},
+		{"expires-at before the epoch", &streamv1.CreateStreamRequest{ExpiresAt: "1969-07-20T20:17:40Z"}},
+		{"expires-at at the epoch", &streamv1.CreateStreamRequest{ExpiresAt: "1970-01-01T00:00:00Z"}},
+		{"expires-at year zero", &streamv1.CreateStreamRequest{ExpiresAt: "0000-01-01T00:00:00Z"}},
+		{"expires-at not rfc 3339", &streamv1.CreateStreamRequest{ExpiresAt: "tomorrow"}},
+	}
+	for i, tc := range refused {
+		t.Run(tc.name, func(t *testing.T) {
+			name := fmt.Sprintf("refused-%d", i)
+			tc.req.Ref, tc.req.ContentType, tc.req.Body, tc.req.HasBody = ref(name), "text/plain", []byte("body"), true
+			before := e.status(e.GroupOf(key(name))).Commit
+			_, err := e.CreateStream(t.Context(), tc.req)
+			wantCode(t, "CreateStream", err, fault.ErrInvalidArgument)
+			wantCode(t, "Head after the refusal", headErr(t, e, name), fault.ErrStreamNotFound)
+			if exists(e, name) {
+				t.Fatal("the refused create left a stream")
+			}
+			if after := e.status(e.GroupOf(key(name))).Commit; after != before {
+				t.Fatalf("the refused create was proposed: commit %d -> %d", before, after)
+			}
+		})
+	}
+	t.Run("100 years keeps the stream and its body", func(t *testing.T) {
+		mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("century"), ContentType: "text/plain",
+			TtlSeconds: ttlSeconds(stream.MaxTTLSeconds), Body: []byte("kept"), HasBody: true})
+		clock.Advance(time.Duration(stream.MaxTTLSeconds-1) * time.Second)
+		if got := readAll(t, e, "century"); got != "kept" {
+			t.Fatalf("read %q after 100 years less a second", got)
+		}
+		// The read restarted the TTL: 100 years from now it expires.
+		clock.Advance(time.Duration(stream.MaxTTLSeconds) * time.Second)
+		wantCode(t, "Head 100 years after the last read", headErr(t, e, "century"), fault.ErrStreamNotFound)
+	})
+	t.Run("expires-at in year 9999", func(t *testing.T) {
+		mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("y9999"), ExpiresAt: "9999-12-31T23:59:59.999Z"})
+		if err := headErr(t, e, "y9999"); err != nil {
+			t.Fatalf("Head: %v", err)
+		}
+	})
 }

@@ -62,6 +62,9 @@ var (
 	ErrOverloaded = newKind("OVERLOADED", "overloaded")
 	// ErrColdStoreFailed: the object store failed a read of cold bytes.
 	ErrColdStoreFailed = newKind("COLD_STORE_FAILED", "cold store failed")
+	// ErrColdObjectCorrupt: a cold object's bytes differ from the
+	// checksum its committed reference carries; none of them is served.
+	ErrColdObjectCorrupt = newKind("COLD_OBJECT_CORRUPT", "cold object corrupt")
 	// ErrNoColdStore: the operation needs a cold store; none is configured.
 	ErrNoColdStore   = newKind("NO_COLD_STORE", "no cold store")
 	ErrUnimplemented = newKind("UNIMPLEMENTED", "not implemented")

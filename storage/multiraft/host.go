@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -147,6 +148,8 @@ type Host struct {
 	// shedding is the maintenance drain: no campaigning, leaderships handed
 	// away by the engine's balancer.
 	shedding atomic.Bool
+	// cleanStart: the previous run recorded a clean shutdown.
+	cleanStart bool
 }
 
 // New validates cfg, checks the topology bound to the WAL, recovers every
@@ -186,6 +189,15 @@ func New(cfg Config, newStateMachine func(groupID uint32) StateMachine, tr Trans
 	if err := wal.CheckTopology(cfg.FS, logDir, cfg.GroupCount, cfg.ShardCount); err != nil {
 		return nil, fmt.Errorf("multiraft: %w", err)
 	}
+	// After a clean shutdown every journal must be exactly as it was left;
+	// after a crash a torn tail is cut. Every journal is recovered before
+	// any is started, and the run state is consumed in between, so that a
+	// refused start changes nothing and a crash of this run is recognized.
+	clean, err := wal.ReadCleanShutdown(cfg.FS, logDir)
+	if err != nil {
+		return nil, fmt.Errorf("multiraft: %w", err)
+	}
+	h.cleanStart = clean != nil
 	ok := false
 	defer func() {
 		if !ok {
@@ -195,9 +207,16 @@ func New(cfg Config, newStateMachine func(groupID uint32) StateMachine, tr Trans
 		}
 	}()
 	for i := range cfg.ShardCount {
-		j, states, err := wal.OpenJournal(wal.Options{
-			FS: cfg.FS, LogDir: logDir, Shard: i, SegmentBytes: cfg.SegmentBytes, Logger: h.logger,
-		})
+		opts := wal.Options{FS: cfg.FS, LogDir: logDir, Shard: i, SegmentBytes: cfg.SegmentBytes, Logger: h.logger}
+		if clean != nil {
+			tail, found := clean.Tails[i]
+			if !found {
+				return nil, fmt.Errorf("multiraft: %w: %s records no active segment for shard %d", wal.ErrCorrupt,
+					filepath.Join(logDir, wal.CleanShutdownFile), i)
+			}
+			opts.CleanShutdown = &tail
+		}
+		j, states, err := wal.RecoverJournal(opts)
 		if err != nil {
 			return nil, fmt.Errorf("multiraft: open shard %d: %w", i, err)
 		}
@@ -215,6 +234,16 @@ func New(cfg Config, newStateMachine func(groupID uint32) StateMachine, tr Trans
 			}
 			h.groups[g] = grp
 			s.groups = append(s.groups, grp)
+		}
+	}
+	if clean != nil {
+		if err := wal.ConsumeCleanShutdown(cfg.FS, logDir); err != nil {
+			return nil, fmt.Errorf("multiraft: %w", err)
+		}
+	}
+	for _, s := range h.shards {
+		if err := s.journal.Start(); err != nil {
+			return nil, fmt.Errorf("multiraft: start shard %d: %w", s.id, err)
 		}
 	}
 	ok = true
@@ -325,16 +354,44 @@ func (h *Host) Run(ctx context.Context) error {
 }
 
 // Close releases the files of a host whose Run was never called (Run closes
-// them itself). It is idempotent.
+// them itself), and records a clean shutdown when they closed without an
+// error. It is idempotent.
 func (h *Host) Close() error {
 	h.mu.Lock()
-	running := h.state == stateRunning
+	running := h.state != stateNew
 	h.mu.Unlock()
 	if running {
 		return nil
 	}
-	return h.stop()
+	if err := h.stop(); err != nil {
+		return err
+	}
+	return h.RecordCleanShutdown()
 }
+
+// CleanStart reports whether the previous run recorded a clean shutdown
+// (the journals were then held to it, see wal.ReadCleanShutdown).
+func (h *Host) CleanStart() bool { return h.cleanStart }
+
+// RecordCleanShutdown records, once the host has stopped with every
+// journal flushed, synced and closed without an error, the run state that
+// holds the next start to the journals as they are now. Run's caller
+// calls it after a clean stop (Run returned nil on a cancelled context).
+func (h *Host) RecordCleanShutdown() error {
+	h.mu.Lock()
+	stopped := h.state == stateStopped
+	h.mu.Unlock()
+	if !stopped {
+		return fmt.Errorf("multiraft: record a clean shutdown: %w", errNotStopped)
+	}
+	tails := make(map[int]wal.SegmentTail, len(h.shards))
+	for _, s := range h.shards {
+		tails[s.id] = s.journal.Tail()
+	}
+	return wal.RecordCleanShutdown(h.cfg.FS, wal.LogDir(h.cfg.Dir), tails)
+}
+
+var errNotStopped = errors.New("the host is still running")
 
 func (h *Host) stop() error {
 	h.mu.Lock()

@@ -27,6 +27,15 @@ func (m *Machine) enqueueGC(bucket string, kind storagev1.GCKind, key string, no
 	m.gcNextSeq++
 }
 
+// enqueueGCRef queues an index entry's object; a page's entry carries its
+// checksum, so the worker trusts only a page that matches it.
+func (m *Machine) enqueueGCRef(bucket string, kind storagev1.GCKind, ref *storagev1.ColdRef, notBefore int64) {
+	m.enqueueGC(bucket, kind, ref.GetKey(), notBefore)
+	if kind == storagev1.GCKind_GC_KIND_PAGE {
+		m.gc[len(m.gc)-1].Crc32C = ref.GetCrc32C()
+	}
+}
+
 func (m *Machine) coldStream(bucket, name string, inc uint64) (*stream, *Result) {
 	s := m.streams[Key{bucket, name}]
 	if s == nil || s.meta.GetIncarnation() != inc {
@@ -121,6 +130,7 @@ func seal(levels []*storagev1.ColdLevel, seals []*storagev1.ColdSeal) ([]*storag
 		page := &storagev1.ColdRef{
 			Start: run[0].GetStart(), End: run[n-1].GetEnd(), Key: sl.GetKey(),
 			Kind: storagev1.ColdKind_COLD_KIND_PAGE, Size: sl.GetSize(), Records: uint32(n), Level: uint32(k + 1),
+			Crc32C: digest,
 		}
 		pageRecords(page, run)
 		levels[k].Entries = append([]*storagev1.ColdRef(nil), levels[k].Entries[n:]...)
@@ -171,7 +181,7 @@ func (m *Machine) retire(now int64, s *stream, graceMs int64) {
 			if es[n].GetKind() == storagev1.ColdKind_COLD_KIND_PAGE {
 				kind = storagev1.GCKind_GC_KIND_PAGE
 			}
-			m.enqueueGC(s.meta.GetBucket(), kind, es[n].GetKey(), now+graceMs)
+			m.enqueueGCRef(s.meta.GetBucket(), kind, es[n], now+graceMs)
 			n++
 		}
 		if n > 0 {

@@ -149,7 +149,7 @@ func TestColdExternalPayloadInHotWindow(t *testing.T) {
 	a := newApplier(t)
 	inc := a.apply(1, &storagev1.CreateStream{Bucket: "b", Stream: "s", ContentType: "application/octet-stream"}).Meta.Incarnation
 	a.apply(1, &storagev1.Append{Bucket: "b", Stream: "s", ContentType: "application/octet-stream", Body: []byte("head")})
-	a.apply(1, &storagev1.Append{Bucket: "b", Stream: "s", ContentType: "application/octet-stream", External: &storagev1.ColdRef{Key: "ext", Size: 1000}})
+	a.apply(1, &storagev1.Append{Bucket: "b", Stream: "s", ContentType: "application/octet-stream", External: &storagev1.ColdRef{Key: "ext", Size: 1040, End: 1000}})
 	a.apply(1, &storagev1.Append{Bucket: "b", Stream: "s", ContentType: "application/octet-stream", Body: []byte("tail")})
 	if got := a.m.HotBytes(); got != 8 {
 		t.Fatalf("hot bytes %d, want 8 (the external payload is not in memory)", got)

@@ -34,6 +34,40 @@
 // An Append with frames is an append batch: the frames are appended as
 // one write, each its own append (record end), in one log entry.
 //
+// # Producers
+//
+// A stream keeps the state of its idempotent producers (id, epoch, last
+// sequence, when it last wrote, the record range of its last write), in
+// its state and its snapshots, bounded so that memory does not grow with
+// the number of producers a stream ever saw:
+//
+//   - a Producer-Id (and a Stream-Seq, of which a stream keeps the last)
+//     is at most 256 bytes of UTF-8 without control characters (the
+//     engine refuses anything else before it proposes), so a producer
+//     costs a few hundred bytes;
+//   - at most MaxProducers (4096) producers per stream: a write by a
+//     producer the stream does not know, when the stream already keeps
+//     MaxProducers, evicts the one that wrote least recently (by the
+//     leader's clock of its last accepted write; on a tie, the smallest
+//     id);
+//   - a producer idle for more than ProducerTTLMs (7 days, by the clock of
+//     the command) is forgotten when it writes next: its state counts as
+//     absent, so that write must start a sequence at 0. Idle producers are
+//     not swept otherwise; they count towards the bound until evicted.
+//
+// A forgotten or evicted producer's retry of an old write is not
+// recognized as a duplicate (the protocol allows this expiry). Both rules
+// use only command clocks and replicated state, so every replica evicts
+// the same producers.
+//
+// # Lifetimes
+//
+// A stream's sliding TTL (at most MaxTTLSeconds, 100 years) and Expires-At
+// (after the Unix epoch) are checked by the engine before it proposes.
+// Apply and every reader compute expiry with saturating arithmetic
+// (Meta.ExpiryMs), so a value that passed no check means "not for a long
+// time", never "already expired".
+//
 // # Forks
 //
 // A fork holds a ForkOrigin: its source (bucket, stream, incarnation) and

@@ -14,6 +14,13 @@ import (
 // level (each element is one message); any other value is one message.
 // allowEmpty permits "[]" (zero messages), which a create may send and an
 // append may not. It returns the stored bytes and the message count.
+//
+// The body must be valid UTF-8 (json.Valid accepts invalid UTF-8 inside
+// strings, which strict parsers then cannot read back) and hold no \u
+// escape of an unpaired surrogate (which strict parsers refuse too): the
+// character rules of I-JSON (RFC 7493 §2.1) that parsers enforce.
+// Noncharacters, which I-JSON also excludes but parsers accept, pass.
+// Anything else is INVALID_ARGUMENT, before a command is proposed.
 func FlattenJSON(body []byte, allowEmpty bool) ([]byte, int, error) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
@@ -21,6 +28,9 @@ func FlattenJSON(body []byte, allowEmpty bool) ([]byte, int, error) {
 	}
 	if !json.Valid(trimmed) {
 		return nil, 0, fault.Errorf(fault.ErrInvalidArgument, "body is not valid JSON")
+	}
+	if err := checkInteroperable(trimmed); err != nil {
+		return nil, 0, err
 	}
 	out := make([]byte, 0, len(trimmed)+8)
 	if trimmed[0] != '[' {
@@ -90,3 +100,75 @@ func MediaType(ct string) string {
 // SameContentType compares two content types on their media type, case-
 // insensitively, ignoring parameters.
 func SameContentType(a, b string) bool { return MediaType(a) == MediaType(b) }
+
+// checkInteroperable refuses JSON text (already valid by json.Valid) that
+// strict parsers reject: bytes that are not UTF-8, and \u escapes of a
+// surrogate that is not part of a pair (RFC 7493 §2.1).
+func checkInteroperable(b []byte) error {
+	if !utf8.Valid(b) {
+		return fault.Errorf(fault.ErrInvalidArgument, "body is not valid UTF-8 (at byte %d)", invalidUTF8At(b))
+	}
+	for i := 0; i < len(b); i++ {
+		if b[i] != '"' {
+			continue
+		}
+		// A string: skip to its closing quote, checking its escapes.
+		for i++; i < len(b) && b[i] != '"'; i++ {
+			if b[i] != '\\' {
+				continue
+			}
+			i++
+			if i >= len(b) || b[i] != 'u' {
+				continue
+			}
+			r := hex4(b[i+1:])
+			i += 4
+			switch {
+			case r >= 0xdc00 && r <= 0xdfff:
+				return fault.Errorf(fault.ErrInvalidArgument, "body escapes an unpaired low surrogate \\u%04x", r)
+			case r >= 0xd800 && r <= 0xdbff:
+				if i+6 < len(b) && b[i+1] == '\\' && b[i+2] == 'u' {
+					if lo := hex4(b[i+3:]); lo >= 0xdc00 && lo <= 0xdfff {
+						i += 6
+						continue
+					}
+				}
+				return fault.Errorf(fault.ErrInvalidArgument, "body escapes an unpaired high surrogate \\u%04x", r)
+			}
+		}
+	}
+	return nil
+}
+
+// hex4 decodes the 4 hex digits a \u escape of valid JSON holds (-1 when
+// b is shorter).
+func hex4(b []byte) rune {
+	if len(b) < 4 {
+		return -1
+	}
+	var r rune
+	for _, c := range b[:4] {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			r |= rune(c - 'A' + 10)
+		}
+	}
+	return r
+}
+
+// invalidUTF8At is the offset of the first byte of b that is not UTF-8.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
+}

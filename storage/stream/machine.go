@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"sync"
@@ -22,7 +23,8 @@ import (
 const snapshotFormat = 2
 
 // Producer state bounds: a stream keeps at most MaxProducers producers and
-// forgets one idle for longer than ProducerTTLMs (as the protocol allows).
+// forgets one idle for longer than ProducerTTLMs (as the protocol allows);
+// doc.go ("Producers") gives the eviction rule.
 const (
 	MaxProducers  = 4096
 	ProducerTTLMs = 7 * 24 * 3600 * 1000
@@ -308,7 +310,7 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 		body, rel = batchBody(fr)
 	}
 	ext := c.GetExternal()
-	size := uint64(len(body)) + ext.GetSize()
+	size := uint64(len(body)) + externalBytes(ext)
 	if st.GetClosed() {
 		if p != nil {
 			if cb := st.GetClosedBy(); cb != nil && cb.GetId() == p.GetId() && cb.GetEpoch() == p.GetEpoch() && cb.GetSeq() == p.GetSeq() {
@@ -389,6 +391,15 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 	return r
 }
 
+// externalBytes is the stream bytes an Append's external payload stands
+// for: [start, end) of its locator, relative (start 0) in the command.
+func externalBytes(ext *storagev1.ColdRef) uint64 {
+	if ext.GetEnd() < ext.GetStart() {
+		return 0
+	}
+	return ext.GetEnd() - ext.GetStart()
+}
+
 func closedErr(s *stream) *fault.Error {
 	return fault.Errorf(fault.ErrStreamClosed, "stream %s is closed", s.meta.GetStream()).
 		With(fault.DetailNextOffset, FormatOffset(s.buf.End())).
@@ -423,7 +434,7 @@ func (s *stream) putProducer(ps *storagev1.ProducerState) {
 func (s *stream) appendStored(now int64, body []byte, ext *storagev1.ColdRef, rel []uint64, hotSize *atomic.Int64) {
 	n := uint64(len(body))
 	if ext != nil {
-		n = ext.GetSize()
+		n = externalBytes(ext)
 	}
 	if n == 0 {
 		return
@@ -553,13 +564,25 @@ type Meta struct {
 	RecordFirst, RecordNext, BaseRecord uint64
 }
 
-// ExpiredAt reports whether the stream's TTL or expiry has passed at nowMs.
-func (m Meta) ExpiredAt(nowMs int64) bool {
-	if m.HasTTL && nowMs >= m.TouchedMs+int64(m.TTLSeconds)*1000 {
-		return true
+// ExpiryMs is when the stream expires, in ms since the Unix epoch: the
+// earlier of its last touch plus its TTL and its Expires-At;
+// math.MaxInt64 when it has neither. The sum saturates instead of
+// wrapping, so a TTL that passed no validation (a command of another
+// build, a restored snapshot) means "not for a long time", never "expired
+// already".
+func (m Meta) ExpiryMs() int64 {
+	exp := int64(math.MaxInt64)
+	if m.HasTTL {
+		exp = AddMs(m.TouchedMs, TTLMs(m.TTLSeconds))
 	}
-	return m.ExpiresAtMs > 0 && nowMs >= m.ExpiresAtMs
+	if m.ExpiresAtMs > 0 {
+		exp = min(exp, m.ExpiresAtMs)
+	}
+	return exp
 }
+
+// ExpiredAt reports whether the stream's TTL or expiry has passed at nowMs.
+func (m Meta) ExpiredAt(nowMs int64) bool { return nowMs >= m.ExpiryMs() }
 
 func (s *stream) metaView() Meta {
 	st := s.meta

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestParseOffset(t *testing.T) {
@@ -74,6 +75,19 @@ func TestFlattenJSON(t *testing.T) {
 		{"empty array on create", `[]`, true, "", 0, false},
 		{"invalid", `{"a":`, false, "", 0, true},
 		{"string with newline escape", `"a\nb"`, false, "\"a\\nb\"\n", 1, false},
+		{"utf-8 in a string", `{"k":"héllo ☃"}`, false, "{\"k\":\"héllo ☃\"}\n", 1, false},
+		{"invalid utf-8 in a string", "{\"k\":\"\xff\"}", false, "", 0, true},
+		{"invalid utf-8 in a key", "{\"\xc3\":1}", false, "", 0, true},
+		{"overlong utf-8", "\"\xc0\xaf\"", false, "", 0, true},
+		{"encoded surrogate", "\"\xed\xa0\x80\"", false, "", 0, true},
+		{"invalid utf-8 in an array element", "[1,\"\xfe\"]", false, "", 0, true},
+		{"escaped pair", `"\ud83d\ude00"`, false, "\"\\ud83d\\ude00\"\n", 1, false},
+		{"escaped lone high surrogate", `"\ud83d"`, false, "", 0, true},
+		{"escaped lone high surrogate then text", `"\ud83dxxxxxx"`, false, "", 0, true},
+		{"escaped high then non-surrogate escape", `"\ud83d\u0041"`, false, "", 0, true},
+		{"escaped lone low surrogate", `["\ude00"]`, false, "", 0, true},
+		{"escaped backslash before u", `"\\ud83d"`, false, "\"\\\\ud83d\"\n", 1, false},
+		{"escaped quote", `"a\"\ud800"`, false, "", 0, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -89,7 +103,7 @@ func TestFlattenJSON(t *testing.T) {
 }
 
 func FuzzFlattenJSON(f *testing.F) {
-	for _, s := range []string{`{}`, `[]`, `[1,[2]]`, `"x"`, `{"a":"\n"}`, `[`, ``, `null`} {
+	for _, s := range []string{`{}`, `[]`, `[1,[2]]`, `"x"`, `{"a":"\n"}`, `[`, ``, `null`, "\"\xff\"", `"\ud800"`, `"\ud800\udc00"`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -108,8 +122,8 @@ func FuzzFlattenJSON(f *testing.F) {
 			t.Fatalf("%d lines for %d messages", len(lines), n)
 		}
 		for _, l := range lines {
-			if !json.Valid(l) {
-				t.Fatalf("stored line %q is not valid JSON", l)
+			if !json.Valid(l) || !utf8.Valid(l) {
+				t.Fatalf("stored line %q is not valid JSON in UTF-8", l)
 			}
 		}
 	})

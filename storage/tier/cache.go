@@ -3,15 +3,25 @@ package tier
 import (
 	"container/list"
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
+	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/objstore"
 )
 
 // Cache reads objects in fixed-size blocks through an LRU bounded by
 // bytes. Objects are immutable, so a cached block never goes stale; a
 // block being fetched is fetched once however many readers want it.
+//
+// Nothing enters the cache unverified: a block is checked by the reader's
+// Verifier on the fill path, before it is cached or handed to anyone (the
+// reader that fetched it and every reader waiting on the same fetch); a
+// block that fails its check is neither cached nor served, so the next
+// read fetches it again. Sealed ranges (a chunk's footer, an index page,
+// a small snapshot) are verified as a whole the same way.
 type Cache struct {
 	store     objstore.Store
 	blockSize int64
@@ -23,8 +33,12 @@ type Cache struct {
 	inflight map[blockID]*fetch
 	size     int64
 
-	hits, misses, fetchErrors atomic.Uint64
+	hits, misses, fetchErrors, checksumFailures atomic.Uint64
 }
+
+// sealedIndex is the block index of an object's sealed range: each object
+// has at most one (see ReadSealed).
+const sealedIndex = -1
 
 type blockID struct {
 	key   string
@@ -42,6 +56,17 @@ type fetch struct {
 	err  error
 }
 
+// Verifier checks the bytes of an object the cache fetched, before they
+// are cached or served.
+type Verifier interface {
+	// Span widens the byte range [lo, hi) a fill wants to the range Check
+	// needs to see (whole checksum blocks).
+	Span(lo, hi int64) (int64, int64)
+	// Check verifies data, the object's bytes from off; an error wrapping
+	// coldfmt.ErrCorrupt means they differ from what was committed.
+	Check(off int64, data []byte) error
+}
+
 // NewCache returns a cache of capacity bytes over store.
 func NewCache(store objstore.Store, blockSize, capacity int64) *Cache {
 	return &Cache{
@@ -56,6 +81,9 @@ type CacheStats struct {
 	Hits        uint64 `json:"hits"`
 	Misses      uint64 `json:"misses"`
 	FetchErrors uint64 `json:"fetch_errors"`
+	// ChecksumFailures counts fetches whose bytes failed verification
+	// (also counted in FetchErrors).
+	ChecksumFailures uint64 `json:"checksum_failures"`
 }
 
 // Stats returns the cache's counters.
@@ -63,18 +91,24 @@ func (c *Cache) Stats() CacheStats {
 	c.mu.Lock()
 	size := c.size
 	c.mu.Unlock()
-	return CacheStats{Bytes: size, Hits: c.hits.Load(), Misses: c.misses.Load(), FetchErrors: c.fetchErrors.Load()}
+	return CacheStats{Bytes: size, Hits: c.hits.Load(), Misses: c.misses.Load(), FetchErrors: c.fetchErrors.Load(),
+		ChecksumFailures: c.checksumFailures.Load()}
 }
 
-// ReadAt returns n bytes at off of an object of objSize bytes. The result
-// may share memory with the cache and must not be modified.
-func (c *Cache) ReadAt(ctx context.Context, key string, objSize, off, n int64) ([]byte, error) {
+// ReadAt returns n bytes at off of an object of size bytes (for a chunk:
+// its data length; its footer is a sealed range), each block verified by
+// v when it is fetched. The result may share memory with the cache and
+// must not be modified.
+func (c *Cache) ReadAt(ctx context.Context, key string, size, off, n int64, v Verifier) ([]byte, error) {
 	if n <= 0 {
 		return nil, nil
 	}
+	if off < 0 || off+n > size {
+		return nil, fmt.Errorf("tier: read [%d, %d) of %q outside its %d bytes", off, off+n, key, size)
+	}
 	first, last := off/c.blockSize, (off+n-1)/c.blockSize
 	if first == last {
-		b, err := c.block(ctx, key, objSize, first)
+		b, err := c.block(ctx, key, size, first, v)
 		if err != nil {
 			return nil, err
 		}
@@ -83,7 +117,7 @@ func (c *Cache) ReadAt(ctx context.Context, key string, objSize, off, n int64) (
 	}
 	out := make([]byte, 0, n)
 	for i := first; i <= last; i++ {
-		b, err := c.block(ctx, key, objSize, i)
+		b, err := c.block(ctx, key, size, i, v)
 		if err != nil {
 			return nil, err
 		}
@@ -94,8 +128,61 @@ func (c *Cache) ReadAt(ctx context.Context, key string, objSize, off, n int64) (
 	return out, nil
 }
 
-func (c *Cache) block(ctx context.Context, key string, objSize, index int64) ([]byte, error) {
-	id := blockID{key, index}
+func (c *Cache) block(ctx context.Context, key string, size, index int64, v Verifier) ([]byte, error) {
+	lo := index * c.blockSize
+	hi := min(lo+c.blockSize, size)
+	return c.get(ctx, blockID{key, index}, func(ctx context.Context) ([]byte, error) {
+		flo, fhi := v.Span(lo, hi)
+		if flo > lo || fhi < hi {
+			return nil, fmt.Errorf("tier: verifier span [%d, %d) does not cover [%d, %d) of %q", flo, fhi, lo, hi, key)
+		}
+		data, err := c.store.GetRange(ctx, key, flo, fhi-flo)
+		if err != nil {
+			return nil, shortObject(key, err)
+		}
+		if int64(len(data)) != fhi-flo {
+			return nil, fmt.Errorf("%w: %q: %d bytes at %d, want %d", coldfmt.ErrCorrupt, key, len(data), flo, fhi-flo)
+		}
+		if err := v.Check(flo, data); err != nil {
+			return nil, fmt.Errorf("object %q: %w", key, err)
+		}
+		return data[lo-flo : hi-flo], nil
+	})
+}
+
+// ReadSealed returns bytes [off, off+n) of an object, fetched as one range
+// and verified as a whole by check before they are cached or served. Each
+// object has at most one sealed range (a chunk's footer, a whole page, a
+// whole small snapshot): it is cached under the object's key alone.
+func (c *Cache) ReadSealed(ctx context.Context, key string, off, n int64, check func([]byte) error) ([]byte, error) {
+	return c.get(ctx, blockID{key, sealedIndex}, func(ctx context.Context) ([]byte, error) {
+		data, err := c.store.GetRange(ctx, key, off, n)
+		if err != nil {
+			return nil, shortObject(key, err)
+		}
+		if int64(len(data)) != n {
+			return nil, fmt.Errorf("%w: %q: %d bytes at %d, want %d", coldfmt.ErrCorrupt, key, len(data), off, n)
+		}
+		if err := check(data); err != nil {
+			return nil, fmt.Errorf("object %q: %w", key, err)
+		}
+		return data, nil
+	})
+}
+
+// shortObject reports a range its committed reference places inside an
+// object that the store says lies past its end as a corrupt (truncated)
+// object.
+func shortObject(key string, err error) error {
+	if errors.Is(err, objstore.ErrInvalidRange) {
+		return fmt.Errorf("%w: %q is shorter than its reference says: %v", coldfmt.ErrCorrupt, key, err)
+	}
+	return err
+}
+
+// get returns a cached entry or fills it with fill (once, whoever asks
+// meanwhile); a failed fill is not cached.
+func (c *Cache) get(ctx context.Context, id blockID, fill func(context.Context) ([]byte, error)) ([]byte, error) {
 	c.mu.Lock()
 	if el, ok := c.blocks[id]; ok {
 		c.lru.MoveToFront(el)
@@ -118,15 +205,18 @@ func (c *Cache) block(ctx context.Context, key string, objSize, index int64) ([]
 		}
 	}
 	c.misses.Add(1)
-	off := index * c.blockSize
 	// The fetch outlives a cancelled reader that others may be waiting on.
-	f.data, f.err = c.store.GetRange(context.WithoutCancel(ctx), key, off, min(c.blockSize, objSize-off))
+	f.data, f.err = fill(context.WithoutCancel(ctx))
 	c.mu.Lock()
 	delete(c.inflight, id)
 	if f.err == nil {
 		c.add(id, f.data)
 	} else {
 		c.fetchErrors.Add(1)
+		if errors.Is(f.err, coldfmt.ErrCorrupt) {
+			c.checksumFailures.Add(1)
+		}
+		f.data = nil
 	}
 	c.mu.Unlock()
 	close(f.done)

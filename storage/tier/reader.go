@@ -11,7 +11,12 @@ import (
 	"github.com/ursula/ursula/storage/coldfmt"
 )
 
-// Reader reads stream bytes from cold-index references.
+// Reader reads stream bytes from cold-index references. Every byte it
+// returns was verified against the checksum its reference carries (see
+// coldfmt): an index page as a whole, a chunk's or external payload's
+// footer as a whole, and its data block by block, as the cache fetches
+// them. A mismatch is an error wrapping coldfmt.ErrCorrupt, and nothing of
+// the object is served.
 type Reader struct {
 	cache *Cache
 }
@@ -30,6 +35,27 @@ func (r *Reader) Leaf(ctx context.Context, ref *storagev1.ColdRef, pos uint64) (
 	}, fmt.Sprintf("position %d", pos))
 }
 
+// Page returns the entries of a sealed index page, verified against the
+// page reference's checksum.
+func (r *Reader) Page(ctx context.Context, ref *storagev1.ColdRef) ([]*storagev1.ColdRef, error) {
+	var entries []*storagev1.ColdRef
+	body, err := r.cache.ReadSealed(ctx, ref.GetKey(), 0, int64(ref.GetSize()), func(b []byte) error {
+		var err error
+		entries, err = coldfmt.DecodePage(b, ref.GetCrc32C())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if entries == nil {
+		// A cache hit: the body was verified when it was fetched.
+		if entries, err = coldfmt.DecodePage(body, ref.GetCrc32C()); err != nil {
+			return nil, fmt.Errorf("page %q: %w", ref.GetKey(), err)
+		}
+	}
+	return entries, nil
+}
+
 // descend follows pages from ref, choosing the entry pick returns at each
 // level, down to a chunk or external payload; what names the wanted
 // position for errors.
@@ -38,13 +64,9 @@ func (r *Reader) descend(ctx context.Context, ref *storagev1.ColdRef, pick func(
 		if depth > 64 {
 			return nil, fmt.Errorf("tier: cold index deeper than 64 levels at %q", ref.GetKey())
 		}
-		body, err := r.cache.ReadAt(ctx, ref.GetKey(), int64(ref.GetSize()), 0, int64(ref.GetSize()))
+		entries, err := r.Page(ctx, ref)
 		if err != nil {
 			return nil, err
-		}
-		entries, err := coldfmt.DecodePage(body)
-		if err != nil {
-			return nil, fmt.Errorf("tier: page %q: %w", ref.GetKey(), err)
 		}
 		next := pick(entries)
 		if next == nil {
@@ -54,6 +76,72 @@ func (r *Reader) descend(ctx context.Context, ref *storagev1.ColdRef, pick func(
 	}
 	return ref, nil
 }
+
+// leafView is a chunk or external payload whose footer was read and
+// verified: its data reads are verified block by block.
+type leafView struct {
+	r      *Reader
+	ref    *storagev1.ColdRef
+	footer coldfmt.Footer
+}
+
+// open reads and verifies a leaf's footer (through the cache: it is
+// fetched and checked once, then shared).
+func (r *Reader) open(ctx context.Context, leaf *storagev1.ColdRef) (*leafView, error) {
+	switch leaf.GetKind() {
+	case storagev1.ColdKind_COLD_KIND_CHUNK, storagev1.ColdKind_COLD_KIND_EXTERNAL:
+	default:
+		return nil, fmt.Errorf("tier: %q is not a chunk or an external payload (kind %v)", leaf.GetKey(), leaf.GetKind())
+	}
+	n := leaf.GetEnd() - leaf.GetStart()
+	if leaf.GetEnd() < leaf.GetStart() || leaf.GetSize() < n {
+		return nil, fmt.Errorf("tier: reference to %q: %d bytes [%d, %d) in a %d-byte object", leaf.GetKey(), n, leaf.GetStart(), leaf.GetEnd(), leaf.GetSize())
+	}
+	b, err := r.cache.ReadSealed(ctx, leaf.GetKey(), int64(n), int64(leaf.GetSize()-n), func(b []byte) error {
+		f, err := coldfmt.ParseFooter(n, b)
+		if err != nil {
+			return err
+		}
+		if leaf.GetKind() == storagev1.ColdKind_COLD_KIND_CHUNK && f.Records() != int(leaf.GetRecords()) {
+			return fmt.Errorf("%w: footer holds %d record ends, the reference %d", coldfmt.ErrCorrupt, f.Records(), leaf.GetRecords())
+		}
+		return f.Verify(leaf.GetCrc32C())
+	})
+	if err != nil {
+		return nil, err
+	}
+	f, err := coldfmt.ParseFooter(n, b)
+	if err != nil {
+		return nil, fmt.Errorf("object %q: %w", leaf.GetKey(), err)
+	}
+	return &leafView{r: r, ref: leaf, footer: f}, nil
+}
+
+// read returns the leaf's bytes of stream positions [a, b), verified. The
+// result must not be modified.
+func (lv *leafView) read(ctx context.Context, a, b uint64) ([]byte, error) {
+	start := lv.ref.GetStart()
+	return lv.r.cache.ReadAt(ctx, lv.ref.GetKey(), int64(lv.footer.DataBytes()), int64(a-start), int64(b-a), footerVerifier{lv.footer})
+}
+
+// records returns the number of record ends and the absolute end i.
+func (lv *leafView) recordEnd(i int) uint64 { return lv.ref.GetStart() + lv.footer.RecordEnd(i) }
+
+// searchRecords is the smallest i whose record end satisfies ok (ok is
+// monotone), or the record count.
+func (lv *leafView) searchRecords(ok func(end uint64) bool) int {
+	return sort.Search(lv.footer.Records(), func(i int) bool { return ok(lv.recordEnd(i)) })
+}
+
+// footerVerifier checks data blocks against a verified footer.
+type footerVerifier struct{ f coldfmt.Footer }
+
+func (v footerVerifier) Span(lo, hi int64) (int64, int64) {
+	a, b := v.f.Span(uint64(lo), uint64(hi))
+	return int64(a), int64(b)
+}
+
+func (v footerVerifier) Check(off int64, data []byte) error { return v.f.VerifyData(uint64(off), data) }
 
 // Unit describes how a stream's reads may be cut.
 type Unit struct {
@@ -68,17 +156,17 @@ func (r *Reader) Read(ctx context.Context, leaf *storagev1.ColdRef, from, to, li
 	if from < leaf.GetStart() || from >= leaf.GetEnd() {
 		return nil, from, fmt.Errorf("tier: position %d outside object %q [%d, %d)", from, leaf.GetKey(), leaf.GetStart(), leaf.GetEnd())
 	}
-	to = min(to, leaf.GetEnd())
-	size := int64(leaf.GetSize())
-	get := func(a, b uint64) ([]byte, error) {
-		return r.cache.ReadAt(ctx, leaf.GetKey(), size, int64(a-leaf.GetStart()), int64(b-a))
+	lv, err := r.open(ctx, leaf)
+	if err != nil {
+		return nil, from, err
 	}
+	to = min(to, leaf.GetEnd())
 	if to-from <= limit {
-		data, err := get(from, to)
+		data, err := lv.read(ctx, from, to)
 		return data, to, err
 	}
 	want := from + limit
-	data, err := get(from, want)
+	data, err := lv.read(ctx, from, want)
 	if err != nil {
 		return nil, from, err
 	}
@@ -87,7 +175,7 @@ func (r *Reader) Read(ctx context.Context, leaf *storagev1.ColdRef, from, to, li
 			return data[:i+1], from + uint64(i) + 1, nil
 		}
 		// One message larger than the limit: read on to its end.
-		rest, err := get(want, to)
+		rest, err := lv.read(ctx, want, to)
 		if err != nil {
 			return nil, from, err
 		}
@@ -97,14 +185,10 @@ func (r *Reader) Read(ctx context.Context, leaf *storagev1.ColdRef, from, to, li
 		out := append(append(make([]byte, 0, len(data)+len(rest)), data...), rest...)
 		return out, from + uint64(len(out)), nil
 	}
-	if leaf.GetKind() == storagev1.ColdKind_COLD_KIND_CHUNK && leaf.GetRecords() > 0 {
-		recs, err := r.records(ctx, leaf)
-		if err != nil {
-			return nil, from, err
-		}
-		i := sort.Search(len(recs), func(i int) bool { return recs[i] > want })
-		if i > 0 && recs[i-1] > from {
-			end := recs[i-1]
+	if lv.footer.Records() > 0 {
+		i := lv.searchRecords(func(end uint64) bool { return end > want })
+		if i > 0 && lv.recordEnd(i-1) > from {
+			end := lv.recordEnd(i - 1)
 			return data[:end-from], end, nil
 		}
 	}
@@ -120,7 +204,7 @@ func (r *Reader) Read(ctx context.Context, leaf *storagev1.ColdRef, from, to, li
 				return data[:p-1], from + uint64(p-1), nil
 			}
 			// A limit inside the first rune: return that rune whole.
-			whole, err := get(from, min(from+utf8.UTFMax, to))
+			whole, err := lv.read(ctx, from, min(from+utf8.UTFMax, to))
 			if err != nil {
 				return nil, from, err
 			}
@@ -131,34 +215,21 @@ func (r *Reader) Read(ctx context.Context, leaf *storagev1.ColdRef, from, to, li
 	return data, want, nil
 }
 
-// records reads a chunk's record ends.
-func (r *Reader) records(ctx context.Context, leaf *storagev1.ColdRef) ([]uint64, error) {
-	n := leaf.GetEnd() - leaf.GetStart()
-	tail, err := r.cache.ReadAt(ctx, leaf.GetKey(), int64(leaf.GetSize()), int64(n), int64(leaf.GetSize()-n))
-	if err != nil {
-		return nil, err
-	}
-	return coldfmt.DecodeRecords(leaf.GetStart(), tail)
-}
-
 // UnitEnd resolves a fork sub-offset inside a cold leaf: the position after
 // n units (bytes, or JSON messages) of the append that starts at pos.
 func (r *Reader) UnitEnd(ctx context.Context, leaf *storagev1.ColdRef, pos, n, clip uint64, json bool) (uint64, bool, error) {
+	lv, err := r.open(ctx, leaf)
+	if err != nil {
+		return 0, false, err
+	}
 	end := min(leaf.GetEnd(), clip)
-	if leaf.GetKind() == storagev1.ColdKind_COLD_KIND_CHUNK && leaf.GetRecords() > 0 {
-		recs, err := r.records(ctx, leaf)
-		if err != nil {
-			return 0, false, err
-		}
-		i := sort.Search(len(recs), func(i int) bool { return recs[i] > pos })
-		if i < len(recs) {
-			end = min(end, recs[i])
-		}
+	if i := lv.searchRecords(func(e uint64) bool { return e > pos }); i < lv.footer.Records() {
+		end = min(end, lv.recordEnd(i))
 	}
 	if !json {
 		return pos + n, pos+n <= end, nil
 	}
-	data, err := r.cache.ReadAt(ctx, leaf.GetKey(), int64(leaf.GetSize()), int64(pos-leaf.GetStart()), int64(end-pos))
+	data, err := lv.read(ctx, pos, end)
 	if err != nil {
 		return 0, false, err
 	}

@@ -28,7 +28,11 @@ func (r *Reader) RecordPos(ctx context.Context, leaf *storagev1.ColdRef, n uint6
 	if n < leaf.GetFirstRecord() || n >= leaf.GetNextRecord() {
 		return 0, fmt.Errorf("tier: record %d outside object %q [%d, %d)", n, leaf.GetKey(), leaf.GetFirstRecord(), leaf.GetNextRecord())
 	}
-	data, err := r.cache.ReadAt(ctx, leaf.GetKey(), int64(leaf.GetSize()), 0, int64(leaf.GetEnd()-leaf.GetStart()))
+	lv, err := r.open(ctx, leaf)
+	if err != nil {
+		return 0, err
+	}
+	data, err := lv.read(ctx, leaf.GetStart(), leaf.GetEnd())
 	if err != nil {
 		return 0, err
 	}
@@ -52,7 +56,11 @@ func (r *Reader) RecordAt(ctx context.Context, leaf *storagev1.ColdRef, pos uint
 	if pos == leaf.GetStart() {
 		return leaf.GetFirstRecord(), nil
 	}
-	data, err := r.cache.ReadAt(ctx, leaf.GetKey(), int64(leaf.GetSize()), 0, int64(pos-leaf.GetStart()))
+	lv, err := r.open(ctx, leaf)
+	if err != nil {
+		return 0, err
+	}
+	data, err := lv.read(ctx, leaf.GetStart(), pos)
 	if err != nil {
 		return 0, err
 	}

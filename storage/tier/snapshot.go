@@ -3,7 +3,6 @@ package tier
 import (
 	"context"
 	"fmt"
-	"sort"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 )
@@ -18,19 +17,17 @@ func (r *Reader) Boundary(ctx context.Context, leaf *storagev1.ColdRef, pos uint
 	if pos == leaf.GetEnd() {
 		return true, nil
 	}
-	if leaf.GetKind() == storagev1.ColdKind_COLD_KIND_CHUNK && leaf.GetRecords() > 0 {
-		recs, err := r.records(ctx, leaf)
-		if err != nil {
-			return false, err
-		}
-		if i := sort.Search(len(recs), func(i int) bool { return recs[i] >= pos }); i < len(recs) && recs[i] == pos {
-			return true, nil
-		}
+	lv, err := r.open(ctx, leaf)
+	if err != nil {
+		return false, err
+	}
+	if i := lv.searchRecords(func(e uint64) bool { return e >= pos }); i < lv.footer.Records() && lv.recordEnd(i) == pos {
+		return true, nil
 	}
 	if !json {
 		return false, nil
 	}
-	b, err := r.cache.ReadAt(ctx, leaf.GetKey(), int64(leaf.GetSize()), int64(pos-1-leaf.GetStart()), 1)
+	b, err := lv.read(ctx, pos-1, pos)
 	if err != nil {
 		return false, err
 	}

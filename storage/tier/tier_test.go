@@ -21,11 +21,11 @@ func putChunk(t *testing.T, s objstore.Store, key string, start uint64, appends 
 		pos += uint64(len(a))
 		recs = append(recs, pos)
 	}
-	body := coldfmt.EncodeChunk(start, segs, recs)
+	body, crc := coldfmt.EncodeChunk(start, segs, recs)
 	if err := s.Put(context.Background(), key, body); err != nil {
 		t.Fatal(err)
 	}
-	return &storagev1.ColdRef{Start: start, End: pos, Key: key, Kind: storagev1.ColdKind_COLD_KIND_CHUNK, Size: uint64(len(body)), Records: uint32(len(recs))}
+	return &storagev1.ColdRef{Start: start, End: pos, Key: key, Kind: storagev1.ColdKind_COLD_KIND_CHUNK, Size: uint64(len(body)), Records: uint32(len(recs)), Crc32C: crc}
 }
 
 func TestReaderCutsOnBoundaries(t *testing.T) {
@@ -76,11 +76,11 @@ func TestReaderDescendsPages(t *testing.T) {
 		leaves = append(leaves, putChunk(t, s, "b/c/"+a, uint64(3*i), a))
 		want.WriteString(a)
 	}
-	body, _ := coldfmt.EncodePage(leaves)
+	body, digest := coldfmt.EncodePage(leaves)
 	if err := s.Put(ctx, "b/p/1", body); err != nil {
 		t.Fatal(err)
 	}
-	page := &storagev1.ColdRef{Start: 0, End: 15, Key: "b/p/1", Kind: storagev1.ColdKind_COLD_KIND_PAGE, Size: uint64(len(body)), Level: 1}
+	page := &storagev1.ColdRef{Start: 0, End: 15, Key: "b/p/1", Kind: storagev1.ColdKind_COLD_KIND_PAGE, Size: uint64(len(body)), Level: 1, Crc32C: digest}
 	var got strings.Builder
 	for pos := uint64(0); pos < 15; {
 		leaf, err := r.Leaf(ctx, page, pos)
@@ -117,6 +117,11 @@ func TestCheckFormatEpoch(t *testing.T) {
 		t.Fatalf("foreign root: %v", err)
 	}
 	other := objstore.NewMemory()
+	epoch1 := objstore.NewMemory() // chunks without checksums
+	_ = epoch1.Put(ctx, coldfmt.FormatEpochKey, []byte("1\n"))
+	if err := CheckFormatEpoch(ctx, epoch1); err == nil {
+		t.Fatal("a root of format epoch 1 was accepted")
+	}
 	_ = other.Put(ctx, coldfmt.FormatEpochKey, []byte("7\n"))
 	if err := CheckFormatEpoch(ctx, other); err == nil {
 		t.Fatal("another format epoch was accepted")

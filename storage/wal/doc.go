@@ -9,6 +9,7 @@
 // # Directory layout
 //
 //	<dir>/raft-log/topology.bin
+//	<dir>/raft-log/clean_shutdown          the run state (present between a clean shutdown and the next start)
 //	<dir>/raft-log/shard-%03d/%016d.wal    segment files, numbered by sequence
 //
 // # Byte order and integers
@@ -85,13 +86,41 @@
 // above that marker. The checkpoint at the start of a segment sets the hard
 // state and snapshot marker of the groups it lists.
 //
-// In the active segment, a frame that is incomplete at the end of the file
-// (and not followed by any intact frame), a final frame whose CRC does not
-// match, or a damaged frame followed only by zero bytes is a torn write: the
-// file is truncated at the start of that frame and recovery goes on. Any other damage (a bad frame in a sealed segment, or a
-// bad frame followed by more data in the active segment, or a record that does
-// not decode) refuses to start, with an error naming the file and the byte
-// offset of the bad frame.
+// After a crash (no clean_shutdown record), in the active segment, a frame
+// that is incomplete at the end of the file (and not followed by any intact
+// frame), a final frame whose CRC does not match, or a damaged frame
+// followed only by zero bytes is a torn write: the file is truncated at the
+// start of that frame and recovery goes on. Any other damage (a bad frame in
+// a sealed segment, or a bad frame followed by more data in the active
+// segment, or a record that does not decode) refuses to start, with an error
+// naming the file and the byte offset of the bad frame.
+//
+// After a clean shutdown nothing is torn: every frame was synced before the
+// record was written. Recovery then refuses any bad frame, in the active
+// segment too, and requires each shard's newest segment to be the one the
+// record names, exactly as long: a segment cut or extended after the
+// shutdown is refused with an error naming the file and the offset where it
+// differs (the shorter of its length and the recorded one); a missing or a
+// newer segment is refused naming it at offset 0. Every shard is recovered
+// before any journal writes (a crash's torn tail aside, which is cut during
+// its shard's recovery), so a refused start leaves the directory as it
+// found it, the record included, and the next start refuses again.
+//
+// # clean_shutdown
+//
+// Written atomically (write to clean_shutdown.tmp, fsync, rename, fsync the
+// directory) after every journal was flushed, fsynced and closed without an
+// error; removed (and the directory fsynced) once every shard was recovered,
+// before the first new segment is started:
+//
+//	[0:8]   magic "URSCLEAN"
+//	[8:12]  u32 format epoch (currently 1)
+//	[12:16] u32 shard count N
+//	N times, by ascending shard id:
+//	        u32 shard id, u64 sequence of its active segment, u64 its length in bytes
+//	u32 CRC-32C of all the bytes before it
+//
+// A record that does not decode is damage: the start is refused.
 //
 // # Purge
 //

@@ -40,6 +40,12 @@ type Options struct {
 	SegmentBytes int64
 	// Logger receives recovery and rollover events; nil discards.
 	Logger *slog.Logger
+	// CleanShutdown, when set, is the shard's active segment as the
+	// previous run's clean shutdown recorded it (see ReadCleanShutdown):
+	// recovery then refuses any damage, a torn tail included, instead of
+	// repairing it, and refuses an active segment that is not exactly the
+	// recorded one.
+	CleanShutdown *SegmentTail
 }
 
 // GroupState is what recovery found for one group.
@@ -83,6 +89,8 @@ type Journal struct {
 	meta     map[uint32]*groupMeta
 	err      error // sticky: a failed write or fsync is never retried
 	closed   bool
+	started  bool
+	clean    *SegmentTail
 	stats    Stats
 }
 
@@ -110,6 +118,22 @@ func (j *Journal) Stats() Stats {
 // OpenJournal recovers the journal of a shard and starts a new active
 // segment. It returns the recovered state of every group found.
 func OpenJournal(opts Options) (*Journal, map[uint32]*GroupState, error) {
+	j, states, err := RecoverJournal(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := j.Start(); err != nil {
+		return nil, nil, err
+	}
+	return j, states, nil
+}
+
+// RecoverJournal recovers the journal of a shard without writing to it
+// (a crash's torn tail aside, which it cuts): Start begins the new active
+// segment. A node recovers every shard before it starts any, so that a
+// journal it refuses leaves every file as it found it. It returns the
+// recovered state of every group found.
+func RecoverJournal(opts Options) (*Journal, map[uint32]*GroupState, error) {
 	if opts.FS == nil {
 		opts.FS = OSFS{}
 	}
@@ -126,9 +150,14 @@ func OpenJournal(opts Options) (*Journal, map[uint32]*GroupState, error) {
 		segBytes: opts.SegmentBytes,
 		logger:   opts.Logger.With("shard_id", opts.Shard),
 		meta:     make(map[uint32]*groupMeta),
+		clean:    opts.CleanShutdown,
 	}
-	if err := j.fs.MkdirAll(j.dir, 0o755); err != nil {
-		return nil, nil, fmt.Errorf("wal: create %s: %w", j.dir, err)
+	// After a clean shutdown the directory exists; a refused recovery
+	// must not create it.
+	if j.clean == nil {
+		if err := j.fs.MkdirAll(j.dir, 0o755); err != nil {
+			return nil, nil, fmt.Errorf("wal: create %s: %w", j.dir, err)
+		}
 	}
 	states, err := j.recover()
 	if err != nil {
@@ -137,10 +166,33 @@ func OpenJournal(opts Options) (*Journal, map[uint32]*GroupState, error) {
 	for g, st := range states {
 		j.meta[g] = &groupMeta{hs: st.HardState, snap: st.Snapshot}
 	}
-	if err := j.startSegment(); err != nil {
-		return nil, nil, err
-	}
 	return j, states, nil
+}
+
+// Start begins the journal's new active segment after RecoverJournal.
+func (j *Journal) Start() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.started || j.closed {
+		return fmt.Errorf("wal: start %s: already started or closed", j.dir)
+	}
+	if err := j.startSegment(); err != nil {
+		return err
+	}
+	j.started = true
+	return nil
+}
+
+// Tail is the active segment and its length; after Close, as the
+// journal left it (what RecordCleanShutdown records).
+func (j *Journal) Tail() SegmentTail {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if len(j.segs) == 0 {
+		return SegmentTail{}
+	}
+	seg := j.segs[len(j.segs)-1]
+	return SegmentTail{Seq: seg.seq, Size: seg.size}
 }
 
 func (j *Journal) listSegments() ([]*segment, error) {
@@ -200,7 +252,7 @@ func validFrameAfter(data []byte, from int) bool {
 
 func (j *Journal) recover() (map[uint32]*GroupState, error) {
 	segs, err := j.listSegments()
-	if err != nil {
+	if err != nil && !(j.clean != nil && errors.Is(err, fs.ErrNotExist)) {
 		return nil, err
 	}
 	states := make(map[uint32]*GroupState)
@@ -212,19 +264,32 @@ func (j *Journal) recover() (map[uint32]*GroupState, error) {
 		}
 		return st
 	}
+	if err := j.checkCleanTail(segs); err != nil {
+		return nil, err
+	}
 	for i, seg := range segs {
 		data, err := ReadFile(j.fs, seg.path)
 		if err != nil {
 			return nil, fmt.Errorf("wal: read %s: %w", seg.path, err)
 		}
 		active := i == len(segs)-1
+		if active && j.clean != nil && int64(len(data)) != j.clean.Size {
+			return nil, fmt.Errorf("%w: %s at offset %d: the segment is %d bytes long but the previous run shut down cleanly with %d bytes in it: "+
+				"its tail was damaged after the shutdown, not torn by a crash; refusing to start (restore the file, or move the data directory aside)",
+				ErrCorrupt, seg.path, min(int64(len(data)), j.clean.Size), len(data), j.clean.Size)
+		}
 		off := 0
 		for off < len(data) {
 			typ, payload, n, err := DecodeFrame(data[off:])
 			if err != nil {
-				torn := active && ((errors.Is(err, errShortFrame) && !validFrameAfter(data, off+1)) ||
+				// Only a crash tears a tail: after a clean shutdown every
+				// frame was synced, so any damage is refused.
+				torn := j.clean == nil && active && ((errors.Is(err, errShortFrame) && !validFrameAfter(data, off+1)) ||
 					(errors.Is(err, errFrameCRC) && allZero(data[off+n:])))
 				if !torn {
+					if j.clean != nil {
+						return nil, fmt.Errorf("%w: %s at offset %d: %v (after a clean shutdown: refusing to start)", ErrCorrupt, seg.path, off, err)
+					}
 					return nil, fmt.Errorf("%w: %s at offset %d: %v", ErrCorrupt, seg.path, off, err)
 				}
 				j.logger.Warn("cutting torn write at end of wal", "file", seg.path, "offset", off, "cut_bytes", len(data)-off)
@@ -259,6 +324,24 @@ func (j *Journal) recover() (map[uint32]*GroupState, error) {
 	}
 	j.segs = segs
 	return states, nil
+}
+
+// checkCleanTail checks, after a clean shutdown, that the newest segment
+// is the one the shutdown recorded as active.
+func (j *Journal) checkCleanTail(segs []*segment) error {
+	if j.clean == nil {
+		return nil
+	}
+	want := filepath.Join(j.dir, fmt.Sprintf("%016d.wal", j.clean.Seq))
+	if len(segs) == 0 || segs[len(segs)-1].seq < j.clean.Seq {
+		return fmt.Errorf("%w: %s at offset 0: the segment is missing but the previous run shut down cleanly with %d bytes in it; refusing to start",
+			ErrCorrupt, want, j.clean.Size)
+	}
+	if last := segs[len(segs)-1]; last.seq > j.clean.Seq {
+		return fmt.Errorf("%w: %s at offset 0: a segment newer than %s, which the previous run's clean shutdown left active; refusing to start",
+			ErrCorrupt, last.path, want)
+	}
+	return nil
 }
 
 func (j *Journal) truncate(path string, size int64) error {
@@ -424,8 +507,9 @@ func (j *Journal) groupMeta(g uint32) *groupMeta {
 	return m
 }
 
-// AppendEntries buffers a frame with entries of a group. Entries must be
-// consecutive; an index at or below the group's last entry truncates the log.
+// AppendEntries buffers a frame with entries of a group (after Start).
+// Entries must be consecutive; an index at or below the group's last entry
+// truncates the log.
 func (j *Journal) AppendEntries(group uint32, ents []*pb.Entry) {
 	if len(ents) == 0 {
 		return
@@ -491,6 +575,9 @@ func (j *Journal) flushLocked(sync bool) error {
 	if j.closed {
 		return ErrClosed
 	}
+	if !j.started {
+		return fmt.Errorf("wal: %s: write before Start", j.dir)
+	}
 	if j.err != nil {
 		return j.err
 	}
@@ -541,7 +628,10 @@ func (j *Journal) Close() error {
 	if j.closed {
 		return nil
 	}
-	err := j.flushLocked(true)
+	var err error
+	if j.started {
+		err = j.flushLocked(true)
+	}
 	j.closed = true
 	if j.f != nil {
 		if cerr := j.f.Close(); err == nil && cerr != nil {

@@ -140,6 +140,19 @@
 //     ursula-node and ursula-gateway refuse to start with a budget below
 //     64 MiB or below the body limit (InflightBodyBudgetTooSmall), and
 //     ursula-gateway with a body limit above 33554432;
+//   - TestCleanShutdownDamagedTailRefused (walrecovery_test.go): bin/ursula
+//     acknowledges appends and stops cleanly on SIGTERM; the active WAL
+//     segment holding them loses its last bytes; the next start exits
+//     non-zero, its log naming the segment file and the byte offset, and
+//     the data directory is unchanged; with the segment restored every
+//     acknowledged append reads back and wal_recovery is false;
+//   - TestColdObjectCorrupt (coldcorrupt_test.go): bin/ursula with a
+//     local-directory cold store; one byte of a real chunk object and one
+//     of an external payload flipped on disk; reads of them answer 502
+//     COLD_OBJECT_CORRUPT without the bytes, again on a retry,
+//     cold_corrupt_reads moves in /__ursula/metrics and Prometheus, the
+//     log names the object, and the undamaged part of the stream and
+//     another stream read back exactly;
 //   - TestProxy: the proxy's modes, without binaries;
 //   - TestExampleConfig, TestLocalClusterConfig: every binary accepts
 //     deploy/ursula.example.toml, and the files of make run-cluster

@@ -32,6 +32,8 @@ type Metrics struct {
 	UnauthenticatedPeerRefusals uint64 `json:"raft_grpc_unauthenticated_peer_refusals"`
 	TLSHandshakeRefusals        uint64 `json:"raft_grpc_tls_handshake_refusals"`
 	ClientAuthRefusals          uint64 `json:"client_auth_refusals"`
+	// WALRecovery: this run started after a crash.
+	WALRecovery bool `json:"wal_recovery"`
 }
 
 // GroupMetrics is one entry of raft_groups.

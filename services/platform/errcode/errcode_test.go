@@ -40,6 +40,7 @@ func TestContract(t *testing.T) {
 		{NotLeader, "NOT_LEADER", 409, 14},
 		{OutcomeUnknown, "OUTCOME_UNKNOWN", 503, 14},
 		{ColdStoreFailed, "COLD_STORE_FAILED", 502, 14},
+		{ColdObjectCorrupt, "COLD_OBJECT_CORRUPT", 502, 15},
 		{OffsetTrimmed, "OFFSET_TRIMMED", 410, 11},
 		{IncarnationRequired, "INCARNATION_REQUIRED", 428, 9},
 		{InvalidRequest, "INVALID_REQUEST", 400, 3},

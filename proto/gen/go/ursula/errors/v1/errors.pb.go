@@ -123,6 +123,10 @@ const (
 	// The request body made no progress within the server's body read
 	// timeout; the connection is closed after the answer.
 	Code_CODE_REQUEST_TIMEOUT Code = 47
+	// A cold object's bytes do not match the checksum its committed
+	// reference carries (bit rot, a truncated or replaced object): none of
+	// them is served. Retrying does not help until the object is repaired.
+	Code_CODE_COLD_OBJECT_CORRUPT Code = 48
 	// Trust boundaries (numbered apart so that codes added beside them do
 	// not collide).
 	// The caller proved who it is, and that identity may not do this (a
@@ -181,6 +185,7 @@ var (
 		45: "CODE_INVALID_OFFSET",
 		46: "CODE_LIMIT_EXCEEDED",
 		47: "CODE_REQUEST_TIMEOUT",
+		48: "CODE_COLD_OBJECT_CORRUPT",
 		60: "CODE_PERMISSION_DENIED",
 	}
 	Code_value = map[string]int32{
@@ -232,6 +237,7 @@ var (
 		"CODE_INVALID_OFFSET":              45,
 		"CODE_LIMIT_EXCEEDED":              46,
 		"CODE_REQUEST_TIMEOUT":             47,
+		"CODE_COLD_OBJECT_CORRUPT":         48,
 		"CODE_PERMISSION_DENIED":           60,
 	}
 )
@@ -298,7 +304,7 @@ var File_ursula_errors_v1_errors_proto protoreflect.FileDescriptor
 
 const file_ursula_errors_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x1dursula/errors/v1/errors.proto\x12\x10ursula.errors.v1\x1a google/protobuf/descriptor.proto*\xb2\x0e\n" +
+	"\x1dursula/errors/v1/errors.proto\x12\x10ursula.errors.v1\x1a google/protobuf/descriptor.proto*\xdb\x0e\n" +
 	"\x04Code\x12\x1f\n" +
 	"\x10CODE_UNSPECIFIED\x10\x00\x1a\t\xa8\xbb\x18\xf4\x03\xb0\xbb\x18\x02\x12$\n" +
 	"\x15CODE_INVALID_ARGUMENT\x10\x01\x1a\t\xa8\xbb\x18\x90\x03\xb0\xbb\x18\x03\x12$\n" +
@@ -352,7 +358,8 @@ const file_ursula_errors_v1_errors_proto_rawDesc = "" +
 	"\x14CODE_NO_PENDING_WORK\x10,\x1a\t\xa8\xbb\x18\x99\x03\xb0\xbb\x18\t\x12\"\n" +
 	"\x13CODE_INVALID_OFFSET\x10-\x1a\t\xa8\xbb\x18\x99\x03\xb0\xbb\x18\t\x12\"\n" +
 	"\x13CODE_LIMIT_EXCEEDED\x10.\x1a\t\xa8\xbb\x18\xad\x03\xb0\xbb\x18\b\x12#\n" +
-	"\x14CODE_REQUEST_TIMEOUT\x10/\x1a\t\xa8\xbb\x18\x98\x03\xb0\xbb\x18\x04\x12%\n" +
+	"\x14CODE_REQUEST_TIMEOUT\x10/\x1a\t\xa8\xbb\x18\x98\x03\xb0\xbb\x18\x04\x12'\n" +
+	"\x18CODE_COLD_OBJECT_CORRUPT\x100\x1a\t\xa8\xbb\x18\xf6\x03\xb0\xbb\x18\x0f\x12%\n" +
 	"\x16CODE_PERMISSION_DENIED\x10<\x1a\t\xa8\xbb\x18\x93\x03\xb0\xbb\x18\a:D\n" +
 	"\vhttp_status\x12!.google.protobuf.EnumValueOptions\x18\xb5\x87\x03 \x01(\rR\n" +
 	"httpStatus:@\n" +

@@ -29,7 +29,8 @@ const (
 	ColdKind_COLD_KIND_UNSPECIFIED ColdKind = 0
 	// COLD_KIND_CHUNK: stream bytes followed by a trailer of record ends.
 	ColdKind_COLD_KIND_CHUNK ColdKind = 1
-	// COLD_KIND_EXTERNAL: the body of one large append, nothing else.
+	// COLD_KIND_EXTERNAL: the body of one large append, as a chunk without
+	// record ends.
 	ColdKind_COLD_KIND_EXTERNAL ColdKind = 2
 	// COLD_KIND_PAGE: an encoded ColdPage of a sealed cold-index page.
 	ColdKind_COLD_KIND_PAGE ColdKind = 3
@@ -884,8 +885,10 @@ type Append struct {
 	// is its own record; the result acknowledges each.
 	Frames [][]byte `protobuf:"bytes,12,rep,name=frames,proto3" json:"frames,omitempty"`
 	// external, when set, stands for the body: the leader stored the body as
-	// one object before proposing (key and size set), and apply places it at
-	// the tail.
+	// one object (a chunk without record ends) before proposing. Key, size
+	// (the object's) and crc32c are set, and end is the body's length in
+	// stored form (start 0); apply places it at the tail, rebasing start and
+	// end.
 	External      *ColdRef `protobuf:"bytes,10,opt,name=external,proto3" json:"external,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1942,8 +1945,14 @@ type ColdRef struct {
 	// message the range holds and of the one after its last (JSON streams;
 	// for a page, of its first and last entries). For an external payload in
 	// an Append command they are relative to the payload (0 and its count).
-	FirstRecord   uint64 `protobuf:"varint,8,opt,name=first_record,json=firstRecord,proto3" json:"first_record,omitempty"`
-	NextRecord    uint64 `protobuf:"varint,9,opt,name=next_record,json=nextRecord,proto3" json:"next_record,omitempty"`
+	FirstRecord uint64 `protobuf:"varint,8,opt,name=first_record,json=firstRecord,proto3" json:"first_record,omitempty"`
+	NextRecord  uint64 `protobuf:"varint,9,opt,name=next_record,json=nextRecord,proto3" json:"next_record,omitempty"`
+	// crc32c is the object's checksum (storage/coldfmt): for a chunk or an
+	// external payload the CRC-32C of its footer, which holds a CRC-32C of
+	// every data block; for a page the CRC-32C of its body (its seal's
+	// digest). It is authoritative: a reader verifies every byte it fetches
+	// against it, through the footer, and never serves bytes that differ.
+	Crc32C        uint32 `protobuf:"fixed32,10,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2037,6 +2046,13 @@ func (x *ColdRef) GetFirstRecord() uint64 {
 func (x *ColdRef) GetNextRecord() uint64 {
 	if x != nil {
 		return x.NextRecord
+	}
+	return 0
+}
+
+func (x *ColdRef) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
 	}
 	return 0
 }
@@ -2582,12 +2598,15 @@ func (x *ColdSwap) GetGraceMs() int64 {
 
 // GCEntry is one item of a group's replicated cold-GC queue.
 type GCEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Bucket        string                 `protobuf:"bytes,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Kind          GCKind                 `protobuf:"varint,3,opt,name=kind,proto3,enum=ursula.storage.v1.GCKind" json:"kind,omitempty"`
-	Key           string                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
-	NotBeforeMs   int64                  `protobuf:"varint,5,opt,name=not_before_ms,json=notBeforeMs,proto3" json:"not_before_ms,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Seq         uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Bucket      string                 `protobuf:"bytes,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Kind        GCKind                 `protobuf:"varint,3,opt,name=kind,proto3,enum=ursula.storage.v1.GCKind" json:"kind,omitempty"`
+	Key         string                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	NotBeforeMs int64                  `protobuf:"varint,5,opt,name=not_before_ms,json=notBeforeMs,proto3" json:"not_before_ms,omitempty"`
+	// crc32c is, for a page, its checksum (ColdRef.crc32c): the worker
+	// trusts the keys a page lists only when its body matches.
+	Crc32C        uint32 `protobuf:"fixed32,6,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2653,6 +2672,13 @@ func (x *GCEntry) GetKey() string {
 func (x *GCEntry) GetNotBeforeMs() int64 {
 	if x != nil {
 		return x.NotBeforeMs
+	}
+	return 0
+}
+
+func (x *GCEntry) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
 	}
 	return 0
 }
@@ -3476,7 +3502,7 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1aB\n" +
 	"\x14BucketCreatedMsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xfc\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x94\x02\n" +
 	"\aColdRef\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x10\n" +
@@ -3487,7 +3513,9 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x05level\x18\a \x01(\rR\x05level\x12!\n" +
 	"\ffirst_record\x18\b \x01(\x04R\vfirstRecord\x12\x1f\n" +
 	"\vnext_record\x18\t \x01(\x04R\n" +
-	"nextRecord\"@\n" +
+	"nextRecord\x12\x16\n" +
+	"\x06crc32c\x18\n" +
+	" \x01(\aR\x06crc32c\"@\n" +
 	"\bColdPage\x124\n" +
 	"\aentries\x18\x01 \x03(\v2\x1a.ursula.storage.v1.ColdRefR\aentries\"A\n" +
 	"\tColdLevel\x124\n" +
@@ -3525,13 +3553,14 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x126\n" +
 	"\breplaced\x18\x04 \x03(\v2\x1a.ursula.storage.v1.ColdRefR\breplaced\x120\n" +
 	"\x05chunk\x18\x05 \x01(\v2\x1a.ursula.storage.v1.ColdRefR\x05chunk\x12\x19\n" +
-	"\bgrace_ms\x18\x06 \x01(\x03R\agraceMs\"\x98\x01\n" +
+	"\bgrace_ms\x18\x06 \x01(\x03R\agraceMs\"\xb0\x01\n" +
 	"\aGCEntry\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12-\n" +
 	"\x04kind\x18\x03 \x01(\x0e2\x19.ursula.storage.v1.GCKindR\x04kind\x12\x10\n" +
 	"\x03key\x18\x04 \x01(\tR\x03key\x12\"\n" +
-	"\rnot_before_ms\x18\x05 \x01(\x03R\vnotBeforeMs\"\x1b\n" +
+	"\rnot_before_ms\x18\x05 \x01(\x03R\vnotBeforeMs\x12\x16\n" +
+	"\x06crc32c\x18\x06 \x01(\aR\x06crc32c\"\x1b\n" +
 	"\x05GCAck\x12\x12\n" +
 	"\x04seqs\x18\x01 \x03(\x04R\x04seqs\"%\n" +
 	"\vPurgeBucket\x12\x16\n" +
