@@ -314,6 +314,12 @@ func (cs *clientStream) recv() (message, error) {
 			return msg, nil
 		default:
 		}
+		// A handler that ended because the caller cancelled reports the
+		// caller's cancellation, as over the network, whichever of the two
+		// this select saw first.
+		if err := cs.ctx.Err(); err != nil {
+			return message{}, status.FromContextError(err).Err()
+		}
 		cs.reportHeader()
 		cs.reportTrailer()
 		if err := errOf(cs.st); err != nil {
