@@ -20,6 +20,9 @@ type ClientPlane struct {
 	// TokenFile names a file holding this process's bearer token (mode
 	// 600, one token of at least 32 bytes), sent on every call.
 	TokenFile string `toml:"token_file"`
+	// Token is a bearer token handed over in process (the all-in-one
+	// gateway calling its own node over loopback); never configured.
+	Token string `toml:"-"`
 }
 
 // Validate checks the files named.
@@ -50,7 +53,9 @@ func (c ClientPlane) DialOptions(logger *slog.Logger) ([]grpc.DialOption, error)
 		}
 		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(src.ClientConfig(ExpectAnyNode))))
 	}
-	if c.TokenFile != "" {
+	if c.Token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{header: "Bearer " + c.Token}))
+	} else if c.TokenFile != "" {
 		tok, err := ReadTokenFile(c.TokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("token_file %s: %w", c.TokenFile, err)

@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -187,6 +189,16 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 		}
 		exported := telemetry.TracesExported() || telemetry.MetricsExported()
 		deps := node.Deps{InProcess: node.NewInProcess(exported), Prometheus: tel.PrometheusHandler()}
+		if cfg.Target == TargetAll && !cfg.Upstream.InProcess && len(cfg.Upstream.Nodes) == 0 && cfg.Upstream.ClientPlane == (pki.ClientPlane{}) {
+			// The gateway calls this node over loopback gRPC: it proves its
+			// role with a token that never leaves the process.
+			tok := make([]byte, 32)
+			if _, err := rand.Read(tok); err != nil {
+				return err
+			}
+			deps.GatewayToken = hex.EncodeToString(tok)
+			cfg.Upstream.Token = deps.GatewayToken
+		}
 		var worker *coldgc.Worker
 		if cfg.Target == TargetAll {
 			// The worker calls this process's node in process.

@@ -61,8 +61,12 @@ var (
 // authentication is configured, and otherwise, or with
 // allow_anonymous_clients, is a client.
 type clientAuth struct {
-	tokens    *tokenFile // nil without server.client_token_file
-	anonymous bool       // callers proving nothing are clients
+	tokens *tokenFile // nil without server.client_token_file
+	// local is the digest of the token this process's own gateway sends
+	// when it calls the node over loopback gRPC (Deps.GatewayToken); zero
+	// when there is none.
+	local     [sha256.Size]byte
+	anonymous bool // callers proving nothing are clients
 	logger    *slog.Logger
 
 	refusals          atomic.Uint64
@@ -72,8 +76,11 @@ type clientAuth struct {
 }
 
 // newClientAuth builds the client plane's guard from cfg.
-func newClientAuth(cfg Config, logger *slog.Logger) (*clientAuth, error) {
+func newClientAuth(cfg Config, gatewayToken string, logger *slog.Logger) (*clientAuth, error) {
 	a := &clientAuth{logger: logger, logged: map[string]time.Time{}}
+	if gatewayToken != "" {
+		a.local = sha256.Sum256([]byte(gatewayToken))
+	}
 	if cfg.ClientTokenFile != "" {
 		t, err := loadTokenFile(cfg.ClientTokenFile)
 		if err != nil {
@@ -92,17 +99,20 @@ func (a *clientAuth) caller(ctx context.Context) (role, how string) {
 			return id.Role, "certificate"
 		}
 	}
-	if a.tokens != nil {
-		md, _ := metadata.FromIncomingContext(ctx)
-		if v := md.Get("authorization"); len(v) > 0 {
-			scheme, cred, ok := strings.Cut(v[0], " ")
-			if ok && strings.EqualFold(scheme, "Bearer") {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("authorization"); len(v) > 0 {
+		scheme, cred, ok := strings.Cut(v[0], " ")
+		if ok && strings.EqualFold(scheme, "Bearer") {
+			if got := sha256.Sum256([]byte(cred)); a.local != ([sha256.Size]byte{}) && subtle.ConstantTimeCompare(got[:], a.local[:]) == 1 {
+				return pki.RoleGateway, "token"
+			}
+			if a.tokens != nil {
 				if r := a.tokens.role(cred); r != "" {
 					return r, "token"
 				}
 			}
-			return "", "bad_token"
 		}
+		return "", "bad_token"
 	}
 	if a.anonymous {
 		return roleClient, "anonymous"

@@ -36,7 +36,7 @@ func writeClientTokens(tb testing.TB, content string) string {
 func TestClientAuthorization(t *testing.T) {
 	cfg := testConfig("127.0.0.1:0", "")
 	cfg.ClientTokenFile = writeClientTokens(t, "# roles\ngateway "+gatewayToken+"\nclient "+clientToken+"\n\ncoldgc "+coldgcToken+"\n")
-	a, err := newClientAuth(cfg, testLogger(t))
+	a, err := newClientAuth(cfg, "", testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +82,21 @@ func TestClientAuthorization(t *testing.T) {
 		t.Error("refusals not counted")
 	}
 
+	t.Run("the in-process gateway's token", func(t *testing.T) {
+		const local = "in-process-gateway-token-0123456789abcdef"
+		b, err := newClientAuth(testConfig("127.0.0.1:0", ""), local, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := status.Code(b.authorize(withToken(local), create, reserved)); got != codes.OK {
+			t.Errorf("the process's gateway on a reserved bucket: %v", got)
+		}
+		if got := status.Code(b.authorize(withToken(gatewayToken), create, user)); got != codes.Unauthenticated {
+			t.Errorf("another token: %v, want Unauthenticated", got)
+		}
+	})
 	t.Run("anonymous clients", func(t *testing.T) {
-		b, err := newClientAuth(testConfig("127.0.0.1:0", ""), testLogger(t))
+		b, err := newClientAuth(testConfig("127.0.0.1:0", ""), "", testLogger(t))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -81,6 +81,11 @@ type Deps struct {
 	// ExtraMetrics adds the metrics of roles running beside the node (the
 	// all-in-one cold-GC worker) to /__ursula/metrics.
 	ExtraMetrics func(map[string]any)
+	// GatewayToken, when set, is a bearer token the client plane takes as
+	// the gateway role: the all-in-one gateway's, when it calls this node
+	// over loopback gRPC instead of in process. It lives only in the
+	// process's memory.
+	GatewayToken string
 }
 
 // NewInProcess is the in-process connection of a node server, for the
@@ -122,7 +127,7 @@ func New(cfg Config, n *engine.Node, deps Deps, logger *slog.Logger) (*Server, e
 			return nil, fmt.Errorf("server.client_tls: %w", err)
 		}
 	}
-	if s.clientAuth, err = newClientAuth(cfg, logger); err != nil {
+	if s.clientAuth, err = newClientAuth(cfg, deps.GatewayToken, logger); err != nil {
 		return nil, fmt.Errorf("node config: %w", err)
 	}
 	opts := append(serverLimits(),
