@@ -14,6 +14,7 @@ import (
 
 	"github.com/ursula/ursula/gateway"
 	"github.com/ursula/ursula/gateway/upstream"
+	"github.com/ursula/ursula/internal/pki"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/node"
 	"github.com/ursula/ursula/storage/engine"
@@ -46,9 +47,15 @@ func startNode(tb testing.TB) *testNode {
 	return startNodeWith(tb, node.Deps{})
 }
 
+// gatewayToken is the token the test's gateways prove their role with to
+// the node (which takes it as the gateway's, like the all-in-one binary's
+// loopback token).
+const gatewayToken = "integration-gateway-token-0123456789abcdef"
+
 // startNodeWith is startNode with the node server's deps.
 func startNodeWith(tb testing.TB, deps node.Deps) *testNode {
 	tb.Helper()
+	deps.GatewayToken = gatewayToken
 	eng, err := engine.Open(engine.Config{
 		DataDir:             tb.TempDir(),
 		NodeID:              1,
@@ -104,7 +111,7 @@ func (n *testNode) serve(tb testing.TB) {
 // startRouter runs an upstream router towards addr until the test ends.
 func startRouter(tb testing.TB, addr string) *upstream.Router {
 	tb.Helper()
-	r, err := upstream.New(upstream.Config{Nodes: []string{addr}}, testLogger(tb))
+	r, err := upstream.New(upstream.Config{Nodes: []string{addr}, ClientPlane: pki.ClientPlane{Token: gatewayToken}}, testLogger(tb))
 	if err != nil {
 		tb.Fatalf("upstream.New: %v", err)
 	}
