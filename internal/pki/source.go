@@ -105,6 +105,14 @@ func (s *Source) NotAfter() time.Time {
 	return time.Time{}
 }
 
+// NotAfterOrZero is NotAfter, and zero for a nil source (TLS off).
+func (s *Source) NotAfterOrZero() time.Time {
+	if s == nil {
+		return time.Time{}
+	}
+	return s.NotAfter()
+}
+
 // Reloads counts the sets loaded after the first.
 func (s *Source) Reloads() int {
 	s.mu.Lock()

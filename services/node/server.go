@@ -315,6 +315,13 @@ func serverLimits() []grpc.ServerOption {
 	}
 }
 
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.Unix())
+}
+
 // handOff is the first step of a graceful voter shutdown: mark the node
 // drained and hand its leaderships to eligible voters while the transport
 // stays up, waiting up to five seconds for the leaderships to move.
@@ -405,6 +412,15 @@ func (s *Server) metricsSnapshot() map[string]any {
 	m["peer_cluster_mismatches"] = s.mismatchList()
 	m["commit_stall_interventions"] = float64(s.n.Cluster.CommitStalls())
 	m["client_auth_refusals"] = float64(s.clientAuth.refusals.Load())
+	// When each plane's certificate expires (Unix seconds; 0 without TLS),
+	// for alerts before it does.
+	var clusterNotAfter time.Time
+	if s.plane != nil {
+		clusterNotAfter = s.plane.Transport().CertificateNotAfter()
+	}
+	m["cluster_tls_cert_not_after_seconds"] = unixSeconds(clusterNotAfter)
+	m["client_tls_cert_not_after_seconds"] = unixSeconds(s.clientTLS.NotAfterOrZero())
+	m["admin_tls_cert_not_after_seconds"] = unixSeconds(s.adminTLS.NotAfterOrZero())
 	m["client_tls_handshake_refusals"] = float64(s.clientAuth.handshakeRefusals.Load())
 	if f := s.deps.ExtraMetrics; f != nil {
 		f(m)

@@ -83,6 +83,9 @@ var nodeCounters = map[string]bool{
 	"raft_bytes_received": true, "raft_messages_dropped": true, "raft_bad_messages_received": true,
 	"raft_step_errors": true, "raft_snapshots_sent": true, "raft_snapshots_failed": true,
 	"raft_snapshots_received": true, "raft_snapshot_bytes_sent": true, "raft_snapshot_bytes_received": true,
+	// the planes' authentication
+	"raft_grpc_unauthenticated_peer_refusals": true, "raft_grpc_tls_handshake_refusals": true,
+	"client_auth_refusals": true, "client_tls_handshake_refusals": true,
 }
 
 func nodeMetricKind(name string) telemetry.Kind {

@@ -275,6 +275,15 @@ func (t *Transport) ServerTLS() *tls.Config {
 	return t.cfg.TLS.ServerConfig(tls.RequireAndVerifyClientCert)
 }
 
+// CertificateNotAfter is when this node's cluster-plane certificate (as
+// last loaded) expires; zero when the plane runs plaintext.
+func (t *Transport) CertificateNotAfter() time.Time {
+	if t.cfg.TLS == nil {
+		return time.Time{}
+	}
+	return t.cfg.TLS.NotAfter()
+}
+
 // HandshakeRefused counts and logs (once per address within the mismatch
 // window) a connection closed in its TLS handshake: for the listener that
 // runs ServerTLS.
