@@ -41,7 +41,7 @@ func (terminated) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, e
 }
 
 func (terminated) Info() credentials.ProtocolInfo {
-	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.2"}
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
 }
 
 func (t terminated) Clone() credentials.TransportCredentials { return t }
