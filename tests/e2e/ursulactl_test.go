@@ -152,6 +152,12 @@ func TestUrsulactl(t *testing.T) {
 	m := writeCtlManifest(t, c)
 	ctx := t.Context()
 	none := ursulactl.Env{}
+	// The balancer moves leaderships after the start; while one moves, a
+	// node briefly knows no leader of its group (readiness
+	// group_without_leader), which the status checks below would see.
+	if err := c.WaitBalanced(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	t.Run("status", func(t *testing.T) {
 		st := ctlStatus(t, m)
