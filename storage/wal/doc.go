@@ -31,7 +31,9 @@
 // It is written once when the WAL directory is created (write to
 // topology.bin.tmp, fsync, rename, fsync directory). A node refuses to start
 // when the file is damaged or when G or S differ from its configuration,
-// because group placement (shard = group mod S) is baked into the segments.
+// because group placement (shard = group mod S) is baked into the segments,
+// and when the file is missing while a segment holds bytes (it is never
+// recreated beside records).
 //
 // # Segments and frames
 //

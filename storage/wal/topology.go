@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io/fs"
 	"path/filepath"
+	"strings"
 )
 
 // ErrTopologyMismatch reports that the configured group or shard count differs
@@ -21,12 +22,46 @@ const (
 
 var topologyMagic = []byte("URSTOPO\x00")
 
+// firstRecord names a segment under logDir that holds bytes, or "".
+func firstRecord(fsys FS, logDir string) (string, error) {
+	entries, err := fsys.ReadDir(logDir)
+	if err != nil {
+		return "", fmt.Errorf("wal: list %s: %w", logDir, err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "shard-") {
+			continue
+		}
+		dir := filepath.Join(logDir, e.Name())
+		segs, err := fsys.ReadDir(dir)
+		if err != nil {
+			return "", fmt.Errorf("wal: list %s: %w", dir, err)
+		}
+		for _, sg := range segs {
+			if !strings.HasSuffix(sg.Name(), ".wal") {
+				continue
+			}
+			info, err := sg.Info()
+			if err != nil {
+				return "", fmt.Errorf("wal: stat %s: %w", sg.Name(), err)
+			}
+			if info.Size() > 0 {
+				return filepath.Join(dir, sg.Name()), nil
+			}
+		}
+	}
+	return "", nil
+}
+
 // LogDir returns the journal directory under a node's data directory.
 func LogDir(dataDir string) string { return filepath.Join(dataDir, "raft-log") }
 
 // CheckTopology binds groups and shards to the WAL in logDir: it creates
-// topology.bin if the directory holds none, and otherwise refuses a different
-// group or shard count.
+// topology.bin if the directory holds none and no journal holds records,
+// and otherwise refuses a different group or shard count. A missing
+// topology.bin beside journals that hold records refuses too: the counts
+// those records were written under are unknown, and recreating the file
+// from the current flags could bind them to the wrong ones.
 func CheckTopology(fsys FS, logDir string, groups, shards int) error {
 	if err := fsys.MkdirAll(logDir, 0o755); err != nil {
 		return fmt.Errorf("wal: create %s: %w", logDir, err)
@@ -35,6 +70,12 @@ func CheckTopology(fsys FS, logDir string, groups, shards int) error {
 	b, err := ReadFile(fsys, path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
+		if seg, err := firstRecord(fsys, logDir); err != nil {
+			return err
+		} else if seg != "" {
+			return fmt.Errorf("%w: %s is missing but %s holds records; restore topology.bin from a backup of this data directory, "+
+				"or rejoin the node with an empty data directory", ErrCorrupt, path, seg)
+		}
 		buf := make([]byte, 0, topologySize)
 		buf = append(buf, topologyMagic...)
 		buf = binary.LittleEndian.AppendUint32(buf, FormatEpoch)

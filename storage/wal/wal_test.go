@@ -292,6 +292,38 @@ func TestTopology(t *testing.T) {
 	}
 }
 
+// TestTopologyMissingBesideRecords: a journal that holds records without
+// its topology.bin refuses, naming both, and recreates nothing; an empty
+// journal directory (a fresh node, or one whose segments are empty) gets a
+// new one.
+func TestTopologyMissingBesideRecords(t *testing.T) {
+	d := t.TempDir()
+	shard := filepath.Join(d, "shard-000")
+	if err := os.MkdirAll(shard, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(shard, "0000000000000001.wal")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckTopology(OSFS{}, d, 64, 4); err != nil {
+		t.Fatalf("empty segments: %v", err)
+	}
+	if err := os.Remove(filepath.Join(d, topologyFile)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(shard, "0000000000000002.wal"), []byte("records"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := CheckTopology(OSFS{}, d, 64, 4)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), topologyFile) || !strings.Contains(err.Error(), "0000000000000002.wal") {
+		t.Fatalf("CheckTopology = %v, want a refusal naming topology.bin and the segment", err)
+	}
+	if _, err := os.Stat(filepath.Join(d, topologyFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused start wrote topology.bin: %v", err)
+	}
+}
+
 func TestRolloverPurgeKeepsHardState(t *testing.T) {
 	dir := t.TempDir()
 	opts := Options{LogDir: dir, SegmentBytes: 4 << 10}
