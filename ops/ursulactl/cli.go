@@ -94,6 +94,8 @@ Every error is one line on stderr starting with "ursulactl: error: ".`
 // cliOptions are the root's flags.
 type cliOptions struct {
 	manifest string
+	actor    string
+	reason   string
 	timeout  time.Duration
 	maxLag   uint64
 	poll     time.Duration
@@ -120,6 +122,8 @@ func newRootCommand(env *Env, made func(*Controller)) *cobra.Command {
 	pf.DurationVar(&o.timeout, "timeout", DefaultTimeout, "bound of each wait (drain handoffs, wait, wait-ready, retries of 503)")
 	pf.Uint64Var(&o.maxLag, "max-lag", DefaultMaxLag, "entries a replica's applied index may trail its leader's commit index and count as caught up")
 	pf.DurationVar(&o.poll, "poll", DefaultPollInterval, "pause between observations while waiting")
+	pf.StringVar(&o.actor, "actor", os.Getenv("USER"), "who acts, recorded with every mutation in the nodes' audit trail (asserted, not verified)")
+	pf.StringVar(&o.reason, "reason", "", "why, recorded with every mutation in the nodes' audit trail")
 
 	ctl := func(cmd *cobra.Command, settle time.Duration) (*Controller, error) {
 		m, err := LoadManifest(o.manifest)
@@ -134,7 +138,7 @@ func newRootCommand(env *Env, made func(*Controller)) *cobra.Command {
 		}
 		c, err := New(m, Options{
 			Out: cmd.OutOrStdout(), TTY: tty, Timeout: o.timeout, Settle: settle,
-			MaxLag: o.maxLag, PollInterval: o.poll, Hooks: env.Hooks,
+			MaxLag: o.maxLag, PollInterval: o.poll, Hooks: env.Hooks, Actor: o.actor, Reason: o.reason,
 		})
 		if err == nil {
 			made(c)
@@ -157,8 +161,38 @@ func newRootCommand(env *Env, made func(*Controller)) *cobra.Command {
 		flushColdCommand(ctl),
 		purgeBucketCommand(ctl),
 		certCommand(env),
+		auditCommand(ctl),
 	)
 	return root
+}
+
+func auditCommand(ctl ctlFunc) *cobra.Command {
+	var (
+		node  uint64
+		limit int
+	)
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Print a node's audit trail: its newest admin mutations with actor, reason, proof, authentication and outcome (JSON lines)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := ctl(cmd, 0)
+			if err != nil {
+				return err
+			}
+			recs, err := c.Audit(cmd.Context(), node, limit)
+			if err != nil {
+				return err
+			}
+			for _, r := range recs {
+				fmt.Fprintln(cmd.OutOrStdout(), string(r))
+			}
+			return nil
+		},
+	}
+	nodeFlag(cmd, &node, "node whose trail to read")
+	cmd.Flags().IntVar(&limit, "limit", 100, "newest records to print (at most 10000)")
+	return cmd
 }
 
 type ctlFunc func(cmd *cobra.Command, settle time.Duration) (*Controller, error)

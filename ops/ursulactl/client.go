@@ -20,6 +20,13 @@ import (
 // admin mutation.
 const IncarnationHeader = "x-ursula-process-incarnation"
 
+// Headers recorded in a node's audit trail with each mutation, as
+// asserted by the caller.
+const (
+	ActorHeader  = "x-ursula-actor"
+	ReasonHeader = "x-ursula-reason"
+)
+
 // observeTimeout bounds one GET of metrics, readiness or shed state.
 const observeTimeout = 5 * time.Second
 
@@ -29,8 +36,9 @@ const maxBody = 64 << 20
 // nodeClient talks to one node: observations on its client plane, shed
 // state and mutations on its admin plane.
 type nodeClient struct {
-	node Node
-	http *http.Client
+	node          Node
+	http          *http.Client
+	actor, reason string
 
 	tokenOnce sync.Once
 	token     string
@@ -173,6 +181,30 @@ func (c *nodeClient) Shed(ctx context.Context) (*ShedState, error) {
 	return &s, nil
 }
 
+// Audit reads a node's audit trail: its newest records, at most limit,
+// oldest first, as the node wrote them.
+func (c *Controller) Audit(ctx context.Context, id uint64, limit int) ([]json.RawMessage, error) {
+	nc := c.clients[id]
+	if nc == nil {
+		return nil, fmt.Errorf("node %d is not in the manifest (nodes %v)", id, c.m.IDs())
+	}
+	url := fmt.Sprintf("%s/__ursula/audit?limit=%d", nc.node.AdminURL, limit)
+	status, rh, body, err := nc.request(ctx, http.MethodGet, url, nil, true)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	if status != http.StatusOK {
+		return nil, statusError(http.MethodGet, url, status, rh, body)
+	}
+	var doc struct {
+		Records []json.RawMessage `json:"records"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	return doc.Records, nil
+}
+
 // Pinned is a node whose process incarnation an operation read once. Every
 // mutation of the operation carries it, and it is never refreshed: a node
 // that restarted answers 412 and the operation stops.
@@ -192,6 +224,12 @@ func (p *Pinned) Do(ctx context.Context, method, pathAndQuery string) ([]byte, e
 	url := n.AdminURL + pathAndQuery
 	h := http.Header{}
 	h.Set(IncarnationHeader, p.Incarnation)
+	if a := p.client.actor; a != "" {
+		h.Set(ActorHeader, a)
+	}
+	if r := p.client.reason; r != "" {
+		h.Set(ReasonHeader, r)
+	}
 	status, rh, body, err := p.client.request(ctx, method, url, h, true)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", method, url, err)

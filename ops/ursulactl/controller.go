@@ -55,6 +55,11 @@ type Options struct {
 	// PollInterval is the pause between observations; zero means
 	// DefaultPollInterval.
 	PollInterval time.Duration
+	// Actor and Reason are sent with every admin mutation
+	// (x-ursula-actor, x-ursula-reason) and recorded in the node's audit
+	// trail as asserted, not verified.
+	Actor  string
+	Reason string
 	// HTTP is the client for every request; nil means a fresh one.
 	HTTP *http.Client
 	// Hooks are test seams.
@@ -116,7 +121,7 @@ func New(m *Manifest, opts Options) (*Controller, error) {
 		c.out = io.Discard
 	}
 	for _, n := range m.Nodes {
-		c.clients[n.ID] = &nodeClient{node: n, http: opts.HTTP}
+		c.clients[n.ID] = &nodeClient{node: n, http: opts.HTTP, actor: opts.Actor, reason: opts.Reason}
 	}
 	return c, nil
 }

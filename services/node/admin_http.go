@@ -73,6 +73,9 @@ func (s *Server) setUpAdmin(dataDir string) error {
 	if s.adminToken, err = loadAdminToken(s.adminTokenFile); err != nil {
 		return err
 	}
+	if s.audit, err = openAuditLog(dataDir); err != nil {
+		return err
+	}
 	if !s.cfg.AdminTLS.IsZero() {
 		if s.adminTLS, err = pki.Load(s.cfg.AdminTLS, s.logger.With("plane", "admin")); err != nil {
 			return fmt.Errorf("server.admin_tls: %w", err)
@@ -143,10 +146,17 @@ func (s *Server) adminGuard(next http.Handler) http.Handler {
 		// needed: a wrong token is an error, not anonymity.
 		presented := r.Header.Get("Authorization") != ""
 		if (mutation || !s.adminLoopback || presented) && !s.adminAuthenticated(r) {
+			s.adminAuthRefusals.Add(1)
 			writeAdminError(w, errcode.New(errcode.Unauthenticated, "admin mutations require an Authorization: Bearer token (the file %s)", s.adminTokenFile))
 			return
 		}
-		if mutation {
+		if !mutation {
+			next.ServeHTTP(w, r)
+			return
+		}
+		// An authenticated mutation is recorded with its outcome, the
+		// process-incarnation refusals included, before it is answered.
+		s.audited(w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			switch got := r.Header.Get(IncarnationHeader); {
 			case got == "":
 				writeAdminError(w, errcode.New(errcode.IncarnationRequired,
@@ -157,8 +167,8 @@ func (s *Server) adminGuard(next http.Handler) http.Handler {
 					With(errcode.KeyProcessIncarnation, s.incarnation))
 				return
 			}
-		}
-		next.ServeHTTP(w, r)
+			next.ServeHTTP(w, r)
+		}))
 	})
 }
 

@@ -50,6 +50,10 @@ type Server struct {
 	adminTLS       *pki.Source
 	adminHosts     map[string]bool
 	adminLoopback  bool
+	// audit records the admin mutations; adminAuthRefusals counts the
+	// requests refused before authentication (not recorded).
+	audit             *auditLog
+	adminAuthRefusals atomic.Uint64
 	// clientTLS serves the client plane over TLS (nil: plaintext);
 	// clientAuth guards its gRPC calls.
 	clientTLS  *pki.Source
@@ -289,6 +293,9 @@ func (s *Server) Run(ctx context.Context) error {
 		_ = clusterMux.Close()
 	}
 	wg.Wait()
+	if s.audit != nil {
+		s.audit.close()
+	}
 	return runErr
 }
 
@@ -412,6 +419,7 @@ func (s *Server) metricsSnapshot() map[string]any {
 	m["peer_cluster_mismatches"] = s.mismatchList()
 	m["commit_stall_interventions"] = float64(s.n.Cluster.CommitStalls())
 	m["client_auth_refusals"] = float64(s.clientAuth.refusals.Load())
+	m["admin_auth_refusals"] = float64(s.adminAuthRefusals.Load())
 	// When each plane's certificate expires (Unix seconds; 0 without TLS),
 	// for alerts before it does.
 	var clusterNotAfter time.Time
@@ -484,6 +492,7 @@ func (s *Server) adminHandler(ctx context.Context) (http.Handler, error) {
 	mux.HandleFunc("GET /__ursula/ready", s.serveReady)
 	mux.HandleFunc("GET /__ursula/prometheus", s.servePrometheus)
 	mux.HandleFunc("GET /__ursula/usage", s.serveUsage)
+	mux.HandleFunc("GET /__ursula/audit", s.serveAudit)
 	if s.cfg.AdminPprof {
 		// Profiles cost CPU and reveal memory: only when asked for, and
 		// behind the token (see pprofGuard).

@@ -85,7 +85,7 @@ var nodeCounters = map[string]bool{
 	"raft_snapshots_received": true, "raft_snapshot_bytes_sent": true, "raft_snapshot_bytes_received": true,
 	// the planes' authentication
 	"raft_grpc_unauthenticated_peer_refusals": true, "raft_grpc_tls_handshake_refusals": true,
-	"client_auth_refusals": true, "client_tls_handshake_refusals": true,
+	"client_auth_refusals": true, "client_tls_handshake_refusals": true, "admin_auth_refusals": true,
 }
 
 func nodeMetricKind(name string) telemetry.Kind {

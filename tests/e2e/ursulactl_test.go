@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -387,6 +388,39 @@ func TestUrsulactl(t *testing.T) {
 		}
 		runCtl(t, m, none, "wait", "--node", "3").want(t, 0, "")
 		runCtl(t, m, none, "wait-ready").want(t, 0, "")
+	})
+
+	t.Run("audit", func(t *testing.T) {
+		runCtl(t, m, none, "--actor", "carol", "--reason", "audit check", "drain", "--node", "3").want(t, 0, "")
+		runCtl(t, m, none, "--actor", "carol", "undrain", "--node", "3").want(t, 0, "")
+		r := runCtl(t, m, none, "audit", "--node", "3", "--limit", "50")
+		r.want(t, 0, "")
+		type record struct {
+			Operation, Actor, Reason, Auth string
+			Status                         int
+			ActorVerified                  bool `json:"actor_verified"`
+		}
+		var recs []record
+		for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+			var rec record
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatalf("audit line %q: %v", line, err)
+			}
+			recs = append(recs, rec)
+		}
+		// The drain's mark, its handoffs (leader transfers) and the
+		// undrain, in that order, all by carol; the undrain last.
+		i := slices.IndexFunc(recs, func(r record) bool { return r.Operation == "POST /__ursula/leadership-shed/maintenance" })
+		if i < 0 {
+			t.Fatalf("no drain record in\n%s", r.stdout)
+		}
+		drain, last := recs[i], recs[len(recs)-1]
+		if drain.Actor != "carol" || drain.Reason != "audit check" || drain.Auth != "token" || drain.Status != 200 || drain.ActorVerified {
+			t.Errorf("drain record %+v", drain)
+		}
+		if last.Operation != "DELETE /__ursula/leadership-shed/maintenance" || last.Actor != "carol" || last.Status != 200 {
+			t.Errorf("last record %+v, want the undrain", last)
+		}
 	})
 
 	t.Run("binary", func(t *testing.T) {
