@@ -41,12 +41,16 @@ func (a *adminService) GetLeadershipShed(context.Context, *adminv1.GetLeadership
 }
 
 func (a *adminService) StartMaintenanceDrain(context.Context, *adminv1.StartMaintenanceDrainRequest) (*adminv1.LeadershipShedState, error) {
-	a.srv.n.Cluster.SetDraining(true)
+	if err := a.srv.n.Cluster.SetMaintenanceDrain(true); err != nil {
+		return nil, toStatus(err)
+	}
 	return a.srv.shedAnswer(), nil
 }
 
 func (a *adminService) StopMaintenanceDrain(context.Context, *adminv1.StopMaintenanceDrainRequest) (*adminv1.LeadershipShedState, error) {
-	a.srv.n.Cluster.SetDraining(false)
+	if err := a.srv.n.Cluster.SetMaintenanceDrain(false); err != nil {
+		return nil, toStatus(err)
+	}
 	return a.srv.shedAnswer(), nil
 }
 

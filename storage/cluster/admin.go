@@ -15,10 +15,22 @@ import (
 // error is a storage error (package fault).
 
 // TransferLeader asks this node, the group's leader, to hand leadership
-// to a voter.
+// to a voter. The target must be eligible as for every handoff: a voter
+// that holds every committed entry, is not being rebuilt, and takes
+// transfers (not drained); otherwise nothing is started.
 func (c *Cluster) TransferLeader(ctx context.Context, g uint32, to uint64) error {
 	if err := c.checkGroup(g); err != nil {
 		return err
+	}
+	st := c.host.Status(g)
+	switch {
+	case !st.IsLeader:
+		return notLeader(st.LeaderID, "this node does not lead the group")
+	case !slices.Contains(st.Voters, to):
+		return fault.Errorf(fault.ErrNotAVoter, "node %d is not a voter of group %d", to, g)
+	case to != c.cfg.NodeID && !slices.Contains(c.eligible(ctx, g), to):
+		return fault.Errorf(fault.ErrTransferTargetNotEligible,
+			"node %d may not take group %d's leadership now: it is drained, being rebuilt, unreachable or behind the commit index", to, g)
 	}
 	return raftError(c.host.TransferLeader(ctx, g, to))
 }

@@ -49,6 +49,9 @@ func New(cfg Config, host *multiraft.Host, machines []*stream.Machine, net Netwo
 		now = time.Now
 	}
 	c := &Cluster{cfg: cfg, host: host, machines: machines, net: net, logger: logger, now: now}
+	if cfg.DataDir != "" {
+		c.restoreMaintenanceDrain()
+	}
 	if net != nil {
 		// The network and the node need each other: the Raft host
 		// sends through the network (it was built with it), and the

@@ -3,6 +3,9 @@ package cluster
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -11,6 +14,7 @@ import (
 
 	raftv1 "github.com/ursula/ursula/proto/gen/go/ursula/raft/v1"
 	"github.com/ursula/ursula/storage/fault"
+	"github.com/ursula/ursula/storage/wal"
 )
 
 // Leadership upkeep on a multi-node cluster, one pass per tick:
@@ -23,9 +27,41 @@ import (
 //     removes a voter that reported a lost log, adds missing configured
 //     nodes as learners and promotes learners that caught up.
 
-// SetDraining turns the maintenance drain on or off: a draining node does
-// not campaign, and hands its leaderships away.
+// SetDraining turns the drain on or off for this process only: a draining
+// node does not campaign, and hands its leaderships away (a graceful
+// shutdown's handoff).
 func (c *Cluster) SetDraining(on bool) { c.host.SetShedding(on) }
+
+// maintenanceDrainFile marks an operator's maintenance drain in the data
+// directory, so that the mark survives restarts until undrain.
+const maintenanceDrainFile = "maintenance_drain"
+
+// SetMaintenanceDrain turns an operator's maintenance drain on or off: as
+// SetDraining, and recorded durably in the data directory first, so that a
+// node restarted during a rollout stays drained until it is undrained.
+func (c *Cluster) SetMaintenanceDrain(on bool) error {
+	path := filepath.Join(c.cfg.DataDir, maintenanceDrainFile)
+	if on {
+		if err := wal.WriteFileAtomic(wal.OSFS{}, c.cfg.DataDir, path, []byte("maintenance-drain\n")); err != nil {
+			return fault.Errorf(fault.ErrInternal, "record the maintenance drain: %v", err)
+		}
+	} else if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fault.Errorf(fault.ErrInternal, "clear the maintenance drain: %v", err)
+	} else if err := wal.SyncDir(wal.OSFS{}, c.cfg.DataDir); err != nil {
+		return fault.Errorf(fault.ErrInternal, "clear the maintenance drain: %v", err)
+	}
+	c.SetDraining(on)
+	return nil
+}
+
+// restoreMaintenanceDrain puts a node whose data directory records a
+// maintenance drain back in it at start.
+func (c *Cluster) restoreMaintenanceDrain() {
+	if _, err := os.Stat(filepath.Join(c.cfg.DataDir, maintenanceDrainFile)); err == nil {
+		c.SetDraining(true)
+		c.logger.Warn("the node starts drained: an operator's maintenance drain is still recorded (ursulactl undrain clears it)")
+	}
+}
 
 // Draining reports the maintenance drain.
 func (c *Cluster) Draining() bool { return c.host.Shedding() }

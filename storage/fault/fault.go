@@ -56,6 +56,9 @@ var (
 	ErrOutcomeUnknown = newKind("OUTCOME_UNKNOWN", "outcome unknown")
 	// ErrNotAVoter: the node a leadership transfer names is not a voter.
 	ErrNotAVoter = newKind("NOT_A_VOTER", "not a voter of the group")
+	// ErrTransferTargetNotEligible: the voter a leadership transfer names
+	// may not take it now (drained, being rebuilt, unreachable, behind).
+	ErrTransferTargetNotEligible = newKind("TRANSFER_TARGET_NOT_ELIGIBLE", "transfer target not eligible")
 	// ErrUnavailable: retry later (DetailRetryAfterMS says when).
 	ErrUnavailable = newKind("UNAVAILABLE", "unavailable")
 	// ErrOverloaded: the group holds its cap of hot bytes.

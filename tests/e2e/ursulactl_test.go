@@ -423,6 +423,50 @@ func TestUrsulactl(t *testing.T) {
 		}
 	})
 
+	t.Run("a maintenance drain survives a restart", func(t *testing.T) {
+		n := c.Node(2)
+		runCtl(t, m, none, "drain", "--node", "2").want(t, 0, "")
+		if err := n.Terminate(30 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		hc := &http.Client{Timeout: 10 * time.Second}
+		shed := func() string {
+			var st struct {
+				State string `json:"state"`
+			}
+			if _, err := getJSON(ctx, hc, "http://"+n.Config.AdminListen+"/__ursula/leadership-shed", &st); err != nil {
+				t.Fatal(err)
+			}
+			return st.State
+		}
+		if got := shed(); got != "maintenance-drain" {
+			t.Fatalf("after a restart node 2's shed state is %q, want maintenance-drain", got)
+		}
+		// A transfer to the drained node is refused by the leader.
+		leaders, _, err := c.GroupLeaders(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leader := c.Node(leaders[0])
+		met, err := leader.Metrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := mustDo(ctx, t, hc, http.MethodPost, "http://"+leader.Config.AdminListen+"/__ursula/raft/0/leader/transfer/2",
+			http.Header{"Authorization": {leader.AdminAuth(t)}, "X-Ursula-Process-Incarnation": {met.ProcessIncarnation}}, nil)
+		if r.Status != http.StatusConflict || !strings.Contains(string(r.Body), "TRANSFER_TARGET_NOT_ELIGIBLE") {
+			t.Fatalf("a transfer to the drained node: %v, want 409 TRANSFER_TARGET_NOT_ELIGIBLE", r)
+		}
+		runCtl(t, m, none, "undrain", "--node", "2").want(t, 0, "")
+		if got := shed(); got != "normal" {
+			t.Fatalf("after undrain node 2's shed state is %q", got)
+		}
+		runCtl(t, m, none, "wait-ready").want(t, 0, "")
+	})
+
 	t.Run("binary", func(t *testing.T) {
 		bin := ursulactlBinary(t)
 		run := func(args ...string) (int, string, string) {

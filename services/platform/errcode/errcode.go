@@ -64,6 +64,7 @@ const (
 	LimitExceeded             = errorsv1.Code_CODE_LIMIT_EXCEEDED
 	RequestTimeout            = errorsv1.Code_CODE_REQUEST_TIMEOUT
 	PermissionDenied          = errorsv1.Code_CODE_PERMISSION_DENIED
+	TransferTargetNotEligible = errorsv1.Code_CODE_TRANSFER_TARGET_NOT_ELIGIBLE
 	ColdObjectCorrupt         = errorsv1.Code_CODE_COLD_OBJECT_CORRUPT
 )
 

@@ -132,6 +132,10 @@ const (
 	// The caller proved who it is, and that identity may not do this (a
 	// reserved bucket, the cold-GC service, a rebuild of another node).
 	Code_CODE_PERMISSION_DENIED Code = 60
+	// Host-crash recovery and handoffs (numbered apart, as above).
+	// The voter a leadership transfer names may not take it now: it is
+	// drained, being rebuilt, unreachable or behind the commit index.
+	Code_CODE_TRANSFER_TARGET_NOT_ELIGIBLE Code = 70
 )
 
 // Enum value maps for Code.
@@ -187,58 +191,60 @@ var (
 		47: "CODE_REQUEST_TIMEOUT",
 		48: "CODE_COLD_OBJECT_CORRUPT",
 		60: "CODE_PERMISSION_DENIED",
+		70: "CODE_TRANSFER_TARGET_NOT_ELIGIBLE",
 	}
 	Code_value = map[string]int32{
-		"CODE_UNSPECIFIED":                 0,
-		"CODE_INVALID_ARGUMENT":            1,
-		"CODE_BUCKET_NOT_FOUND":            2,
-		"CODE_BUCKET_EXISTS":               3,
-		"CODE_STREAM_NOT_FOUND":            4,
-		"CODE_STREAM_GONE":                 5,
-		"CODE_STREAM_EXISTS":               6,
-		"CODE_STREAM_CLOSED":               7,
-		"CODE_CONTENT_TYPE_MISMATCH":       8,
-		"CODE_STREAM_SEQ_CONFLICT":         9,
-		"CODE_PRODUCER_STALE_EPOCH":        10,
-		"CODE_PRODUCER_SEQ_GAP":            11,
-		"CODE_PRODUCER_EPOCH_SEQ":          12,
-		"CODE_OFFSET_OUT_OF_RANGE":         13,
-		"CODE_FORK_SOURCE_GONE":            14,
-		"CODE_INCARNATION_MISMATCH":        15,
-		"CODE_RECORD_MISMATCH":             16,
-		"CODE_PAYLOAD_TOO_LARGE":           17,
-		"CODE_NOT_LEADER":                  18,
-		"CODE_OUTCOME_UNKNOWN":             19,
-		"CODE_UNAVAILABLE":                 20,
-		"CODE_OVERLOADED":                  21,
-		"CODE_COLD_STORE_FAILED":           22,
-		"CODE_OFFSET_TRIMMED":              23,
-		"CODE_INTERNAL":                    24,
-		"CODE_UNIMPLEMENTED":               25,
-		"CODE_SNAPSHOT_CONFLICT":           26,
-		"CODE_SNAPSHOT_NOT_FOUND":          27,
-		"CODE_NO_COLD_STORE":               28,
-		"CODE_NOT_FOUND":                   29,
-		"CODE_METHOD_NOT_ALLOWED":          30,
-		"CODE_UNAUTHENTICATED":             31,
-		"CODE_INCARNATION_REQUIRED":        32,
-		"CODE_NOT_A_VOTER":                 33,
-		"CODE_PEER_CLUSTER_MISMATCH":       34,
-		"CODE_RAFT_PROTOCOL_MISMATCH":      35,
-		"CODE_INVALID_REQUEST":             36,
-		"CODE_SUBSCRIPTION_NOT_FOUND":      37,
-		"CODE_SUBSCRIPTION_ALREADY_EXISTS": 38,
-		"CODE_WEBHOOK_URL_REJECTED":        39,
-		"CODE_TOKEN_INVALID":               40,
-		"CODE_TOKEN_EXPIRED":               41,
-		"CODE_FENCED":                      42,
-		"CODE_ALREADY_CLAIMED":             43,
-		"CODE_NO_PENDING_WORK":             44,
-		"CODE_INVALID_OFFSET":              45,
-		"CODE_LIMIT_EXCEEDED":              46,
-		"CODE_REQUEST_TIMEOUT":             47,
-		"CODE_COLD_OBJECT_CORRUPT":         48,
-		"CODE_PERMISSION_DENIED":           60,
+		"CODE_UNSPECIFIED":                  0,
+		"CODE_INVALID_ARGUMENT":             1,
+		"CODE_BUCKET_NOT_FOUND":             2,
+		"CODE_BUCKET_EXISTS":                3,
+		"CODE_STREAM_NOT_FOUND":             4,
+		"CODE_STREAM_GONE":                  5,
+		"CODE_STREAM_EXISTS":                6,
+		"CODE_STREAM_CLOSED":                7,
+		"CODE_CONTENT_TYPE_MISMATCH":        8,
+		"CODE_STREAM_SEQ_CONFLICT":          9,
+		"CODE_PRODUCER_STALE_EPOCH":         10,
+		"CODE_PRODUCER_SEQ_GAP":             11,
+		"CODE_PRODUCER_EPOCH_SEQ":           12,
+		"CODE_OFFSET_OUT_OF_RANGE":          13,
+		"CODE_FORK_SOURCE_GONE":             14,
+		"CODE_INCARNATION_MISMATCH":         15,
+		"CODE_RECORD_MISMATCH":              16,
+		"CODE_PAYLOAD_TOO_LARGE":            17,
+		"CODE_NOT_LEADER":                   18,
+		"CODE_OUTCOME_UNKNOWN":              19,
+		"CODE_UNAVAILABLE":                  20,
+		"CODE_OVERLOADED":                   21,
+		"CODE_COLD_STORE_FAILED":            22,
+		"CODE_OFFSET_TRIMMED":               23,
+		"CODE_INTERNAL":                     24,
+		"CODE_UNIMPLEMENTED":                25,
+		"CODE_SNAPSHOT_CONFLICT":            26,
+		"CODE_SNAPSHOT_NOT_FOUND":           27,
+		"CODE_NO_COLD_STORE":                28,
+		"CODE_NOT_FOUND":                    29,
+		"CODE_METHOD_NOT_ALLOWED":           30,
+		"CODE_UNAUTHENTICATED":              31,
+		"CODE_INCARNATION_REQUIRED":         32,
+		"CODE_NOT_A_VOTER":                  33,
+		"CODE_PEER_CLUSTER_MISMATCH":        34,
+		"CODE_RAFT_PROTOCOL_MISMATCH":       35,
+		"CODE_INVALID_REQUEST":              36,
+		"CODE_SUBSCRIPTION_NOT_FOUND":       37,
+		"CODE_SUBSCRIPTION_ALREADY_EXISTS":  38,
+		"CODE_WEBHOOK_URL_REJECTED":         39,
+		"CODE_TOKEN_INVALID":                40,
+		"CODE_TOKEN_EXPIRED":                41,
+		"CODE_FENCED":                       42,
+		"CODE_ALREADY_CLAIMED":              43,
+		"CODE_NO_PENDING_WORK":              44,
+		"CODE_INVALID_OFFSET":               45,
+		"CODE_LIMIT_EXCEEDED":               46,
+		"CODE_REQUEST_TIMEOUT":              47,
+		"CODE_COLD_OBJECT_CORRUPT":          48,
+		"CODE_PERMISSION_DENIED":            60,
+		"CODE_TRANSFER_TARGET_NOT_ELIGIBLE": 70,
 	}
 )
 
@@ -304,7 +310,7 @@ var File_ursula_errors_v1_errors_proto protoreflect.FileDescriptor
 
 const file_ursula_errors_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x1dursula/errors/v1/errors.proto\x12\x10ursula.errors.v1\x1a google/protobuf/descriptor.proto*\xdb\x0e\n" +
+	"\x1dursula/errors/v1/errors.proto\x12\x10ursula.errors.v1\x1a google/protobuf/descriptor.proto*\x8d\x0f\n" +
 	"\x04Code\x12\x1f\n" +
 	"\x10CODE_UNSPECIFIED\x10\x00\x1a\t\xa8\xbb\x18\xf4\x03\xb0\xbb\x18\x02\x12$\n" +
 	"\x15CODE_INVALID_ARGUMENT\x10\x01\x1a\t\xa8\xbb\x18\x90\x03\xb0\xbb\x18\x03\x12$\n" +
@@ -360,7 +366,8 @@ const file_ursula_errors_v1_errors_proto_rawDesc = "" +
 	"\x13CODE_LIMIT_EXCEEDED\x10.\x1a\t\xa8\xbb\x18\xad\x03\xb0\xbb\x18\b\x12#\n" +
 	"\x14CODE_REQUEST_TIMEOUT\x10/\x1a\t\xa8\xbb\x18\x98\x03\xb0\xbb\x18\x04\x12'\n" +
 	"\x18CODE_COLD_OBJECT_CORRUPT\x100\x1a\t\xa8\xbb\x18\xf6\x03\xb0\xbb\x18\x0f\x12%\n" +
-	"\x16CODE_PERMISSION_DENIED\x10<\x1a\t\xa8\xbb\x18\x93\x03\xb0\xbb\x18\a:D\n" +
+	"\x16CODE_PERMISSION_DENIED\x10<\x1a\t\xa8\xbb\x18\x93\x03\xb0\xbb\x18\a\x120\n" +
+	"!CODE_TRANSFER_TARGET_NOT_ELIGIBLE\x10F\x1a\t\xa8\xbb\x18\x99\x03\xb0\xbb\x18\t:D\n" +
 	"\vhttp_status\x12!.google.protobuf.EnumValueOptions\x18\xb5\x87\x03 \x01(\rR\n" +
 	"httpStatus:@\n" +
 	"\tgrpc_code\x12!.google.protobuf.EnumValueOptions\x18\xb6\x87\x03 \x01(\rR\bgrpcCodeB\xc6\x01\n" +
