@@ -95,8 +95,16 @@ func (c *Cluster) leadershipLoop(ctx context.Context) {
 	}
 }
 
+// handoffAckWindow is how recently a handoff's target must have answered
+// the leader: the minimum election timeout (the seed's 1.5 s rule), so that
+// a voter the leader cannot reach, or that just lost its disk, is never
+// handed a group.
+const handoffAckWindow = 1500 * time.Millisecond
+
 // eligible lists voters of a group, other than this node, that may take
-// its leadership: not draining, caught up to the leader's commit.
+// its leadership: answered the leader within handoffAckWindow, hold every
+// committed entry, are not being rebuilt, and take transfers (not
+// drained).
 func (c *Cluster) eligible(ctx context.Context, g uint32) []uint64 {
 	if c.net == nil {
 		return nil
@@ -106,9 +114,16 @@ func (c *Cluster) eligible(ctx context.Context, g uint32) []uint64 {
 	if err != nil {
 		return nil
 	}
+	acked, err := c.host.Acked(ctx, g)
+	if err != nil {
+		return nil
+	}
 	var out []uint64
 	for _, v := range st.Voters {
 		if v == c.cfg.NodeID || prog[v] < st.Commit {
+			continue
+		}
+		if age, ok := acked[v]; !ok || age > handoffAckWindow {
 			continue
 		}
 		if _, rebuilding := c.rebuilds.Load(rebuildKey{g, v}); rebuilding {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -263,6 +264,7 @@ func (h *Host) newGroup(id uint32, st *wal.GroupState, s *shard) (*group, error)
 		sm:      nil,
 		logger:  logger,
 		pending: make(map[uint64]*proposal),
+		acked:   make(map[uint64]time.Time),
 		cs:      pb.EnsureConfState(nil),
 	}
 	g.sm = h.newSM(id)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -153,6 +154,24 @@ func (h *Host) Progress(ctx context.Context, groupID uint32) (map[uint64]uint64,
 		st := g.rn.Status()
 		for id, pr := range st.Progress {
 			out[id] = pr.Match
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Acked reports, on group groupID's leader, how long ago each peer last
+// answered it (an append or heartbeat response); a peer that never did
+// since this node became leader is missing.
+func (h *Host) Acked(ctx context.Context, groupID uint32) (map[uint64]time.Duration, error) {
+	out := map[uint64]time.Duration{}
+	err := h.do(ctx, groupID, func(g *group) error {
+		if !g.isLeader {
+			return &NotLeaderError{LeaderID: g.leader}
+		}
+		now := time.Now()
+		for id, at := range g.acked {
+			out[id] = now.Sub(at)
 		}
 		return nil
 	})

@@ -258,6 +258,9 @@ func (s *shard) drain() error {
 			if g.refuseSteps {
 				break // no vote floor yet: take nothing from peers
 			}
+			if t := o.msg.GetType(); (t == pb.MessageType_MsgAppResp || t == pb.MessageType_MsgHeartbeatResp) && g.isLeader {
+				g.acked[o.msg.GetFrom()] = time.Now()
+			}
 			if err := g.rn.Step(o.msg); err != nil {
 				g.logger.Debug("dropped raft message", "type", o.msg.GetType().String(), "from", o.msg.GetFrom(), "err", err)
 			}
@@ -505,6 +508,10 @@ type group struct {
 	hasState bool
 	// leaderSince is the last log index when this node last became leader.
 	leaderSince uint64
+	// acked is when each peer last answered this node as the group's
+	// leader (an append or heartbeat response): handoffs go only to a
+	// voter that answered recently.
+	acked map[uint64]time.Time
 	// appliedWaits releases WaitApplied callers (safe for any goroutine).
 	appliedWaits appliedWaits
 	// snapshotting is set while a capture of the group is with the
@@ -585,6 +592,8 @@ func (g *group) apply(rd *raft.Ready) error {
 			// applies, the state machine may lack entries committed in
 			// earlier terms.
 			g.leaderSince, _ = g.st.LastIndex()
+			// Answers given to an earlier leadership say nothing now.
+			clear(g.acked)
 		}
 	}
 	return nil
