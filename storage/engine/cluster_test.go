@@ -18,6 +18,7 @@ import (
 	"github.com/ursula/ursula/storage/cluster"
 	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/stream"
+	"github.com/ursula/ursula/storage/wal"
 	"github.com/ursula/ursula/tests/await"
 )
 
@@ -34,6 +35,9 @@ type memCluster struct {
 	wg      sync.WaitGroup
 	// drop, when set, loses the deliveries it matches (a faulty link).
 	drop atomic.Pointer[func(delivery) bool]
+	// fs, when set, gives a node its file system each time it is opened
+	// (a restarted node may get a new one); nil is the operating system's.
+	fs func(id uint64, dataDir string) wal.FS
 }
 
 type delivery struct {
@@ -142,7 +146,14 @@ func (c *memCluster) deliver(id uint64) {
 // one of them is ready.
 func startCluster(tb testing.TB, size int) *memCluster {
 	tb.Helper()
-	c := &memCluster{engines: map[uint64]*testEngine{}, nets: map[uint64]*memNet{}, inbox: map[uint64]chan delivery{}, stop: make(chan struct{})}
+	return startClusterFS(tb, size, nil)
+}
+
+// startClusterFS is startCluster with fs giving each node its file system
+// (see memCluster.fs).
+func startClusterFS(tb testing.TB, size int, fs func(id uint64, dataDir string) wal.FS) *memCluster {
+	tb.Helper()
+	c := &memCluster{engines: map[uint64]*testEngine{}, nets: map[uint64]*memNet{}, inbox: map[uint64]chan delivery{}, stop: make(chan struct{}), fs: fs}
 	var peers []cluster.Peer
 	for id := uint64(1); id <= uint64(size); id++ {
 		peers = append(peers, cluster.Peer{ID: id, ClusterURL: fmt.Sprintf("n%d:1", id), ClientURL: fmt.Sprintf("n%d:2", id)})
@@ -176,7 +187,11 @@ func startCluster(tb testing.TB, size int) *memCluster {
 // open opens node id's engine on its own in-memory network end.
 func (c *memCluster) open(tb testing.TB, id uint64, cfg Config) *testEngine {
 	n := &memNet{c: c, self: id}
-	e := openEngine(tb, cfg, Deps{Network: n})
+	deps := Deps{Network: n}
+	if c.fs != nil {
+		deps.FS = c.fs(id, cfg.DataDir)
+	}
+	e := openEngine(tb, cfg, deps)
 	c.mu.Lock()
 	c.nets[id] = n
 	c.mu.Unlock()

@@ -1,0 +1,351 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/storage/fault"
+	"github.com/ursula/ursula/storage/stream"
+	"github.com/ursula/ursula/storage/wal"
+	"github.com/ursula/ursula/storage/wal/powerloss"
+	"github.com/ursula/ursula/tests/await"
+)
+
+// Host power loss on a single node, through the power-loss file system
+// (storage/wal/powerloss): the node runs on a powerloss.FS over its data
+// directory, the host loses power, and a new process starts on what the
+// disk kept.
+//
+// Every loss keeps the directories MkdirAll created (Loss.KeepNewDirs).
+// Nothing ever fsyncs the data directory after raft-log/ and snapshots/
+// are made in it, nor snapshots/ after group-NNNN/, nor raft-log/ after
+// shard-NNN/ until the first clean shutdown: a strict loss during a node's
+// first run takes its whole WAL, acknowledged appends under fsync "always"
+// included, and the node comes back empty without reporting a crash.
+// ext4 and XFS commit a mkdir with the next fsync in practice; POSIX does
+// not promise it.
+
+// crash ends te's Run after its file system lost power. Whatever Run
+// returns is the dead process's (it usually fails on the first write).
+func (te *testEngine) crash(tb testing.TB) {
+	tb.Helper()
+	if te.cancel == nil {
+		return
+	}
+	te.cancel()
+	te.cancel = nil
+	select {
+	case err := <-te.done:
+		tb.Logf("the crashed engine's Run returned: %v", err)
+	case <-time.After(15 * time.Second):
+		tb.Fatalf("engine Run did not return after the power loss")
+	}
+}
+
+// loseAndReopen loses the power of te's host, crashes te and opens a new
+// engine on what its directory kept, through a new powerloss.FS. It
+// returns the new engine (not running) or Open's error.
+func loseAndReopen(tb testing.TB, te *testEngine, fsys *powerloss.FS, loss powerloss.Loss) (*testEngine, error) {
+	tb.Helper()
+	r, err := fsys.PowerLoss(loss)
+	if err != nil {
+		tb.Fatalf("PowerLoss: %v", err)
+	}
+	tb.Log(r)
+	te.crash(tb)
+	cfg := te.Config()
+	deps := Deps{FS: powerloss.New(cfg.DataDir), Logger: testLogger(tb)}
+	n, err := Open(cfg, deps)
+	if err != nil {
+		return nil, err
+	}
+	return &testEngine{Engine: n.Engine, node: n, deps: deps}, nil
+}
+
+// powerLossCases are the losses both fsync modes are run through.
+var powerLossCases = []struct {
+	name string
+	loss powerloss.Loss
+	// refuses: recovery may refuse to start with wal.ErrCorrupt.
+	refuses bool
+}{
+	{name: "unsynced bytes dropped", loss: powerloss.Loss{}},
+	{name: "partial writeback", loss: powerloss.Loss{Writeback: true}},
+	{name: "partial writeback and a zeroed sector", loss: powerloss.Loss{Writeback: true, Tear: powerloss.TearZeros}},
+	// A torn sector holding garbage after a frame whose CRC fails is, in
+	// the WAL's recovery, "a bad frame followed by more data", which it
+	// refuses (storage/wal/journal.go, the torn-tail rule: only zeros may
+	// follow a frame with a bad CRC). Whether the tear lands like that
+	// depends on where the last write ended. Today: the node either
+	// recovers as in the other cases or refuses with wal.ErrCorrupt,
+	// changing nothing; the recovery gates of the same issue will decide
+	// what it should do.
+	{name: "partial writeback and a garbage sector", loss: powerloss.Loss{Writeback: true, Tear: powerloss.TearGarbage}, refuses: true},
+}
+
+// appendBody is the i-th append to a stream in these tests.
+func appendBody(stream string, i int) string { return fmt.Sprintf("%s-%03d;", stream, i) }
+
+// TestPowerLossFsyncAlways: with fsync "always" every acknowledged append
+// survives a power loss exactly, and the restarted node reports the crash.
+func TestPowerLossFsyncAlways(t *testing.T) {
+	for _, tc := range powerLossCases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t.TempDir())
+			cfg.Fsync = "always"
+			fsys := powerloss.New(cfg.DataDir)
+			te := openEngine(t, cfg, Deps{FS: fsys})
+			te.run(t)
+			te.waitReady(t)
+			if _, err := te.CreateBucket(t.Context(), &streamv1.CreateBucketRequest{Bucket: testBucket}); err != nil {
+				t.Fatal(err)
+			}
+			streams := []string{"a", "b", "c"}
+			want := map[string]string{}
+			for _, s := range streams {
+				mustCreate(t, te, &streamv1.CreateStreamRequest{Ref: ref(s), ContentType: "text/plain"})
+			}
+			// More appends than SnapshotEntries: the groups take snapshots
+			// before the loss.
+			for i := range 40 {
+				for _, s := range streams {
+					mustAppend(t, te, s, "text/plain", appendBody(s, i))
+					want[s] += appendBody(s, i)
+				}
+			}
+
+			loss := tc.loss
+			loss.Seed, loss.KeepNewDirs = powerloss.Seed(t), true
+			ne, err := loseAndReopen(t, te, fsys, loss)
+			if err != nil {
+				if tc.refuses && errors.Is(err, wal.ErrCorrupt) {
+					t.Logf("recovery refused the torn tail: %v", err)
+					return
+				}
+				t.Fatalf("reopen after the power loss: %v", err)
+			}
+			ne.run(t)
+			ne.waitReady(t)
+			if !ne.node.WALRecovery() {
+				t.Error("no wal_recovery after a power loss")
+			}
+			for _, s := range streams {
+				if got := readAll(t, ne, s); got != want[s] {
+					t.Errorf("stream %s after the loss:\n got %q\nwant %q", s, got, want[s])
+				}
+			}
+			mustAppend(t, ne, "a", "text/plain", "after;")
+			if got := readAll(t, ne, "a"); got != want["a"]+"after;" {
+				t.Errorf("append after the recovery: read %q", got)
+			}
+		})
+	}
+}
+
+// TestPowerLossFsyncNever: with fsync "never" a power loss may take the
+// acknowledged appends that were still in the page cache. Today the
+// restarted node recovers what the disk kept without crashing: each stream
+// holds a prefix of its acknowledged appends, whole appends only, and the
+// node reports the crash (wal_recovery). It does not know which appends it
+// lost, and on a single node nothing can give them back; the recovery
+// gates of the same issue (multi-node: a replica that may have lost
+// acknowledged entries stays out of elections until it caught up) will
+// tighten what a crashed node is allowed to do, not this outcome.
+func TestPowerLossFsyncNever(t *testing.T) {
+	for _, tc := range powerLossCases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t.TempDir())
+			cfg.Fsync = "never"
+			fsys := powerloss.New(cfg.DataDir)
+
+			// The bucket and the streams are made durable by a clean
+			// shutdown, so that the loss can only take appends.
+			te := openEngine(t, cfg, Deps{FS: fsys})
+			te.run(t)
+			te.waitReady(t)
+			if _, err := te.CreateBucket(t.Context(), &streamv1.CreateBucketRequest{Bucket: testBucket}); err != nil {
+				t.Fatal(err)
+			}
+			streams := []string{"a", "b", "c"}
+			for _, s := range streams {
+				mustCreate(t, te, &streamv1.CreateStreamRequest{Ref: ref(s), ContentType: "text/plain"})
+			}
+			te = restart(t, te, nil)
+
+			const appends = 40
+			for i := range appends {
+				for _, s := range streams {
+					mustAppend(t, te, s, "text/plain", appendBody(s, i))
+				}
+			}
+
+			loss := tc.loss
+			loss.Seed, loss.KeepNewDirs = powerloss.Seed(t), true
+			ne, err := loseAndReopen(t, te, fsys, loss)
+			if err != nil {
+				if tc.refuses && errors.Is(err, wal.ErrCorrupt) {
+					t.Logf("recovery refused the torn tail: %v", err)
+					return
+				}
+				t.Fatalf("reopen after the power loss: %v", err)
+			}
+			ne.run(t)
+			ne.waitReady(t)
+			if !ne.node.WALRecovery() {
+				t.Error("no wal_recovery after a power loss")
+			}
+			for _, s := range streams {
+				got := readAll(t, ne, s)
+				var all strings.Builder
+				kept := -1
+				for i := 0; i <= appends; i++ {
+					if all.String() == got {
+						kept = i
+						break
+					}
+					if i < appends {
+						all.WriteString(appendBody(s, i))
+					}
+				}
+				if kept < 0 {
+					t.Errorf("stream %s after the loss holds %q: not a prefix of its appends in whole appends", s, got)
+					continue
+				}
+				t.Logf("stream %s kept %d of its %d acknowledged appends", s, kept, appends)
+				// The recovered stream takes appends at its recovered tail.
+				mustAppend(t, ne, s, "text/plain", "after;")
+				if got2 := readAll(t, ne, s); got2 != got+"after;" {
+					t.Errorf("stream %s: append after the recovery reads %q", s, got2)
+				}
+			}
+		})
+	}
+}
+
+// clusterPowerLossEnv enables TestClusterPowerLossOfOneVoter.
+const clusterPowerLossEnv = "URSULA_POWERLOSS_CLUSTER"
+
+// TestClusterPowerLossOfOneVoter: one voter of three loses the power of
+// its host under fsync "never" (the others keep running), restarts on what
+// its disk kept, and the cluster still serves every acknowledged write.
+//
+// Today it crashes the test binary, so it is skipped unless
+// URSULA_POWERLOSS_CLUSTER is set: the restarted voter lost entries it had
+// acknowledged, each group's leader still holds the match index those
+// acknowledgements set, and the first heartbeat carries a commit index
+// (min(match, committed)) above the restarted voter's last index: etcd
+// raft panics in raftLog.commitTo ("tocommit(16) is out of range
+// [lastIndex(10)]. Was the raft log corrupted, truncated, or lost?"), in
+// the shard worker, and the node dies; it dies again at every restart for
+// as long as that leader keeps its progress (the leader never resends below
+// a follower's match: tracker.Progress.MaybeDecrTo). The recovery gates of
+// the same issue are to make this test pass.
+func TestClusterPowerLossOfOneVoter(t *testing.T) {
+	if os.Getenv(clusterPowerLossEnv) == "" {
+		t.Skipf("a voter that lost acknowledged entries panics on its leader's next heartbeat (see the comment); set %s=1 to run it", clusterPowerLossEnv)
+	}
+	var mu sync.Mutex
+	disks := map[uint64]*powerloss.FS{}
+	c := startClusterFS(t, 3, func(id uint64, dir string) wal.FS {
+		mu.Lock()
+		defer mu.Unlock()
+		disks[id] = powerloss.New(dir)
+		return disks[id]
+	})
+	groups := uint32(c.engines[1].Config().GroupCount)
+	lead0 := c.waitLeader(t, bucketGroup)
+	if _, err := c.engines[lead0].CreateBucket(t.Context(), &streamv1.CreateBucketRequest{Bucket: testBucket}); err != nil {
+		t.Fatal(err)
+	}
+	names := map[uint32]string{}
+	for i := 0; len(names) < int(groups); i++ {
+		name := "s" + strconv.Itoa(i)
+		g := c.engines[1].GroupOf(key(name))
+		if _, ok := names[g]; !ok {
+			names[g] = name
+			mustCreate(t, c.engines[c.waitLeader(t, g)], &streamv1.CreateStreamRequest{Ref: ref(name)})
+		}
+	}
+	// appendEverywhere appends round's body to every stream through its
+	// leader. A leader that changes meanwhile is retried; an outcome left
+	// unknown is looked up on the next leader before it is retried.
+	want := map[uint32]string{}
+	appendEverywhere := func(tb testing.TB, round int) {
+		tb.Helper()
+		for g, name := range names {
+			body := appendBody(name, round)
+			await.True(tb, fmt.Sprintf("append %q through the leader", body), func() bool {
+				e, _ := c.engine(c.waitLeader(tb, g))
+				_, err := e.Append(tb.Context(), &streamv1.AppendRequest{Ref: ref(name), ContentType: DefaultContentType, Body: []byte(body)})
+				switch codeOf(err) {
+				case nil:
+					return true
+				case fault.ErrOutcomeUnknown:
+					var r *streamv1.ReadResponse
+					await.True(tb, "a leader to read from", func() bool {
+						e, _ := c.engine(c.waitLeader(tb, g))
+						r, err = e.Read(tb.Context(), &streamv1.ReadRequest{Ref: ref(name), Offset: stream.OffsetStart, NoTouch: true})
+						return err == nil && r.GetUpToDate()
+					})
+					return string(r.GetData()) == want[g]+body
+				case fault.ErrNotLeader, fault.ErrUnavailable, fault.ErrOverloaded:
+					return false
+				}
+				tb.Fatalf("append %q: %v", body, err)
+				return false
+			})
+			want[g] += body
+		}
+	}
+	for round := range 10 {
+		appendEverywhere(t, round)
+	}
+
+	const victim = 3
+	old, _ := c.engine(victim)
+	loss := powerloss.Loss{Seed: powerloss.Seed(t), Writeback: true, Tear: powerloss.TearZeros, KeepNewDirs: true}
+	r, err := disks[victim].PowerLoss(loss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(r)
+	old.crash(t)
+	ne := c.open(t, victim, old.Config())
+	c.mu.Lock()
+	c.engines[victim] = ne
+	c.mu.Unlock()
+	ne.run(t)
+	if !ne.node.WALRecovery() {
+		t.Error("no wal_recovery on the node that lost power")
+	}
+
+	for round := 10; round < 15; round++ {
+		appendEverywhere(t, round)
+	}
+	await.True(t, "the restarted node to catch up", func() bool {
+		for g, name := range names {
+			m, ok := ne.machine(key(name)).Lookup(key(name))
+			if !ok || m.Tail != uint64(len(want[g])) {
+				return false
+			}
+		}
+		return true
+	})
+	ne.waitReady(t)
+	for g, name := range names {
+		le, _ := c.engine(c.waitLeader(t, g))
+		if got := readAll(t, le, name); got != want[g] {
+			t.Errorf("group %d: the leader reads %q, want %q", g, got, want[g])
+		}
+		if got := string(readOwn(t, ne, name)); got != want[g] {
+			t.Errorf("group %d: the restarted replica holds %q, want %q", g, got, want[g])
+		}
+	}
+}
