@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"sync/atomic"
 
+	"github.com/ursula/ursula/storage/cluster"
 	"github.com/ursula/ursula/storage/cold"
 	"github.com/ursula/ursula/storage/engine"
 	"github.com/ursula/ursula/storage/multiraft"
@@ -28,8 +29,17 @@ type metrics struct {
 	subscribeBytes  atomic.Uint64
 }
 
+// gateState is a group's recovery_gate: "open", or the state of its gate.
+func gateState(rs multiraft.GroupStatus, gates map[uint32]cluster.GateState) string {
+	if st, ok := gates[rs.GroupID]; ok {
+		return string(st)
+	}
+	return "open"
+}
+
 func (m *metrics) snapshot(n *engine.Node, clusterID, incarnation string) map[string]any {
 	views := n.Groups()
+	gates := n.Cluster.GateStates()
 	groups := make([]any, 0, len(views))
 	var hot int64
 	var streams int
@@ -65,6 +75,7 @@ func (m *metrics) snapshot(n *engine.Node, clusterID, incarnation string) map[st
 			"last_log_index": float64(rs.LastIndex),
 			"snapshot_index": float64(rs.SnapshotIndex),
 			"is_leader":      rs.IsLeader,
+			"recovery_gate":  gateState(rs, gates),
 		})
 	}
 	out := map[string]any{

@@ -60,17 +60,20 @@ func TestReadinessReasonTable(t *testing.T) {
 		name              string
 		stopping, started bool
 		rejoin            int
+		gates             map[uint32]cluster.GateState
 		groups            []multiraft.GroupStatus
 		want              string
 	}{
-		{"ready", false, true, 0, []multiraft.GroupStatus{led, led}, ""},
-		{"starting", false, false, 0, []multiraft.GroupStatus{led}, ReasonStarting},
-		{"shutting down wins", true, true, 1, []multiraft.GroupStatus{leaderless}, ReasonShuttingDown},
-		{"awaiting rebuild", false, true, 2, []multiraft.GroupStatus{led}, ReasonAwaitingRebuild},
-		{"learner", false, true, 0, []multiraft.GroupStatus{led, learner}, ReasonLearner},
-		{"no leader", false, true, 0, []multiraft.GroupStatus{led, leaderless}, ReasonNoLeader},
+		{"ready", false, true, 0, nil, []multiraft.GroupStatus{led, led}, ""},
+		{"starting", false, false, 0, nil, []multiraft.GroupStatus{led}, ReasonStarting},
+		{"shutting down wins", true, true, 1, nil, []multiraft.GroupStatus{leaderless}, ReasonShuttingDown},
+		{"awaiting rebuild", false, true, 2, nil, []multiraft.GroupStatus{led}, ReasonAwaitingRebuild},
+		{"learner", false, true, 0, nil, []multiraft.GroupStatus{led, learner}, ReasonLearner},
+		{"no leader", false, true, 0, nil, []multiraft.GroupStatus{led, leaderless}, ReasonNoLeader},
+		{"gate closed", false, true, 0, map[uint32]cluster.GateState{1: cluster.GateAwaitingBarrier}, []multiraft.GroupStatus{led, leaderless}, ReasonRecoveryGateClosed},
+		{"gate stalled wins", false, true, 0, map[uint32]cluster.GateState{0: cluster.GateAwaitingBarrier, 1: cluster.GateStalled}, []multiraft.GroupStatus{led, leaderless}, ReasonRecoveryStalled},
 	} {
-		if got := readinessReason(c.stopping, c.started, c.rejoin, c.groups, 1); got != c.want {
+		if got := readinessReason(c.stopping, c.started, c.rejoin, c.gates, c.groups, 1); got != c.want {
 			t.Errorf("%s: reason %q, want %q", c.name, got, c.want)
 		}
 	}

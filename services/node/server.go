@@ -366,6 +366,13 @@ const (
 	ReasonLearner = "learner_catching_up"
 	// ReasonNoLeader: some group has no leader this node knows of.
 	ReasonNoLeader = "group_without_leader"
+	// ReasonRecoveryGateClosed: some group is behind the recovery gate
+	// (the previous run may have lost the unsynced tail of the journals)
+	// and has not applied its leader's barrier yet.
+	ReasonRecoveryGateClosed = "recovery_gate_closed"
+	// ReasonRecoveryStalled: a gated group has had no barrier and applied
+	// nothing for 30 s: only an operator can recover it.
+	ReasonRecoveryStalled = "recovery_stalled"
 )
 
 func (s *Server) readiness() *adminv1.GetReadyResponse {
@@ -387,13 +394,32 @@ func (s *Server) notReadyReason(started bool) string {
 	for g := range groups {
 		groups[g] = s.n.Cluster.Status(uint32(g))
 	}
-	return readinessReason(s.stopping.Load(), started, len(s.n.Cluster.RejoinPending()), groups, s.n.Config().NodeID)
+	return readinessReason(s.stopping.Load(), started, len(s.n.Cluster.RejoinPending()), s.n.Cluster.GateStates(), groups, s.n.Config().NodeID)
+}
+
+// gateLists lists the gated groups, and those of them stalled (JSON
+// arrays, sorted).
+func (s *Server) gateLists() (closed, stalled []any) {
+	gates := s.n.Cluster.GateStates()
+	ids := make([]uint32, 0, len(gates))
+	for g := range gates {
+		ids = append(ids, g)
+	}
+	slices.Sort(ids)
+	closed, stalled = []any{}, []any{}
+	for _, g := range ids {
+		closed = append(closed, float64(g))
+		if gates[g] == cluster.GateStalled {
+			stalled = append(stalled, float64(g))
+		}
+	}
+	return closed, stalled
 }
 
 // readinessReason decides readiness from what the node knows: whether it
 // is stopping, whether its engine reported ready once, how many groups
 // still wait to rebuild it, and each group's status.
-func readinessReason(stopping, started bool, rejoinPending int, groups []multiraft.GroupStatus, self uint64) string {
+func readinessReason(stopping, started bool, rejoinPending int, gates map[uint32]cluster.GateState, groups []multiraft.GroupStatus, self uint64) string {
 	switch {
 	case stopping:
 		return ReasonShuttingDown
@@ -401,6 +427,14 @@ func readinessReason(stopping, started bool, rejoinPending int, groups []multira
 		return ReasonStarting
 	case rejoinPending > 0:
 		return ReasonAwaitingRebuild
+	}
+	for _, st := range gates {
+		if st == cluster.GateStalled {
+			return ReasonRecoveryStalled
+		}
+	}
+	if len(gates) > 0 {
+		return ReasonRecoveryGateClosed
 	}
 	for _, st := range groups {
 		if slices.Contains(st.Learners, self) {
@@ -418,6 +452,10 @@ func (s *Server) metricsSnapshot() map[string]any {
 	m["node_id"] = float64(s.n.Config().NodeID)
 	m["peer_cluster_mismatches"] = s.mismatchList()
 	m["commit_stall_interventions"] = float64(s.n.Cluster.CommitStalls())
+	closed, stalled := s.gateLists()
+	m["recovery_gates"] = map[string]any{"closed": closed, "stalled": stalled}
+	m["recovery_gates_closed"] = float64(len(closed))
+	m["recovery_gates_stalled"] = float64(len(stalled))
 	m["client_auth_refusals"] = float64(s.clientAuth.refusals.Load())
 	m["admin_auth_refusals"] = float64(s.adminAuthRefusals.Load())
 	// When each plane's certificate expires (Unix seconds; 0 without TLS),
@@ -470,9 +508,11 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 	if !r.GetReady() {
 		code = http.StatusServiceUnavailable
 	}
+	_, stalled := s.gateLists()
 	writeJSON(w, code, map[string]any{
 		"ready":                   r.GetReady(),
 		"reason":                  r.GetReason(),
+		"recovery_stalled_groups": stalled,
 		"cluster_id":              r.GetClusterId(),
 		"peer_cluster_mismatches": s.mismatchList(),
 		"process_incarnation":     r.GetProcessIncarnation(),

@@ -30,7 +30,7 @@ func (c *Cluster) TransferLeader(ctx context.Context, g uint32, to uint64) error
 		return fault.Errorf(fault.ErrNotAVoter, "node %d is not a voter of group %d", to, g)
 	case to != c.cfg.NodeID && !slices.Contains(c.eligible(ctx, g), to):
 		return fault.Errorf(fault.ErrTransferTargetNotEligible,
-			"node %d may not take group %d's leadership now: it is drained, being rebuilt, unreachable or behind the commit index", to, g)
+			"node %d may not take group %d's leadership now: it is drained, gated, being rebuilt, unreachable or behind the commit index", to, g)
 	}
 	return raftError(c.host.TransferLeader(ctx, g, to))
 }

@@ -35,6 +35,8 @@ type Cluster struct {
 	rebuilds sync.Map // rebuildKey → true: replicas to remove and add back
 	// commitStalls counts watchdog interventions.
 	commitStalls atomic.Uint64
+	// gates runs the openers of the recovery gates (gate.go).
+	gates gates
 }
 
 // New builds the cluster side of a node over its Raft host and state

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -91,9 +92,10 @@ func (n *GRPC) Probe(ctx context.Context, peer uint64, groups []uint32) ([]*raft
 }
 
 // AcceptsTransfers implements Network.
-func (n *GRPC) AcceptsTransfers(ctx context.Context, peer uint64) bool {
+func (n *GRPC) AcceptsTransfers(ctx context.Context, peer uint64, g uint32) bool {
 	st, err := n.tr.GetShedState(ctx, peer)
-	return err == nil && st.GetClusterId() == n.cfg.ClusterID && st.GetShouldAcceptTransfer()
+	return err == nil && st.GetClusterId() == n.cfg.ClusterID && st.GetShouldAcceptTransfer() &&
+		!slices.Contains(st.GetGatedGroups(), g)
 }
 
 // Forward implements Network.
@@ -117,12 +119,12 @@ func (n *GRPC) Forward(ctx context.Context, leader uint64, req *raftv1.ForwardPr
 }
 
 // RequestRebuild implements Network.
-func (n *GRPC) RequestRebuild(ctx context.Context, leader uint64, g uint32, node uint64) (bool, error) {
+func (n *GRPC) RequestRebuild(ctx context.Context, leader uint64, g uint32, node, lastIndex uint64) (bool, error) {
 	cc, err := n.conn(leader)
 	if err != nil {
 		return false, err
 	}
-	resp, err := raftv1.NewForwardServiceClient(cc).RequestRebuild(ctx, &raftv1.RequestRebuildRequest{GroupId: g, NodeId: node})
+	resp, err := raftv1.NewForwardServiceClient(cc).RequestRebuild(ctx, &raftv1.RequestRebuildRequest{GroupId: g, NodeId: node, LastIndex: lastIndex})
 	if err != nil {
 		return false, callError(leader, err)
 	}
@@ -195,7 +197,7 @@ func (f *forwardServer) Propose(ctx context.Context, req *raftv1.ForwardProposeR
 }
 
 func (f *forwardServer) RequestRebuild(ctx context.Context, req *raftv1.RequestRebuildRequest) (*raftv1.RequestRebuildResponse, error) {
-	done, err := f.n.local.RequestRebuild(ctx, transport.SenderID(ctx), req.GetGroupId(), req.GetNodeId())
+	done, err := f.n.local.RequestRebuild(ctx, transport.SenderID(ctx), req.GetGroupId(), req.GetNodeId(), req.GetLastIndex())
 	if err != nil {
 		return &raftv1.RequestRebuildResponse{Error: encodeError(err)}, nil
 	}

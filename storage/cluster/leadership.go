@@ -14,6 +14,7 @@ import (
 
 	raftv1 "github.com/ursula/ursula/proto/gen/go/ursula/raft/v1"
 	"github.com/ursula/ursula/storage/fault"
+	"github.com/ursula/ursula/storage/multiraft"
 	"github.com/ursula/ursula/storage/wal"
 )
 
@@ -77,6 +78,7 @@ func (c *Cluster) leadershipLoop(ctx context.Context) {
 	}
 	t := time.NewTicker(c.cfg.LeadershipTick)
 	defer t.Stop()
+	defer c.gates.wg.Wait()
 	stalls := make(map[uint32]stallWatch)
 	for {
 		select {
@@ -84,6 +86,7 @@ func (c *Cluster) leadershipLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		c.openGates(ctx)
 		c.reconcileMembership(ctx)
 		c.watchCommits(ctx, stalls)
 		if c.Draining() {
@@ -129,7 +132,7 @@ func (c *Cluster) eligible(ctx context.Context, g uint32) []uint64 {
 		if _, rebuilding := c.rebuilds.Load(rebuildKey{g, v}); rebuilding {
 			continue
 		}
-		if !c.net.AcceptsTransfers(ctx, v) {
+		if !c.net.AcceptsTransfers(ctx, v, g) {
 			continue
 		}
 		out = append(out, v)
@@ -239,10 +242,12 @@ type rebuildKey struct {
 }
 
 // RequestRebuild is called on a group's leader by a replica that lost its
-// log, node, through peer from. It reports done once the replica is no
-// longer a voter. A node asks only for itself: a request for another node
-// is refused, since it would remove a healthy voter.
-func (c *Cluster) RequestRebuild(ctx context.Context, from uint64, g uint32, node uint64) (bool, error) {
+// log or its tail, node, through peer from; lastIndex is where the
+// replica's log ends now (0 when it lost everything). It reports done once
+// the replica is no longer a voter, or when it holds everything it
+// acknowledged (no rebuild needed). A node asks only for itself: a request
+// for another node is refused, since it would remove a healthy voter.
+func (c *Cluster) RequestRebuild(ctx context.Context, from uint64, g uint32, node, lastIndex uint64) (bool, error) {
 	if from != node {
 		c.logger.Warn("refused a rebuild request for another node", "from_node_id", from, "node_id", node, "group_id", g)
 		return false, fault.Errorf(fault.ErrPermissionDenied, "node %d may ask a rebuild of its own replica only, not of node %d", from, node)
@@ -259,20 +264,55 @@ func (c *Cluster) RequestRebuild(ctx context.Context, from uint64, g uint32, nod
 	// learner added back afresh (match 0; it acknowledges nothing until it
 	// accepts replication). A learner that had caught up before the loss is
 	// removed and added back too.
+	prog, err := c.host.Progress(ctx, g)
+	if err != nil {
+		return false, raftError(err)
+	}
 	if !slices.Contains(st.Voters, node) {
-		if !slices.Contains(st.Learners, node) {
+		if !slices.Contains(st.Learners, node) || prog[node] == 0 {
 			return true, nil
 		}
-		prog, err := c.host.Progress(ctx, g)
-		if err != nil {
-			return false, raftError(err)
+	} else {
+		if lastIndex > 0 && prog[node] <= lastIndex {
+			return true, nil // it holds everything it acknowledged
 		}
-		if prog[node] == 0 {
-			return true, nil
+		// Removing a voter must not cost the group its quorum: the voters
+		// that kept their log and answered recently, the leader counted,
+		// must be a majority without it. Otherwise the removal could not
+		// commit, and the replica waits (behind its gate) instead.
+		if !c.healthyQuorumWithout(ctx, g, st, prog, node) {
+			return false, fault.Errorf(fault.ErrUnavailable, "group %d has no quorum of healthy voters without node %d: it cannot be rebuilt now", g, node).
+				With(fault.DetailRetryAfterMS, "1000")
 		}
 	}
-	c.rebuilds.Store(rebuildKey{g, node}, true)
+	if _, already := c.rebuilds.LoadOrStore(rebuildKey{g, node}, true); !already {
+		c.logger.Warn("a replica lost entries it had acknowledged: rebuilding it", "group_id", g, "node_id", node,
+			"acknowledged", prog[node], "last_index", lastIndex)
+	}
 	return false, nil
+}
+
+// healthyQuorumWithout reports whether the voters of group g other than
+// node that hold every committed entry and answered the leader within
+// handoffAckWindow, the leader counted, are a majority of the voters.
+func (c *Cluster) healthyQuorumWithout(ctx context.Context, g uint32, st multiraft.GroupStatus, prog map[uint64]uint64, node uint64) bool {
+	acked, err := c.host.Acked(ctx, g)
+	if err != nil {
+		return false
+	}
+	healthy := 0
+	for _, v := range st.Voters {
+		switch {
+		case v == node:
+		case v == c.cfg.NodeID:
+			healthy++
+		case prog[v] >= st.Commit:
+			if age, ok := acked[v]; ok && age <= handoffAckWindow {
+				healthy++
+			}
+		}
+	}
+	return healthy > len(st.Voters)/2
 }
 
 // reconcileMembership keeps each led group at the configured voters.
@@ -328,7 +368,7 @@ func (c *Cluster) reconcileMembership(ctx context.Context) {
 func (c *Cluster) requestRebuilds(ctx context.Context) {
 	c.rejoined.Range(func(k, v any) bool {
 		g, leader := k.(uint32), v.(uint64)
-		done, err := c.net.RequestRebuild(ctx, leader, g, c.cfg.NodeID)
+		done, err := c.net.RequestRebuild(ctx, leader, g, c.cfg.NodeID, 0)
 		switch {
 		case err == nil && done:
 			if err := c.host.AcceptSteps(ctx, g); err == nil {
@@ -364,10 +404,10 @@ func (c *Cluster) CommitStalls() uint64 { return c.commitStalls.Load() }
 func (c *Cluster) ShedState() *raftv1.ShedState {
 	if c.Draining() {
 		return &raftv1.ShedState{ClusterId: c.cfg.ClusterID, NodeId: c.cfg.NodeID, Bits: 1, State: "maintenance-drain",
-			ShouldAcceptTransfer: false, ShouldCampaign: false, ShouldShedCurrentLeaders: true}
+			ShouldAcceptTransfer: false, ShouldCampaign: false, ShouldShedCurrentLeaders: true, GatedGroups: c.host.Gated()}
 	}
 	return &raftv1.ShedState{ClusterId: c.cfg.ClusterID, NodeId: c.cfg.NodeID, Bits: 0, State: "normal",
-		ShouldAcceptTransfer: true, ShouldCampaign: true, ShouldShedCurrentLeaders: false}
+		ShouldAcceptTransfer: true, ShouldCampaign: true, ShouldShedCurrentLeaders: false, GatedGroups: c.host.Gated()}
 }
 
 // HandOffAll hands every leadership of this node to eligible voters (a

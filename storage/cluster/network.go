@@ -23,12 +23,14 @@ type Network interface {
 	// returns its applied result; a refusal (not the leader any more, ...)
 	// is a storage error (package fault).
 	Forward(ctx context.Context, leader uint64, req *raftv1.ForwardProposeRequest) (*storagev1.ApplyResult, error)
-	// RequestRebuild asks a group's leader to rebuild node's replica; done
-	// once the leader no longer counts the lost log.
-	RequestRebuild(ctx context.Context, leader uint64, groupID uint32, node uint64) (done bool, err error)
-	// AcceptsTransfers reports whether a peer may take leaderships: it
-	// answers, belongs to this cluster and is not draining.
-	AcceptsTransfers(ctx context.Context, peer uint64) bool
+	// RequestRebuild asks a group's leader to rebuild node's replica, whose
+	// log ends at lastIndex (0: wiped); done once the leader no longer
+	// counts the lost log.
+	RequestRebuild(ctx context.Context, leader uint64, groupID uint32, node, lastIndex uint64) (done bool, err error)
+	// AcceptsTransfers reports whether a peer may take group g's
+	// leadership: it answers, belongs to this cluster, is not draining and
+	// its replica of g is not behind the recovery gate.
+	AcceptsTransfers(ctx context.Context, peer uint64, g uint32) bool
 	// Attach connects the network's receiving side to this node. New calls
 	// it once, before Run.
 	Attach(local Local)
@@ -50,7 +52,7 @@ type Local interface {
 	ProposeForwarded(ctx context.Context, from uint64, req *raftv1.ForwardProposeRequest) (*storagev1.ApplyResult, error)
 	// RequestRebuild is peer from asking this node, a group's leader, to
 	// rebuild node's replica (only a node's own request is taken).
-	RequestRebuild(ctx context.Context, from uint64, groupID uint32, node uint64) (bool, error)
+	RequestRebuild(ctx context.Context, from uint64, groupID uint32, node, lastIndex uint64) (bool, error)
 	// ShedState is this node's leadership-shed state.
 	ShedState() *raftv1.ShedState
 }

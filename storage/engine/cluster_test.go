@@ -105,17 +105,17 @@ func (n *memNet) Forward(ctx context.Context, leader uint64, req *raftv1.Forward
 	return p.local.ProposeForwarded(ctx, n.self, req)
 }
 
-func (n *memNet) RequestRebuild(ctx context.Context, leader uint64, g uint32, node uint64) (bool, error) {
+func (n *memNet) RequestRebuild(ctx context.Context, leader uint64, g uint32, node, lastIndex uint64) (bool, error) {
 	p, ok := n.c.net(leader)
 	if !ok {
 		return false, fault.Errorf(fault.ErrUnavailable, "no peer %d", leader)
 	}
-	return p.local.RequestRebuild(ctx, n.self, g, node)
+	return p.local.RequestRebuild(ctx, n.self, g, node, lastIndex)
 }
 
-func (n *memNet) AcceptsTransfers(_ context.Context, peer uint64) bool {
+func (n *memNet) AcceptsTransfers(_ context.Context, peer uint64, g uint32) bool {
 	p, ok := n.c.net(peer)
-	return ok && p.local.ShedState().GetShouldAcceptTransfer()
+	return ok && p.local.ShedState().GetShouldAcceptTransfer() && !slices.Contains(p.local.ShedState().GetGatedGroups(), g)
 }
 
 func (c *memCluster) deliver(id uint64) {

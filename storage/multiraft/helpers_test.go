@@ -143,7 +143,19 @@ func (n *testNode) run(tb testing.TB) {
 	tb.Cleanup(func() { n.stop(tb) })
 }
 
+// stop stops the node gracefully and records the clean shutdown, as the
+// engine does after a clean stop (a restart then opens no recovery gate).
 func (n *testNode) stop(tb testing.TB) {
+	tb.Helper()
+	n.halt(tb)
+	if err := n.h.RecordCleanShutdown(); err != nil {
+		tb.Errorf("RecordCleanShutdown: %v", err)
+	}
+}
+
+// halt stops the node without recording a clean shutdown: the next start
+// follows a crash.
+func (n *testNode) halt(tb testing.TB) {
 	tb.Helper()
 	if n.cancel == nil {
 		return

@@ -115,6 +115,12 @@ type GroupStatus struct {
 	// LeaderSince is the log index of this node's latest leadership start;
 	// a leader serves from its state machine only once Applied reaches it.
 	LeaderSince uint64
+	// Gated is set while the group is behind the recovery gate.
+	Gated bool
+	// LostEntries is set once the group's leader showed that this replica
+	// acknowledged entries its log no longer holds (a lost tail): only a
+	// rebuild by the leader (remove, learner, promote) repairs it.
+	LostEntries bool
 }
 
 const (
@@ -151,6 +157,12 @@ type Host struct {
 	shedding atomic.Bool
 	// cleanStart: the previous run recorded a clean shutdown.
 	cleanStart bool
+	// gated are the groups behind the recovery gate (see gate.go), as
+	// recorded in the gate file.
+	gateMu sync.Mutex
+	gated  map[uint32]bool
+	// gateDropped counts the messages gated groups dropped.
+	gateDropped atomic.Uint64
 }
 
 // New validates cfg, checks the topology bound to the WAL, recovers every
@@ -237,6 +249,9 @@ func New(cfg Config, newStateMachine func(groupID uint32) StateMachine, tr Trans
 			s.groups = append(s.groups, grp)
 		}
 	}
+	if err := h.gateAfterRecovery(logDir, clean == nil); err != nil {
+		return nil, err
+	}
 	if clean != nil {
 		if err := wal.ConsumeCleanShutdown(cfg.FS, logDir); err != nil {
 			return nil, fmt.Errorf("multiraft: %w", err)
@@ -287,6 +302,7 @@ func (h *Host) newGroup(id uint32, st *wal.GroupState, s *shard) (*group, error)
 	last, _ := storage.LastIndex()
 	empty := raft.IsEmptyHardState(storage.HardState()) && last == 0 && storage.SnapshotIndex() == 0
 	g.hasState = !empty
+	g.recovered = !empty
 	if empty && h.cfg.DeferBootstrap {
 		// The engine's initializer decides: Bootstrap when every voter is
 		// empty, SetVoteFloor when the group already exists elsewhere.

@@ -195,7 +195,7 @@ func (s *shard) run(ctx context.Context) error {
 				// A draining node does not tick the groups it follows, so it
 				// never campaigns; it keeps ticking those it leads until
 				// their leadership has moved away.
-				if shedding && !g.isLeader {
+				if (shedding || g.gated) && !g.isLeader {
 					continue
 				}
 				g.rn.Tick()
@@ -257,6 +257,14 @@ func (s *shard) drain() error {
 		case opStep:
 			if g.refuseSteps {
 				break // no vote floor yet: take nothing from peers
+			}
+			if g.gated && gatedMessage(o.msg.GetType()) {
+				s.h.gateDropped.Add(1)
+				g.logger.Debug("recovery gate closed: dropped", "type", o.msg.GetType().String(), "from", o.msg.GetFrom())
+				break
+			}
+			if o.msg.GetType() == pb.MessageType_MsgHeartbeat {
+				g.checkHeartbeat(o.msg)
 			}
 			if t := o.msg.GetType(); (t == pb.MessageType_MsgAppResp || t == pb.MessageType_MsgHeartbeatResp) && g.isLeader {
 				g.acked[o.msg.GetFrom()] = time.Now()
@@ -508,6 +516,10 @@ type group struct {
 	hasState bool
 	// leaderSince is the last log index when this node last became leader.
 	leaderSince uint64
+	// gated: behind the recovery gate (gate.go); recovered: the group's
+	// state came from the journals at this start; lostEntries: a leader
+	// knows this replica to hold entries its log no longer has.
+	gated, recovered, lostEntries bool
 	// acked is when each peer last answered this node as the group's
 	// leader (an append or heartbeat response): handoffs go only to a
 	// voter that answered recently.
@@ -616,7 +628,7 @@ func (g *group) maybeCampaign(self uint64) bool {
 		return false // membership not applied yet
 	}
 	g.wantCampaign = false
-	if len(g.cs.GetVotersOutgoing()) != 0 || bs.RaftState == raft.StateLeader || !slices.Contains(voters, self) {
+	if g.gated || len(g.cs.GetVotersOutgoing()) != 0 || bs.RaftState == raft.StateLeader || !slices.Contains(voters, self) {
 		return false
 	}
 	// A single voter campaigns at once. With several, the group's preferred
@@ -641,7 +653,7 @@ func (g *group) updateStatus() {
 	defer g.statusMu.Unlock()
 	st := &g.status
 	changed := st.LeaderID != bs.Lead || st.Term != bs.GetTerm() || st.IsLeader != (bs.RaftState == raft.StateLeader) ||
-		!slices.Equal(st.Voters, g.cs.GetVoters()) || !slices.Equal(st.Learners, g.cs.GetLearners())
+		!slices.Equal(st.Voters, g.cs.GetVoters()) || !slices.Equal(st.Learners, g.cs.GetLearners()) || st.Gated != g.gated
 	if changed {
 		defer g.shard.h.statusChanged.notify()
 	}
@@ -654,6 +666,8 @@ func (g *group) updateStatus() {
 	st.SnapshotIndex = g.snapIndex
 	st.HasState = g.hasState
 	st.LeaderSince = g.leaderSince
+	st.Gated = g.gated
+	st.LostEntries = g.lostEntries
 	st.LastIndex, _ = g.st.LastIndex()
 	if !slices.Equal(st.Voters, g.cs.GetVoters()) {
 		st.Voters = slices.Clone(g.cs.GetVoters())

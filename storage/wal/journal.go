@@ -92,6 +92,8 @@ type Journal struct {
 	started  bool
 	clean    *SegmentTail
 	stats    Stats
+	// damagedTail: recovery cut a complete frame that failed verification.
+	damagedTail bool
 }
 
 // Stats are a journal's cumulative counters (for metrics).
@@ -182,6 +184,11 @@ func (j *Journal) Start() error {
 	j.started = true
 	return nil
 }
+
+// DamagedTail reports that recovery cut a complete final frame that failed
+// verification (not merely an incomplete one): an entry acknowledged
+// under fsync "always" may be gone with it.
+func (j *Journal) DamagedTail() bool { return j.damagedTail }
 
 // Tail is the active segment and its length; after Close, as the
 // journal left it (what RecordCleanShutdown records).
@@ -291,6 +298,12 @@ func (j *Journal) recover() (map[uint32]*GroupState, error) {
 						return nil, fmt.Errorf("%w: %s at offset %d: %v (after a clean shutdown: refusing to start)", ErrCorrupt, seg.path, off, err)
 					}
 					return nil, fmt.Errorf("%w: %s at offset %d: %v", ErrCorrupt, seg.path, off, err)
+				}
+				if errors.Is(err, errFrameCRC) {
+					// A complete frame that fails verification looks the same
+					// as media damage of an acknowledged write: the groups of
+					// this shard go behind the recovery gate (DamagedTail).
+					j.damagedTail = true
 				}
 				j.logger.Warn("cutting torn write at end of wal", "file", seg.path, "offset", off, "cut_bytes", len(data)-off)
 				if err := j.truncate(seg.path, int64(off)); err != nil {

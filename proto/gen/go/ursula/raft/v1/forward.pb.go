@@ -23,9 +23,12 @@ const (
 )
 
 type RequestRebuildRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupId       uint32                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	NodeId        uint64                 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GroupId uint32                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	NodeId  uint64                 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// last_index is the last index of the replica's log (0 for a wiped
+	// replica): the leader rebuilds it only when it acknowledged more.
+	LastIndex     uint64 `protobuf:"varint,3,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -70,6 +73,13 @@ func (x *RequestRebuildRequest) GetGroupId() uint32 {
 func (x *RequestRebuildRequest) GetNodeId() uint64 {
 	if x != nil {
 		return x.NodeId
+	}
+	return 0
+}
+
+func (x *RequestRebuildRequest) GetLastIndex() uint64 {
+	if x != nil {
+		return x.LastIndex
 	}
 	return 0
 }
@@ -413,10 +423,12 @@ var File_ursula_raft_v1_forward_proto protoreflect.FileDescriptor
 
 const file_ursula_raft_v1_forward_proto_rawDesc = "" +
 	"\n" +
-	"\x1cursula/raft/v1/forward.proto\x12\x0eursula.raft.v1\x1a\x1fursula/storage/v1/storage.proto\"K\n" +
+	"\x1cursula/raft/v1/forward.proto\x12\x0eursula.raft.v1\x1a\x1fursula/storage/v1/storage.proto\"j\n" +
 	"\x15RequestRebuildRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\rR\agroupId\x12\x17\n" +
-	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\"`\n" +
+	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"last_index\x18\x03 \x01(\x04R\tlastIndex\"`\n" +
 	"\x16RequestRebuildResponse\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\bR\x04done\x122\n" +
 	"\x05error\x18\x02 \x01(\v2\x1c.ursula.raft.v1.ForwardErrorR\x05error\"\xc5\x03\n" +

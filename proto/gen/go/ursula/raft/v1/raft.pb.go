@@ -173,8 +173,11 @@ type ShedState struct {
 	ShouldAcceptTransfer     bool                   `protobuf:"varint,5,opt,name=should_accept_transfer,json=shouldAcceptTransfer,proto3" json:"should_accept_transfer,omitempty"`
 	ShouldCampaign           bool                   `protobuf:"varint,6,opt,name=should_campaign,json=shouldCampaign,proto3" json:"should_campaign,omitempty"`
 	ShouldShedCurrentLeaders bool                   `protobuf:"varint,7,opt,name=should_shed_current_leaders,json=shouldShedCurrentLeaders,proto3" json:"should_shed_current_leaders,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// gated_groups are the groups whose replica on this node is behind the
+	// recovery gate: it takes none of their leaderships until it opens.
+	GatedGroups   []uint32 `protobuf:"varint,8,rep,packed,name=gated_groups,json=gatedGroups,proto3" json:"gated_groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ShedState) Reset() {
@@ -254,6 +257,13 @@ func (x *ShedState) GetShouldShedCurrentLeaders() bool {
 		return x.ShouldShedCurrentLeaders
 	}
 	return false
+}
+
+func (x *ShedState) GetGatedGroups() []uint32 {
+	if x != nil {
+		return x.GatedGroups
+	}
+	return nil
 }
 
 // MessageBatch holds Raft messages of many groups. Each message is a
@@ -568,7 +578,7 @@ const file_ursula_raft_v1_raft_proto_rawDesc = "" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12\x12\n" +
 	"\x04last\x18\x04 \x01(\bR\x04last\"\x16\n" +
 	"\x14SendSnapshotResponse\"\x15\n" +
-	"\x13GetShedStateRequest\"\x8b\x02\n" +
+	"\x13GetShedStateRequest\"\xae\x02\n" +
 	"\tShedState\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x17\n" +
@@ -577,7 +587,8 @@ const file_ursula_raft_v1_raft_proto_rawDesc = "" +
 	"\x05state\x18\x04 \x01(\tR\x05state\x124\n" +
 	"\x16should_accept_transfer\x18\x05 \x01(\bR\x14shouldAcceptTransfer\x12'\n" +
 	"\x0fshould_campaign\x18\x06 \x01(\bR\x0eshouldCampaign\x12=\n" +
-	"\x1bshould_shed_current_leaders\x18\a \x01(\bR\x18shouldShedCurrentLeaders\"H\n" +
+	"\x1bshould_shed_current_leaders\x18\a \x01(\bR\x18shouldShedCurrentLeaders\x12!\n" +
+	"\fgated_groups\x18\b \x03(\rR\vgatedGroups\"H\n" +
 	"\fMessageBatch\x128\n" +
 	"\bmessages\x18\x01 \x03(\v2\x1c.ursula.raft.v1.GroupMessageR\bmessages\"C\n" +
 	"\fGroupMessage\x12\x19\n" +
