@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"sync/atomic"
 
@@ -37,7 +38,55 @@ func gateState(rs multiraft.GroupStatus, gates map[uint32]cluster.GateState) str
 	return "open"
 }
 
-func (m *metrics) snapshot(n *engine.Node, clusterID, incarnation string) map[string]any {
+// replicaFields adds, to a group's entry under raft_groups, the replica's
+// state under the names the seed's recovery runbooks read (the names above
+// stay for the dashboards that read them). In etcd Raft a membership takes
+// effect when its entry applies, so the voter sets a cut to the committed
+// entry keeps (committed_voter_configs) are those in force
+// (voter_configs). Fields a replica does not know are null.
+func replicaFields(gm map[string]any, nodeID uint64, rs multiraft.GroupStatus, leadsLive bool) {
+	configs := []any{ids(rs.Voters)}
+	if len(rs.VotersOutgoing) > 0 {
+		configs = append(configs, ids(rs.VotersOutgoing))
+	}
+	nullIfZero := func(v uint64) any {
+		if v == 0 {
+			return nil
+		}
+		return float64(v)
+	}
+	gm["node_id"] = float64(nodeID)
+	gm["current_term"] = float64(rs.Term)
+	gm["last_log_term"] = nullIfZero(rs.LastTerm)
+	gm["last_log_index"] = nullIfZero(rs.LastIndex)
+	gm["committed_index"] = nullIfZero(rs.Commit)
+	gm["committed_term"] = nullIfZero(rs.CommitTerm)
+	gm["committed_node"] = nullIfZero(rs.CommitNode)
+	gm["last_applied_index"] = float64(rs.Applied)
+	gm["voted_for"] = nullIfZero(rs.Vote)
+	gm["leads_live"] = leadsLive
+	gm["voter_configs"] = configs
+	gm["committed_voter_configs"] = configs
+	gm["maintenance"] = map[string]any{"running": true}
+	if _, ok := gm["recovery"]; !ok {
+		gm["recovery"] = nil
+	}
+	if _, ok := gm["history"]; !ok {
+		gm["history"] = nil
+	}
+}
+
+// ids renders node ids as a JSON array.
+func ids(v []uint64) []any {
+	out := make([]any, 0, len(v))
+	for _, id := range v {
+		out = append(out, float64(id))
+	}
+	return out
+}
+
+func (m *metrics) snapshot(ctx context.Context, n *engine.Node, clusterID, incarnation string) map[string]any {
+	nodeID := n.Config().NodeID
 	views := n.Groups()
 	gates := n.Cluster.GateStates()
 	groups := make([]any, 0, len(views))
@@ -45,6 +94,7 @@ func (m *metrics) snapshot(n *engine.Node, clusterID, incarnation string) map[st
 	var streams int
 	var gcPending uint64
 	leaders := 0
+	issues := []any{}
 	for g, v := range views {
 		hot += v.HotBytes
 		streams += v.Streams
@@ -53,15 +103,8 @@ func (m *metrics) snapshot(n *engine.Node, clusterID, incarnation string) map[st
 		if rs.IsLeader {
 			leaders++
 		}
-		voters := make([]any, 0, len(rs.Voters))
-		for _, v := range rs.Voters {
-			voters = append(voters, float64(v))
-		}
-		learners := make([]any, 0, len(rs.Learners))
-		for _, v := range rs.Learners {
-			learners = append(learners, float64(v))
-		}
-		groups = append(groups, map[string]any{
+		voters, learners := ids(rs.Voters), ids(rs.Learners)
+		gm := map[string]any{
 			"raft_group_id":  float64(g),
 			"leader_id":      float64(rs.LeaderID),
 			"term":           float64(rs.Term),
@@ -76,7 +119,12 @@ func (m *metrics) snapshot(n *engine.Node, clusterID, incarnation string) map[st
 			"snapshot_index": float64(rs.SnapshotIndex),
 			"is_leader":      rs.IsLeader,
 			"recovery_gate":  gateState(rs, gates),
-		})
+		}
+		replicaFields(gm, nodeID, rs, n.Cluster.LeadsLive(ctx, uint32(g)))
+		if rs.LeaderID == 0 {
+			issues = append(issues, map[string]any{"raft_group_id": float64(g), "issue": "leader_unknown"})
+		}
+		groups = append(groups, gm)
 	}
 	out := map[string]any{
 		"cluster_id":                  clusterID,
@@ -99,6 +147,8 @@ func (m *metrics) snapshot(n *engine.Node, clusterID, incarnation string) map[st
 		"raft_group_count":            float64(len(groups)),
 		"raft_groups_led":             float64(leaders),
 		"raft_groups":                 groups,
+		// The seed's raft_maintenance: groups this replica cannot serve.
+		"raft_maintenance": map[string]any{"group_issues": issues},
 		"peer_cluster_mismatches":     []any{},
 	}
 	coldMetrics(n.Cold, gcPending, out)

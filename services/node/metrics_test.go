@@ -57,10 +57,34 @@ func TestMetricsDocument(t *testing.T) {
 		t.Fatalf("raft_groups: %d entries", len(groups))
 	}
 	for _, g := range groups {
-		for _, k := range []string{"raft_group_id", "leader_id", "term", "commit_index", "applied_index", "last_log_index", "snapshot_index", "voters", "learners", "is_leader", "hot_bytes"} {
+		for _, k := range []string{"raft_group_id", "leader_id", "term", "commit_index", "applied_index", "last_log_index", "snapshot_index", "voters", "learners", "is_leader", "hot_bytes",
+			// The seed's recovery runbook reads these.
+			"node_id", "recovery_gate", "recovery", "last_log_term", "current_term", "committed_index", "committed_term", "committed_node",
+			"last_applied_index", "leads_live", "voter_configs", "committed_voter_configs", "maintenance", "history"} {
 			if _, ok := g.(map[string]any)[k]; !ok {
 				t.Errorf("raft_groups entry lacks %s", k)
 			}
 		}
+	}
+	// The single node leads every group with itself as the quorum: its
+	// committed entry is one of its own terms, and it leads live.
+	g0 := groups[0].(map[string]any)
+	want := map[string]any{"node_id": float64(1), "recovery_gate": "open", "recovery": nil, "leads_live": true, "committed_node": float64(1)}
+	for k, v := range want {
+		if g0[k] != v {
+			t.Errorf("group 0 %s = %v, want %v", k, g0[k], v)
+		}
+	}
+	if g0["committed_term"] != g0["current_term"] || g0["last_log_term"] != g0["current_term"] {
+		t.Errorf("group 0 terms: committed %v, last log %v, current %v", g0["committed_term"], g0["last_log_term"], g0["current_term"])
+	}
+	if vc, _ := g0["voter_configs"].([]any); len(vc) != 1 {
+		t.Errorf("voter_configs = %v", g0["voter_configs"])
+	}
+	if running, _ := g0["maintenance"].(map[string]any)["running"].(bool); !running {
+		t.Errorf("maintenance = %v", g0["maintenance"])
+	}
+	if mt, _ := m["raft_maintenance"].(map[string]any); mt == nil || len(mt["group_issues"].([]any)) != 0 {
+		t.Errorf("raft_maintenance = %v", m["raft_maintenance"])
 	}
 }

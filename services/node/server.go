@@ -364,8 +364,10 @@ const (
 	ReasonAwaitingRebuild = "awaiting_rebuild"
 	// ReasonLearner: this node is a learner (catching up) in some group.
 	ReasonLearner = "learner_catching_up"
-	// ReasonNoLeader: some group has no leader this node knows of.
-	ReasonNoLeader = "group_without_leader"
+	// ReasonNoLeader: some group has no leader this node knows of (the
+	// seed's raft_replica_unready; raft_maintenance.group_issues in the
+	// metrics names the groups).
+	ReasonNoLeader = "raft_replica_unready"
 	// ReasonRecoveryGateClosed: some group is behind the recovery gate
 	// (the previous run may have lost the unsynced tail of the journals)
 	// and has not applied its leader's barrier yet.
@@ -448,7 +450,10 @@ func readinessReason(stopping, started bool, rejoinPending int, gates map[uint32
 }
 
 func (s *Server) metricsSnapshot() map[string]any {
-	m := s.metrics.snapshot(s.n, s.cfg.ClusterID, s.incarnation)
+	// Bounds the questions put to busy shard workers (leads_live).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	m := s.metrics.snapshot(ctx, s.n, s.cfg.ClusterID, s.incarnation)
 	m["node_id"] = float64(s.n.Config().NodeID)
 	m["peer_cluster_mismatches"] = s.mismatchList()
 	m["commit_stall_interventions"] = float64(s.n.Cluster.CommitStalls())

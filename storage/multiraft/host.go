@@ -121,6 +121,20 @@ type GroupStatus struct {
 	// acknowledged entries its log no longer holds (a lost tail): only a
 	// rebuild by the leader (remove, learner, promote) repairs it.
 	LostEntries bool
+	// LastTerm is the term of the last entry of the log (0: empty).
+	LastTerm uint64
+	// CommitTerm is the term of the entry at Commit, and CommitNode the
+	// node that led that term when this replica saw it lead (0: not seen,
+	// for example a term that ended before this start): with Commit they
+	// name the replica's committed entry.
+	CommitTerm, CommitNode uint64
+	// VotersOutgoing is the second voter set of a joint membership.
+	VotersOutgoing []uint64
+	// Vote is whom this replica voted for in Term (0: nobody).
+	Vote uint64
+	// LeaderHeard is when this replica last took an append, heartbeat or
+	// snapshot of the leader it follows (zero: never in this run).
+	LeaderHeard time.Time
 }
 
 const (

@@ -266,8 +266,13 @@ func (s *shard) drain() error {
 			if o.msg.GetType() == pb.MessageType_MsgHeartbeat {
 				g.checkHeartbeat(o.msg)
 			}
-			if t := o.msg.GetType(); (t == pb.MessageType_MsgAppResp || t == pb.MessageType_MsgHeartbeatResp) && g.isLeader {
+			switch t := o.msg.GetType(); {
+			case (t == pb.MessageType_MsgAppResp || t == pb.MessageType_MsgHeartbeatResp) && g.isLeader:
 				g.acked[o.msg.GetFrom()] = time.Now()
+			case t == pb.MessageType_MsgApp || t == pb.MessageType_MsgHeartbeat || t == pb.MessageType_MsgSnap:
+				if o.msg.GetTerm() >= g.rn.BasicStatus().GetTerm() {
+					g.heardLeader = time.Now()
+				}
 			}
 			if err := g.rn.Step(o.msg); err != nil {
 				g.logger.Debug("dropped raft message", "type", o.msg.GetType().String(), "from", o.msg.GetFrom(), "err", err)
@@ -524,6 +529,10 @@ type group struct {
 	// leader (an append or heartbeat response): handoffs go only to a
 	// voter that answered recently.
 	acked map[uint64]time.Time
+	// heardLeader is when a leader last reached this replica, and
+	// termLeaders the leader seen in each recent term (bounded).
+	heardLeader time.Time
+	termLeaders map[uint64]uint64
 	// appliedWaits releases WaitApplied callers (safe for any goroutine).
 	appliedWaits appliedWaits
 	// snapshotting is set while a capture of the group is with the
@@ -669,12 +678,44 @@ func (g *group) updateStatus() {
 	st.Gated = g.gated
 	st.LostEntries = g.lostEntries
 	st.LastIndex, _ = g.st.LastIndex()
+	st.LastTerm, _ = g.st.Term(st.LastIndex)
+	st.CommitTerm, _ = g.st.Term(st.Commit)
+	st.Vote = bs.GetVote()
+	st.LeaderHeard = g.heardLeader
+	if bs.Lead != 0 {
+		g.noteTermLeader(bs.GetTerm(), bs.Lead)
+	}
+	st.CommitNode = g.termLeaders[st.CommitTerm]
+	if !slices.Equal(st.VotersOutgoing, g.cs.GetVotersOutgoing()) {
+		st.VotersOutgoing = slices.Clone(g.cs.GetVotersOutgoing())
+	}
 	if !slices.Equal(st.Voters, g.cs.GetVoters()) {
 		st.Voters = slices.Clone(g.cs.GetVoters())
 	}
 	if !slices.Equal(st.Learners, g.cs.GetLearners()) {
 		st.Learners = slices.Clone(g.cs.GetLearners())
 	}
+}
+
+// maxTermLeaders bounds the terms whose leader a group remembers.
+const maxTermLeaders = 64
+
+// noteTermLeader records that node led term (one leader per term).
+func (g *group) noteTermLeader(term, node uint64) {
+	if g.termLeaders == nil {
+		g.termLeaders = map[uint64]uint64{}
+	}
+	if _, ok := g.termLeaders[term]; ok {
+		return
+	}
+	if len(g.termLeaders) >= maxTermLeaders {
+		oldest := term
+		for t := range g.termLeaders {
+			oldest = min(oldest, t)
+		}
+		delete(g.termLeaders, oldest)
+	}
+	g.termLeaders[term] = node
 }
 
 // getStatus returns the status. Its Voters and Learners slices are

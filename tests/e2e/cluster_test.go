@@ -602,7 +602,7 @@ func verifyNodes(ctx context.Context, t testing.TB, nodes []*Node, logs []*strea
 // counts the reasons of its 503 answers, each of which must be one a
 // rejoining node may give.
 func waitReadyReasons(ctx context.Context, n *Node) (map[string]int, error) {
-	allowed := map[string]bool{"starting": true, "awaiting_rebuild": true, "learner_catching_up": true, "group_without_leader": true}
+	allowed := map[string]bool{"starting": true, "awaiting_rebuild": true, "learner_catching_up": true, "raft_replica_unready": true}
 	seen := map[string]int{}
 	for {
 		r, err := n.Readiness(ctx)

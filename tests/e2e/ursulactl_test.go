@@ -155,7 +155,7 @@ func TestUrsulactl(t *testing.T) {
 	none := ursulactl.Env{}
 	// The balancer moves leaderships after the start; while one moves, a
 	// node briefly knows no leader of its group (readiness
-	// group_without_leader), which the status checks below would see.
+	// raft_replica_unready), which the status checks below would see.
 	if err := c.WaitBalanced(ctx); err != nil {
 		t.Fatal(err)
 	}
