@@ -148,8 +148,8 @@ func (m *metrics) snapshot(ctx context.Context, n *engine.Node, clusterID, incar
 		"raft_groups_led":             float64(leaders),
 		"raft_groups":                 groups,
 		// The seed's raft_maintenance: groups this replica cannot serve.
-		"raft_maintenance": map[string]any{"group_issues": issues},
-		"peer_cluster_mismatches":     []any{},
+		"raft_maintenance":        map[string]any{"group_issues": issues},
+		"peer_cluster_mismatches": []any{},
 	}
 	coldMetrics(n.Cold, gcPending, out)
 	shardMetrics(n.Cluster.ShardStats(), out)
