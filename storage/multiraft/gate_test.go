@@ -2,6 +2,7 @@ package multiraft
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -85,4 +86,111 @@ func TestRecoveryGate(t *testing.T) {
 	}
 	c.leader(t, 0)
 	c.proposeN(t, 0, 1)
+}
+
+// TestRecoveryPlan: every voter of a group crashed and came back gated, so
+// the group elects no one. A plan led by the replica with the longest log
+// elects it above the plan term; refusals change nothing; the plan is
+// recorded until PlanSatisfied, after which the group serves as before.
+func TestRecoveryPlan(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *Config) { cfg.GroupCount, cfg.ShardCount = 1, 1 })
+	for _, n := range c.nodes {
+		waitReady(t, n.h)
+	}
+	c.proposeN(t, 0, 10)
+	c.converged(t, 0)
+	for id := range c.nodes {
+		c.crash(t, id)
+	}
+	for id := uint64(1); id <= 3; id++ {
+		c.start(t, id)
+	}
+	ctx := context.Background()
+	var leader uint64
+	var highest uint64
+	for id, n := range c.nodes {
+		st := n.h.Status(0)
+		if !st.Gated {
+			t.Fatalf("node %d not gated after the crash", id)
+		}
+		highest = max(highest, st.Term)
+		if l := c.nodes[leader]; leader == 0 || st.LastTerm > l.h.Status(0).LastTerm ||
+			st.LastTerm == l.h.Status(0).LastTerm && st.LastIndex > l.h.Status(0).LastIndex {
+			leader = id
+		}
+	}
+	req := func(id uint64, lead bool, leaderTerm uint64) PlanRequest {
+		st := c.nodes[id].h.Status(0)
+		return PlanRequest{Leader: leader, Point: c.nodes[leader].h.Status(0).LastIndex, Lead: lead, HighestTerm: highest, LeaderTerm: leaderTerm,
+			ExpectedLastIndex: st.LastIndex, ExpectedLastTerm: st.LastTerm, ExpectedTerm: st.Term, Stalled: true}
+	}
+	refused := func(id uint64, r PlanRequest, reason string) {
+		t.Helper()
+		_, err := c.nodes[id].h.AcceptPlan(ctx, 0, r)
+		var pr *PlanRefusal
+		if !errors.As(err, &pr) || pr.Reason != reason {
+			t.Fatalf("node %d: got %v, want refusal %s", id, err, reason)
+		}
+		if c.nodes[id].h.Status(0).Recovery != nil {
+			t.Fatalf("node %d holds a plan after a refusal", id)
+		}
+	}
+	var other uint64
+	for id := range c.nodes {
+		if id != leader {
+			other = id
+		}
+	}
+	refused(other, req(other, true, 0), RefuseStepMismatch)
+	notStalled := req(leader, true, 0)
+	notStalled.Stalled = false
+	refused(leader, notStalled, RefuseNotStalled)
+	moved := req(leader, true, 0)
+	moved.ExpectedLastIndex++
+	refused(leader, moved, RefuseExpectedMismatch)
+
+	term, err := c.nodes[leader].h.AcceptPlan(ctx, 0, req(leader, true, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if term < highest {
+		t.Fatalf("plan term %d below the highest term %d", term, highest)
+	}
+	if again, err := c.nodes[leader].h.AcceptPlan(ctx, 0, req(leader, true, 0)); err != nil || again != term {
+		t.Fatalf("the same plan again: %d, %v", again, err)
+	}
+	low := req(other, false, term)
+	low.LeaderTerm = low.ExpectedTerm - 1
+	if low.ExpectedTerm > 0 {
+		refused(other, low, RefusePlanTermBelowVote)
+	}
+	for id := range c.nodes {
+		if id == leader {
+			continue
+		}
+		if got, err := c.nodes[id].h.AcceptPlan(ctx, 0, req(id, false, term)); err != nil || got != term {
+			t.Fatalf("node %d follow: %d, %v", id, got, err)
+		}
+	}
+	await.True(t, "the plan's leader to be elected above the plan term", func() bool {
+		st := c.nodes[leader].h.Status(0)
+		return st.IsLeader && st.Term > term
+	})
+	// A restart keeps the plan until it is satisfied.
+	c.stop(t, other)
+	if p := c.start(t, other).h.Status(0).Recovery; p == nil || p.Term != term || p.Role != PlanFollow {
+		t.Fatalf("after a restart the follower holds %+v", p)
+	}
+	for _, n := range c.nodes {
+		if err := n.h.PlanSatisfied(ctx, 0, term); err != nil {
+			t.Fatal(err)
+		}
+		if n.h.Status(0).Recovery != nil || len(n.h.Plans()) != 0 {
+			t.Fatalf("node %d still holds the plan", n.h.cfg.NodeID)
+		}
+	}
+	if c.nodes[leader].h.Status(0).Gated {
+		t.Fatal("the plan's leader is still gated after its plan was satisfied")
+	}
+	c.proposeN(t, 0, 3)
 }

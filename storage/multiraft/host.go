@@ -132,6 +132,9 @@ type GroupStatus struct {
 	VotersOutgoing []uint64
 	// Vote is whom this replica voted for in Term (0: nobody).
 	Vote uint64
+	// Recovery is the recovery plan the replica holds (nil: none); it
+	// serves nothing of the group while it holds one. Read only.
+	Recovery *Plan
 	// LeaderHeard is when this replica last took an append, heartbeat or
 	// snapshot of the leader it follows (zero: never in this run).
 	LeaderHeard time.Time
@@ -175,6 +178,8 @@ type Host struct {
 	// recorded in the gate file.
 	gateMu sync.Mutex
 	gated  map[uint32]bool
+	// plans are the recovery plans held, as recorded (plan.go; gateMu).
+	plans map[uint32]*Plan
 	// gateDropped counts the messages gated groups dropped.
 	gateDropped atomic.Uint64
 }
@@ -264,6 +269,9 @@ func New(cfg Config, newStateMachine func(groupID uint32) StateMachine, tr Trans
 		}
 	}
 	if err := h.gateAfterRecovery(logDir, clean == nil); err != nil {
+		return nil, err
+	}
+	if err := h.loadPlans(logDir, clean == nil); err != nil {
 		return nil, err
 	}
 	if clean != nil {

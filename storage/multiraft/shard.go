@@ -195,7 +195,9 @@ func (s *shard) run(ctx context.Context) error {
 				// A draining node does not tick the groups it follows, so it
 				// never campaigns; it keeps ticking those it leads until
 				// their leadership has moved away.
-				if (shedding || g.gated) && !g.isLeader {
+				// A gated replica or one that follows a plan never
+				// campaigns either; a plan's leader does.
+				if (shedding || g.gated && !g.campaignsUnderPlan() || g.plan != nil && g.plan.Role == PlanFollow) && !g.isLeader {
 					continue
 				}
 				g.rn.Tick()
@@ -258,7 +260,12 @@ func (s *shard) drain() error {
 			if g.refuseSteps {
 				break // no vote floor yet: take nothing from peers
 			}
-			if g.gated && gatedMessage(o.msg.GetType()) {
+			if g.plan != nil && !g.planStep(o.msg) {
+				s.h.gateDropped.Add(1)
+				g.logger.Debug("recovery plan: dropped", "type", o.msg.GetType().String(), "from", o.msg.GetFrom(), "term", o.msg.GetTerm())
+				break
+			}
+			if g.plan == nil && g.gated && gatedMessage(o.msg.GetType()) {
 				s.h.gateDropped.Add(1)
 				g.logger.Debug("recovery gate closed: dropped", "type", o.msg.GetType().String(), "from", o.msg.GetFrom())
 				break
@@ -533,6 +540,8 @@ type group struct {
 	// termLeaders the leader seen in each recent term (bounded).
 	heardLeader time.Time
 	termLeaders map[uint64]uint64
+	// plan is the recovery plan this replica holds (plan.go), nil if none.
+	plan *Plan
 	// appliedWaits releases WaitApplied callers (safe for any goroutine).
 	appliedWaits appliedWaits
 	// snapshotting is set while a capture of the group is with the
@@ -637,7 +646,7 @@ func (g *group) maybeCampaign(self uint64) bool {
 		return false // membership not applied yet
 	}
 	g.wantCampaign = false
-	if g.gated || len(g.cs.GetVotersOutgoing()) != 0 || bs.RaftState == raft.StateLeader || !slices.Contains(voters, self) {
+	if g.gated || g.plan != nil || len(g.cs.GetVotersOutgoing()) != 0 || bs.RaftState == raft.StateLeader || !slices.Contains(voters, self) {
 		return false
 	}
 	// A single voter campaigns at once. With several, the group's preferred
@@ -662,7 +671,8 @@ func (g *group) updateStatus() {
 	defer g.statusMu.Unlock()
 	st := &g.status
 	changed := st.LeaderID != bs.Lead || st.Term != bs.GetTerm() || st.IsLeader != (bs.RaftState == raft.StateLeader) ||
-		!slices.Equal(st.Voters, g.cs.GetVoters()) || !slices.Equal(st.Learners, g.cs.GetLearners()) || st.Gated != g.gated
+		!slices.Equal(st.Voters, g.cs.GetVoters()) || !slices.Equal(st.Learners, g.cs.GetLearners()) || st.Gated != g.gated ||
+		st.Recovery != g.plan
 	if changed {
 		defer g.shard.h.statusChanged.notify()
 	}
@@ -677,6 +687,7 @@ func (g *group) updateStatus() {
 	st.LeaderSince = g.leaderSince
 	st.Gated = g.gated
 	st.LostEntries = g.lostEntries
+	st.Recovery = g.plan
 	st.LastIndex, _ = g.st.LastIndex()
 	st.LastTerm, _ = g.st.Term(st.LastIndex)
 	st.CommitTerm, _ = g.st.Term(st.Commit)
