@@ -162,6 +162,7 @@ func newRootCommand(env *Env, made func(*Controller)) *cobra.Command {
 		purgeBucketCommand(ctl),
 		certCommand(env),
 		auditCommand(ctl),
+		recoverCommand(ctl, o),
 	)
 	return root
 }

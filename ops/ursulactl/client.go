@@ -63,9 +63,21 @@ func (c *nodeClient) adminToken() (string, error) {
 
 // request sends one request and reads the whole answer.
 func (c *nodeClient) request(ctx context.Context, method, url string, header http.Header, admin bool) (int, http.Header, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	return c.requestBody(ctx, method, url, header, admin, nil)
+}
+
+// requestBody is request with a JSON body (nil: none).
+func (c *nodeClient) requestBody(ctx context.Context, method, url string, header http.Header, admin bool, payload []byte) (int, http.Header, []byte, error) {
+	var rd io.Reader
+	if payload != nil {
+		rd = bytes.NewReader(payload)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
 		return 0, nil, nil, err
+	}
+	if payload != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	for k, v := range header {
 		req.Header[k] = v

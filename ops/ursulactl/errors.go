@@ -46,6 +46,11 @@ func ExitCode(err error) int {
 	switch {
 	case err == nil:
 		return ExitOK
+	}
+	var ce *codedError
+	switch {
+	case errors.As(err, &ce):
+		return ce.code
 	case errors.Is(err, ErrAborted):
 		return ExitAborted
 	default:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync/atomic"
+	"time"
 
 	"github.com/ursula/ursula/storage/cluster"
 	"github.com/ursula/ursula/storage/cold"
@@ -68,8 +69,10 @@ func replicaFields(gm map[string]any, nodeID uint64, rs multiraft.GroupStatus, l
 	gm["voter_configs"] = configs
 	gm["committed_voter_configs"] = configs
 	gm["maintenance"] = map[string]any{"running": true}
-	if _, ok := gm["recovery"]; !ok {
-		gm["recovery"] = nil
+	gm["recovery"] = nil
+	if p := rs.Recovery; p != nil {
+		gm["recovery"] = map[string]any{"leader": float64(p.Leader), "leader_term": float64(p.Term), "point": float64(p.Point),
+			"cut": p.Cut, "role": string(p.Role), "taken_at": p.TakenAt.UTC().Format(time.RFC3339Nano), "leader_lost": p.LeaderLost}
 	}
 	if _, ok := gm["history"]; !ok {
 		gm["history"] = nil

@@ -538,6 +538,7 @@ func (s *Server) adminHandler(ctx context.Context) (http.Handler, error) {
 	mux.HandleFunc("GET /__ursula/prometheus", s.servePrometheus)
 	mux.HandleFunc("GET /__ursula/usage", s.serveUsage)
 	mux.HandleFunc("GET /__ursula/audit", s.serveAudit)
+	mux.HandleFunc("POST /__ursula/raft/{group}/recovery/accept-unsynced-loss", s.serveAcceptUnsyncedLoss)
 	if s.cfg.AdminPprof {
 		// Profiles cost CPU and reveal memory: only when asked for, and
 		// behind the token (see pprofGuard).

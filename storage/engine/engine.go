@@ -188,6 +188,11 @@ func builtinBucket(b string) bool { return strings.HasPrefix(b, "__") }
 func (e *Engine) settle(k stream.Key) error {
 	g := e.GroupOf(k)
 	st := e.groups.Status(g)
+	if st.Recovery != nil {
+		// The replica holds a recovery plan: until the group's new history
+		// applied here it serves nothing of the history the plan replaces.
+		return fault.Errorf(fault.ErrUnavailable, "group %d is being recovered (accept-unsynced-loss plan of term %d)", g, st.Recovery.Term).With(fault.DetailRetryAfterMS, "1000")
+	}
 	if !st.IsLeader || st.Applied >= st.LeaderSince {
 		return nil
 	}
