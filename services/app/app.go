@@ -217,6 +217,8 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 			roles = append(roles, lifecycle.Role{Name: "coldgc", Run: worker.Run})
 		}
 		registerMetrics(tel, "node", srv.MetricsSource(), logger)
+		registerMetrics(tel, "raft", srv.RaftMetricsSource(), logger)
+		registerMetrics(tel, "wal", srv.WALMetricsSource(), logger)
 	}
 	if cfg.Target != TargetNode {
 		var conn grpc.ClientConnInterface

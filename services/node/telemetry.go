@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc/stats"
 
 	"github.com/ursula/ursula/services/platform/telemetry"
@@ -31,6 +32,29 @@ func clientStatsHandler() stats.Handler {
 func (s *Server) MetricsSource() telemetry.Source {
 	return func(emit func(telemetry.Sample)) {
 		nodeDocument.Emit(s.metricsSnapshot(), emit)
+	}
+}
+
+// RaftMetricsSource and WALMetricsSource are the instruments the seed's
+// runbooks name outside the node's document: ursula.raft.recovery_gates
+// (by status: closed, stalled) and ursula.wal.recovering (1 after a start
+// that found no clean shutdown).
+func (s *Server) RaftMetricsSource() telemetry.Source {
+	return func(emit func(telemetry.Sample)) {
+		closed, stalled := s.gateLists()
+		emit(telemetry.Sample{Name: "recovery_gates", Value: float64(len(closed)), Attrs: []attribute.KeyValue{attribute.String("status", "closed")}})
+		emit(telemetry.Sample{Name: "recovery_gates", Value: float64(len(stalled)), Attrs: []attribute.KeyValue{attribute.String("status", "stalled")}})
+	}
+}
+
+// WALMetricsSource: see RaftMetricsSource.
+func (s *Server) WALMetricsSource() telemetry.Source {
+	return func(emit func(telemetry.Sample)) {
+		v := 0.0
+		if s.n.WALRecovery() {
+			v = 1
+		}
+		emit(telemetry.Sample{Name: "recovering", Value: v})
 	}
 }
 

@@ -218,7 +218,7 @@ func TestPrometheusEndpoints(t *testing.T) {
 	n.serve(t)
 	router := startRouter(t, n.clientAddr)
 	gw, base := startGateway(t, router, func(c *gateway.Config) { c.Prometheus = prom })
-	for name, src := range map[string]telemetry.Source{"node": n.srv.MetricsSource(), "gateway": gw.MetricsSource(), "upstream": router.MetricsSource()} {
+	for name, src := range map[string]telemetry.Source{"node": n.srv.MetricsSource(), "raft": n.srv.RaftMetricsSource(), "wal": n.srv.WALMetricsSource(), "gateway": gw.MetricsSource(), "upstream": router.MetricsSource()} {
 		if err := tel.RegisterSource(name, src); err != nil {
 			t.Fatalf("RegisterSource %s: %v", name, err)
 		}
@@ -254,6 +254,10 @@ func TestPrometheusEndpoints(t *testing.T) {
 				{"ursula_node_raft_group_leader_id", []string{`raft_group_id="0"`}, "1"},
 				{"ursula_node_raft_group_leader_id", []string{`raft_group_id="3"`}, "1"},
 				{"ursula_node_raft_group_is_leader", []string{`raft_group_id="0"`}, "1"},
+				// The seed's gauges outside the node's document.
+				{"ursula_raft_recovery_gates", []string{`status="stalled"`}, "0"},
+				{"ursula_raft_recovery_gates", []string{`status="closed"`}, "0"},
+				{"ursula_wal_recovering", nil, "0"},
 				{"ursula_gateway_requests_total", []string{`http_request_method="POST"`, `http_response_status_code="204"`}, "3"},
 				{"ursula_gateway_requests_total", []string{`http_request_method="PUT"`, `http_response_status_code="201"`}, "1"},
 				{"ursula_upstream_known_nodes", nil, "1"},
