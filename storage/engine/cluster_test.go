@@ -153,6 +153,13 @@ func startCluster(tb testing.TB, size int) *memCluster {
 // (see memCluster.fs).
 func startClusterFS(tb testing.TB, size int, fs func(id uint64, dataDir string) wal.FS) *memCluster {
 	tb.Helper()
+	return startClusterTuned(tb, size, fs, nil)
+}
+
+// startClusterTuned is startClusterFS with tune applied to every node's
+// configuration.
+func startClusterTuned(tb testing.TB, size int, fs func(id uint64, dataDir string) wal.FS, tune func(*Config)) *memCluster {
+	tb.Helper()
 	c := &memCluster{engines: map[uint64]*testEngine{}, nets: map[uint64]*memNet{}, inbox: map[uint64]chan delivery{}, stop: make(chan struct{}), fs: fs}
 	var peers []cluster.Peer
 	for id := uint64(1); id <= uint64(size); id++ {
@@ -163,6 +170,9 @@ func startClusterFS(tb testing.TB, size int, fs func(id uint64, dataDir string) 
 		cfg.NodeID = p.ID
 		cfg.Peers = peers
 		cfg.ClusterID = "mem"
+		if tune != nil {
+			tune(&cfg)
+		}
 		c.inbox[p.ID] = make(chan delivery, 4096)
 		c.engines[p.ID] = c.open(tb, p.ID, cfg)
 	}
