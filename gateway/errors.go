@@ -72,6 +72,9 @@ func writeDomainError(w http.ResponseWriter, de *errcode.Error) {
 	if v := md[errcode.KeyProducerSeq]; v != "" && de.Code != errcode.ProducerSeqGap {
 		h.Set(hProducerSeq, v)
 	}
+	if v := md[errcode.KeyProducerOutcome]; v != "" {
+		h.Set(hProducerOutcome, v)
+	}
 	if v := md[errcode.KeyRecordNext]; v != "" {
 		h.Set(hStreamRecordNext, v)
 	}

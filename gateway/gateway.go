@@ -157,7 +157,7 @@ var (
 	valExpose      = []string{"Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, " +
 		"Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, " +
 		"Stream-SSE-Data-Encoding, Stream-TTL, Stream-Expires-At, Retry-After, Content-Type, " +
-		"Stream-Incarnation, Ursula-Cluster-Id, Stream-Retained-Offset, Stream-Snapshot-Offset, Stream-Snapshot-Digest, Stream-Snapshot-Part-Digest, " +
+		"Stream-Incarnation, Stream-Previous-Incarnation, Stream-Inherited-Offset, Producer-Outcome, Ursula-Cluster-Id, Stream-Retained-Offset, Stream-Snapshot-Offset, Stream-Snapshot-Digest, Stream-Snapshot-Part-Digest, " +
 		"Stream-Record-Start, Stream-Record-Next, Stream-Record-First"}
 	valAllowMethods = []string{"GET, POST, PUT, DELETE, HEAD, OPTIONS"}
 	valTrue         = []string{"true"}

@@ -168,6 +168,10 @@ func TestAppend(t *testing.T) {
 		{"stale epoch", "x", map[string]string{"Content-Type": "text/plain", "Producer-Id": "p", "Producer-Epoch": "0", "Producer-Seq": "0"}, nil,
 			grpcerr.ToStatus(errcode.New(errcode.ProducerStaleEpoch, "stale").With(errcode.KeyProducerEpoch, "2")), 403,
 			map[string]string{"Producer-Epoch": "2"}, false, false},
+		{"epoch closed by a new history", "x", map[string]string{"Content-Type": "text/plain", "Producer-Id": "p", "Producer-Epoch": "2", "Producer-Seq": "6"}, nil,
+			grpcerr.ToStatus(errcode.New(errcode.ProducerStaleEpoch, "closed").With(errcode.KeyProducerEpoch, "2").
+				With(errcode.KeyProducerSeq, "4").With(errcode.KeyProducerOutcome, "epoch-closed;by=history")), 403,
+			map[string]string{"Producer-Epoch": "2", "Producer-Seq": "4", "Producer-Outcome": "epoch-closed;by=history"}, false, false},
 		{"not found", "x", map[string]string{"Content-Type": "text/plain"}, nil,
 			grpcerr.ToStatus(errcode.New(errcode.StreamNotFound, "nope")), 404, nil, false, false},
 	}
@@ -431,8 +435,12 @@ func TestHeadAndDelete(t *testing.T) {
 	ttl := uint64(3600)
 	f := &fakeClient{
 		head: func(in *streamv1.HeadRequest) (*streamv1.HeadResponse, error) {
-			if in.GetRef().GetStream() == "closed" {
+			switch in.GetRef().GetStream() {
+			case "closed":
 				return &streamv1.HeadResponse{Info: &streamv1.StreamInfo{ContentType: "text/plain", NextOffset: "0_1", Closed: true, ExpiresAt: "2030-01-01T00:00:00Z"}}, nil
+			case "rewritten":
+				return &streamv1.HeadResponse{Info: &streamv1.StreamInfo{ContentType: "text/plain", NextOffset: "0000000000000000_0000000000000012",
+					Incarnation: 40, PreviousIncarnation: 7, InheritedOffset: "0000000000000000_0000000000000009"}}, nil
 			}
 			return &streamv1.HeadResponse{Info: &streamv1.StreamInfo{ContentType: "text/plain", NextOffset: "0_1", TtlSeconds: &ttl}}, nil
 		},
@@ -448,6 +456,20 @@ func TestHeadAndDelete(t *testing.T) {
 	if rec.Code != 200 || rec.Body.Len() != 0 || h.Get("Stream-TTL") != "3600" || h.Get("Stream-Closed") != "" ||
 		h.Get("Cache-Control") != "no-store" || h.Get("Content-Type") != "text/plain" || h.Get("Stream-Next-Offset") != "0_1" {
 		t.Fatalf("HEAD open: %d %v", rec.Code, h)
+	}
+	if _, ok := h["Stream-Previous-Incarnation"]; ok {
+		t.Fatalf("HEAD of a stream without a new history names a previous incarnation: %v", h)
+	}
+	if _, ok := h["Stream-Inherited-Offset"]; ok {
+		t.Fatalf("HEAD of a stream without a new history names an inherited offset: %v", h)
+	}
+	// A stream whose group started a new history (a recovery plan, a
+	// restore) names the token before it and the offset it kept.
+	rec = do(t, g, "HEAD", "/v1/stream/rewritten", "", nil)
+	h = rec.Header()
+	if rec.Code != 200 || h.Get("Stream-Incarnation") != "40" || h.Get("Stream-Previous-Incarnation") != "7" ||
+		h.Get("Stream-Inherited-Offset") != "0000000000000000_0000000000000009" {
+		t.Fatalf("HEAD rewritten: %d %v", rec.Code, h)
 	}
 	rec = do(t, g, "HEAD", "/v1/stream/closed", "", nil)
 	if rec.Header().Get("Stream-Closed") != "true" || rec.Header().Get("Stream-Expires-At") != "2030-01-01T00:00:00Z" {
@@ -487,7 +509,8 @@ func TestPreflight(t *testing.T) {
 		t.Fatalf("Allow-Methods = %q", got)
 	}
 	expose := rec.Header().Get("Access-Control-Expose-Headers")
-	for _, want := range []string{"Stream-Next-Offset", "Stream-Cursor", "Stream-SSE-Data-Encoding", "ETag", "Location", "Producer-Seq"} {
+	for _, want := range []string{"Stream-Next-Offset", "Stream-Cursor", "Stream-SSE-Data-Encoding", "ETag", "Location", "Producer-Seq",
+		"Stream-Incarnation", "Stream-Previous-Incarnation", "Stream-Inherited-Offset", "Producer-Outcome"} {
 		if !strings.Contains(expose, want) {
 			t.Fatalf("Expose-Headers %q lacks %q", expose, want)
 		}

@@ -31,6 +31,7 @@ const (
 	hProducerSeq         = "Producer-Seq"
 	hProducerExpectedSeq = "Producer-Expected-Seq"
 	hProducerReceivedSeq = "Producer-Received-Seq"
+	hProducerOutcome     = "Producer-Outcome"
 	hETag                = "Etag"
 	hIfNoneMatch         = "If-None-Match"
 	hCacheControl        = "Cache-Control"

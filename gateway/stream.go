@@ -287,6 +287,7 @@ func (g *Gateway) headStream(w http.ResponseWriter, r *http.Request, t target) {
 	h[hStreamNextOffset] = []string{info.GetNextOffset()}
 	h[hCacheControl] = valNoStore
 	setIncarnation(h, info.GetIncarnation())
+	setPreviousIncarnation(h, info.GetPreviousIncarnation(), info.GetInheritedOffset())
 	setRecordRange(h, info.GetContentType(), info.GetRecordFirst(), info.GetRecordNext())
 	if id := info.GetClusterId(); id != "" {
 		h[hClusterID] = []string{id}

@@ -73,6 +73,24 @@ func TestForwardedCommand(t *testing.T) {
 	}
 }
 
+// TestStartHistoryIsNeverForwarded: a group's history event is proposed by
+// its leader on its own behalf; a follower that proposes it gets NOT_LEADER
+// instead of a forward, and the forwarded-proposal protocol has no way to
+// name it.
+func TestStartHistoryIsNeverForwarded(t *testing.T) {
+	cmd := &storagev1.Command{Op: &storagev1.Command_StartHistory{StartHistory: &storagev1.StartHistory{PlanTerm: 3, Point: 10, Reason: stream.HistoryAcceptLoss}}}
+	if req := forwardRequest(1, cmd); req != nil {
+		t.Fatalf("StartHistory forwards as %v", req)
+	}
+	fields := (&raftv1.ForwardProposeRequest{}).ProtoReflect().Descriptor().Oneofs().ByName("op").Fields()
+	want := (&storagev1.StartHistory{}).ProtoReflect().Descriptor().FullName()
+	for i := range fields.Len() {
+		if m := fields.Get(i).Message(); m != nil && m.FullName() == want {
+			t.Fatalf("a forwarded proposal can carry %s as %s", want, fields.Get(i).Name())
+		}
+	}
+}
+
 // FuzzForwardedCommand decodes arbitrary bytes as a forwarded proposal:
 // the leader never panics, and whatever it accepts is an allow-listed
 // operation on a stream of the group named, stamped with its own clock.

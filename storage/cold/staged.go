@@ -397,7 +397,7 @@ func (t *Tier) StagedUsage(ctx context.Context) []StagedUsage {
 		}
 		mach, st := t.groups.Machine(g), t.groups.Status(g)
 		u := StagedUsage{GroupID: g, Term: st.Term, CountingFinished: true, Bytes: map[string]uint64{}}
-		live := mach.LivePrefixes()
+		live := mach.CurrentPrefixes() // parts staged under an earlier incarnation can never be committed
 		for prefix, k := range live {
 			if err := t.listStaged(ctx, g, st.Term, k, prefix); err != nil {
 				u.CountingFinished = false

@@ -9,8 +9,11 @@
 //
 // Every object of a stream incarnation lives under StreamPrefix
 // ("{bucket}/{hash of the stream name}/{incarnation}/"), so deleting a
-// stream is one prefix delete and purging a bucket one BucketPrefix
-// ("{bucket}/") delete. The hash is the hex encoding of the first 16 bytes
+// stream is one prefix delete per incarnation it holds objects of and
+// purging a bucket one BucketPrefix ("{bucket}/") delete. A stream holds
+// objects of more than one incarnation after a new history of its group:
+// the new incarnation's objects go under its own prefix, and the index
+// keeps naming those written before under the earlier one. The hash is the hex encoding of the first 16 bytes
 // of the SHA-256 of the stream name (names may hold '/' and be longer than
 // an object key allows). Keys carry a random 16-hex-digit nonce: an upload
 // whose proposal fails (a stale leader, a lost race) can never overwrite an

@@ -29,6 +29,10 @@ func info(m stream.Meta) *streamv1.StreamInfo {
 		ttl := m.TTLSeconds
 		in.TtlSeconds = &ttl
 	}
+	if m.PreviousIncarnation != 0 {
+		in.PreviousIncarnation = m.PreviousIncarnation
+		in.InheritedOffset = stream.FormatOffset(m.InheritedOffset)
+	}
 	return in
 }
 
@@ -291,7 +295,7 @@ func (e *Engine) unitEnd(ctx context.Context, m stream.Meta, pos, n, clip uint64
 		}
 		sk := stream.Key{Bucket: f.GetSourceBucket(), Stream: f.GetSourceStream()}
 		parent, ok := e.machine(sk).Lookup(sk)
-		if !ok || parent.Incarnation != f.GetSourceIncarnation() {
+		if !ok || !parent.HoldsHistory(f.GetSourceIncarnation(), m.Base) {
 			return 0, false, nil
 		}
 		m = parent

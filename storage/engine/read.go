@@ -79,7 +79,11 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 	for {
 		ch, cur, ok := e.machine(k).Changed(k, m.Incarnation)
 		if !ok {
-			return nil, fault.Errorf(fault.ErrStreamNotFound, "stream %s was deleted", k.Stream)
+			if m, err = e.followHistory(k, m, req.GetIncarnation()); err != nil {
+				return nil, err
+			}
+			resp.Incarnation = m.Incarnation
+			continue
 		}
 		if cur.Tail > pos || cur.Closed || cur.SoftDeleted {
 			if cur.SoftDeleted {
@@ -151,7 +155,10 @@ func (e *Engine) Subscribe(ctx context.Context, req *streamv1.SubscribeRequest, 
 		for {
 			ch, cur, ok := e.machine(k).Changed(k, m.Incarnation)
 			if !ok {
-				return fault.Errorf(fault.ErrStreamNotFound, "stream %s was deleted", k.Stream)
+				// A subscription follows one incarnation: a new history
+				// ends it like a recreate does, with the new token.
+				_, err := e.followHistory(k, m, m.Incarnation)
+				return err
 			}
 			if cur.SoftDeleted {
 				return fault.Errorf(fault.ErrStreamGone, "stream %s is deleted", k.Stream)
@@ -167,6 +174,22 @@ func (e *Engine) Subscribe(ctx context.Context, req *streamv1.SubscribeRequest, 
 			}
 		}
 	}
+}
+
+// followHistory answers a wait on stream m whose incarnation went away.
+// When its group started a new history (the stream is the same, under a
+// new incarnation that kept every byte m had), a wait pinned to another
+// token answers 412 with the new one, and an unpinned wait goes on under
+// the new incarnation; otherwise the stream was deleted.
+func (e *Engine) followHistory(k stream.Key, m stream.Meta, pinned uint64) (stream.Meta, error) {
+	cur, ok := e.machine(k).Lookup(k)
+	if !ok || !cur.SameStream(m) || cur.SoftDeleted {
+		return m, fault.Errorf(fault.ErrStreamNotFound, "stream %s was deleted", k.Stream)
+	}
+	if err := checkIncarnation(cur, pinned); err != nil {
+		return m, err
+	}
+	return cur, nil
 }
 
 func (e *Engine) limit(asked uint64) uint64 {
@@ -253,6 +276,9 @@ func (e *Engine) readView(ctx context.Context, m stream.Meta, from, to, limit ui
 		sk := stream.Key{Bucket: f.GetSourceBucket(), Stream: f.GetSourceStream()}
 		src, ok := e.sourceAtLeast(sk, f.GetSourceIncarnation(), min(to, m.Base))
 		if !ok {
+			if src.LostHistory(f.GetSourceIncarnation(), min(to, m.Base)) {
+				return dst, from, lostForkHistory(m, src)
+			}
 			return dst, from, fault.Errorf(fault.ErrUnavailable, "fork source %s of %s is not replicated here yet", sk.Stream, m.Key.Stream).With(fault.DetailRetryAfterMS, "200")
 		}
 		before := len(dst)
@@ -301,7 +327,9 @@ func (e *Engine) readView(ctx context.Context, m stream.Meta, from, to, limit ui
 // sourceAtLeast looks up a fork's source on this replica, waiting briefly
 // when the replica has not yet applied the source's bytes up to need (its
 // group may lag the fork's group on this node): each of the source group's
-// applies wakes it to look again.
+// applies wakes it to look again. The source may have started a new
+// history since the fork was made (a later incarnation that kept the
+// bytes); one that lost them is returned at once, not ok.
 func (e *Engine) sourceAtLeast(k stream.Key, inc, need uint64) (stream.Meta, bool) {
 	g := e.GroupOf(k)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -309,8 +337,11 @@ func (e *Engine) sourceAtLeast(k stream.Key, inc, need uint64) (stream.Meta, boo
 	for {
 		applied := e.groups.Status(g).Applied
 		src, ok := e.machine(k).Lookup(k)
-		if ok && src.Incarnation == inc && src.Tail >= need {
+		if ok && src.HoldsHistory(inc, need) && src.Tail >= need {
 			return src, true
+		}
+		if ok && src.LostHistory(inc, need) {
+			return src, false
 		}
 		if e.groups.WaitApplied(ctx, g, applied+1) != nil {
 			return src, false

@@ -101,10 +101,21 @@ func (e *Engine) forkSource(m stream.Meta) (stream.Meta, error) {
 	}
 	sk := stream.Key{Bucket: f.GetSourceBucket(), Stream: f.GetSourceStream()}
 	src, ok := e.machine(sk).Lookup(sk)
-	if !ok || src.Incarnation != f.GetSourceIncarnation() {
+	if ok && src.LostHistory(f.GetSourceIncarnation(), m.Base) {
+		return m, lostForkHistory(m, src)
+	}
+	if !ok || !src.HoldsHistory(f.GetSourceIncarnation(), m.Base) {
 		return m, fault.Errorf(fault.ErrUnavailable, "fork source %s of %s is not replicated here", sk.Stream, m.Key.Stream).With(fault.DetailRetryAfterMS, "200")
 	}
 	return src, nil
+}
+
+// lostForkHistory answers a read of fork m below its base when its source
+// src started a new history without the bytes m inherited: waiting does
+// not bring them back.
+func lostForkHistory(m, src stream.Meta) error {
+	return fault.Errorf(fault.ErrForkSourceGone, "fork source %s of %s started a new history that does not hold the bytes below the fork's offset %s",
+		src.Key.Stream, m.Key.Stream, stream.FormatOffset(m.Base))
 }
 
 // withRecords adds the JSON record range of a read's data, first cutting

@@ -99,7 +99,7 @@ func (e *Engine) boundary(ctx context.Context, m stream.Meta, pos uint64) (bool,
 		}
 		sk := stream.Key{Bucket: f.GetSourceBucket(), Stream: f.GetSourceStream()}
 		src, ok := e.machine(sk).Lookup(sk)
-		if !ok || src.Incarnation != f.GetSourceIncarnation() {
+		if !ok || !src.HoldsHistory(f.GetSourceIncarnation(), m.Base) {
 			return false, nil
 		}
 		m = src

@@ -91,7 +91,14 @@ const (
 	DetailRetryAfterMS  = "retry_after_ms"
 	DetailIncarnation   = "incarnation"
 	DetailRecordNext    = "record_next"
+	// DetailProducerOutcome says why a producer's epoch is fenced when it
+	// is not a higher claim (ProducerOutcomeClosedByHistory).
+	DetailProducerOutcome = "producer_outcome"
 )
+
+// ProducerOutcomeClosedByHistory is DetailProducerOutcome for an epoch a
+// new history of the stream's group closed.
+const ProducerOutcomeClosedByHistory = "epoch-closed;by=history"
 
 // ByName returns the kind of a stable name.
 func ByName(name string) (*Kind, bool) {

@@ -457,9 +457,26 @@ func (m *Machine) StreamsWithColdIndex(minEntries int) map[Key]ColdLevel0 {
 	return out
 }
 
-// LivePrefixes returns the cold prefix of every stream incarnation in the
-// group (for the orphan sweep).
+// LivePrefixes returns every cold prefix that may hold objects a stream of
+// the group references (for the orphan sweep): each stream's current
+// incarnation's, and its earlier incarnations' from before a new history,
+// whose objects stay in its index.
 func (m *Machine) LivePrefixes() map[string]Key {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make(map[string]Key, len(m.streams))
+	for k, s := range m.streams {
+		out[coldfmt.StreamPrefix(k.Bucket, k.Stream, s.meta.GetIncarnation())] = k
+		for _, e := range s.meta.GetEarlier() {
+			out[coldfmt.StreamPrefix(k.Bucket, k.Stream, e.GetIncarnation())] = k
+		}
+	}
+	return out
+}
+
+// CurrentPrefixes returns the cold prefix of every stream's current
+// incarnation, where new objects of the stream go.
+func (m *Machine) CurrentPrefixes() map[string]Key {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	out := make(map[string]Key, len(m.streams))

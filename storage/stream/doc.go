@@ -76,6 +76,37 @@
 // its forks (fork_refs); deleting a stream with forks soft-deletes it, and
 // the last release of a soft-deleted source removes it.
 //
+// # New history
+//
+// StartHistory (proposed by the group's leader alone: an accepted recovery
+// plan, or a restore) starts a new history of the group. The stream bytes
+// do not change; what clients may have derived from the history before
+// does:
+//
+//   - every stream that is not soft-deleted takes a new incarnation, the
+//     entry's index (or its incarnation plus one, should an imported state
+//     hold a larger one): above every incarnation the group issued, equal
+//     on every replica. It keeps its previous token and its tail as
+//     previous_incarnation and inherited_offset (HEAD answers them); a
+//     stream not written since its last history event keeps naming the
+//     token from before that event, with the same tail. A request naming
+//     the old token gets 412 with the new one;
+//   - every producer state is marked epoch_closed: a retry of a seq it
+//     kept is still a duplicate, a new write in that epoch answers 403
+//     (PRODUCER_STALE_EPOCH with producer_outcome "epoch-closed;by=history",
+//     the epoch and the last seq kept), a higher epoch at seq 0 opens it;
+//   - the old incarnation's objects stay in the stream's index and new ones
+//     go under the new incarnation's prefix. When objects or forks may
+//     name the old incarnation (index entries, external payloads, a
+//     snapshot object, fork references), the stream lists it in earlier
+//     with its tail (kept): its prefix stays live for the orphan sweep and
+//     is collected with the stream, a fork naming it still reads the bytes
+//     below kept and still releases its reference;
+//   - the group records the event (HistoryRecord: event_index, plan_term,
+//     point, reason, the previous event); a StartHistory of the recorded
+//     plan_term changes nothing and answers the recorded event_index, a
+//     lower one is refused.
+//
 // # Snapshot encoding
 //
 // Snapshot() is storagev1.Snapshot marshalled with deterministic protobuf
@@ -85,7 +116,8 @@
 // hot_external), its cold index and attributes, the GC queue, the purge
 // fences, the per-bucket usage counters (sorted by bucket) with the write
 // unit they were counted in (write_unit_bytes; a snapshot with another
-// unit is refused) and the buckets' creation times. The
+// unit is refused), the buckets' creation times and the latest history
+// event (absent in snapshots from before it existed: no history). The
 // same state always yields the same bytes. Format 1 (no cold tier: data
 // from base) is still restored.
 //

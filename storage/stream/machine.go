@@ -69,6 +69,8 @@ type Machine struct {
 	// bucketCreated when each bucket was created (group 0).
 	usage         map[string]*storagev1.BucketUsage
 	bucketCreated map[string]int64
+	// history is the group's latest history event (nil: none).
+	history *storagev1.HistoryRecord
 }
 
 // NewMachine returns an empty state machine for a group.
@@ -113,6 +115,9 @@ type Result struct {
 	Index uint64
 	// Removed, GCPending and GCReclaimed answer a PurgeBucket.
 	Removed, GCPending, GCReclaimed uint64
+	// EventIndex answers a StartHistory: the index of the event that
+	// started the group's history (for a repeat, the recorded one).
+	EventIndex uint64
 }
 
 // ErrUnknownCommand reports a committed command this build cannot apply:
@@ -187,6 +192,8 @@ func (m *Machine) apply(index uint64, cmd *storagev1.Command) *Result {
 		return m.applyPublishSnapshot(now, op.PublishSnapshot)
 	case *storagev1.Command_Barrier:
 		return &Result{}
+	case *storagev1.Command_StartHistory:
+		return m.applyStartHistory(index, now, op.StartHistory)
 	case *storagev1.Command_Touch:
 		c := op.Touch
 		if s := m.streams[Key{c.GetBucket(), c.GetStream()}]; s != nil && s.meta.GetIncarnation() == c.GetIncarnation() && c.GetTouchedMs() > s.meta.GetTouchedMs() {
@@ -351,6 +358,8 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 		case p.GetSeq() <= cur.GetSeq():
 			return &Result{Meta: s.metaView(), Duplicate: true, ProducerEpoch: cur.GetEpoch(), ProducerSeq: cur.GetSeq(),
 				RecordStart: cur.GetRecordStart(), RecordNext: cur.GetRecordNext()}
+		case cur.GetEpochClosed():
+			return &Result{Err: closedEpoch(cur)}
 		case p.GetSeq() != cur.GetSeq()+1:
 			return &Result{Err: seqGap(cur.GetSeq()+1, p.GetSeq())}
 		}
@@ -496,6 +505,11 @@ func (m *Machine) remove(now int64, key Key, s *stream) []*storagev1.ForkOrigin 
 func (m *Machine) drop(now int64, key Key, s *stream) []*storagev1.ForkOrigin {
 	delete(m.streams, key)
 	m.hotSize.Add(-int64(s.buf.Bytes()))
+	// Objects of the stream's earlier incarnations (before a new history)
+	// live under their own prefixes.
+	for _, e := range s.meta.GetEarlier() {
+		m.enqueueGC(key.Bucket, storagev1.GCKind_GC_KIND_PREFIX, coldfmt.StreamPrefix(key.Bucket, key.Stream, e.GetIncarnation()), now)
+	}
 	m.enqueueGC(key.Bucket, storagev1.GCKind_GC_KIND_PREFIX, coldfmt.StreamPrefix(key.Bucket, key.Stream, s.meta.GetIncarnation()), now)
 	if f := s.meta.GetFork(); f != nil {
 		return []*storagev1.ForkOrigin{f}
@@ -522,7 +536,9 @@ func (m *Machine) applyAddForkRef(c *storagev1.AddForkRef) *Result {
 func (m *Machine) applyReleaseForkRef(now int64, c *storagev1.ReleaseForkRef) *Result {
 	key := Key{c.GetBucket(), c.GetStream()}
 	s := m.streams[key]
-	if s == nil || s.meta.GetIncarnation() != c.GetIncarnation() || s.meta.GetForkRefs() == 0 {
+	// A fork names the incarnation it was made from, which a new history
+	// may have replaced since.
+	if s == nil || !s.namesIncarnation(c.GetIncarnation()) || s.meta.GetForkRefs() == 0 {
 		return &Result{}
 	}
 	s.meta.ForkRefs--
@@ -562,7 +578,23 @@ type Meta struct {
 	// RecordFirst/RecordNext: the retained JSON record range; BaseRecord
 	// the ordinal at Base (records below it are the fork source's).
 	RecordFirst, RecordNext, BaseRecord uint64
+	// PreviousIncarnation and InheritedOffset (a position) describe the
+	// latest new history of the stream's group (0: none): the token before
+	// it and the tail it kept.
+	PreviousIncarnation, InheritedOffset uint64
+	// Earlier lists earlier incarnations objects or forks may still name
+	// (shared with the state: read only).
+	Earlier []*storagev1.EarlierIncarnation
+
+	// self is the stream this describes on this replica (SameStream).
+	self *stream
 }
+
+// SameStream reports whether m and o describe the same stream of this
+// replica, whatever their incarnations: a new history keeps the stream
+// (and its bytes) under a new incarnation, where a delete and create make
+// another stream. Metadata from another node never matches.
+func (m Meta) SameStream(o Meta) bool { return m.self != nil && m.self == o.self }
 
 // ExpiryMs is when the stream expires, in ms since the Unix epoch: the
 // earlier of its last touch plus its TTL and its Expires-At;
@@ -608,6 +640,12 @@ func (s *stream) metaView() Meta {
 		RecordFirst:   st.GetRecordFirst(),
 		RecordNext:    st.GetRecordNext(),
 		BaseRecord:    st.GetBaseRecord(),
+
+		PreviousIncarnation: st.GetPreviousIncarnation(),
+		InheritedOffset:     st.GetInheritedOffset(),
+		Earlier:             st.GetEarlier(),
+
+		self: s,
 	}
 }
 

@@ -36,6 +36,9 @@ func EncodeResult(r *Result) *storagev1.ApplyResult {
 			Retained:    r.Meta.Retained,
 			Fork:        r.Meta.Fork,
 			ForkRefs:    r.Meta.ForkRefs,
+
+			PreviousIncarnation: r.Meta.PreviousIncarnation,
+			InheritedOffset:     r.Meta.InheritedOffset,
 		},
 	}
 	if r.Err != nil {
@@ -78,6 +81,9 @@ func DecodeResult(a *storagev1.ApplyResult) *Result {
 			Tail:          a.GetTail(),
 			Fork:          m.GetFork(),
 			ForkRefs:      m.GetForkRefs(),
+
+			PreviousIncarnation: m.GetPreviousIncarnation(),
+			InheritedOffset:     m.GetInheritedOffset(),
 		},
 	}
 	if name := a.GetErrorCode(); name != "" {

@@ -25,7 +25,7 @@ func (m *Machine) Snapshot() ([]byte, error) { return m.CaptureSnapshot()() }
 func (m *Machine) CaptureSnapshot() func() ([]byte, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	snap := &storagev1.Snapshot{Format: snapshotFormat, AppliedIndex: m.applied, GcNextSeq: m.gcNextSeq}
+	snap := &storagev1.Snapshot{Format: snapshotFormat, AppliedIndex: m.applied, GcNextSeq: m.gcNextSeq, History: m.history}
 	for b := range m.buckets {
 		snap.Buckets = append(snap.Buckets, b)
 	}
@@ -145,6 +145,7 @@ func (m *Machine) Restore(data []byte) error {
 	m.gcNextSeq = max(snap.GetGcNextSeq(), 1)
 	m.gcReclaimed = reclaimed
 	m.usage, m.bucketCreated = usage, created
+	m.history = snap.GetHistory() // nil in a snapshot from before any history event
 	m.hotSize.Store(hotBytes)
 	for _, s := range old {
 		s.signal.Notify() // wake readers of the replaced state

@@ -82,6 +82,7 @@ const (
 	KeyIncarnation        = "incarnation"
 	KeyRecordNext         = "record_next"
 	KeyProcessIncarnation = "process_incarnation"
+	KeyProducerOutcome    = "producer_outcome"
 )
 
 // reasonPrefix is what a code's value name has and its reason has not.

@@ -41,7 +41,7 @@ const (
 // Metadata keys of ErrorInfo (and the headers the gateway renders from
 // them): next_offset, closed, producer_epoch, producer_seq, expected_seq,
 // received_seq, leader_id, leader_addr, retry_after_ms, incarnation,
-// record_next, process_incarnation.
+// record_next, process_incarnation, producer_outcome.
 type Code int32
 
 const (
@@ -59,8 +59,13 @@ const (
 	Code_CODE_STREAM_CLOSED         Code = 7
 	Code_CODE_CONTENT_TYPE_MISMATCH Code = 8
 	Code_CODE_STREAM_SEQ_CONFLICT   Code = 9
-	Code_CODE_PRODUCER_STALE_EPOCH  Code = 10
-	Code_CODE_PRODUCER_SEQ_GAP      Code = 11
+	// The producer's epoch is fenced: a higher epoch was claimed
+	// (producer_epoch names it), or a new history of the stream's group
+	// closed it (producer_outcome "epoch-closed;by=history", producer_epoch
+	// the closed epoch, producer_seq the last seq kept). Claim a higher
+	// epoch at seq 0.
+	Code_CODE_PRODUCER_STALE_EPOCH Code = 10
+	Code_CODE_PRODUCER_SEQ_GAP     Code = 11
 	// A new producer epoch must start at sequence 0.
 	Code_CODE_PRODUCER_EPOCH_SEQ  Code = 12
 	Code_CODE_OFFSET_OUT_OF_RANGE Code = 13

@@ -159,6 +159,7 @@ type Command struct {
 	//	*Command_PublishSnapshot
 	//	*Command_SetAttrs
 	//	*Command_DeleteBucket
+	//	*Command_StartHistory
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -370,6 +371,15 @@ func (x *Command) GetDeleteBucket() *DeleteBucket {
 	return nil
 }
 
+func (x *Command) GetStartHistory() *StartHistory {
+	if x != nil {
+		if x, ok := x.Op.(*Command_StartHistory); ok {
+			return x.StartHistory
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -446,6 +456,10 @@ type Command_DeleteBucket struct {
 	DeleteBucket *DeleteBucket `protobuf:"bytes,27,opt,name=delete_bucket,json=deleteBucket,proto3,oneof"`
 }
 
+type Command_StartHistory struct {
+	StartHistory *StartHistory `protobuf:"bytes,28,opt,name=start_history,json=startHistory,proto3,oneof"`
+}
+
 func (*Command_CreateBucket) isCommand_Op() {}
 
 func (*Command_CreateStream) isCommand_Op() {}
@@ -481,6 +495,8 @@ func (*Command_PublishSnapshot) isCommand_Op() {}
 func (*Command_SetAttrs) isCommand_Op() {}
 
 func (*Command_DeleteBucket) isCommand_Op() {}
+
+func (*Command_StartHistory) isCommand_Op() {}
 
 // Barrier changes nothing; once it applies, everything before it has
 // applied (a new leader uses it before it reports ready).
@@ -1609,6 +1625,228 @@ func (x *SetAttrs) GetMetadata() []byte {
 	return nil
 }
 
+// StartHistory starts a new history of the group: every stream takes a new
+// incarnation (its token) and remembers the one it had and its tail then,
+// every producer epoch claimed before is closed, and the group records the
+// event (HistoryRecord). Only the group's leader proposes it, on its own
+// behalf: an accepted recovery plan (reason "accept-unsynced-loss") or a
+// restore ("restore"). A repeat of the recorded plan_term changes nothing.
+type StartHistory struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// plan_term is the term of the plan that starts the history; it only
+	// grows from one history to the next.
+	PlanTerm uint64 `protobuf:"varint,1,opt,name=plan_term,json=planTerm,proto3" json:"plan_term,omitempty"`
+	// point is the last log index the plan kept from the history before.
+	Point         uint64 `protobuf:"varint,2,opt,name=point,proto3" json:"point,omitempty"`
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartHistory) Reset() {
+	*x = StartHistory{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartHistory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartHistory) ProtoMessage() {}
+
+func (x *StartHistory) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartHistory.ProtoReflect.Descriptor instead.
+func (*StartHistory) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *StartHistory) GetPlanTerm() uint64 {
+	if x != nil {
+		return x.PlanTerm
+	}
+	return 0
+}
+
+func (x *StartHistory) GetPoint() uint64 {
+	if x != nil {
+		return x.Point
+	}
+	return 0
+}
+
+func (x *StartHistory) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// HistoryRecord is a group's latest history event, as applied.
+type HistoryRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// event_index is the log index the StartHistory command applied at.
+	EventIndex uint64 `protobuf:"varint,1,opt,name=event_index,json=eventIndex,proto3" json:"event_index,omitempty"`
+	PlanTerm   uint64 `protobuf:"varint,2,opt,name=plan_term,json=planTerm,proto3" json:"plan_term,omitempty"`
+	Point      uint64 `protobuf:"varint,3,opt,name=point,proto3" json:"point,omitempty"`
+	Reason     string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// at_ms is the proposing leader's clock (the command's now_ms).
+	AtMs int64 `protobuf:"varint,5,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	// streams counts the streams that took a new incarnation.
+	Streams uint64 `protobuf:"varint,6,opt,name=streams,proto3" json:"streams,omitempty"`
+	// previous is the event before this one, its own previous left out.
+	Previous      *HistoryRecord `protobuf:"bytes,7,opt,name=previous,proto3" json:"previous,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryRecord) Reset() {
+	*x = HistoryRecord{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryRecord) ProtoMessage() {}
+
+func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
+func (*HistoryRecord) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *HistoryRecord) GetEventIndex() uint64 {
+	if x != nil {
+		return x.EventIndex
+	}
+	return 0
+}
+
+func (x *HistoryRecord) GetPlanTerm() uint64 {
+	if x != nil {
+		return x.PlanTerm
+	}
+	return 0
+}
+
+func (x *HistoryRecord) GetPoint() uint64 {
+	if x != nil {
+		return x.Point
+	}
+	return 0
+}
+
+func (x *HistoryRecord) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *HistoryRecord) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *HistoryRecord) GetStreams() uint64 {
+	if x != nil {
+		return x.Streams
+	}
+	return 0
+}
+
+func (x *HistoryRecord) GetPrevious() *HistoryRecord {
+	if x != nil {
+		return x.Previous
+	}
+	return nil
+}
+
+// EarlierIncarnation is an incarnation a stream had before a history event
+// gave it a new one, kept while something may still name it: objects under
+// its cold prefix, or forks whose origin names it. Bytes below kept (the
+// stream's tail when it ended) are the same under every later incarnation.
+type EarlierIncarnation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Incarnation   uint64                 `protobuf:"varint,1,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Kept          uint64                 `protobuf:"varint,2,opt,name=kept,proto3" json:"kept,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EarlierIncarnation) Reset() {
+	*x = EarlierIncarnation{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EarlierIncarnation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EarlierIncarnation) ProtoMessage() {}
+
+func (x *EarlierIncarnation) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EarlierIncarnation.ProtoReflect.Descriptor instead.
+func (*EarlierIncarnation) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *EarlierIncarnation) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *EarlierIncarnation) GetKept() uint64 {
+	if x != nil {
+		return x.Kept
+	}
+	return 0
+}
+
 // DeleteBucket removes an empty bucket (group 0).
 type DeleteBucket struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1619,7 +1857,7 @@ type DeleteBucket struct {
 
 func (x *DeleteBucket) Reset() {
 	*x = DeleteBucket{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[15]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1869,7 @@ func (x *DeleteBucket) String() string {
 func (*DeleteBucket) ProtoMessage() {}
 
 func (x *DeleteBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[15]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1882,7 @@ func (x *DeleteBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBucket.ProtoReflect.Descriptor instead.
 func (*DeleteBucket) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{15}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteBucket) GetBucket() string {
@@ -1668,7 +1906,7 @@ type BucketUsage struct {
 
 func (x *BucketUsage) Reset() {
 	*x = BucketUsage{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[16]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1918,7 @@ func (x *BucketUsage) String() string {
 func (*BucketUsage) ProtoMessage() {}
 
 func (x *BucketUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[16]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1931,7 @@ func (x *BucketUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketUsage.ProtoReflect.Descriptor instead.
 func (*BucketUsage) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{16}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BucketUsage) GetBucket() string {
@@ -1737,7 +1975,7 @@ type Touch struct {
 
 func (x *Touch) Reset() {
 	*x = Touch{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[17]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1987,7 @@ func (x *Touch) String() string {
 func (*Touch) ProtoMessage() {}
 
 func (x *Touch) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[17]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +2000,7 @@ func (x *Touch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Touch.ProtoReflect.Descriptor instead.
 func (*Touch) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{17}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Touch) GetBucket() string {
@@ -1813,13 +2051,16 @@ type Snapshot struct {
 	WriteUnitBytes uint64 `protobuf:"varint,10,opt,name=write_unit_bytes,json=writeUnitBytes,proto3" json:"write_unit_bytes,omitempty"`
 	// bucket_created_ms records when each bucket was created (group 0).
 	BucketCreatedMs map[string]int64 `protobuf:"bytes,11,rep,name=bucket_created_ms,json=bucketCreatedMs,proto3" json:"bucket_created_ms,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// history is the group's latest history event (absent: none, as in
+	// every snapshot written before the event existed).
+	History       *HistoryRecord `protobuf:"bytes,12,opt,name=history,proto3" json:"history,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[18]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1831,7 +2072,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[18]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1844,7 +2085,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{18}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Snapshot) GetFormat() uint32 {
@@ -1924,6 +2165,13 @@ func (x *Snapshot) GetBucketCreatedMs() map[string]int64 {
 	return nil
 }
 
+func (x *Snapshot) GetHistory() *HistoryRecord {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
 // ColdRef locates stream bytes [start, end) in one object (for a page: the
 // range its entries cover).
 type ColdRef struct {
@@ -1959,7 +2207,7 @@ type ColdRef struct {
 
 func (x *ColdRef) Reset() {
 	*x = ColdRef{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[19]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2219,7 @@ func (x *ColdRef) String() string {
 func (*ColdRef) ProtoMessage() {}
 
 func (x *ColdRef) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[19]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2232,7 @@ func (x *ColdRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdRef.ProtoReflect.Descriptor instead.
 func (*ColdRef) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{19}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ColdRef) GetStart() uint64 {
@@ -2067,7 +2315,7 @@ type ColdPage struct {
 
 func (x *ColdPage) Reset() {
 	*x = ColdPage{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[20]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2327,7 @@ func (x *ColdPage) String() string {
 func (*ColdPage) ProtoMessage() {}
 
 func (x *ColdPage) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[20]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2340,7 @@ func (x *ColdPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdPage.ProtoReflect.Descriptor instead.
 func (*ColdPage) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{20}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ColdPage) GetEntries() []*ColdRef {
@@ -2112,7 +2360,7 @@ type ColdLevel struct {
 
 func (x *ColdLevel) Reset() {
 	*x = ColdLevel{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[21]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2372,7 @@ func (x *ColdLevel) String() string {
 func (*ColdLevel) ProtoMessage() {}
 
 func (x *ColdLevel) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[21]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2385,7 @@ func (x *ColdLevel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdLevel.ProtoReflect.Descriptor instead.
 func (*ColdLevel) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{21}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ColdLevel) GetEntries() []*ColdRef {
@@ -2158,7 +2406,7 @@ type HotExternal struct {
 
 func (x *HotExternal) Reset() {
 	*x = HotExternal{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2170,7 +2418,7 @@ func (x *HotExternal) String() string {
 func (*HotExternal) ProtoMessage() {}
 
 func (x *HotExternal) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2183,7 +2431,7 @@ func (x *HotExternal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotExternal.ProtoReflect.Descriptor instead.
 func (*HotExternal) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{22}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HotExternal) GetRef() *ColdRef {
@@ -2209,7 +2457,7 @@ type ColdSeal struct {
 
 func (x *ColdSeal) Reset() {
 	*x = ColdSeal{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2221,7 +2469,7 @@ func (x *ColdSeal) String() string {
 func (*ColdSeal) ProtoMessage() {}
 
 func (x *ColdSeal) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2234,7 +2482,7 @@ func (x *ColdSeal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdSeal.ProtoReflect.Descriptor instead.
 func (*ColdSeal) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{23}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ColdSeal) GetLevel() uint32 {
@@ -2290,7 +2538,7 @@ type ColdFlush struct {
 
 func (x *ColdFlush) Reset() {
 	*x = ColdFlush{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2302,7 +2550,7 @@ func (x *ColdFlush) String() string {
 func (*ColdFlush) ProtoMessage() {}
 
 func (x *ColdFlush) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2315,7 +2563,7 @@ func (x *ColdFlush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdFlush.ProtoReflect.Descriptor instead.
 func (*ColdFlush) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{24}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ColdFlush) GetBucket() string {
@@ -2377,7 +2625,7 @@ type SetRetention struct {
 
 func (x *SetRetention) Reset() {
 	*x = SetRetention{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2389,7 +2637,7 @@ func (x *SetRetention) String() string {
 func (*SetRetention) ProtoMessage() {}
 
 func (x *SetRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2402,7 +2650,7 @@ func (x *SetRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetention.ProtoReflect.Descriptor instead.
 func (*SetRetention) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{25}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetRetention) GetBucket() string {
@@ -2454,7 +2702,7 @@ type ColdRetire struct {
 
 func (x *ColdRetire) Reset() {
 	*x = ColdRetire{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2466,7 +2714,7 @@ func (x *ColdRetire) String() string {
 func (*ColdRetire) ProtoMessage() {}
 
 func (x *ColdRetire) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2479,7 +2727,7 @@ func (x *ColdRetire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdRetire.ProtoReflect.Descriptor instead.
 func (*ColdRetire) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{26}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ColdRetire) GetBucket() string {
@@ -2526,7 +2774,7 @@ type ColdSwap struct {
 
 func (x *ColdSwap) Reset() {
 	*x = ColdSwap{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2538,7 +2786,7 @@ func (x *ColdSwap) String() string {
 func (*ColdSwap) ProtoMessage() {}
 
 func (x *ColdSwap) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2551,7 +2799,7 @@ func (x *ColdSwap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdSwap.ProtoReflect.Descriptor instead.
 func (*ColdSwap) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{27}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ColdSwap) GetBucket() string {
@@ -2613,7 +2861,7 @@ type GCEntry struct {
 
 func (x *GCEntry) Reset() {
 	*x = GCEntry{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[28]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2625,7 +2873,7 @@ func (x *GCEntry) String() string {
 func (*GCEntry) ProtoMessage() {}
 
 func (x *GCEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[28]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2638,7 +2886,7 @@ func (x *GCEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCEntry.ProtoReflect.Descriptor instead.
 func (*GCEntry) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{28}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GCEntry) GetSeq() uint64 {
@@ -2693,7 +2941,7 @@ type GCAck struct {
 
 func (x *GCAck) Reset() {
 	*x = GCAck{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[29]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2705,7 +2953,7 @@ func (x *GCAck) String() string {
 func (*GCAck) ProtoMessage() {}
 
 func (x *GCAck) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[29]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2718,7 +2966,7 @@ func (x *GCAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCAck.ProtoReflect.Descriptor instead.
 func (*GCAck) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{29}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GCAck) GetSeqs() []uint64 {
@@ -2738,7 +2986,7 @@ type PurgeBucket struct {
 
 func (x *PurgeBucket) Reset() {
 	*x = PurgeBucket{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[30]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2750,7 +2998,7 @@ func (x *PurgeBucket) String() string {
 func (*PurgeBucket) ProtoMessage() {}
 
 func (x *PurgeBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[30]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2763,7 +3011,7 @@ func (x *PurgeBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeBucket.ProtoReflect.Descriptor instead.
 func (*PurgeBucket) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{30}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PurgeBucket) GetBucket() string {
@@ -2781,15 +3029,19 @@ type ProducerState struct {
 	UpdatedMs int64                  `protobuf:"varint,4,opt,name=updated_ms,json=updatedMs,proto3" json:"updated_ms,omitempty"`
 	// record_start/record_next: the JSON record range of the producer's
 	// last accepted write (a deduplicated retry answers it).
-	RecordStart   uint64 `protobuf:"varint,5,opt,name=record_start,json=recordStart,proto3" json:"record_start,omitempty"`
-	RecordNext    uint64 `protobuf:"varint,6,opt,name=record_next,json=recordNext,proto3" json:"record_next,omitempty"`
+	RecordStart uint64 `protobuf:"varint,5,opt,name=record_start,json=recordStart,proto3" json:"record_start,omitempty"`
+	RecordNext  uint64 `protobuf:"varint,6,opt,name=record_next,json=recordNext,proto3" json:"record_next,omitempty"`
+	// epoch_closed: a history event closed this epoch. A retry of a seq it
+	// kept is still a duplicate; a new write in it is refused (403), and a
+	// higher epoch starting at seq 0 opens the producer again.
+	EpochClosed   bool `protobuf:"varint,7,opt,name=epoch_closed,json=epochClosed,proto3" json:"epoch_closed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProducerState) Reset() {
 	*x = ProducerState{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[31]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2801,7 +3053,7 @@ func (x *ProducerState) String() string {
 func (*ProducerState) ProtoMessage() {}
 
 func (x *ProducerState) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[31]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2814,7 +3066,7 @@ func (x *ProducerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
 func (*ProducerState) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{31}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ProducerState) GetId() string {
@@ -2857,6 +3109,13 @@ func (x *ProducerState) GetRecordNext() uint64 {
 		return x.RecordNext
 	}
 	return 0
+}
+
+func (x *ProducerState) GetEpochClosed() bool {
+	if x != nil {
+		return x.EpochClosed
+	}
+	return false
 }
 
 type StreamState struct {
@@ -2907,15 +3166,24 @@ type StreamState struct {
 	HotRecord uint64 `protobuf:"varint,50,opt,name=hot_record,json=hotRecord,proto3" json:"hot_record,omitempty"`
 	// base_record is the JSON record ordinal at base (a fork's inherited
 	// messages; 0 otherwise).
-	BaseRecord    uint64 `protobuf:"varint,51,opt,name=base_record,json=baseRecord,proto3" json:"base_record,omitempty"`
-	LastWriteMs   int64  `protobuf:"varint,33,opt,name=last_write_ms,json=lastWriteMs,proto3" json:"last_write_ms,omitempty"`
+	BaseRecord  uint64 `protobuf:"varint,51,opt,name=base_record,json=baseRecord,proto3" json:"base_record,omitempty"`
+	LastWriteMs int64  `protobuf:"varint,33,opt,name=last_write_ms,json=lastWriteMs,proto3" json:"last_write_ms,omitempty"`
+	// previous_incarnation and inherited_offset (a position) describe the
+	// latest history event the stream went through: the token before it (or,
+	// when nothing was written between two events, the token before the
+	// first of them) and the tail it kept. 0 and 0: none.
+	PreviousIncarnation uint64 `protobuf:"varint,52,opt,name=previous_incarnation,json=previousIncarnation,proto3" json:"previous_incarnation,omitempty"`
+	InheritedOffset     uint64 `protobuf:"varint,53,opt,name=inherited_offset,json=inheritedOffset,proto3" json:"inherited_offset,omitempty"`
+	// earlier lists the stream's earlier incarnations that objects or forks
+	// may still name, oldest first.
+	Earlier       []*EarlierIncarnation `protobuf:"bytes,54,rep,name=earlier,proto3" json:"earlier,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamState) Reset() {
 	*x = StreamState{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[32]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2927,7 +3195,7 @@ func (x *StreamState) String() string {
 func (*StreamState) ProtoMessage() {}
 
 func (x *StreamState) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[32]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2940,7 +3208,7 @@ func (x *StreamState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamState.ProtoReflect.Descriptor instead.
 func (*StreamState) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{32}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StreamState) GetBucket() string {
@@ -3188,6 +3456,27 @@ func (x *StreamState) GetLastWriteMs() int64 {
 	return 0
 }
 
+func (x *StreamState) GetPreviousIncarnation() uint64 {
+	if x != nil {
+		return x.PreviousIncarnation
+	}
+	return 0
+}
+
+func (x *StreamState) GetInheritedOffset() uint64 {
+	if x != nil {
+		return x.InheritedOffset
+	}
+	return 0
+}
+
+func (x *StreamState) GetEarlier() []*EarlierIncarnation {
+	if x != nil {
+		return x.Earlier
+	}
+	return nil
+}
+
 // ApplyResult is the outcome of applying one command, as sent back to a
 // node that forwarded the command to the group's leader.
 type ApplyResult struct {
@@ -3216,7 +3505,7 @@ type ApplyResult struct {
 
 func (x *ApplyResult) Reset() {
 	*x = ApplyResult{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[33]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3517,7 @@ func (x *ApplyResult) String() string {
 func (*ApplyResult) ProtoMessage() {}
 
 func (x *ApplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[33]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3530,7 @@ func (x *ApplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResult.ProtoReflect.Descriptor instead.
 func (*ApplyResult) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{33}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ApplyResult) GetErrorCode() string {
@@ -3346,7 +3635,7 @@ var File_ursula_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"\x1fursula/storage/v1/storage.proto\x12\x11ursula.storage.v1\"\xb6\t\n" +
+	"\x1fursula/storage/v1/storage.proto\x12\x11ursula.storage.v1\"\xfe\t\n" +
 	"\aCommand\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12F\n" +
 	"\rcreate_bucket\x18\n" +
@@ -3370,7 +3659,8 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\fpurge_bucket\x18\x18 \x01(\v2\x1e.ursula.storage.v1.PurgeBucketH\x00R\vpurgeBucket\x12O\n" +
 	"\x10publish_snapshot\x18\x19 \x01(\v2\".ursula.storage.v1.PublishSnapshotH\x00R\x0fpublishSnapshot\x12:\n" +
 	"\tset_attrs\x18\x1a \x01(\v2\x1b.ursula.storage.v1.SetAttrsH\x00R\bsetAttrs\x12F\n" +
-	"\rdelete_bucket\x18\x1b \x01(\v2\x1f.ursula.storage.v1.DeleteBucketH\x00R\fdeleteBucketB\x04\n" +
+	"\rdelete_bucket\x18\x1b \x01(\v2\x1f.ursula.storage.v1.DeleteBucketH\x00R\fdeleteBucket\x12F\n" +
+	"\rstart_history\x18\x1c \x01(\v2\x1f.ursula.storage.v1.StartHistoryH\x00R\fstartHistoryB\x04\n" +
 	"\x02op\"\t\n" +
 	"\aBarrier\"&\n" +
 	"\fCreateBucket\x12\x16\n" +
@@ -3470,7 +3760,23 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12\x14\n" +
 	"\x05title\x18\x04 \x01(\tR\x05title\x12\x1a\n" +
-	"\bmetadata\x18\x05 \x01(\fR\bmetadata\"&\n" +
+	"\bmetadata\x18\x05 \x01(\fR\bmetadata\"Y\n" +
+	"\fStartHistory\x12\x1b\n" +
+	"\tplan_term\x18\x01 \x01(\x04R\bplanTerm\x12\x14\n" +
+	"\x05point\x18\x02 \x01(\x04R\x05point\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xe8\x01\n" +
+	"\rHistoryRecord\x12\x1f\n" +
+	"\vevent_index\x18\x01 \x01(\x04R\n" +
+	"eventIndex\x12\x1b\n" +
+	"\tplan_term\x18\x02 \x01(\x04R\bplanTerm\x12\x14\n" +
+	"\x05point\x18\x03 \x01(\x04R\x05point\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x13\n" +
+	"\x05at_ms\x18\x05 \x01(\x03R\x04atMs\x12\x18\n" +
+	"\astreams\x18\x06 \x01(\x04R\astreams\x12<\n" +
+	"\bprevious\x18\a \x01(\v2 .ursula.storage.v1.HistoryRecordR\bprevious\"J\n" +
+	"\x12EarlierIncarnation\x12 \n" +
+	"\vincarnation\x18\x01 \x01(\x04R\vincarnation\x12\x12\n" +
+	"\x04kept\x18\x02 \x01(\x04R\x04kept\"&\n" +
 	"\fDeleteBucket\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"\xbc\x01\n" +
 	"\vBucketUsage\x12\x16\n" +
@@ -3483,7 +3789,7 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12\x1d\n" +
 	"\n" +
-	"touched_ms\x18\x04 \x01(\x03R\ttouchedMs\"\xac\x05\n" +
+	"touched_ms\x18\x04 \x01(\x03R\ttouchedMs\"\xe8\x05\n" +
 	"\bSnapshot\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12\x18\n" +
@@ -3496,7 +3802,8 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x05usage\x18\t \x03(\v2\x1e.ursula.storage.v1.BucketUsageR\x05usage\x12(\n" +
 	"\x10write_unit_bytes\x18\n" +
 	" \x01(\x04R\x0ewriteUnitBytes\x12\\\n" +
-	"\x11bucket_created_ms\x18\v \x03(\v20.ursula.storage.v1.Snapshot.BucketCreatedMsEntryR\x0fbucketCreatedMs\x1a>\n" +
+	"\x11bucket_created_ms\x18\v \x03(\v20.ursula.storage.v1.Snapshot.BucketCreatedMsEntryR\x0fbucketCreatedMs\x12:\n" +
+	"\ahistory\x18\f \x01(\v2 .ursula.storage.v1.HistoryRecordR\ahistory\x1a>\n" +
 	"\x10GcReclaimedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1aB\n" +
@@ -3564,7 +3871,7 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x05GCAck\x12\x12\n" +
 	"\x04seqs\x18\x01 \x03(\x04R\x04seqs\"%\n" +
 	"\vPurgeBucket\x12\x16\n" +
-	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"\xaa\x01\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"\xcd\x01\n" +
 	"\rProducerState\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x10\n" +
@@ -3573,7 +3880,8 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"updated_ms\x18\x04 \x01(\x03R\tupdatedMs\x12!\n" +
 	"\frecord_start\x18\x05 \x01(\x04R\vrecordStart\x12\x1f\n" +
 	"\vrecord_next\x18\x06 \x01(\x04R\n" +
-	"recordNext\"\xe5\t\n" +
+	"recordNext\x12!\n" +
+	"\fepoch_closed\x18\a \x01(\bR\vepochClosed\"\x84\v\n" +
 	"\vStreamState\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
@@ -3620,7 +3928,10 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"hot_record\x182 \x01(\x04R\thotRecord\x12\x1f\n" +
 	"\vbase_record\x183 \x01(\x04R\n" +
 	"baseRecord\x12\"\n" +
-	"\rlast_write_ms\x18! \x01(\x03R\vlastWriteMs\"\xe2\x04\n" +
+	"\rlast_write_ms\x18! \x01(\x03R\vlastWriteMs\x121\n" +
+	"\x14previous_incarnation\x184 \x01(\x04R\x13previousIncarnation\x12)\n" +
+	"\x10inherited_offset\x185 \x01(\x04R\x0finheritedOffset\x12?\n" +
+	"\aearlier\x186 \x03(\v2%.ursula.storage.v1.EarlierIncarnationR\aearlier\"\xe2\x04\n" +
 	"\vApplyResult\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\tR\terrorCode\x12#\n" +
@@ -3667,47 +3978,50 @@ func file_ursula_storage_v1_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_ursula_storage_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ursula_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_ursula_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_ursula_storage_v1_storage_proto_goTypes = []any{
-	(ColdKind)(0),           // 0: ursula.storage.v1.ColdKind
-	(GCKind)(0),             // 1: ursula.storage.v1.GCKind
-	(*Command)(nil),         // 2: ursula.storage.v1.Command
-	(*Barrier)(nil),         // 3: ursula.storage.v1.Barrier
-	(*CreateBucket)(nil),    // 4: ursula.storage.v1.CreateBucket
-	(*ForkOrigin)(nil),      // 5: ursula.storage.v1.ForkOrigin
-	(*CreateStream)(nil),    // 6: ursula.storage.v1.CreateStream
-	(*ProducerRef)(nil),     // 7: ursula.storage.v1.ProducerRef
-	(*Append)(nil),          // 8: ursula.storage.v1.Append
-	(*DeleteStream)(nil),    // 9: ursula.storage.v1.DeleteStream
-	(*AddForkRef)(nil),      // 10: ursula.storage.v1.AddForkRef
-	(*ReleaseForkRef)(nil),  // 11: ursula.storage.v1.ReleaseForkRef
-	(*Expire)(nil),          // 12: ursula.storage.v1.Expire
-	(*StreamKey)(nil),       // 13: ursula.storage.v1.StreamKey
-	(*SnapshotRef)(nil),     // 14: ursula.storage.v1.SnapshotRef
-	(*PublishSnapshot)(nil), // 15: ursula.storage.v1.PublishSnapshot
-	(*SetAttrs)(nil),        // 16: ursula.storage.v1.SetAttrs
-	(*DeleteBucket)(nil),    // 17: ursula.storage.v1.DeleteBucket
-	(*BucketUsage)(nil),     // 18: ursula.storage.v1.BucketUsage
-	(*Touch)(nil),           // 19: ursula.storage.v1.Touch
-	(*Snapshot)(nil),        // 20: ursula.storage.v1.Snapshot
-	(*ColdRef)(nil),         // 21: ursula.storage.v1.ColdRef
-	(*ColdPage)(nil),        // 22: ursula.storage.v1.ColdPage
-	(*ColdLevel)(nil),       // 23: ursula.storage.v1.ColdLevel
-	(*HotExternal)(nil),     // 24: ursula.storage.v1.HotExternal
-	(*ColdSeal)(nil),        // 25: ursula.storage.v1.ColdSeal
-	(*ColdFlush)(nil),       // 26: ursula.storage.v1.ColdFlush
-	(*SetRetention)(nil),    // 27: ursula.storage.v1.SetRetention
-	(*ColdRetire)(nil),      // 28: ursula.storage.v1.ColdRetire
-	(*ColdSwap)(nil),        // 29: ursula.storage.v1.ColdSwap
-	(*GCEntry)(nil),         // 30: ursula.storage.v1.GCEntry
-	(*GCAck)(nil),           // 31: ursula.storage.v1.GCAck
-	(*PurgeBucket)(nil),     // 32: ursula.storage.v1.PurgeBucket
-	(*ProducerState)(nil),   // 33: ursula.storage.v1.ProducerState
-	(*StreamState)(nil),     // 34: ursula.storage.v1.StreamState
-	(*ApplyResult)(nil),     // 35: ursula.storage.v1.ApplyResult
-	nil,                     // 36: ursula.storage.v1.Snapshot.GcReclaimedEntry
-	nil,                     // 37: ursula.storage.v1.Snapshot.BucketCreatedMsEntry
-	nil,                     // 38: ursula.storage.v1.ApplyResult.ErrorMetadataEntry
+	(ColdKind)(0),              // 0: ursula.storage.v1.ColdKind
+	(GCKind)(0),                // 1: ursula.storage.v1.GCKind
+	(*Command)(nil),            // 2: ursula.storage.v1.Command
+	(*Barrier)(nil),            // 3: ursula.storage.v1.Barrier
+	(*CreateBucket)(nil),       // 4: ursula.storage.v1.CreateBucket
+	(*ForkOrigin)(nil),         // 5: ursula.storage.v1.ForkOrigin
+	(*CreateStream)(nil),       // 6: ursula.storage.v1.CreateStream
+	(*ProducerRef)(nil),        // 7: ursula.storage.v1.ProducerRef
+	(*Append)(nil),             // 8: ursula.storage.v1.Append
+	(*DeleteStream)(nil),       // 9: ursula.storage.v1.DeleteStream
+	(*AddForkRef)(nil),         // 10: ursula.storage.v1.AddForkRef
+	(*ReleaseForkRef)(nil),     // 11: ursula.storage.v1.ReleaseForkRef
+	(*Expire)(nil),             // 12: ursula.storage.v1.Expire
+	(*StreamKey)(nil),          // 13: ursula.storage.v1.StreamKey
+	(*SnapshotRef)(nil),        // 14: ursula.storage.v1.SnapshotRef
+	(*PublishSnapshot)(nil),    // 15: ursula.storage.v1.PublishSnapshot
+	(*SetAttrs)(nil),           // 16: ursula.storage.v1.SetAttrs
+	(*StartHistory)(nil),       // 17: ursula.storage.v1.StartHistory
+	(*HistoryRecord)(nil),      // 18: ursula.storage.v1.HistoryRecord
+	(*EarlierIncarnation)(nil), // 19: ursula.storage.v1.EarlierIncarnation
+	(*DeleteBucket)(nil),       // 20: ursula.storage.v1.DeleteBucket
+	(*BucketUsage)(nil),        // 21: ursula.storage.v1.BucketUsage
+	(*Touch)(nil),              // 22: ursula.storage.v1.Touch
+	(*Snapshot)(nil),           // 23: ursula.storage.v1.Snapshot
+	(*ColdRef)(nil),            // 24: ursula.storage.v1.ColdRef
+	(*ColdPage)(nil),           // 25: ursula.storage.v1.ColdPage
+	(*ColdLevel)(nil),          // 26: ursula.storage.v1.ColdLevel
+	(*HotExternal)(nil),        // 27: ursula.storage.v1.HotExternal
+	(*ColdSeal)(nil),           // 28: ursula.storage.v1.ColdSeal
+	(*ColdFlush)(nil),          // 29: ursula.storage.v1.ColdFlush
+	(*SetRetention)(nil),       // 30: ursula.storage.v1.SetRetention
+	(*ColdRetire)(nil),         // 31: ursula.storage.v1.ColdRetire
+	(*ColdSwap)(nil),           // 32: ursula.storage.v1.ColdSwap
+	(*GCEntry)(nil),            // 33: ursula.storage.v1.GCEntry
+	(*GCAck)(nil),              // 34: ursula.storage.v1.GCAck
+	(*PurgeBucket)(nil),        // 35: ursula.storage.v1.PurgeBucket
+	(*ProducerState)(nil),      // 36: ursula.storage.v1.ProducerState
+	(*StreamState)(nil),        // 37: ursula.storage.v1.StreamState
+	(*ApplyResult)(nil),        // 38: ursula.storage.v1.ApplyResult
+	nil,                        // 39: ursula.storage.v1.Snapshot.GcReclaimedEntry
+	nil,                        // 40: ursula.storage.v1.Snapshot.BucketCreatedMsEntry
+	nil,                        // 41: ursula.storage.v1.ApplyResult.ErrorMetadataEntry
 }
 var file_ursula_storage_v1_storage_proto_depIdxs = []int32{
 	4,  // 0: ursula.storage.v1.Command.create_bucket:type_name -> ursula.storage.v1.CreateBucket
@@ -3717,50 +4031,54 @@ var file_ursula_storage_v1_storage_proto_depIdxs = []int32{
 	10, // 4: ursula.storage.v1.Command.add_fork_ref:type_name -> ursula.storage.v1.AddForkRef
 	11, // 5: ursula.storage.v1.Command.release_fork_ref:type_name -> ursula.storage.v1.ReleaseForkRef
 	12, // 6: ursula.storage.v1.Command.expire:type_name -> ursula.storage.v1.Expire
-	19, // 7: ursula.storage.v1.Command.touch:type_name -> ursula.storage.v1.Touch
+	22, // 7: ursula.storage.v1.Command.touch:type_name -> ursula.storage.v1.Touch
 	3,  // 8: ursula.storage.v1.Command.barrier:type_name -> ursula.storage.v1.Barrier
-	26, // 9: ursula.storage.v1.Command.cold_flush:type_name -> ursula.storage.v1.ColdFlush
-	27, // 10: ursula.storage.v1.Command.set_retention:type_name -> ursula.storage.v1.SetRetention
-	28, // 11: ursula.storage.v1.Command.cold_retire:type_name -> ursula.storage.v1.ColdRetire
-	29, // 12: ursula.storage.v1.Command.cold_swap:type_name -> ursula.storage.v1.ColdSwap
-	31, // 13: ursula.storage.v1.Command.gc_ack:type_name -> ursula.storage.v1.GCAck
-	32, // 14: ursula.storage.v1.Command.purge_bucket:type_name -> ursula.storage.v1.PurgeBucket
+	29, // 9: ursula.storage.v1.Command.cold_flush:type_name -> ursula.storage.v1.ColdFlush
+	30, // 10: ursula.storage.v1.Command.set_retention:type_name -> ursula.storage.v1.SetRetention
+	31, // 11: ursula.storage.v1.Command.cold_retire:type_name -> ursula.storage.v1.ColdRetire
+	32, // 12: ursula.storage.v1.Command.cold_swap:type_name -> ursula.storage.v1.ColdSwap
+	34, // 13: ursula.storage.v1.Command.gc_ack:type_name -> ursula.storage.v1.GCAck
+	35, // 14: ursula.storage.v1.Command.purge_bucket:type_name -> ursula.storage.v1.PurgeBucket
 	15, // 15: ursula.storage.v1.Command.publish_snapshot:type_name -> ursula.storage.v1.PublishSnapshot
 	16, // 16: ursula.storage.v1.Command.set_attrs:type_name -> ursula.storage.v1.SetAttrs
-	17, // 17: ursula.storage.v1.Command.delete_bucket:type_name -> ursula.storage.v1.DeleteBucket
-	5,  // 18: ursula.storage.v1.CreateStream.fork:type_name -> ursula.storage.v1.ForkOrigin
-	7,  // 19: ursula.storage.v1.Append.producer:type_name -> ursula.storage.v1.ProducerRef
-	21, // 20: ursula.storage.v1.Append.external:type_name -> ursula.storage.v1.ColdRef
-	13, // 21: ursula.storage.v1.Expire.more:type_name -> ursula.storage.v1.StreamKey
-	14, // 22: ursula.storage.v1.PublishSnapshot.snapshot:type_name -> ursula.storage.v1.SnapshotRef
-	34, // 23: ursula.storage.v1.Snapshot.streams:type_name -> ursula.storage.v1.StreamState
-	30, // 24: ursula.storage.v1.Snapshot.gc_queue:type_name -> ursula.storage.v1.GCEntry
-	36, // 25: ursula.storage.v1.Snapshot.gc_reclaimed:type_name -> ursula.storage.v1.Snapshot.GcReclaimedEntry
-	18, // 26: ursula.storage.v1.Snapshot.usage:type_name -> ursula.storage.v1.BucketUsage
-	37, // 27: ursula.storage.v1.Snapshot.bucket_created_ms:type_name -> ursula.storage.v1.Snapshot.BucketCreatedMsEntry
-	0,  // 28: ursula.storage.v1.ColdRef.kind:type_name -> ursula.storage.v1.ColdKind
-	21, // 29: ursula.storage.v1.ColdPage.entries:type_name -> ursula.storage.v1.ColdRef
-	21, // 30: ursula.storage.v1.ColdLevel.entries:type_name -> ursula.storage.v1.ColdRef
-	21, // 31: ursula.storage.v1.HotExternal.ref:type_name -> ursula.storage.v1.ColdRef
-	21, // 32: ursula.storage.v1.ColdFlush.chunks:type_name -> ursula.storage.v1.ColdRef
-	25, // 33: ursula.storage.v1.ColdFlush.seals:type_name -> ursula.storage.v1.ColdSeal
-	21, // 34: ursula.storage.v1.ColdSwap.replaced:type_name -> ursula.storage.v1.ColdRef
-	21, // 35: ursula.storage.v1.ColdSwap.chunk:type_name -> ursula.storage.v1.ColdRef
-	1,  // 36: ursula.storage.v1.GCEntry.kind:type_name -> ursula.storage.v1.GCKind
-	7,  // 37: ursula.storage.v1.StreamState.closed_by:type_name -> ursula.storage.v1.ProducerRef
-	33, // 38: ursula.storage.v1.StreamState.producers:type_name -> ursula.storage.v1.ProducerState
-	5,  // 39: ursula.storage.v1.StreamState.fork:type_name -> ursula.storage.v1.ForkOrigin
-	23, // 40: ursula.storage.v1.StreamState.cold_index:type_name -> ursula.storage.v1.ColdLevel
-	24, // 41: ursula.storage.v1.StreamState.hot_external:type_name -> ursula.storage.v1.HotExternal
-	14, // 42: ursula.storage.v1.StreamState.snapshot:type_name -> ursula.storage.v1.SnapshotRef
-	38, // 43: ursula.storage.v1.ApplyResult.error_metadata:type_name -> ursula.storage.v1.ApplyResult.ErrorMetadataEntry
-	34, // 44: ursula.storage.v1.ApplyResult.meta:type_name -> ursula.storage.v1.StreamState
-	5,  // 45: ursula.storage.v1.ApplyResult.release:type_name -> ursula.storage.v1.ForkOrigin
-	46, // [46:46] is the sub-list for method output_type
-	46, // [46:46] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	20, // 17: ursula.storage.v1.Command.delete_bucket:type_name -> ursula.storage.v1.DeleteBucket
+	17, // 18: ursula.storage.v1.Command.start_history:type_name -> ursula.storage.v1.StartHistory
+	5,  // 19: ursula.storage.v1.CreateStream.fork:type_name -> ursula.storage.v1.ForkOrigin
+	7,  // 20: ursula.storage.v1.Append.producer:type_name -> ursula.storage.v1.ProducerRef
+	24, // 21: ursula.storage.v1.Append.external:type_name -> ursula.storage.v1.ColdRef
+	13, // 22: ursula.storage.v1.Expire.more:type_name -> ursula.storage.v1.StreamKey
+	14, // 23: ursula.storage.v1.PublishSnapshot.snapshot:type_name -> ursula.storage.v1.SnapshotRef
+	18, // 24: ursula.storage.v1.HistoryRecord.previous:type_name -> ursula.storage.v1.HistoryRecord
+	37, // 25: ursula.storage.v1.Snapshot.streams:type_name -> ursula.storage.v1.StreamState
+	33, // 26: ursula.storage.v1.Snapshot.gc_queue:type_name -> ursula.storage.v1.GCEntry
+	39, // 27: ursula.storage.v1.Snapshot.gc_reclaimed:type_name -> ursula.storage.v1.Snapshot.GcReclaimedEntry
+	21, // 28: ursula.storage.v1.Snapshot.usage:type_name -> ursula.storage.v1.BucketUsage
+	40, // 29: ursula.storage.v1.Snapshot.bucket_created_ms:type_name -> ursula.storage.v1.Snapshot.BucketCreatedMsEntry
+	18, // 30: ursula.storage.v1.Snapshot.history:type_name -> ursula.storage.v1.HistoryRecord
+	0,  // 31: ursula.storage.v1.ColdRef.kind:type_name -> ursula.storage.v1.ColdKind
+	24, // 32: ursula.storage.v1.ColdPage.entries:type_name -> ursula.storage.v1.ColdRef
+	24, // 33: ursula.storage.v1.ColdLevel.entries:type_name -> ursula.storage.v1.ColdRef
+	24, // 34: ursula.storage.v1.HotExternal.ref:type_name -> ursula.storage.v1.ColdRef
+	24, // 35: ursula.storage.v1.ColdFlush.chunks:type_name -> ursula.storage.v1.ColdRef
+	28, // 36: ursula.storage.v1.ColdFlush.seals:type_name -> ursula.storage.v1.ColdSeal
+	24, // 37: ursula.storage.v1.ColdSwap.replaced:type_name -> ursula.storage.v1.ColdRef
+	24, // 38: ursula.storage.v1.ColdSwap.chunk:type_name -> ursula.storage.v1.ColdRef
+	1,  // 39: ursula.storage.v1.GCEntry.kind:type_name -> ursula.storage.v1.GCKind
+	7,  // 40: ursula.storage.v1.StreamState.closed_by:type_name -> ursula.storage.v1.ProducerRef
+	36, // 41: ursula.storage.v1.StreamState.producers:type_name -> ursula.storage.v1.ProducerState
+	5,  // 42: ursula.storage.v1.StreamState.fork:type_name -> ursula.storage.v1.ForkOrigin
+	26, // 43: ursula.storage.v1.StreamState.cold_index:type_name -> ursula.storage.v1.ColdLevel
+	27, // 44: ursula.storage.v1.StreamState.hot_external:type_name -> ursula.storage.v1.HotExternal
+	14, // 45: ursula.storage.v1.StreamState.snapshot:type_name -> ursula.storage.v1.SnapshotRef
+	19, // 46: ursula.storage.v1.StreamState.earlier:type_name -> ursula.storage.v1.EarlierIncarnation
+	41, // 47: ursula.storage.v1.ApplyResult.error_metadata:type_name -> ursula.storage.v1.ApplyResult.ErrorMetadataEntry
+	37, // 48: ursula.storage.v1.ApplyResult.meta:type_name -> ursula.storage.v1.StreamState
+	5,  // 49: ursula.storage.v1.ApplyResult.release:type_name -> ursula.storage.v1.ForkOrigin
+	50, // [50:50] is the sub-list for method output_type
+	50, // [50:50] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_ursula_storage_v1_storage_proto_init() }
@@ -3787,6 +4105,7 @@ func file_ursula_storage_v1_storage_proto_init() {
 		(*Command_PublishSnapshot)(nil),
 		(*Command_SetAttrs)(nil),
 		(*Command_DeleteBucket)(nil),
+		(*Command_StartHistory)(nil),
 	}
 	file_ursula_storage_v1_storage_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
@@ -3795,7 +4114,7 @@ func file_ursula_storage_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_storage_v1_storage_proto_rawDesc), len(file_ursula_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   37,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -342,7 +342,8 @@ type StreamInfo struct {
 	TtlSeconds  *uint64                `protobuf:"varint,4,opt,name=ttl_seconds,json=ttlSeconds,proto3,oneof" json:"ttl_seconds,omitempty"`
 	ExpiresAt   string                 `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// incarnation identifies this history of the stream; it changes when the
-	// stream is deleted and created again.
+	// stream is deleted and created again, and when its group starts a new
+	// history.
 	Incarnation uint64 `protobuf:"varint,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	// record_first and record_next are the retained JSON record range.
 	RecordFirst uint64 `protobuf:"varint,7,opt,name=record_first,json=recordFirst,proto3" json:"record_first,omitempty"`
@@ -353,9 +354,15 @@ type StreamInfo struct {
 	SnapshotOffset string `protobuf:"bytes,10,opt,name=snapshot_offset,json=snapshotOffset,proto3" json:"snapshot_offset,omitempty"`
 	SnapshotDigest string `protobuf:"bytes,11,opt,name=snapshot_digest,json=snapshotDigest,proto3" json:"snapshot_digest,omitempty"`
 	// cluster_id is the answering node's server.cluster_id.
-	ClusterId     string `protobuf:"bytes,12,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ClusterId string `protobuf:"bytes,12,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// previous_incarnation and inherited_offset are set once the stream went
+	// through a new history of its group (a recovery plan or a restore): the
+	// token it had before, and the offset up to which the bytes a client
+	// read under that token still hold.
+	PreviousIncarnation uint64 `protobuf:"varint,13,opt,name=previous_incarnation,json=previousIncarnation,proto3" json:"previous_incarnation,omitempty"`
+	InheritedOffset     string `protobuf:"bytes,14,opt,name=inherited_offset,json=inheritedOffset,proto3" json:"inherited_offset,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *StreamInfo) Reset() {
@@ -468,6 +475,20 @@ func (x *StreamInfo) GetSnapshotDigest() string {
 func (x *StreamInfo) GetClusterId() string {
 	if x != nil {
 		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *StreamInfo) GetPreviousIncarnation() uint64 {
+	if x != nil {
+		return x.PreviousIncarnation
+	}
+	return 0
+}
+
+func (x *StreamInfo) GetInheritedOffset() string {
+	if x != nil {
+		return x.InheritedOffset
 	}
 	return ""
 }
@@ -2980,7 +3001,7 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"\x04body\x18\x06 \x01(\fR\x04body\x12\x19\n" +
 	"\bhas_body\x18\a \x01(\bR\ahasBody\x12.\n" +
 	"\x04fork\x18\b \x01(\v2\x1a.ursula.stream.v1.ForkSpecR\x04forkB\x0e\n" +
-	"\f_ttl_seconds\"\xbd\x03\n" +
+	"\f_ttl_seconds\"\x9b\x04\n" +
 	"\n" +
 	"StreamInfo\x12!\n" +
 	"\fcontent_type\x18\x01 \x01(\tR\vcontentType\x12\x1f\n" +
@@ -3000,7 +3021,9 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	" \x01(\tR\x0esnapshotOffset\x12'\n" +
 	"\x0fsnapshot_digest\x18\v \x01(\tR\x0esnapshotDigest\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\f \x01(\tR\tclusterIdB\x0e\n" +
+	"cluster_id\x18\f \x01(\tR\tclusterId\x121\n" +
+	"\x14previous_incarnation\x18\r \x01(\x04R\x13previousIncarnation\x12)\n" +
+	"\x10inherited_offset\x18\x0e \x01(\tR\x0finheritedOffsetB\x0e\n" +
 	"\f_ttl_seconds\"b\n" +
 	"\x14CreateStreamResponse\x12\x18\n" +
 	"\acreated\x18\x01 \x01(\bR\acreated\x120\n" +
