@@ -123,6 +123,10 @@ func (m *metrics) snapshot(ctx context.Context, n *engine.Node, clusterID, incar
 			"is_leader":      rs.IsLeader,
 			"recovery_gate":  gateState(rs, gates),
 		}
+		if h, ok := n.Engine.History(uint32(g)); ok {
+			gm["history"] = map[string]any{"event_index": float64(h.EventIndex), "plan_term": float64(h.PlanTerm), "point": float64(h.Point),
+				"reason": h.Reason, "at_ms": float64(h.AtMs), "streams": float64(h.Streams)}
+		}
 		replicaFields(gm, nodeID, rs, n.Cluster.LeadsLive(ctx, uint32(g)))
 		if rs.LeaderID == 0 {
 			issues = append(issues, map[string]any{"raft_group_id": float64(g), "issue": "leader_unknown"})

@@ -27,6 +27,9 @@ type Cluster struct {
 	cfg      Config
 	host     *multiraft.Host
 	machines []*stream.Machine
+	// historyProposals holds the groups whose new history this node is
+	// proposing as a recovery plan's leader (plan.go).
+	historyProposals sync.Map
 	net      Network // nil on a single node
 	logger   *slog.Logger
 	now      func() time.Time

@@ -87,6 +87,7 @@ func (c *Cluster) leadershipLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		c.openGates(ctx)
+		c.drivePlans(ctx)
 		c.reconcileMembership(ctx)
 		c.watchCommits(ctx, stalls)
 		if c.Draining() {
@@ -404,10 +405,23 @@ func (c *Cluster) CommitStalls() uint64 { return c.commitStalls.Load() }
 func (c *Cluster) ShedState() *raftv1.ShedState {
 	if c.Draining() {
 		return &raftv1.ShedState{ClusterId: c.cfg.ClusterID, NodeId: c.cfg.NodeID, Bits: 1, State: "maintenance-drain",
-			ShouldAcceptTransfer: false, ShouldCampaign: false, ShouldShedCurrentLeaders: true, GatedGroups: c.host.Gated()}
+			ShouldAcceptTransfer: false, ShouldCampaign: false, ShouldShedCurrentLeaders: true, GatedGroups: c.noTransferGroups()}
 	}
 	return &raftv1.ShedState{ClusterId: c.cfg.ClusterID, NodeId: c.cfg.NodeID, Bits: 0, State: "normal",
-		ShouldAcceptTransfer: true, ShouldCampaign: true, ShouldShedCurrentLeaders: false, GatedGroups: c.host.Gated()}
+		ShouldAcceptTransfer: true, ShouldCampaign: true, ShouldShedCurrentLeaders: false, GatedGroups: c.noTransferGroups()}
+}
+
+// noTransferGroups are the groups whose replica here takes no leadership:
+// behind the recovery gate, or holding a recovery plan.
+func (c *Cluster) noTransferGroups() []uint32 {
+	out := c.host.Gated()
+	for g := range c.host.Plans() {
+		if !slices.Contains(out, g) {
+			out = append(out, g)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // HandOffAll hands every leadership of this node to eligible voters (a

@@ -3,6 +3,10 @@ package cluster
 import (
 	"context"
 	"errors"
+	"time"
+
+	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	"github.com/ursula/ursula/storage/stream"
 
 	"github.com/ursula/ursula/storage/multiraft"
 )
@@ -29,4 +33,42 @@ func (c *Cluster) AcceptPlan(ctx context.Context, g uint32, req multiraft.PlanRe
 		err = raftError(err)
 	}
 	return term, err
+}
+
+// drivePlans, on each leadership tick, clears the plans whose new history
+// applied on this replica, and makes a plan's leader that leads above the
+// plan term propose the new history (one proposal per group at a time; a
+// repeat of the same plan term changes nothing, so a retry is safe).
+func (c *Cluster) drivePlans(ctx context.Context) {
+	for g, p := range c.host.Plans() {
+		if h, ok := c.machines[g].History(); ok && h.PlanTerm == p.Term {
+			if err := c.host.PlanSatisfied(ctx, g, p.Term); err != nil {
+				c.logger.Error("recovery plan: could not clear the satisfied plan", "group_id", g, "err", err)
+			}
+			continue
+		}
+		st := c.host.Status(g)
+		if p.Role != multiraft.PlanLead || !st.IsLeader || st.Term <= p.Term {
+			continue
+		}
+		if _, busy := c.historyProposals.LoadOrStore(g, true); busy {
+			continue
+		}
+		c.gates.wg.Add(1)
+		go func() {
+			defer c.gates.wg.Done()
+			defer c.historyProposals.Delete(g)
+			ctx, cancel := context.WithTimeout(ctx, gateBarrierWait+2*time.Second)
+			defer cancel()
+			res, err := c.Propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_StartHistory{StartHistory: &storagev1.StartHistory{
+				PlanTerm: p.Term, Point: p.Point, Reason: stream.HistoryAcceptLoss,
+			}}})
+			if err != nil {
+				c.logger.Warn("recovery plan: the new history was not proposed yet", "group_id", g, "plan_term", p.Term, "err", err)
+				return
+			}
+			c.logger.Warn("recovery plan: the group's new history started; every stream has a new incarnation and every producer epoch before it is closed",
+				"group_id", g, "plan_term", p.Term, "point", p.Point, "event_index", res.EventIndex)
+		}()
+	}
 }

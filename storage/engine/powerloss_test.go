@@ -12,7 +12,9 @@ import (
 	"time"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/storage/cluster"
 	"github.com/ursula/ursula/storage/fault"
+	"github.com/ursula/ursula/storage/multiraft"
 	"github.com/ursula/ursula/storage/stream"
 	"github.com/ursula/ursula/storage/wal"
 	"github.com/ursula/ursula/storage/wal/powerloss"
@@ -457,4 +459,149 @@ func TestClusterMinorityCorruption(t *testing.T) {
 			pc.checkAll(t)
 		})
 	}
+}
+
+// TestClusterPowerLossOfMajority: every voter loses power under fsync
+// "never", so no group can elect a leader: every gated replica reports its
+// group stalled. A recovery plan per group (the longest log leads) elects
+// its leader above the plan term, which starts a new history: every stream
+// gets a new incarnation naming the old one and the offset it kept, each
+// stream holds a prefix of what was acknowledged (the plan's loss, never
+// silent: the test reports it), and the group serves writes again.
+func TestClusterPowerLossOfMajority(t *testing.T) {
+	pc := startPowerLossCluster(t, nil)
+	for round := range 5 {
+		pc.appendEverywhere(t, round)
+	}
+	// A clean restart of every node syncs what came before: the loss can
+	// only take the appends after it.
+	for id := uint64(1); id <= 3; id++ {
+		pc.restart(t, id, false)
+	}
+	for id := uint64(1); id <= 3; id++ {
+		e, _ := pc.engine(id)
+		e.waitReady(t)
+	}
+	before := map[uint32]uint64{}
+	for g, name := range pc.names {
+		le, _ := pc.engine(pc.waitLeader(t, g))
+		h, err := le.Head(t.Context(), &streamv1.HeadRequest{Ref: ref(name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[g] = h.GetInfo().GetIncarnation()
+	}
+	for round := 5; round < 10; round++ {
+		pc.appendEverywhere(t, round)
+	}
+
+	clk := newFakeClock(time.Now())
+	engines := pc.powerLoss(t, powerloss.Loss{Seed: powerloss.Seed(t), KeepNewDirs: true}, clk.Now, 1, 2, 3)
+	for _, e := range engines {
+		e.run(t)
+	}
+	await.True(t, "every gated group to report itself stalled", func() bool {
+		clk.Advance(time.Second)
+		for _, e := range engines {
+			st := e.node.Cluster.GateStates()
+			if len(st) != int(pc.groups) {
+				return false
+			}
+			for _, s := range st {
+				if s != cluster.GateStalled {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	if lead := pc.leaderOf(0); lead != 0 {
+		t.Fatalf("group 0 elected node %d with every voter gated", lead)
+	}
+
+	// The plan of each group, as recover-group computes it when no log
+	// needs a cut: the greatest last log id leads, its last index is the
+	// point, the plan term is at least every replica's term.
+	planTerms := map[uint32]uint64{}
+	for g := range pc.groups {
+		var leader uint64
+		var highest uint64
+		sts := map[uint64]multiraft.GroupStatus{}
+		for id, e := range engines {
+			st := e.node.Cluster.Status(g)
+			sts[id] = st
+			highest = max(highest, st.Term)
+			if l, ok := sts[leader]; leader == 0 || !ok || st.LastTerm > l.LastTerm || st.LastTerm == l.LastTerm && st.LastIndex > l.LastIndex {
+				leader = id
+			}
+		}
+		if sts[leader].LastTerm < highest {
+			t.Skipf("group %d needs a plan that cuts (last term %d below term %d), which this release refuses", g, sts[leader].LastTerm, highest)
+		}
+		req := func(id uint64) multiraft.PlanRequest {
+			st := sts[id]
+			return multiraft.PlanRequest{Leader: leader, Point: sts[leader].LastIndex, Lead: id == leader, HighestTerm: highest, LeaderTerm: planTerms[g],
+				ExpectedLastIndex: st.LastIndex, ExpectedLastTerm: st.LastTerm, ExpectedTerm: st.Term}
+		}
+		term, err := engines[leader].node.Cluster.AcceptPlan(t.Context(), g, req(leader))
+		if err != nil {
+			t.Fatalf("group %d: the plan's leader node %d: %v", g, leader, err)
+		}
+		planTerms[g] = term
+		for id, e := range engines {
+			if id == leader {
+				continue
+			}
+			// A replica that already follows the plan's leader (elected by
+			// the replicas that took the plan) rejoins through it.
+			var refusal *multiraft.PlanRefusal
+			if _, err := e.node.Cluster.AcceptPlan(t.Context(), g, req(id)); err != nil &&
+				!(errors.As(err, &refusal) && refusal.Reason == multiraft.RefuseFollowsLeader && refusal.LeaderID == leader) {
+				t.Fatalf("group %d: follow on node %d: %v", g, id, err)
+			}
+		}
+		// Until its new history applied, a replica holding the plan serves
+		// nothing of the group.
+		if _, err := engines[leader].Head(t.Context(), &streamv1.HeadRequest{Ref: ref(pc.names[g])}); codeOf(err) != fault.ErrUnavailable && codeOf(err) != fault.ErrNotLeader {
+			t.Errorf("group %d: HEAD while the plan is pending: %v", g, err)
+		}
+	}
+	await.True(t, "every plan to be satisfied and every gate to open", func() bool {
+		for _, e := range engines {
+			if len(e.node.Cluster.GateStates()) != 0 {
+				return false
+			}
+			for g := range pc.groups {
+				if st := e.node.Cluster.Status(g); st.Recovery != nil {
+					return false
+				}
+				if h, ok := e.History(g); !ok || h.PlanTerm != planTerms[g] {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	lost := 0
+	for g, name := range pc.names {
+		le, _ := pc.engine(pc.waitLeader(t, g))
+		got := readAll(t, le, name)
+		if !strings.HasPrefix(pc.want[g], got) {
+			t.Fatalf("group %d: the new history reads %q, not a prefix of the acknowledged %q", g, got, pc.want[g])
+		}
+		lost += len(pc.want[g]) - len(got)
+		h, err := le.Head(t.Context(), &streamv1.HeadRequest{Ref: ref(name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := h.GetInfo()
+		if info.GetIncarnation() == before[g] || info.GetPreviousIncarnation() != before[g] || info.GetInheritedOffset() != info.GetNextOffset() {
+			t.Errorf("group %d: incarnation %d (before %d), previous %d, inherited %q, next %q", g,
+				info.GetIncarnation(), before[g], info.GetPreviousIncarnation(), info.GetInheritedOffset(), info.GetNextOffset())
+		}
+		pc.want[g] = got
+	}
+	t.Logf("the plans dropped %d acknowledged bytes that no replica kept", lost)
+	pc.appendEverywhere(t, 10)
+	pc.checkAll(t)
 }
