@@ -30,9 +30,9 @@ type Cluster struct {
 	// historyProposals holds the groups whose new history this node is
 	// proposing as a recovery plan's leader (plan.go).
 	historyProposals sync.Map
-	net      Network // nil on a single node
-	logger   *slog.Logger
-	now      func() time.Time
+	net              Network // nil on a single node
+	logger           *slog.Logger
+	now              func() time.Time
 
 	rejoined sync.Map // group → leader id: joined with a vote floor, awaiting rebuild
 	rebuilds sync.Map // rebuildKey → true: replicas to remove and add back
