@@ -343,11 +343,11 @@ func (c *Controller) awaitSatisfied(ctx context.Context, j *recoveryJournal, o A
 	wedged := 0
 	for {
 		done, wedge, why := true, false, ""
-		var leaderLog uint64
+		var leaderLog []int64
 		all, _ := c.readReplicas(ctx, p.Group)
 		for _, r := range all {
 			if r.NodeID == p.Leader {
-				leaderLog = u64(r.Expected.LastLogIndex)
+				leaderLog = []int64{u(r.Expected.LastLogTerm, -1), u(r.Expected.LastLogIndex, -1)}
 			}
 		}
 		for i, s := range p.Steps {
@@ -366,8 +366,9 @@ func (c *Controller) awaitSatisfied(ctx context.Context, j *recoveryJournal, o A
 			}
 			if r.Recovery != nil {
 				done, why = false, fmt.Sprintf("node %d still holds the plan", s.NodeID)
-				if u64(r.Expected.LastLogIndex) > leaderLog || r.Gate == "stalled" && r.Recovery.LeaderTerm == j.LeaderTerm {
-					wedge, why = true, fmt.Sprintf("node %d holds the plan with a longer log than its leader or reports the group stalled", s.NodeID)
+				longer := leaderLog != nil && cmpTuple([]int64{u(r.Expected.LastLogTerm, -1), u(r.Expected.LastLogIndex, -1)}, leaderLog) > 0
+				if longer || r.Gate == "stalled" && r.Recovery.LeaderTerm == j.LeaderTerm {
+					wedge, why = true, fmt.Sprintf("node %d holds the plan with a longer log than its leader (a greater last log id), or reports the group stalled", s.NodeID)
 				}
 				continue
 			}

@@ -71,6 +71,8 @@ func TestReadinessReasonTable(t *testing.T) {
 		{"learner", false, true, 0, nil, []multiraft.GroupStatus{led, learner}, ReasonLearner},
 		{"no leader", false, true, 0, nil, []multiraft.GroupStatus{led, leaderless}, ReasonNoLeader},
 		{"gate closed", false, true, 0, map[uint32]cluster.GateState{1: cluster.GateAwaitingBarrier}, []multiraft.GroupStatus{led, leaderless}, ReasonRecoveryGateClosed},
+		// A gated node that never saw a leader names the gate, not "starting".
+		{"gate before starting", false, false, 0, map[uint32]cluster.GateState{0: cluster.GateStalled}, []multiraft.GroupStatus{leaderless}, ReasonRecoveryStalled},
 		{"gate stalled wins", false, true, 0, map[uint32]cluster.GateState{0: cluster.GateAwaitingBarrier, 1: cluster.GateStalled}, []multiraft.GroupStatus{led, leaderless}, ReasonRecoveryStalled},
 	} {
 		if got := readinessReason(c.stopping, c.started, c.rejoin, c.gates, c.groups, 1); got != c.want {

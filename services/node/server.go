@@ -422,14 +422,11 @@ func (s *Server) gateLists() (closed, stalled []any) {
 // is stopping, whether its engine reported ready once, how many groups
 // still wait to rebuild it, and each group's status.
 func readinessReason(stopping, started bool, rejoinPending int, gates map[uint32]cluster.GateState, groups []multiraft.GroupStatus, self uint64) string {
-	switch {
-	case stopping:
+	if stopping {
 		return ReasonShuttingDown
-	case !started:
-		return ReasonStarting
-	case rejoinPending > 0:
-		return ReasonAwaitingRebuild
 	}
+	// A gated node may never see a leader (a majority lost its tail): the
+	// gate says why, before "starting" would.
 	for _, st := range gates {
 		if st == cluster.GateStalled {
 			return ReasonRecoveryStalled
@@ -437,6 +434,12 @@ func readinessReason(stopping, started bool, rejoinPending int, gates map[uint32
 	}
 	if len(gates) > 0 {
 		return ReasonRecoveryGateClosed
+	}
+	switch {
+	case !started:
+		return ReasonStarting
+	case rejoinPending > 0:
+		return ReasonAwaitingRebuild
 	}
 	for _, st := range groups {
 		if slices.Contains(st.Learners, self) {

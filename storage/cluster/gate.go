@@ -46,6 +46,10 @@ type gateWatch struct {
 	progress time.Time // the last apply (or the gate's start)
 	stalled  bool
 	busy     bool
+	// planTerm is the term of the recovery plan the replica held when last
+	// seen: taking a plan starts a new 30 s before the group counts as
+	// stalled (a wedged plan).
+	planTerm uint64
 }
 
 // gates tracks the gated groups' openers.
@@ -80,6 +84,9 @@ func (c *Cluster) openGates(ctx context.Context) {
 		if w == nil {
 			w = &gateWatch{applied: st.Applied, progress: now}
 			c.gates.watches[g] = w
+		}
+		if p := st.Recovery; p != nil && p.Term != w.planTerm {
+			w.planTerm, w.progress, w.stalled = p.Term, now, false
 		}
 		if st.Applied != w.applied {
 			w.applied, w.progress = st.Applied, now
@@ -150,8 +157,11 @@ func (c *Cluster) GateStates() map[uint32]GateState {
 	defer c.gates.mu.Unlock()
 	for _, g := range gated {
 		out[g] = GateAwaitingBarrier
+		// A plan taken since the watch last looked restarts its wait.
 		if w := c.gates.watches[g]; w != nil && w.stalled {
-			out[g] = GateStalled
+			if p := c.host.Status(g).Recovery; p == nil || p.Term == w.planTerm {
+				out[g] = GateStalled
+			}
 		}
 	}
 	return out

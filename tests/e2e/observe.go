@@ -45,6 +45,8 @@ type GroupMetrics struct {
 	AppliedIndex uint64   `json:"applied_index"`
 	Voters       []uint64 `json:"voters"`
 	Learners     []uint64 `json:"learners"`
+	// Recovery is the recovery plan the replica holds (null: none).
+	Recovery map[string]any `json:"recovery"`
 }
 
 // PeerMismatch is one entry of peer_cluster_mismatches: a configured peer
