@@ -25,7 +25,8 @@ import (
 // drops a request silently when its node loses leadership or its term
 // changes, so the worker ends the rounds itself then: readers fail with
 // *NotLeaderError once the node no longer leads, and a round lost to a
-// new term of the same leader is issued again.
+// new term of the same leader is issued again. A group whose only voter
+// is this node answers at once: no other node can lead it.
 
 // ErrTooManyReads is returned when MaxReadWaiters readers of a group
 // already wait for a read index; the caller may retry.
@@ -96,6 +97,14 @@ func (g *group) addRead(w *readWaiter) {
 		w.finish(0, &NotLeaderError{LeaderID: g.leader})
 		return
 	}
+	if voters := g.cs.GetVoters(); len(voters) == 1 && len(g.cs.GetVotersOutgoing()) == 0 {
+		// A single voter needs no round: no other node can lead. Raft
+		// would answer its commit index too, but only with the next
+		// Ready, after that Ready's writes (and fsync). leaderSince
+		// covers what the journal's commit index may not after a restart.
+		w.finish(max(g.rn.BasicStatus().GetCommit(), g.leaderSince), nil)
+		return
+	}
 	r := &g.reads
 	if len(r.queued) >= g.shard.h.cfg.MaxReadWaiters {
 		r.queued = slices.DeleteFunc(r.queued, (*readWaiter).gone)
@@ -151,9 +160,9 @@ func (g *group) readsAfterReady(rd *raft.Ready) {
 		if r.inflight == nil || len(rs.RequestCtx) != 8 || binary.LittleEndian.Uint64(rs.RequestCtx) != r.inflight.id {
 			continue // an older round's answer
 		}
-		// A single voter answers with its commit index at once, even
-		// before its new term's first entry committed; leaderSince
-		// covers every entry an earlier leadership may have acknowledged.
+		// Raft answers a leader whose new term's first entry has not
+		// committed yet only once it has (leaderSince is then covered);
+		// the max keeps that true whatever raft does.
 		index := max(rs.Index, g.leaderSince)
 		for _, w := range r.inflight.waiters {
 			w.finish(index, nil)
