@@ -41,9 +41,13 @@ type readAnswer struct {
 
 // readAsync calls ReadIndex on its own goroutine.
 func readAsync(h *Host, g uint32) <-chan readAnswer {
+	return readAsyncCtx(context.Background(), h, g)
+}
+
+func readAsyncCtx(ctx context.Context, h *Host, g uint32) <-chan readAnswer {
 	ch := make(chan readAnswer, 1)
 	go func() {
-		idx, err := h.ReadIndex(context.Background(), g)
+		idx, err := h.ReadIndex(ctx, g)
 		ch <- readAnswer{idx, err}
 	}()
 	return ch
@@ -223,5 +227,59 @@ func TestReadIndex(t *testing.T) {
 			t.Fatalf("after the step-down: round in flight %v, %d queued", inflight, queued)
 		}
 		c.converged(t, 0)
+	})
+
+	t.Run("readers that gave up leave the queue", func(t *testing.T) {
+		l := leadByOne(t)
+		c.net.setHold(func(_ uint32, m *pb.Message) bool {
+			return m.GetTo() == 1 && m.GetType() == pb.MsgHeartbeatResp
+		})
+		defer c.net.release()
+		first := readAsync(l.h, 0)
+		await.True(t, "the first reader's round", func() bool {
+			inflight, _ := readQueue(t, l.h, 0)
+			return inflight
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		var gaveUp []<-chan readAnswer
+		for range waiters {
+			gaveUp = append(gaveUp, readAsyncCtx(ctx, l.h, 0))
+		}
+		await.True(t, "a full queue", func() bool {
+			_, queued := readQueue(t, l.h, 0)
+			return queued == waiters
+		})
+		cancel()
+		for _, ch := range gaveUp {
+			if a := <-ch; !errors.Is(a.err, context.Canceled) {
+				t.Fatalf("a reader whose context ended got %d, %v", a.index, a.err)
+			}
+		}
+		next := readAsync(l.h, 0)
+		await.True(t, "the new reader to take an abandoned reader's place", func() bool {
+			_, queued := readQueue(t, l.h, 0)
+			return queued == 1
+		})
+		c.net.release()
+		for _, ch := range []<-chan readAnswer{first, next} {
+			if a := <-ch; a.err != nil {
+				t.Fatalf("reader: %v", a.err)
+			}
+		}
+	})
+
+	t.Run("a stopping host releases its readers", func(t *testing.T) {
+		l := leadByOne(t)
+		c.net.setHold(func(_ uint32, m *pb.Message) bool {
+			return m.GetTo() == 1 && m.GetType() == pb.MsgHeartbeatResp
+		})
+		defer c.net.release()
+		first, rest := stuckReaders(t, l.h, waiters)
+		c.stop(t, 1)
+		for i, ch := range append(rest, first) {
+			if a := <-ch; !errors.Is(a.err, ErrStopped) {
+				t.Fatalf("reader %d of the stopped host got %d, %v; want ErrStopped", i, a.index, a.err)
+			}
+		}
 	})
 }
