@@ -97,13 +97,23 @@ func (g *group) addRead(w *readWaiter) {
 		w.finish(0, &NotLeaderError{LeaderID: g.leader})
 		return
 	}
-	if voters := g.cs.GetVoters(); len(voters) == 1 && len(g.cs.GetVotersOutgoing()) == 0 {
-		// A single voter needs no round: no other node can lead. Raft
-		// would answer its commit index too, but only with the next
-		// Ready, after that Ready's writes (and fsync). leaderSince
-		// covers what the journal's commit index may not after a restart.
-		w.finish(max(g.rn.BasicStatus().GetCommit(), g.leaderSince), nil)
-		return
+	if voters := g.cs.GetVoters(); len(g.cs.GetVotersOutgoing()) == 0 {
+		switch self := g.shard.h.cfg.NodeID; {
+		case !slices.Contains(voters, self):
+			// Removed from the voters, raft keeps it leading until it steps
+			// down, and would answer for a group of one other voter without
+			// asking that voter.
+			w.finish(0, &NotLeaderError{})
+			return
+		case len(voters) == 1:
+			// The only voter needs no round: no other node can lead. Raft
+			// would answer its commit index too, but only with the next
+			// Ready, after that Ready's writes (and fsync). leaderSince
+			// covers what the journal's commit index may not after a
+			// restart.
+			w.finish(max(g.rn.BasicStatus().GetCommit(), g.leaderSince), nil)
+			return
+		}
 	}
 	r := &g.reads
 	if len(r.queued) >= g.shard.h.cfg.MaxReadWaiters {
