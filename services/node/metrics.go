@@ -169,6 +169,7 @@ func (m *metrics) snapshot(ctx context.Context, n *engine.Node, clusterID, incar
 func shardMetrics(stats []multiraft.ShardStats, out map[string]any) {
 	var sum struct {
 		proposals, batches, applied, applyNs, persistNs, snaps, snapBytes, snapNs, captureNs uint64
+		reads, readRounds                                                                    uint64
 		mailbox                                                                              int
 		wal                                                                                  wal.Stats
 	}
@@ -192,6 +193,8 @@ func shardMetrics(stats []multiraft.ShardStats, out map[string]any) {
 		sum.snapBytes += st.SnapshotBytes
 		sum.snapNs += st.SnapshotNs
 		sum.captureNs += st.SnapshotCaptureNs
+		sum.reads += st.ReadIndexReads
+		sum.readRounds += st.ReadIndexRounds
 		w := st.WAL
 		sum.wal.Writes += w.Writes
 		sum.wal.BytesWritten += w.BytesWritten
@@ -214,6 +217,8 @@ func shardMetrics(stats []multiraft.ShardStats, out map[string]any) {
 		"raft_snapshot_bytes":      sum.snapBytes,
 		"raft_snapshot_ns":         sum.snapNs,
 		"raft_snapshot_capture_ns": sum.captureNs,
+		"raft_read_index_reads":    sum.reads,
+		"raft_read_index_rounds":   sum.readRounds,
 		"wal_writes":               sum.wal.Writes,
 		"wal_bytes_written":        sum.wal.BytesWritten,
 		"wal_fsyncs":               sum.wal.Fsyncs,

@@ -27,7 +27,7 @@ func TestMetricsDocument(t *testing.T) {
 	m := s.metricsSnapshot()
 	positive := []string{"append_requests", "append_bytes", "append_ns", "read_requests", "read_ns",
 		"raft_proposals", "raft_applied_entries", "raft_apply_ns", "raft_persist_ns", "raft_ready_batches",
-		"wal_writes", "wal_bytes_written", "wal_write_ns", "wal_segments", "wal_segments_started"}
+		"wal_writes", "wal_bytes_written", "wal_write_ns", "wal_segments", "wal_segments_started", "raft_read_index_reads"}
 	for _, k := range positive {
 		if v, _ := m[k].(float64); v <= 0 {
 			t.Errorf("%s = %v, want > 0", k, m[k])
@@ -35,7 +35,7 @@ func TestMetricsDocument(t *testing.T) {
 	}
 	present := []string{"cluster_id", "process_incarnation", "node_id", "mailbox_depth", "hot_bytes_awaiting_flush",
 		"sse_subscribers", "live_read_waiters", "sse_chunks_sent", "wal_fsyncs", "wal_fsync_ns", "wal_segments_reclaimed",
-		"raft_snapshots", "raft_snapshot_ns", "wal_recovery", "peer_cluster_mismatches", "raft_grpc_peer_cluster_refusals"}
+		"raft_snapshots", "raft_snapshot_ns", "raft_read_index_rounds", "wal_recovery", "peer_cluster_mismatches", "raft_grpc_peer_cluster_refusals"}
 	for _, k := range present {
 		if _, ok := m[k]; !ok {
 			t.Errorf("metrics lack %s", k)

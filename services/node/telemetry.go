@@ -91,6 +91,8 @@ var nodeCounters = map[string]bool{
 	// shard workers and journals, summed and per shard
 	"raft_proposals": true, "raft_ready_batches": true, "raft_applied_entries": true,
 	"raft_snapshots": true, "raft_snapshot_bytes": true, "wal_writes": true, "wal_bytes_written": true,
+	"raft_read_index_reads": true, "raft_read_index_rounds": true,
+	"shard_read_index_reads": true, "shard_read_index_rounds": true,
 	"wal_fsyncs": true, "wal_segments_started": true, "wal_segments_reclaimed": true,
 	"shard_proposals": true, "shard_ready_batches": true, "shard_applied_entries": true,
 	"shard_snapshots": true, "shard_snapshot_bytes": true, "shard_wal_writes": true,

@@ -192,26 +192,6 @@ func (c *Cluster) Propose(ctx context.Context, g uint32, cmd *storagev1.Command)
 	return res, nil
 }
 
-// Sync makes this node's replica of group g at least as current as the
-// group's leader was when called (a read barrier): on a follower it runs a
-// barrier on the leader and waits until the local replica applied it.
-func (c *Cluster) Sync(ctx context.Context, g uint32) error {
-	st := c.host.Status(g)
-	if !c.MultiNode() || st.IsLeader {
-		return nil
-	}
-	res, err := c.forward(ctx, st.LeaderID, &raftv1.ForwardProposeRequest{GroupId: g, Op: &raftv1.ForwardProposeRequest_Barrier{Barrier: &storagev1.Barrier{}}})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := c.host.WaitApplied(ctx, g, res.Index); err != nil {
-		return fault.Errorf(fault.ErrUnavailable, "replica of group %d is behind its leader", g).With(fault.DetailRetryAfterMS, "500")
-	}
-	return nil
-}
-
 // WaitReady blocks until every group has a leader and every group this
 // node leads has applied its whole log: a barrier entry proposed in the
 // leader's term applies only after every entry before it.

@@ -8,14 +8,25 @@
 // # The cluster plane
 //
 // A Network carries Raft messages and the plane's calls (probe, forward,
-// rebuild request, shed state). GRPC is the one nodes run: the Raft
-// transport of package transport (RaftService) and ForwardService, client
-// and server, every call identified by cluster id and node id and refused
-// before decoding when they do not match. A forwarded command's refusal
-// travels in the answer (ForwardError, the storage error kind's name), so
-// a gRPC error always means the call itself failed. The Raft host sends
-// through the network and the network delivers into the node: New attaches
-// the network to the cluster, the one place that cycle closes.
+// read index, rebuild request, shed state). GRPC is the one nodes run: the
+// Raft transport of package transport (RaftService) and ForwardService,
+// client and server, every call identified by cluster id and node id and
+// refused before decoding when they do not match. A forwarded command's
+// refusal travels in the answer (ForwardError, the storage error kind's
+// name), so a gRPC error always means the call itself failed. The Raft host
+// sends through the network and the network delivers into the node: New
+// attaches the network to the cluster, the one place that cycle closes.
+//
+// # Reads
+//
+// ReadBarrier makes this node's replica of a group reflect every write
+// acknowledged before the call, so that whatever the engine reads next is
+// linearizable: the group's leader confirms its leadership with a quorum
+// heartbeat round (Raft's ReadIndex; readers waiting together share one
+// round) and the replica waits until it applied that read index. A
+// follower asks the leader over ForwardService.ReadIndex; a leader of an
+// older release, which lacks it, is asked for a forwarded Barrier
+// instead. The recovery gate opens on the same answer (read.go, gate.go).
 //
 // # Startup
 //

@@ -5,17 +5,19 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	raftv1 "github.com/ursula/ursula/proto/gen/go/ursula/raft/v1"
-	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 )
 
 // Opening recovery gates (multiraft/gate.go holds them). For every gated
-// group the node asks the group's leader for a barrier (a forwarded
-// Barrier: the leader commits a new entry, which proves it leads with a
-// quorum now), waits until its replica applied it, and opens the gate: it
-// then holds every entry committed before this start. A replica whose
-// leader showed that it lost acknowledged entries asks to be rebuilt
+// group the node asks the group's leader for a fresh read index
+// (ForwardService.ReadIndex, the read barrier of read.go: a quorum
+// heartbeat round proves that it leads now) together with the last index
+// of its log, waits until its replica applied both, and opens the gate: it
+// then holds every entry committed before this start. The last index
+// matters because the leader still counts the entries this replica
+// acknowledged before its crash, lost or not, towards commitment: a
+// replica that lost some never applies through them, so it stays gated
+// (and asks to be rebuilt) instead of voting without them. A replica
+// whose leader showed that it lost acknowledged entries asks to be rebuilt
 // first (RequestRebuild with its last index), since the leader never sends
 // again what it believes the replica holds. A gated group that neither
 // opens nor applies anything for gateStallAfter reports itself stalled.
@@ -133,15 +135,16 @@ func (c *Cluster) tryOpenGate(ctx context.Context, g uint32, leader uint64) {
 			c.logger.Debug("rebuild request of a gated replica failed", "group_id", g, "leader", leader, "err", err)
 		}
 	}
-	res, err := c.forward(ctx, leader, &raftv1.ForwardProposeRequest{GroupId: g, Op: &raftv1.ForwardProposeRequest_Barrier{Barrier: &storagev1.Barrier{}}})
+	index, last, err := c.remoteReadIndex(ctx, leader, g)
 	if err != nil {
-		c.logger.Debug("recovery gate: the leader's barrier failed", "group_id", g, "leader", leader, "err", err)
+		c.logger.Debug("recovery gate: the leader's read index failed", "group_id", g, "leader", leader, "err", err)
 		return
 	}
+	barrier := max(index, last)
 	wctx, wcancel := context.WithTimeout(ctx, gateBarrierWait)
 	defer wcancel()
-	if err := c.host.WaitApplied(wctx, g, res.Index); err != nil {
-		c.logger.Debug("recovery gate: the barrier did not apply in time", "group_id", g, "barrier", res.Index, "applied", c.host.Status(g).Applied)
+	if err := c.host.WaitApplied(wctx, g, barrier); err != nil {
+		c.logger.Debug("recovery gate: the barrier did not apply in time", "group_id", g, "barrier", barrier, "applied", c.host.Status(g).Applied)
 		return
 	}
 	if err := c.host.OpenGate(ctx, g); err != nil {

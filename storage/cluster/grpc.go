@@ -9,6 +9,8 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	raftv1 "github.com/ursula/ursula/proto/gen/go/ursula/raft/v1"
@@ -118,6 +120,25 @@ func (n *GRPC) Forward(ctx context.Context, leader uint64, req *raftv1.ForwardPr
 	return &ar, nil
 }
 
+// ReadIndex implements Network.
+func (n *GRPC) ReadIndex(ctx context.Context, leader uint64, g uint32) (index, last uint64, err error) {
+	cc, err := n.conn(leader)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := raftv1.NewForwardServiceClient(cc).ReadIndex(ctx, &raftv1.ReadIndexRequest{GroupId: g})
+	if status.Code(err) == codes.Unimplemented {
+		return 0, 0, errReadIndexUnsupported
+	}
+	if err != nil {
+		return 0, 0, callError(leader, err)
+	}
+	if e := resp.GetError(); e != nil {
+		return 0, 0, decodeError(e)
+	}
+	return resp.GetIndex(), resp.GetLastIndex(), nil
+}
+
 // RequestRebuild implements Network.
 func (n *GRPC) RequestRebuild(ctx context.Context, leader uint64, g uint32, node, lastIndex uint64) (bool, error) {
 	cc, err := n.conn(leader)
@@ -178,7 +199,7 @@ func asFault(err error) (*fault.Error, bool) {
 }
 
 // forwardServer serves ForwardService: commands forwarded to this node, a
-// group's leader, and rebuild requests.
+// group's leader, read indexes and rebuild requests.
 type forwardServer struct {
 	raftv1.UnimplementedForwardServiceServer
 	n *GRPC
@@ -194,6 +215,14 @@ func (f *forwardServer) Propose(ctx context.Context, req *raftv1.ForwardProposeR
 		return &raftv1.ForwardProposeResponse{Error: encodeError(fault.Errorf(fault.ErrInternal, "encode the result: %v", err))}, nil
 	}
 	return &raftv1.ForwardProposeResponse{Result: out}, nil
+}
+
+func (f *forwardServer) ReadIndex(ctx context.Context, req *raftv1.ReadIndexRequest) (*raftv1.ReadIndexResponse, error) {
+	index, last, err := f.n.local.ReadIndexForwarded(ctx, req.GetGroupId())
+	if err != nil {
+		return &raftv1.ReadIndexResponse{Error: encodeError(err)}, nil
+	}
+	return &raftv1.ReadIndexResponse{Index: index, LastIndex: last}, nil
 }
 
 func (f *forwardServer) RequestRebuild(ctx context.Context, req *raftv1.RequestRebuildRequest) (*raftv1.RequestRebuildResponse, error) {

@@ -23,6 +23,10 @@ type Network interface {
 	// returns its applied result; a refusal (not the leader any more, ...)
 	// is a storage error (package fault).
 	Forward(ctx context.Context, leader uint64, req *raftv1.ForwardProposeRequest) (*storagev1.ApplyResult, error)
+	// ReadIndex asks a group's leader for a read index and for the last
+	// index of its log once the index was confirmed (ForwardService); a
+	// leader of an older release answers errReadIndexUnsupported.
+	ReadIndex(ctx context.Context, leader uint64, groupID uint32) (index, last uint64, err error)
 	// RequestRebuild asks a group's leader to rebuild node's replica, whose
 	// log ends at lastIndex (0: wiped); done once the leader no longer
 	// counts the lost log.
@@ -50,6 +54,9 @@ type Local interface {
 	// ProposeForwarded runs an operation peer from forwarded to this node,
 	// the group's leader. from is the sender the network authenticated.
 	ProposeForwarded(ctx context.Context, from uint64, req *raftv1.ForwardProposeRequest) (*storagev1.ApplyResult, error)
+	// ReadIndexForwarded answers a peer's ReadIndex on this node, the
+	// group's leader.
+	ReadIndexForwarded(ctx context.Context, groupID uint32) (index, last uint64, err error)
 	// RequestRebuild is peer from asking this node, a group's leader, to
 	// rebuild node's replica (only a node's own request is taken).
 	RequestRebuild(ctx context.Context, from uint64, groupID uint32, node, lastIndex uint64) (bool, error)

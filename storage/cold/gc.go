@@ -23,7 +23,7 @@ func (t *Tier) GCQueue(ctx context.Context, g uint32, limit int) ([]*storagev1.G
 	if err := t.checkGroup(g); err != nil {
 		return nil, 0, err
 	}
-	if err := t.groups.Sync(ctx, g); err != nil {
+	if err := t.groups.ReadBarrier(ctx, g); err != nil {
 		return nil, 0, err
 	}
 	q, n := t.groups.Machine(g).GCQueue(limit)
@@ -59,7 +59,7 @@ func (t *Tier) CompactionCandidates(ctx context.Context, g uint32, small, max ui
 	if err := t.checkGroup(g); err != nil {
 		return nil, err
 	}
-	if err := t.groups.Sync(ctx, g); err != nil {
+	if err := t.groups.ReadBarrier(ctx, g); err != nil {
 		return nil, err
 	}
 	var out []Compaction
@@ -136,7 +136,7 @@ func (t *Tier) ColdReferences(ctx context.Context, prefix string) (keys []string
 		if !ok {
 			continue
 		}
-		if err := t.groups.Sync(ctx, uint32(g)); err != nil {
+		if err := t.groups.ReadBarrier(ctx, uint32(g)); err != nil {
 			return nil, true, err
 		}
 		meta, ok := m.Lookup(k)

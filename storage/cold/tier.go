@@ -24,9 +24,9 @@ type Groups interface {
 	Propose(ctx context.Context, g uint32, cmd *storagev1.Command) (*stream.Result, error)
 	// Status is group g's Raft status on this node.
 	Status(g uint32) multiraft.GroupStatus
-	// Sync is a read barrier: this node's replica of g becomes at least as
-	// current as the leader was when called.
-	Sync(ctx context.Context, g uint32) error
+	// ReadBarrier makes this node's replica of g reflect every write
+	// acknowledged before the call (a read index of the group's leader).
+	ReadBarrier(ctx context.Context, g uint32) error
 	// Machine is group g's state machine on this node (read only).
 	Machine(g uint32) *stream.Machine
 	// GroupCount is the number of groups.

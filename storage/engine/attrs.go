@@ -12,13 +12,14 @@ import (
 // MaxAttrsBytes bounds a stream's attributes (title plus metadata).
 const MaxAttrsBytes = 16 << 10
 
-// GetAttrs returns a stream's attributes (nil attrs when none are set).
-func (e *Engine) GetAttrs(_ context.Context, req *streamv1.GetAttrsRequest) (*streamv1.GetAttrsResponse, error) {
+// GetAttrs returns a stream's attributes (nil attrs when none are set),
+// after a read barrier (any replica answers).
+func (e *Engine) GetAttrs(ctx context.Context, req *streamv1.GetAttrsRequest) (*streamv1.GetAttrsResponse, error) {
 	k := keyOf(req.GetRef())
 	if err := k.Validate(); err != nil {
 		return nil, err
 	}
-	m, err := e.live(k)
+	m, err := e.readLive(ctx, k)
 	if err != nil {
 		return nil, err
 	}

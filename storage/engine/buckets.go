@@ -17,14 +17,17 @@ const (
 )
 
 // GetBucket describes a bucket: when it was created and how many streams
-// this node's replicas hold for it.
+// it holds, after a read barrier of every group.
 func (e *Engine) GetBucket(ctx context.Context, req *streamv1.GetBucketRequest) (*streamv1.GetBucketResponse, error) {
 	b := req.GetBucket()
 	if err := validBucketName(b); err != nil {
 		return nil, err
 	}
-	if err := e.checkBucket(ctx, b); err != nil {
+	if err := e.readBarrierAll(ctx); err != nil {
 		return nil, err
+	}
+	if !e.hasBucket(b) {
+		return nil, bucketNotFound(b)
 	}
 	created, _ := e.groups.Machine(bucketGroup).BucketCreated(b)
 	var n uint64
@@ -36,8 +39,8 @@ func (e *Engine) GetBucket(ctx context.Context, req *streamv1.GetBucketRequest) 
 }
 
 // DeleteBucket removes an empty bucket. Every group is checked for streams
-// of the bucket after a read barrier (so each replica is at least as new as
-// its leader was when the check began), then DeleteBucket is proposed in
+// of the bucket after a read barrier (so each replica reflects every write
+// acknowledged before the check began), then DeleteBucket is proposed in
 // the bucket group, whose apply checks that group's streams again.
 //
 // Accepted race: a stream create in another group that passed its bucket
@@ -52,15 +55,14 @@ func (e *Engine) DeleteBucket(ctx context.Context, req *streamv1.DeleteBucketReq
 	if err := validBucketName(b); err != nil {
 		return nil, err
 	}
-	if err := e.checkBucket(ctx, b); err != nil {
+	if err := e.readBarrierAll(ctx); err != nil {
 		return nil, err
 	}
+	if !e.hasBucket(b) {
+		return nil, bucketNotFound(b)
+	}
 	for g := range e.groups.GroupCount() {
-		m := e.groups.Machine(uint32(g))
-		if err := e.groups.Sync(ctx, uint32(g)); err != nil {
-			return nil, err
-		}
-		if n := m.CountStreams(b); n > 0 {
+		if n := e.groups.Machine(uint32(g)).CountStreams(b); n > 0 {
 			return nil, fault.Errorf(fault.ErrBucketExists, "bucket %s is not empty", b)
 		}
 	}
@@ -72,7 +74,8 @@ func (e *Engine) DeleteBucket(ctx context.Context, req *streamv1.DeleteBucketReq
 
 // ListStreams lists a bucket's streams in id order: those whose id starts
 // with prefix and sorts after the cursor, at most limit (1..1000, 0 meaning
-// 100). Expired streams not yet removed are left out.
+// 100), after a read barrier of every group. Expired streams not yet
+// removed are left out.
 func (e *Engine) ListStreams(ctx context.Context, req *streamv1.ListStreamsRequest) (*streamv1.ListStreamsResponse, error) {
 	b := req.GetBucket()
 	limit := int(req.GetLimit())
@@ -87,17 +90,16 @@ func (e *Engine) ListStreams(ctx context.Context, req *streamv1.ListStreamsReque
 			return nil, err
 		}
 	}
-	if err := e.checkBucket(ctx, b); err != nil {
+	if err := e.readBarrierAll(ctx); err != nil {
 		return nil, err
+	}
+	if !e.hasBucket(b) {
+		return nil, bucketNotFound(b)
 	}
 	now := e.nowMs()
 	var all []stream.Listing
 	for g := range e.groups.GroupCount() {
-		m := e.groups.Machine(uint32(g))
-		if err := e.groups.Sync(ctx, uint32(g)); err != nil {
-			return nil, err
-		}
-		all = append(all, m.ListStreams(b, req.GetPrefix(), req.GetAfter(), limit+1, now)...)
+		all = append(all, e.groups.Machine(uint32(g)).ListStreams(b, req.GetPrefix(), req.GetAfter(), limit+1, now)...)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Meta.Key.Stream < all[j].Meta.Key.Stream })
 	resp := &streamv1.ListStreamsResponse{}

@@ -24,8 +24,8 @@ import (
 
 // memCluster connects engines of one process through memNet, an
 // in-memory cluster.Network: Raft messages go through one inbox goroutine
-// per node (Send never blocks), probes, forwards and rebuild requests call
-// the peer's cluster side directly.
+// per node (Send never blocks), probes, forwards, read indexes and rebuild
+// requests call the peer's cluster side directly.
 type memCluster struct {
 	mu      sync.RWMutex
 	engines map[uint64]*testEngine   // replaced on restart
@@ -103,6 +103,14 @@ func (n *memNet) Forward(ctx context.Context, leader uint64, req *raftv1.Forward
 		return nil, fault.Errorf(fault.ErrUnavailable, "no peer %d", leader)
 	}
 	return p.local.ProposeForwarded(ctx, n.self, req)
+}
+
+func (n *memNet) ReadIndex(ctx context.Context, leader uint64, g uint32) (uint64, uint64, error) {
+	p, ok := n.c.net(leader)
+	if !ok {
+		return 0, 0, fault.Errorf(fault.ErrUnavailable, "no peer %d", leader)
+	}
+	return p.local.ReadIndexForwarded(ctx, g)
 }
 
 func (n *memNet) RequestRebuild(ctx context.Context, leader uint64, g uint32, node, lastIndex uint64) (bool, error) {

@@ -7,6 +7,13 @@
 // cluster plane, WAL and Raft host, cluster side, cold tier, request
 // engine) and Node.Run runs it: see Open.
 //
+// Reads are linearizable: every read a client observes passes the read
+// barrier of the group it looks at (Groups.ReadBarrier: a read index its
+// leader confirmed with a quorum, applied by this node's replica) before
+// it looks at the state, one barrier per group and request. Writes check
+// their preconditions on the leader's applied state, and the state
+// machine checks them again when the command applies.
+//
 // Placement: group = FNV-1a 64(bucket + "/" + stream) mod G
 // (stream.GroupOf). Bucket records live in group 0.
 //

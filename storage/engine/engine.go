@@ -34,9 +34,10 @@ type Groups interface {
 	Propose(ctx context.Context, g uint32, cmd *storagev1.Command) (*stream.Result, error)
 	// WaitApplied waits until this node's replica of g applied index.
 	WaitApplied(ctx context.Context, g uint32, index uint64) error
-	// Sync is a read barrier: this node's replica of g becomes at least as
-	// current as the leader was when called.
-	Sync(ctx context.Context, g uint32) error
+	// ReadBarrier makes this node's replica of g reflect every write
+	// acknowledged before the call (a read index of the group's leader):
+	// every read a client observes passes it before looking at the state.
+	ReadBarrier(ctx context.Context, g uint32) error
 	// Status is group g's Raft status on this node.
 	Status(g uint32) multiraft.GroupStatus
 	// Machine is group g's state machine on this node (read only).
@@ -208,12 +209,10 @@ func (e *Engine) settle(k stream.Key) error {
 // its predecessors' entries.
 const settleTimeout = 5 * time.Second
 
-// live looks a stream up as a client sees it: missing and expired streams
-// are STREAM_NOT_FOUND, soft-deleted ones STREAM_GONE. An expired stream
-// found here is expired in the background.
 // leaderLive is live on the stream's group leader: another replica (which
 // may lag, or hold nothing) answers NOT_LEADER without looking at its
-// state.
+// state. Writes use it: the command they propose is checked again when
+// it applies.
 func (e *Engine) leaderLive(k stream.Key) (stream.Meta, error) {
 	if !e.leads(k) {
 		return stream.Meta{}, e.notLeader(k)
@@ -221,6 +220,48 @@ func (e *Engine) leaderLive(k stream.Key) (stream.Meta, error) {
 	return e.live(k)
 }
 
+// readLive is live for a read a client observes: after the read barrier
+// of the stream's group, so that the answer reflects every write
+// acknowledged before the read began (on a follower too), and a leader cut
+// off from its quorum answers UNAVAILABLE instead of stale state.
+func (e *Engine) readLive(ctx context.Context, k stream.Key) (stream.Meta, error) {
+	if err := e.groups.ReadBarrier(ctx, e.GroupOf(k)); err != nil {
+		return stream.Meta{}, err
+	}
+	return e.live(k)
+}
+
+// readBarrierAll runs the read barrier of every group, at most
+// maxParallelBarriers at a time, for a read that looks at all of them;
+// it returns the first failure.
+func (e *Engine) readBarrierAll(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	n := e.groups.GroupCount()
+	errs := make(chan error, n)
+	sem := make(chan struct{}, maxParallelBarriers)
+	var wg sync.WaitGroup
+	for g := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := e.groups.ReadBarrier(ctx, uint32(g)); err != nil {
+				errs <- err
+				cancel() // the first failure is the answer: stop the others
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs // nil when closed empty
+}
+
+// maxParallelBarriers bounds the read barriers one request runs at once.
+const maxParallelBarriers = 16
+
+// live looks a stream up as a client sees it: missing and expired streams
+// are STREAM_NOT_FOUND, soft-deleted ones STREAM_GONE. An expired stream
+// found here is expired in the background.
 func (e *Engine) live(k stream.Key) (stream.Meta, error) {
 	if err := e.settle(k); err != nil {
 		return stream.Meta{}, err

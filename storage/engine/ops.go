@@ -70,18 +70,30 @@ func validBucketName(b string) error {
 	return nil
 }
 
+// checkBucket is a write's check that its bucket exists. A bucket this
+// node's replica holds is taken as it is (a concurrent delete is the
+// accepted race of DeleteBucket); one it does not hold may have just been
+// created on the bucket group's leader, so it looks again after a read
+// barrier before answering BUCKET_NOT_FOUND.
 func (e *Engine) checkBucket(ctx context.Context, b string) error {
-	if builtinBucket(b) || e.groups.Machine(bucketGroup).HasBucket(b) {
+	if e.hasBucket(b) {
 		return nil
 	}
-	// This node's replica of the bucket group may lag a bucket just created
-	// on its leader: look again after a read barrier before answering.
-	if err := e.groups.Sync(ctx, bucketGroup); err != nil {
+	if err := e.groups.ReadBarrier(ctx, bucketGroup); err != nil {
 		return err
 	}
-	if e.groups.Machine(bucketGroup).HasBucket(b) {
+	if e.hasBucket(b) {
 		return nil
 	}
+	return bucketNotFound(b)
+}
+
+// hasBucket reports a bucket on this node's replica of the bucket group.
+func (e *Engine) hasBucket(b string) bool {
+	return builtinBucket(b) || e.groups.Machine(bucketGroup).HasBucket(b)
+}
+
+func bucketNotFound(b string) error {
 	return fault.Errorf(fault.ErrBucketNotFound, "bucket %s not found", b)
 }
 
@@ -204,7 +216,7 @@ func (e *Engine) resolveFork(ctx context.Context, req *streamv1.CreateStreamRequ
 		return stream.Meta{}, err
 	}
 	// Resolve the fork point against the source as its leader knows it.
-	if err := e.groups.Sync(ctx, e.GroupOf(sk)); err != nil {
+	if err := e.groups.ReadBarrier(ctx, e.GroupOf(sk)); err != nil {
 		return stream.Meta{}, err
 	}
 	src, err := e.live(sk)
@@ -390,13 +402,17 @@ func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*stre
 	}, nil
 }
 
-// Head returns a stream's metadata without restarting its TTL.
-func (e *Engine) Head(_ context.Context, req *streamv1.HeadRequest) (*streamv1.HeadResponse, error) {
+// Head returns a stream's metadata without restarting its TTL, on the
+// group's leader after a read barrier.
+func (e *Engine) Head(ctx context.Context, req *streamv1.HeadRequest) (*streamv1.HeadResponse, error) {
 	k := keyOf(req.GetRef())
 	if err := k.Validate(); err != nil {
 		return nil, err
 	}
-	m, err := e.leaderLive(k)
+	if !e.leads(k) {
+		return nil, e.notLeader(k)
+	}
+	m, err := e.readLive(ctx, k)
 	if err != nil {
 		return nil, err
 	}

@@ -14,13 +14,18 @@ import (
 const maxWait = 5 * time.Minute
 
 // Read returns stored bytes from an offset, waiting at the tail of an open
-// stream for up to wait_ms.
+// stream for up to wait_ms. It starts after a read barrier of the
+// stream's group, so it sees every write acknowledged before it began.
 func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1.ReadResponse, error) {
 	k := keyOf(req.GetRef())
 	if err := k.Validate(); err != nil {
 		return nil, err
 	}
-	m, err := e.live(k)
+	tail := req.GetOffset() == stream.OffsetNow || req.GetWaitMs() > 0
+	if tail && !e.leads(k) {
+		return nil, e.notLeader(k) // without a barrier: only the leader answers
+	}
+	m, err := e.readLive(ctx, k)
 	if err != nil {
 		return nil, err
 	}
@@ -28,7 +33,7 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 		return nil, err
 	}
 	leader := e.leads(k)
-	if !leader && (req.GetOffset() == stream.OffsetNow || req.GetWaitMs() > 0) {
+	if !leader && tail {
 		return nil, e.notLeader(k)
 	}
 	if !req.GetNoTouch() {
@@ -104,8 +109,9 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 
 // Subscribe sends catch-up chunks from an offset, then every new chunk as
 // it commits, until the stream is closed and delivered, deleted, or ctx
-// ends. The first chunk at the tail is sent even when empty, so that a
-// subscriber learns the tail at once.
+// ends. It starts after a read barrier, as Read does. The first chunk at
+// the tail is sent even when empty, so that a subscriber learns the tail
+// at once.
 func (e *Engine) Subscribe(ctx context.Context, req *streamv1.SubscribeRequest, send func(*streamv1.ReadResponse) error) error {
 	k := keyOf(req.GetRef())
 	if err := k.Validate(); err != nil {
@@ -114,7 +120,7 @@ func (e *Engine) Subscribe(ctx context.Context, req *streamv1.SubscribeRequest, 
 	if !e.leads(k) {
 		return e.notLeader(k)
 	}
-	m, err := e.live(k)
+	m, err := e.readLive(ctx, k)
 	if err != nil {
 		return err
 	}

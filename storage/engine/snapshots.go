@@ -109,15 +109,18 @@ func (e *Engine) boundary(ctx context.Context, m stream.Meta, pos uint64) (bool,
 
 // GetSnapshot returns the stream's latest snapshot (or the one at an
 // offset: any other offset is SNAPSHOT_NOT_FOUND) with the stream's state,
-// on the group's leader so that the state is fresh. A snapshot committed
-// from staged parts comes one part per call (req.Part; resp.Parts says
-// how many).
+// on the group's leader after a read barrier so that the state is fresh.
+// A snapshot committed from staged parts comes one part per call
+// (req.Part; resp.Parts says how many).
 func (e *Engine) GetSnapshot(ctx context.Context, req *streamv1.GetSnapshotRequest) (*streamv1.GetSnapshotResponse, error) {
 	k := keyOf(req.GetRef())
 	if err := k.Validate(); err != nil {
 		return nil, err
 	}
-	m, err := e.leaderLive(k)
+	if !e.leads(k) {
+		return nil, e.notLeader(k)
+	}
+	m, err := e.readLive(ctx, k)
 	if err != nil {
 		return nil, err
 	}

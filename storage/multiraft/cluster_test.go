@@ -19,6 +19,40 @@ type memNetwork struct {
 	hosts map[uint64]*Host
 	down  map[uint64]bool
 	snaps atomic.Int64 // MsgSnap deliveries
+	// hold, when set, parks the messages it matches until release (a link
+	// that delays them).
+	hold func(groupID uint32, m *pb.Message) bool
+	held []heldMessage
+}
+
+type heldMessage struct {
+	groupID uint32
+	m       *pb.Message
+}
+
+// setHold parks the messages hold matches from now on (nil: none).
+func (n *memNetwork) setHold(hold func(groupID uint32, m *pb.Message) bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.hold = hold
+}
+
+// release stops holding messages and delivers those held.
+func (n *memNetwork) release() {
+	n.mu.Lock()
+	held := n.held
+	n.hold, n.held = nil, nil
+	hosts := n.hosts
+	var to []*Host
+	for _, hm := range held {
+		to = append(to, hosts[hm.m.GetTo()])
+	}
+	n.mu.Unlock()
+	for i, hm := range held {
+		if to[i] != nil {
+			_ = to[i].Step(hm.groupID, hm.m)
+		}
+	}
 }
 
 func newMemNetwork() *memNetwork {
@@ -61,6 +95,10 @@ func (e endpoint) Send(groupID uint32, msgs []*pb.Message) {
 					_ = self.ReportSnapshot(groupID, m.GetTo(), true)
 				}
 			}
+			continue
+		}
+		if e.net.hold != nil && e.net.hold(groupID, m) {
+			e.net.held = append(e.net.held, heldMessage{groupID: groupID, m: m})
 			continue
 		}
 		out = append(out, delivery{to, m})

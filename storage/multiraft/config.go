@@ -66,6 +66,9 @@ type Config struct {
 	// MaxSegments is the number of WAL segments per shard above which groups
 	// pinning the oldest one are snapshotted early; default 3.
 	MaxSegments int `yaml:"max_segments"`
+	// MaxReadWaiters bounds the readers of one group waiting for the next
+	// read-index round; more fail with ErrTooManyReads. Default 1024.
+	MaxReadWaiters int `yaml:"max_read_waiters"`
 	// FS is the file system seam (fault injection, tests); nil means the
 	// operating system's.
 	FS wal.FS `yaml:"-"`
@@ -107,6 +110,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxSegments <= 0 {
 		c.MaxSegments = 3
+	}
+	if c.MaxReadWaiters <= 0 {
+		c.MaxReadWaiters = 1024
 	}
 	if c.FS == nil {
 		c.FS = wal.OSFS{}

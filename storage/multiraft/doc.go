@@ -89,6 +89,20 @@
 // purgeable. A request the worker has not started within the caller's
 // bound is dropped (ErrNotStarted) and never runs later.
 //
+// # Reads
+//
+// ReadIndex gives a group's leader a linearizable read point without a
+// clock: Raft's ReadIndex in its ReadOnlySafe mode notes the commit index
+// and confirms with a heartbeat round that a quorum still follows this
+// leader; a read served after WaitApplied(index) reflects every write
+// acknowledged before it began. Concurrent readers of a group share one
+// round (one raft request in flight per group; readers that arrive
+// meanwhile wait for the next), at most Config.MaxReadWaiters wait per
+// group (ErrTooManyReads beyond), and the worker fails them with
+// *NotLeaderError as soon as the node no longer leads, since raft drops
+// such requests silently. A single voter answers at once. readindex.go
+// has the details.
+//
 // # Bootstrap and restart
 //
 // A group with no state in the journal is bootstrapped with Config.Voters;

@@ -165,9 +165,10 @@ func (h *Host) Gated() []uint32 {
 }
 
 // OpenGate opens group groupID's recovery gate: the caller has seen the
-// replica apply a barrier its leader committed after this node started, so
-// it holds every entry committed before (the leader's own log supplied
-// those it lost), and may vote and campaign again. The gate file is
+// replica apply a barrier of its leader taken after this node started (a
+// read index the leader confirmed with a quorum, and the leader's last
+// index), so it holds every entry committed before (the leader's own log
+// supplied those it lost), and may vote and campaign again. The gate file is
 // rewritten first; a failure leaves the group gated.
 func (h *Host) OpenGate(ctx context.Context, groupID uint32) error {
 	h.gateMu.Lock()

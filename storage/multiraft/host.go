@@ -451,6 +451,7 @@ func (h *Host) stop() error {
 	for _, g := range h.groups {
 		// The shard workers have returned: their state is ours now.
 		g.failPending(ErrStopped)
+		g.failReads(ErrStopped)
 		g.finishSnapshotWaiters(0, ErrStopped)
 	}
 	close(h.stopped)
@@ -578,6 +579,9 @@ func (g *group) raftConfig(h *Host, applied uint64) *raft.Config {
 		MaxInflightMsgs:           256,
 		CheckQuorum:               true,
 		PreVote:                   true,
+		// ReadIndex confirms leadership with a heartbeat round, not with a
+		// lease that would trust the clocks (readindex.go).
+		ReadOnlyOption:            raft.ReadOnlySafe,
 		DisableProposalForwarding: true,
 		Logger:                    raftLogger{l: g.logger},
 	}

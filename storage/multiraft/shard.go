@@ -33,6 +33,8 @@ const (
 	opPurgeLog
 	// opSnapshotDone is the snapshot worker's report (snapshot.go).
 	opSnapshotDone
+	// opReadIndex is a reader waiting for a read index (readindex.go).
+	opReadIndex
 )
 
 type op struct {
@@ -49,6 +51,8 @@ type op struct {
 	req *logRequest
 	// snap is the report of opSnapshotDone.
 	snap *snapshotDone
+	// read is the reader of opReadIndex.
+	read *readWaiter
 }
 
 // States of a logRequest: the worker starts a pending request, or its
@@ -175,6 +179,8 @@ func (s *shard) close() {
 			if o.req.start() {
 				o.req.finish(0, ErrStopped)
 			}
+		case opReadIndex:
+			o.read.finish(0, ErrStopped)
 		}
 	}
 }
@@ -319,6 +325,8 @@ func (s *shard) drain() error {
 			if err := s.snapshotDone(g, o.snap); err != nil && fatal == nil {
 				fatal = err
 			}
+		case opReadIndex:
+			g.addRead(o.read)
 		}
 		*o = op{}
 	}
@@ -361,6 +369,7 @@ func (s *shard) processReady() error {
 	for {
 		s.readies = s.readies[:0]
 		for _, g := range s.groups {
+			g.startReadRound()
 			if g.rn.HasReady() {
 				s.readies = append(s.readies, groupReady{g: g, rd: g.rn.Ready()})
 			}
@@ -445,6 +454,7 @@ func (s *shard) processReady() error {
 			s.stats.appliedEntries.Add(uint64(len(rd.CommittedEntries)))
 			g.appliedWaits.trigger(g.applied)
 			g.rn.Advance(*rd)
+			g.readsAfterReady(rd)
 			if g.snapshotDue(h.cfg) {
 				if err := s.startSnapshot(g); err != nil {
 					return err
@@ -550,6 +560,8 @@ type group struct {
 	snapshotting  bool
 	snapWaiters   []*logRequest
 	retainPending bool
+	// reads are the readers waiting for a read index (readindex.go).
+	reads groupReads
 
 	statusMu sync.Mutex
 	status   GroupStatus

@@ -20,6 +20,10 @@ type shardStats struct {
 	// snapshotCaptureNs is the part of snapshotting spent on the shard
 	// worker (the capture); the rest runs on the snapshot worker.
 	snapshotCaptureNs atomic.Uint64
+	// readIndexReads counts ReadIndex callers; readIndexRounds the raft
+	// ReadIndex requests (heartbeat rounds) that answered them.
+	readIndexReads  atomic.Uint64
+	readIndexRounds atomic.Uint64
 }
 
 // ShardStats is one shard worker's view for metrics: its mailbox depth
@@ -38,8 +42,13 @@ type ShardStats struct {
 	SnapshotBytes  uint64 `json:"snapshot_bytes"`
 	SnapshotNs     uint64 `json:"snapshot_ns"`
 	// SnapshotCaptureNs is the shard worker's share of SnapshotNs.
-	SnapshotCaptureNs uint64    `json:"snapshot_capture_ns"`
-	WAL               wal.Stats `json:"wal"`
+	SnapshotCaptureNs uint64 `json:"snapshot_capture_ns"`
+	// ReadIndexReads counts the readers that asked for a read index, and
+	// ReadIndexRounds the raft ReadIndex requests issued for them: readers
+	// waiting together share one round.
+	ReadIndexReads  uint64    `json:"read_index_reads"`
+	ReadIndexRounds uint64    `json:"read_index_rounds"`
+	WAL             wal.Stats `json:"wal"`
 }
 
 // ShardStats returns every shard worker's counters.
@@ -56,7 +65,8 @@ func (h *Host) ShardStats() []ShardStats {
 			AppliedEntries: st.appliedEntries.Load(), ApplyNs: st.applyNs.Load(), PersistNs: st.persistNs.Load(),
 			Snapshots: st.snapshots.Load(), SnapshotBytes: st.snapshotBytes.Load(), SnapshotNs: st.snapshotNs.Load(),
 			SnapshotCaptureNs: st.snapshotCaptureNs.Load(),
-			WAL:               s.journal.Stats(),
+			ReadIndexReads:    st.readIndexReads.Load(), ReadIndexRounds: st.readIndexRounds.Load(),
+			WAL: s.journal.Stats(),
 		})
 	}
 	return out

@@ -22,6 +22,116 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ReadIndexRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       uint32                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadIndexRequest) Reset() {
+	*x = ReadIndexRequest{}
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadIndexRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadIndexRequest) ProtoMessage() {}
+
+func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
+func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ReadIndexRequest) GetGroupId() uint32 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+type ReadIndexResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// index is the confirmed read index.
+	Index uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// last_index is the last index of the leader's log once index was
+	// confirmed: it covers every entry the leader may count as replicated
+	// on the caller, committed or not.
+	LastIndex uint64 `protobuf:"varint,2,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	// error is the leader's refusal (NOT_LEADER naming another leader,
+	// UNAVAILABLE while leadership is unconfirmed); unset on success.
+	Error         *ForwardError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadIndexResponse) Reset() {
+	*x = ReadIndexResponse{}
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadIndexResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadIndexResponse) ProtoMessage() {}
+
+func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
+func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ReadIndexResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ReadIndexResponse) GetLastIndex() uint64 {
+	if x != nil {
+		return x.LastIndex
+	}
+	return 0
+}
+
+func (x *ReadIndexResponse) GetError() *ForwardError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 type RequestRebuildRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	GroupId uint32                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
@@ -35,7 +145,7 @@ type RequestRebuildRequest struct {
 
 func (x *RequestRebuildRequest) Reset() {
 	*x = RequestRebuildRequest{}
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[0]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -47,7 +157,7 @@ func (x *RequestRebuildRequest) String() string {
 func (*RequestRebuildRequest) ProtoMessage() {}
 
 func (x *RequestRebuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[0]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -60,7 +170,7 @@ func (x *RequestRebuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRebuildRequest.ProtoReflect.Descriptor instead.
 func (*RequestRebuildRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{0}
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RequestRebuildRequest) GetGroupId() uint32 {
@@ -98,7 +208,7 @@ type RequestRebuildResponse struct {
 
 func (x *RequestRebuildResponse) Reset() {
 	*x = RequestRebuildResponse{}
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[1]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -110,7 +220,7 @@ func (x *RequestRebuildResponse) String() string {
 func (*RequestRebuildResponse) ProtoMessage() {}
 
 func (x *RequestRebuildResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[1]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -123,7 +233,7 @@ func (x *RequestRebuildResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRebuildResponse.ProtoReflect.Descriptor instead.
 func (*RequestRebuildResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{1}
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RequestRebuildResponse) GetDone() bool {
@@ -163,7 +273,7 @@ type ForwardProposeRequest struct {
 
 func (x *ForwardProposeRequest) Reset() {
 	*x = ForwardProposeRequest{}
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[2]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -175,7 +285,7 @@ func (x *ForwardProposeRequest) String() string {
 func (*ForwardProposeRequest) ProtoMessage() {}
 
 func (x *ForwardProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[2]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -188,7 +298,7 @@ func (x *ForwardProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardProposeRequest.ProtoReflect.Descriptor instead.
 func (*ForwardProposeRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{2}
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ForwardProposeRequest) GetGroupId() uint32 {
@@ -313,7 +423,7 @@ type ForwardProposeResponse struct {
 
 func (x *ForwardProposeResponse) Reset() {
 	*x = ForwardProposeResponse{}
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[3]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -325,7 +435,7 @@ func (x *ForwardProposeResponse) String() string {
 func (*ForwardProposeResponse) ProtoMessage() {}
 
 func (x *ForwardProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[3]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -338,7 +448,7 @@ func (x *ForwardProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardProposeResponse.ProtoReflect.Descriptor instead.
 func (*ForwardProposeResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{3}
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ForwardProposeResponse) GetResult() []byte {
@@ -370,7 +480,7 @@ type ForwardError struct {
 
 func (x *ForwardError) Reset() {
 	*x = ForwardError{}
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[4]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -382,7 +492,7 @@ func (x *ForwardError) String() string {
 func (*ForwardError) ProtoMessage() {}
 
 func (x *ForwardError) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[4]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -395,7 +505,7 @@ func (x *ForwardError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardError.ProtoReflect.Descriptor instead.
 func (*ForwardError) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{4}
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ForwardError) GetKind() string {
@@ -423,7 +533,14 @@ var File_ursula_raft_v1_forward_proto protoreflect.FileDescriptor
 
 const file_ursula_raft_v1_forward_proto_rawDesc = "" +
 	"\n" +
-	"\x1cursula/raft/v1/forward.proto\x12\x0eursula.raft.v1\x1a\x1fursula/storage/v1/storage.proto\"j\n" +
+	"\x1cursula/raft/v1/forward.proto\x12\x0eursula.raft.v1\x1a\x1fursula/storage/v1/storage.proto\"-\n" +
+	"\x10ReadIndexRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\rR\agroupId\"|\n" +
+	"\x11ReadIndexResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1d\n" +
+	"\n" +
+	"last_index\x18\x02 \x01(\x04R\tlastIndex\x122\n" +
+	"\x05error\x18\x03 \x01(\v2\x1c.ursula.raft.v1.ForwardErrorR\x05error\"j\n" +
 	"\x15RequestRebuildRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\rR\agroupId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x1d\n" +
@@ -452,10 +569,11 @@ const file_ursula_raft_v1_forward_proto_rawDesc = "" +
 	"\adetails\x18\x03 \x03(\v2).ursula.raft.v1.ForwardError.DetailsEntryR\adetails\x1a:\n" +
 	"\fDetailsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xcb\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\x9d\x02\n" +
 	"\x0eForwardService\x12X\n" +
 	"\aPropose\x12%.ursula.raft.v1.ForwardProposeRequest\x1a&.ursula.raft.v1.ForwardProposeResponse\x12_\n" +
-	"\x0eRequestRebuild\x12%.ursula.raft.v1.RequestRebuildRequest\x1a&.ursula.raft.v1.RequestRebuildResponseB\xb9\x01\n" +
+	"\x0eRequestRebuild\x12%.ursula.raft.v1.RequestRebuildRequest\x1a&.ursula.raft.v1.RequestRebuildResponse\x12P\n" +
+	"\tReadIndex\x12 .ursula.raft.v1.ReadIndexRequest\x1a!.ursula.raft.v1.ReadIndexResponseB\xb9\x01\n" +
 	"\x12com.ursula.raft.v1B\fForwardProtoP\x01Z;github.com/ursula/ursula/proto/gen/go/ursula/raft/v1;raftv1\xa2\x02\x03URX\xaa\x02\x0eUrsula.Raft.V1\xca\x02\x0eUrsula\\Raft\\V1\xe2\x02\x1aUrsula\\Raft\\V1\\GPBMetadata\xea\x02\x10Ursula::Raft::V1b\x06proto3"
 
 var (
@@ -470,40 +588,45 @@ func file_ursula_raft_v1_forward_proto_rawDescGZIP() []byte {
 	return file_ursula_raft_v1_forward_proto_rawDescData
 }
 
-var file_ursula_raft_v1_forward_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_ursula_raft_v1_forward_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_ursula_raft_v1_forward_proto_goTypes = []any{
-	(*RequestRebuildRequest)(nil),  // 0: ursula.raft.v1.RequestRebuildRequest
-	(*RequestRebuildResponse)(nil), // 1: ursula.raft.v1.RequestRebuildResponse
-	(*ForwardProposeRequest)(nil),  // 2: ursula.raft.v1.ForwardProposeRequest
-	(*ForwardProposeResponse)(nil), // 3: ursula.raft.v1.ForwardProposeResponse
-	(*ForwardError)(nil),           // 4: ursula.raft.v1.ForwardError
-	nil,                            // 5: ursula.raft.v1.ForwardError.DetailsEntry
-	(*v1.Barrier)(nil),             // 6: ursula.storage.v1.Barrier
-	(*v1.AddForkRef)(nil),          // 7: ursula.storage.v1.AddForkRef
-	(*v1.ReleaseForkRef)(nil),      // 8: ursula.storage.v1.ReleaseForkRef
-	(*v1.PurgeBucket)(nil),         // 9: ursula.storage.v1.PurgeBucket
-	(*v1.GCAck)(nil),               // 10: ursula.storage.v1.GCAck
-	(*v1.ColdSwap)(nil),            // 11: ursula.storage.v1.ColdSwap
+	(*ReadIndexRequest)(nil),       // 0: ursula.raft.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),      // 1: ursula.raft.v1.ReadIndexResponse
+	(*RequestRebuildRequest)(nil),  // 2: ursula.raft.v1.RequestRebuildRequest
+	(*RequestRebuildResponse)(nil), // 3: ursula.raft.v1.RequestRebuildResponse
+	(*ForwardProposeRequest)(nil),  // 4: ursula.raft.v1.ForwardProposeRequest
+	(*ForwardProposeResponse)(nil), // 5: ursula.raft.v1.ForwardProposeResponse
+	(*ForwardError)(nil),           // 6: ursula.raft.v1.ForwardError
+	nil,                            // 7: ursula.raft.v1.ForwardError.DetailsEntry
+	(*v1.Barrier)(nil),             // 8: ursula.storage.v1.Barrier
+	(*v1.AddForkRef)(nil),          // 9: ursula.storage.v1.AddForkRef
+	(*v1.ReleaseForkRef)(nil),      // 10: ursula.storage.v1.ReleaseForkRef
+	(*v1.PurgeBucket)(nil),         // 11: ursula.storage.v1.PurgeBucket
+	(*v1.GCAck)(nil),               // 12: ursula.storage.v1.GCAck
+	(*v1.ColdSwap)(nil),            // 13: ursula.storage.v1.ColdSwap
 }
 var file_ursula_raft_v1_forward_proto_depIdxs = []int32{
-	4,  // 0: ursula.raft.v1.RequestRebuildResponse.error:type_name -> ursula.raft.v1.ForwardError
-	6,  // 1: ursula.raft.v1.ForwardProposeRequest.barrier:type_name -> ursula.storage.v1.Barrier
-	7,  // 2: ursula.raft.v1.ForwardProposeRequest.add_fork_ref:type_name -> ursula.storage.v1.AddForkRef
-	8,  // 3: ursula.raft.v1.ForwardProposeRequest.release_fork_ref:type_name -> ursula.storage.v1.ReleaseForkRef
-	9,  // 4: ursula.raft.v1.ForwardProposeRequest.purge_bucket:type_name -> ursula.storage.v1.PurgeBucket
-	10, // 5: ursula.raft.v1.ForwardProposeRequest.gc_ack:type_name -> ursula.storage.v1.GCAck
-	11, // 6: ursula.raft.v1.ForwardProposeRequest.cold_swap:type_name -> ursula.storage.v1.ColdSwap
-	4,  // 7: ursula.raft.v1.ForwardProposeResponse.error:type_name -> ursula.raft.v1.ForwardError
-	5,  // 8: ursula.raft.v1.ForwardError.details:type_name -> ursula.raft.v1.ForwardError.DetailsEntry
-	2,  // 9: ursula.raft.v1.ForwardService.Propose:input_type -> ursula.raft.v1.ForwardProposeRequest
-	0,  // 10: ursula.raft.v1.ForwardService.RequestRebuild:input_type -> ursula.raft.v1.RequestRebuildRequest
-	3,  // 11: ursula.raft.v1.ForwardService.Propose:output_type -> ursula.raft.v1.ForwardProposeResponse
-	1,  // 12: ursula.raft.v1.ForwardService.RequestRebuild:output_type -> ursula.raft.v1.RequestRebuildResponse
-	11, // [11:13] is the sub-list for method output_type
-	9,  // [9:11] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	6,  // 0: ursula.raft.v1.ReadIndexResponse.error:type_name -> ursula.raft.v1.ForwardError
+	6,  // 1: ursula.raft.v1.RequestRebuildResponse.error:type_name -> ursula.raft.v1.ForwardError
+	8,  // 2: ursula.raft.v1.ForwardProposeRequest.barrier:type_name -> ursula.storage.v1.Barrier
+	9,  // 3: ursula.raft.v1.ForwardProposeRequest.add_fork_ref:type_name -> ursula.storage.v1.AddForkRef
+	10, // 4: ursula.raft.v1.ForwardProposeRequest.release_fork_ref:type_name -> ursula.storage.v1.ReleaseForkRef
+	11, // 5: ursula.raft.v1.ForwardProposeRequest.purge_bucket:type_name -> ursula.storage.v1.PurgeBucket
+	12, // 6: ursula.raft.v1.ForwardProposeRequest.gc_ack:type_name -> ursula.storage.v1.GCAck
+	13, // 7: ursula.raft.v1.ForwardProposeRequest.cold_swap:type_name -> ursula.storage.v1.ColdSwap
+	6,  // 8: ursula.raft.v1.ForwardProposeResponse.error:type_name -> ursula.raft.v1.ForwardError
+	7,  // 9: ursula.raft.v1.ForwardError.details:type_name -> ursula.raft.v1.ForwardError.DetailsEntry
+	4,  // 10: ursula.raft.v1.ForwardService.Propose:input_type -> ursula.raft.v1.ForwardProposeRequest
+	2,  // 11: ursula.raft.v1.ForwardService.RequestRebuild:input_type -> ursula.raft.v1.RequestRebuildRequest
+	0,  // 12: ursula.raft.v1.ForwardService.ReadIndex:input_type -> ursula.raft.v1.ReadIndexRequest
+	5,  // 13: ursula.raft.v1.ForwardService.Propose:output_type -> ursula.raft.v1.ForwardProposeResponse
+	3,  // 14: ursula.raft.v1.ForwardService.RequestRebuild:output_type -> ursula.raft.v1.RequestRebuildResponse
+	1,  // 15: ursula.raft.v1.ForwardService.ReadIndex:output_type -> ursula.raft.v1.ReadIndexResponse
+	13, // [13:16] is the sub-list for method output_type
+	10, // [10:13] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_ursula_raft_v1_forward_proto_init() }
@@ -511,7 +634,7 @@ func file_ursula_raft_v1_forward_proto_init() {
 	if File_ursula_raft_v1_forward_proto != nil {
 		return
 	}
-	file_ursula_raft_v1_forward_proto_msgTypes[2].OneofWrappers = []any{
+	file_ursula_raft_v1_forward_proto_msgTypes[4].OneofWrappers = []any{
 		(*ForwardProposeRequest_Barrier)(nil),
 		(*ForwardProposeRequest_AddForkRef)(nil),
 		(*ForwardProposeRequest_ReleaseForkRef)(nil),
@@ -525,7 +648,7 @@ func file_ursula_raft_v1_forward_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_raft_v1_forward_proto_rawDesc), len(file_ursula_raft_v1_forward_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,17 +21,20 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	ForwardService_Propose_FullMethodName        = "/ursula.raft.v1.ForwardService/Propose"
 	ForwardService_RequestRebuild_FullMethodName = "/ursula.raft.v1.ForwardService/RequestRebuild"
+	ForwardService_ReadIndex_FullMethodName      = "/ursula.raft.v1.ForwardService/ReadIndex"
 )
 
 // ForwardServiceClient is the client API for ForwardService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// ForwardService runs a state-machine operation on the leader of a group
-// that this node does not lead (cross-group steps of forks and deletes,
-// cold-GC acknowledgements and compactions, read barriers). It is served on
-// the cluster plane and guarded like RaftService: only a configured peer
-// proving its node id (its certificate, under TLS) reaches it.
+// ForwardService asks the leader of a group that this node does not lead
+// to run a state-machine operation (cross-group steps of forks and
+// deletes, cold-GC acknowledgements and compactions, the barrier of older
+// releases), for a read index, or to rebuild this node's replica. It is
+// served on the cluster plane and guarded like RaftService: only a
+// configured peer proving its node id (its certificate, under TLS)
+// reaches it.
 type ForwardServiceClient interface {
 	Propose(ctx context.Context, in *ForwardProposeRequest, opts ...grpc.CallOption) (*ForwardProposeResponse, error)
 	// RequestRebuild asks a group's leader to rebuild the calling replica,
@@ -39,6 +42,12 @@ type ForwardServiceClient interface {
 	// set, adds it back as a learner and promotes it once it caught up. Only
 	// the node named may ask for itself.
 	RequestRebuild(ctx context.Context, in *RequestRebuildRequest, opts ...grpc.CallOption) (*RequestRebuildResponse, error)
+	// ReadIndex asks a group's leader for a read index: its commit index,
+	// confirmed by a heartbeat round answered by a quorum (Raft's
+	// ReadIndex). A replica that has applied it serves reads that reflect
+	// every write acknowledged before the call (follower reads), and a
+	// replica behind the recovery gate opens it once it applied last_index.
+	ReadIndex(ctx context.Context, in *ReadIndexRequest, opts ...grpc.CallOption) (*ReadIndexResponse, error)
 }
 
 type forwardServiceClient struct {
@@ -69,15 +78,27 @@ func (c *forwardServiceClient) RequestRebuild(ctx context.Context, in *RequestRe
 	return out, nil
 }
 
+func (c *forwardServiceClient) ReadIndex(ctx context.Context, in *ReadIndexRequest, opts ...grpc.CallOption) (*ReadIndexResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadIndexResponse)
+	err := c.cc.Invoke(ctx, ForwardService_ReadIndex_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ForwardServiceServer is the server API for ForwardService service.
 // All implementations must embed UnimplementedForwardServiceServer
 // for forward compatibility.
 //
-// ForwardService runs a state-machine operation on the leader of a group
-// that this node does not lead (cross-group steps of forks and deletes,
-// cold-GC acknowledgements and compactions, read barriers). It is served on
-// the cluster plane and guarded like RaftService: only a configured peer
-// proving its node id (its certificate, under TLS) reaches it.
+// ForwardService asks the leader of a group that this node does not lead
+// to run a state-machine operation (cross-group steps of forks and
+// deletes, cold-GC acknowledgements and compactions, the barrier of older
+// releases), for a read index, or to rebuild this node's replica. It is
+// served on the cluster plane and guarded like RaftService: only a
+// configured peer proving its node id (its certificate, under TLS)
+// reaches it.
 type ForwardServiceServer interface {
 	Propose(context.Context, *ForwardProposeRequest) (*ForwardProposeResponse, error)
 	// RequestRebuild asks a group's leader to rebuild the calling replica,
@@ -85,6 +106,12 @@ type ForwardServiceServer interface {
 	// set, adds it back as a learner and promotes it once it caught up. Only
 	// the node named may ask for itself.
 	RequestRebuild(context.Context, *RequestRebuildRequest) (*RequestRebuildResponse, error)
+	// ReadIndex asks a group's leader for a read index: its commit index,
+	// confirmed by a heartbeat round answered by a quorum (Raft's
+	// ReadIndex). A replica that has applied it serves reads that reflect
+	// every write acknowledged before the call (follower reads), and a
+	// replica behind the recovery gate opens it once it applied last_index.
+	ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error)
 	mustEmbedUnimplementedForwardServiceServer()
 }
 
@@ -100,6 +127,9 @@ func (UnimplementedForwardServiceServer) Propose(context.Context, *ForwardPropos
 }
 func (UnimplementedForwardServiceServer) RequestRebuild(context.Context, *RequestRebuildRequest) (*RequestRebuildResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RequestRebuild not implemented")
+}
+func (UnimplementedForwardServiceServer) ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadIndex not implemented")
 }
 func (UnimplementedForwardServiceServer) mustEmbedUnimplementedForwardServiceServer() {}
 func (UnimplementedForwardServiceServer) testEmbeddedByValue()                        {}
@@ -158,6 +188,24 @@ func _ForwardService_RequestRebuild_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ForwardService_ReadIndex_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadIndexRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ForwardServiceServer).ReadIndex(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ForwardService_ReadIndex_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ForwardServiceServer).ReadIndex(ctx, req.(*ReadIndexRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ForwardService_ServiceDesc is the grpc.ServiceDesc for ForwardService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -172,6 +220,10 @@ var ForwardService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RequestRebuild",
 			Handler:    _ForwardService_RequestRebuild_Handler,
+		},
+		{
+			MethodName: "ReadIndex",
+			Handler:    _ForwardService_ReadIndex_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
