@@ -566,22 +566,23 @@ func TestClusterPowerLossOfMajority(t *testing.T) {
 			t.Errorf("group %d: HEAD while the plan is pending: %v", g, err)
 		}
 	}
-	await.True(t, "every plan to be satisfied and every gate to open", func() bool {
-		for _, e := range engines {
-			if len(e.node.Cluster.GateStates()) != 0 {
-				return false
-			}
+	pending := ""
+	if !await.Until(await.DefaultTimeout, func() bool {
+		for id, e := range engines {
 			for g := range pc.groups {
-				if st := e.node.Cluster.Status(g); st.Recovery != nil {
-					return false
-				}
-				if h, ok := e.History(g); !ok || h.PlanTerm != planTerms[g] {
+				st := e.node.Cluster.Status(g)
+				h, ok := e.History(g)
+				if gs, gated := e.node.Cluster.GateStates()[g]; gated || st.Recovery != nil || !ok || h.PlanTerm != planTerms[g] {
+					pending = fmt.Sprintf("node %d group %d: gate %q (gated %t), plan %+v, history %+v (%t), leader %d, term %d, applied %d, last %d",
+						id, g, gs, gated, st.Recovery, h, ok, st.LeaderID, st.Term, st.Applied, st.LastIndex)
 					return false
 				}
 			}
 		}
 		return true
-	})
+	}) {
+		t.Fatalf("the plans were not satisfied, or a gate stayed closed: %s", pending)
+	}
 	lost := 0
 	for g, name := range pc.names {
 		le, _ := pc.engine(pc.waitLeader(t, g))
