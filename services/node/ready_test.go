@@ -68,6 +68,7 @@ func TestReadinessReasonTable(t *testing.T) {
 		{"starting", false, false, 0, nil, []multiraft.GroupStatus{led}, ReasonStarting},
 		{"shutting down wins", true, true, 1, nil, []multiraft.GroupStatus{leaderless}, ReasonShuttingDown},
 		{"awaiting rebuild", false, true, 2, nil, []multiraft.GroupStatus{led}, ReasonAwaitingRebuild},
+		{"awaiting rebuild before started", false, false, 2, nil, []multiraft.GroupStatus{leaderless}, ReasonAwaitingRebuild},
 		{"learner", false, true, 0, nil, []multiraft.GroupStatus{led, learner}, ReasonLearner},
 		{"no leader", false, true, 0, nil, []multiraft.GroupStatus{led, leaderless}, ReasonNoLeader},
 		{"gate closed", false, true, 0, map[uint32]cluster.GateState{1: cluster.GateAwaitingBarrier}, []multiraft.GroupStatus{led, leaderless}, ReasonRecoveryGateClosed},

@@ -435,11 +435,13 @@ func readinessReason(stopping, started bool, rejoinPending int, gates map[uint32
 	if len(gates) > 0 {
 		return ReasonRecoveryGateClosed
 	}
+	// A wiped replica waits for its leaders' rebuild before it can ever
+	// report started: say so.
 	switch {
-	case !started:
-		return ReasonStarting
 	case rejoinPending > 0:
 		return ReasonAwaitingRebuild
+	case !started:
+		return ReasonStarting
 	}
 	for _, st := range groups {
 		if slices.Contains(st.Learners, self) {

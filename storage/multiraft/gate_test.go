@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ursula/ursula/tests/await"
 )
@@ -193,4 +194,98 @@ func TestRecoveryPlan(t *testing.T) {
 		t.Fatal("the plan's leader is still gated after its plan was satisfied")
 	}
 	c.proposeN(t, 0, 3)
+}
+
+// TestRecoveryPlanCut: a leader cut off from its quorum appended entries it
+// never committed; every node then crashed. A plan that cuts drops, on
+// every replica, the entries above its committed entry, durably (a restart
+// does not bring them back), and the group goes on from the point.
+func TestRecoveryPlanCut(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *Config) { cfg.GroupCount, cfg.ShardCount = 1, 1 })
+	for _, n := range c.nodes {
+		waitReady(t, n.h)
+	}
+	c.proposeN(t, 0, 10)
+	c.converged(t, 0)
+	l := c.leader(t, 0)
+	cutOff := l.h.cfg.NodeID
+	c.net.setDown(cutOff, true)
+	before := l.h.Status(0)
+	for range 3 {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_, _ = l.h.Propose(ctx, 0, u64(1))
+		}()
+	}
+	await.True(t, "the cut-off leader to append entries it cannot commit", func() bool {
+		st := l.h.Status(0)
+		return st.LastIndex >= before.LastIndex+3
+	})
+	for id := range c.nodes {
+		c.crash(t, id)
+	}
+	c.net.setDown(cutOff, false)
+	for id := uint64(1); id <= 3; id++ {
+		c.start(t, id)
+	}
+	ctx := context.Background()
+	sts := map[uint64]GroupStatus{}
+	var leader, highest uint64
+	for id, n := range c.nodes {
+		st := n.h.Status(0)
+		sts[id] = st
+		highest = max(highest, st.Term)
+		if leader == 0 || st.Commit > sts[leader].Commit || st.Commit == sts[leader].Commit && id != cutOff && id > leader {
+			leader = id
+		}
+	}
+	if sts[cutOff].LastIndex <= sts[cutOff].Commit {
+		t.Fatalf("the cut-off leader holds no uncommitted entry: %+v", sts[cutOff])
+	}
+	point := sts[leader].Commit
+	req := func(id uint64, term uint64) PlanRequest {
+		st := sts[id]
+		return PlanRequest{Leader: leader, Point: point, Cut: true, Lead: id == leader, HighestTerm: highest, LeaderTerm: term,
+			ExpectedLastIndex: st.LastIndex, ExpectedLastTerm: st.LastTerm, ExpectedTerm: st.Term, Stalled: true}
+	}
+	term, err := c.nodes[leader].h.AcceptPlan(ctx, 0, req(leader, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leader != cutOff {
+		if _, err := c.nodes[cutOff].h.AcceptPlan(ctx, 0, req(cutOff, term)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := c.nodes[cutOff].h.Status(0); st.LastIndex != sts[cutOff].Commit {
+		t.Fatalf("after the cut the log ends at %d, want its committed entry %d", st.LastIndex, sts[cutOff].Commit)
+	}
+	// The cut is in the journal: a restart does not bring the entries back.
+	c.stop(t, cutOff)
+	if st := c.start(t, cutOff).h.Status(0); st.LastIndex != sts[cutOff].Commit || st.Recovery == nil {
+		t.Fatalf("after a restart: last index %d (want %d), plan %+v", st.LastIndex, sts[cutOff].Commit, st.Recovery)
+	}
+	for id := range c.nodes {
+		if id == leader || id == cutOff {
+			continue
+		}
+		if _, err := c.nodes[id].h.AcceptPlan(ctx, 0, req(id, term)); err != nil {
+			var pr *PlanRefusal
+			if !errors.As(err, &pr) || pr.Reason != RefuseFollowsLeader || pr.LeaderID != leader {
+				t.Fatal(err)
+			}
+		}
+	}
+	await.True(t, "the plan's leader to be elected above the plan term", func() bool {
+		st := c.nodes[leader].h.Status(0)
+		return st.IsLeader && st.Term > term
+	})
+	for _, n := range c.nodes {
+		if err := n.h.PlanSatisfied(ctx, 0, term); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.proposeN(t, 0, 3)
+	c.converged(t, 0)
 }

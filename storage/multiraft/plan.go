@@ -111,7 +111,7 @@ const (
 	RefuseCommittedAbovePoint = "committed_above_point"
 	RefuseLogNotAtPoint       = "log_not_at_point"
 	RefusePointEntryMismatch  = "point_entry_mismatch"
-	RefuseCutUnsupported      = "cut_unsupported"
+	RefuseNoCommittedEntry    = "no_committed_entry"
 )
 
 // liveWindow is how recently a quorum must have answered a leader, or a
@@ -226,6 +226,13 @@ func (h *Host) AcceptPlan(ctx context.Context, groupID uint32, req PlanRequest) 
 		} else {
 			p.Role, p.Term = PlanFollow, req.LeaderTerm
 		}
+		// The cut first: a crash before the plan is recorded leaves a log
+		// without entries nobody knew committed, and no plan.
+		if req.Cut {
+			if err := g.cutToCommitted(); err != nil {
+				return err
+			}
+		}
 		if err := h.recordPlan(groupID, p); err != nil {
 			return err
 		}
@@ -311,11 +318,8 @@ func (g *group) checkPlan(req PlanRequest) *PlanRefusal {
 	if req.Cut && len(voters) <= 1 {
 		return refuse(RefuseSingleVoterCut, "the plan cuts a replica whose membership names one voter: no other voter could have overwritten its entries, so its log is kept whole")
 	}
-	if req.Cut && commit < last {
-		// Cutting a log back to its committed entry needs a journal
-		// truncation this release does not have; a cut that drops nothing
-		// (the log ends at its committed entry) is taken.
-		return refuse(RefuseCutUnsupported, "the plan cuts this replica's log from %d back to its committed entry %d; this release cannot cut a log: bring back more voters, or restore the group from a backup", last, commit)
+	if req.Cut && (commit < g.st.SnapshotIndex() || commit == 0 && last > 0) {
+		return refuse(RefuseNoCommittedEntry, "the plan cuts, and the replica knows no committed entry it still holds (commit %d, snapshot %d)", commit, g.st.SnapshotIndex())
 	}
 	if req.Lead {
 		if !slices.Contains(g.cs.GetVoters(), self) || len(g.cs.GetVotersOutgoing()) > 0 && !slices.Contains(g.cs.GetVotersOutgoing(), self) {
@@ -334,6 +338,26 @@ func (g *group) checkPlan(req PlanRequest) *PlanRefusal {
 			}
 		}
 	}
+	return nil
+}
+
+// cutToCommitted cuts the log back to the committed entry, durably: the
+// entries above it were never known committed, and a lost leader may have
+// overwritten them elsewhere.
+func (g *group) cutToCommitted() error {
+	commit := g.rn.BasicStatus().GetCommit()
+	last, _ := g.st.LastIndex()
+	if commit >= last {
+		return nil
+	}
+	g.shard.journal.TruncateEntries(g.id, commit)
+	if err := g.shard.journal.Flush(true); err != nil {
+		return fmt.Errorf("multiraft: group %d: persist the plan's cut: %w", g.id, err)
+	}
+	if err := g.st.Truncate(commit); err != nil {
+		return err
+	}
+	g.logger.Warn("the recovery plan cut the log back to its committed entry", "from", last, "to", commit)
 	return nil
 }
 

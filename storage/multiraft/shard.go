@@ -439,7 +439,7 @@ func (s *shard) processReady() error {
 				g.st.SetHardState(rd.HardState)
 			}
 			if len(rd.Messages) > 0 {
-				h.tr.Send(g.id, rd.Messages)
+				h.tr.Send(g.id, g.dropStaleSnapshots(rd.Messages))
 			}
 		}
 		// 3. Apply, then Advance.
@@ -455,6 +455,10 @@ func (s *shard) processReady() error {
 			g.appliedWaits.trigger(g.applied)
 			g.rn.Advance(*rd)
 			g.readsAfterReady(rd)
+			for _, to := range g.staleSnapTo {
+				g.rn.ReportSnapshot(to, raft.SnapshotFailure)
+			}
+			g.staleSnapTo = g.staleSnapTo[:0]
 			if g.snapshotDue(h.cfg) {
 				if err := s.startSnapshot(g); err != nil {
 					return err
@@ -552,6 +556,11 @@ type group struct {
 	termLeaders map[uint64]uint64
 	// plan is the recovery plan this replica holds (plan.go), nil if none.
 	plan *Plan
+	// staleSnapTo are peers a snapshot was not sent to because its
+	// membership does not name them (reported failed after Advance), and
+	// freshSnapshot asks for a new snapshot that does.
+	staleSnapTo   []uint64
+	freshSnapshot bool
 	// appliedWaits releases WaitApplied callers (safe for any goroutine).
 	appliedWaits appliedWaits
 	// snapshotting is set while a capture of the group is with the
@@ -765,6 +774,10 @@ func (g *group) snapshotDue(cfg Config) bool {
 	if g.snapshotting {
 		return false // one at a time; the counters restarted at its capture
 	}
+	if g.freshSnapshot {
+		g.freshSnapshot = false
+		return true
+	}
 	if g.sinceSnapEntries < cfg.SnapshotEntries && g.sinceSnapBytes < cfg.SnapshotBytes {
 		return false // the cost only ever raises the thresholds: skip asking for it
 	}
@@ -774,4 +787,30 @@ func (g *group) snapshotDue(cfg Config) bool {
 	}
 	return g.sinceSnapBytes >= max(cfg.SnapshotBytes, cost) ||
 		(g.sinceSnapEntries >= cfg.SnapshotEntries && g.sinceSnapBytes >= cost/4)
+}
+
+// dropStaleSnapshots keeps back a snapshot whose membership does not name
+// its recipient: a replica added (a learner being rebuilt) after the
+// group's latest snapshot refuses it ("not in the ConfState"), and the
+// leader would send the same snapshot again until a later one is taken.
+// The group takes a new snapshot (which names every peer the leader
+// replicates to) and Raft, told that the send failed, probes again.
+func (g *group) dropStaleSnapshots(msgs []*pb.Message) []*pb.Message {
+	out := msgs[:0]
+	for _, m := range msgs {
+		if m.GetType() == pb.MessageType_MsgSnap && !confNames(m.GetSnapshot().GetMetadata().GetConfState(), m.GetTo()) {
+			g.staleSnapTo = append(g.staleSnapTo, m.GetTo())
+			g.freshSnapshot = true
+			g.logger.Info("holding back a snapshot whose membership does not name its recipient; taking a new one",
+				"to", m.GetTo(), "snapshot_index", m.GetSnapshot().GetMetadata().GetIndex())
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func confNames(cs *pb.ConfState, id uint64) bool {
+	return slices.Contains(cs.GetVoters(), id) || slices.Contains(cs.GetLearners(), id) ||
+		slices.Contains(cs.GetVotersOutgoing(), id) || slices.Contains(cs.GetLearnersNext(), id)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -178,6 +179,19 @@ func (s *Storage) Append(ents []*pb.Entry) error {
 		s.ents = append(n, ents...)
 	default:
 		return fmt.Errorf("%w: group %d: append at %d after last index %d", ErrOutOfOrder, s.group, first, last)
+	}
+	return nil
+}
+
+// Truncate drops the entries above after, which must not be below the
+// snapshot index; the journal already holds the cut.
+func (s *Storage) Truncate(after uint64) error {
+	off := s.snap.GetIndex()
+	if after < off {
+		return fmt.Errorf("raftlog: group %d: truncate after %d below the snapshot index %d", s.group, after, off)
+	}
+	if after < s.lastIndex() {
+		s.ents = slices.Clone(s.ents[:after-off])
 	}
 	return nil
 }

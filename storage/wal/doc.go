@@ -76,6 +76,12 @@
 //	  needed. Flag bit 0 ("discard") means the snapshot was received from a
 //	  leader and replaces the whole log: every entry of the group recorded
 //	  before the marker is dropped.
+//	5 truncate:
+//	    u32 group id, u64 index
+//	  The group's entries above index are dropped: an operator's recovery
+//	  plan cut the log back to its committed entry (package multiraft,
+//	  plan.go). A release older than this record refuses a journal that
+//	  holds one (unknown record type).
 //
 // confstate is: u8 auto_leave (0 or 1), then four lists in this order:
 // voters, learners, voters_outgoing, learners_next; each list is u32 count

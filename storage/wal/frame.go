@@ -18,6 +18,9 @@ const (
 	RecordEntries    byte = 2
 	RecordHardState  byte = 3
 	RecordSnapshot   byte = 4
+	// RecordTruncate drops a group's entries above an index (a recovery
+	// plan's cut back to the committed entry).
+	RecordTruncate byte = 5
 )
 
 const (
@@ -219,6 +222,8 @@ type Record struct {
 	HardState *pb.HardState
 	// Snapshot marker.
 	Snapshot SnapshotMarker
+	// Truncate: the last index kept.
+	After uint64
 }
 
 // CheckpointGroup is one group's state in a checkpoint record.
@@ -310,6 +315,9 @@ func DecodeRecord(typ byte, payload []byte) (Record, error) {
 		rec.Snapshot.Index = r.u64()
 		rec.Snapshot.Term = r.u64()
 		rec.Snapshot.ConfState = r.confState()
+	case RecordTruncate:
+		rec.Group = r.u32()
+		rec.After = r.u64()
 	default:
 		return rec, fmt.Errorf("%w: unknown record type %d", ErrCorrupt, typ)
 	}

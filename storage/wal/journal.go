@@ -247,7 +247,7 @@ func validFrameAfter(data []byte, from int) bool {
 	for p := from; p+frameHeaderSize <= len(data); p++ {
 		size := int(binary.LittleEndian.Uint32(data[p:]))
 		typ := data[p+8]
-		if typ < RecordCheckpoint || typ > RecordSnapshot || size > len(data)-p-frameHeaderSize {
+		if typ < RecordCheckpoint || typ > RecordTruncate || size > len(data)-p-frameHeaderSize {
 			continue
 		}
 		if _, _, _, err := DecodeFrame(data[p:]); err == nil {
@@ -401,6 +401,13 @@ func applyRecord(shard int, seg *segment, off int, rec Record, state func(uint32
 		state(rec.Group).HardState = rec.HardState
 	case RecordSnapshot:
 		setSnapshot(state(rec.Group), rec.Snapshot)
+	case RecordTruncate:
+		st := state(rec.Group)
+		k := len(st.Entries)
+		for k > 0 && st.Entries[k-1].GetIndex() > rec.After {
+			k--
+		}
+		st.Entries = st.Entries[:k]
 	}
 	return nil
 }
@@ -544,6 +551,18 @@ func (j *Journal) SetHardState(group uint32, hs *pb.HardState) {
 	j.groupMeta(group).hs = &pb.HardState{Term: new(hs.GetTerm()), Vote: new(hs.GetVote()), Commit: new(hs.GetCommit())}
 	j.buf = appendFrame(j.buf, RecordHardState, func(b []byte) []byte {
 		return appendHardState(putU32(b, group), hs)
+	})
+}
+
+// TruncateEntries buffers a frame that drops a group's entries above
+// after (a recovery plan's cut); the caller syncs it before it relies on
+// the cut.
+func (j *Journal) TruncateEntries(group uint32, after uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.groupMeta(group)
+	j.buf = appendFrame(j.buf, RecordTruncate, func(b []byte) []byte {
+		return putU64(putU32(b, group), after)
 	})
 }
 

@@ -487,3 +487,29 @@ func TestTornNewSegmentIsRemoved(t *testing.T) {
 		t.Fatalf("torn empty segment still present: %v", err)
 	}
 }
+
+// TestTruncateRecord: a truncate record drops a group's entries above its
+// index at recovery, leaves other groups alone, and later entries append
+// after it.
+func TestTruncateRecord(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{LogDir: dir, Shard: 0}
+	j, _ := openJournal(t, opts)
+	j.AppendEntries(1, ents(2, 1, 10))
+	j.AppendEntries(2, ents(2, 1, 4))
+	j.TruncateEntries(1, 6)
+	mustFlush(t, j, true)
+	mustClose(t, j)
+	j, st := openJournal(t, opts)
+	checkEntries(t, st[1].Entries, ents(2, 1, 6))
+	checkEntries(t, st[2].Entries, ents(2, 1, 4))
+	j.AppendEntries(1, ents(3, 7, 8))
+	j.TruncateEntries(2, 0)
+	mustFlush(t, j, true)
+	mustClose(t, j)
+	_, st = openJournal(t, opts)
+	checkEntries(t, st[1].Entries, append(ents(2, 1, 6), ents(3, 7, 8)...))
+	if len(st[2].Entries) != 0 {
+		t.Fatalf("group 2 kept %d entries after a truncate to 0", len(st[2].Entries))
+	}
+}
