@@ -96,6 +96,9 @@ bin/staticcheck: tests/tools/go.mod tests/tools/go.sum
 bin/versitygw: tests/tools/go.mod tests/tools/go.sum
 	$(GO) build $(TOOLS) -o $@ github.com/versity/versitygw/cmd/versitygw
 
+bin/gojq: tests/tools/go.mod tests/tools/go.sum
+	$(GO) build $(TOOLS) -o $@ github.com/itchyny/gojq/cmd/gojq
+
 generate: bin/buf ## Regenerate proto/gen from proto/ (offline: buf and the protoc plugins are pinned Go tools)
 	bin/buf generate
 	bin/buf generate --template buf.gen.admin.yaml --path proto/ursula/admin
@@ -145,7 +148,7 @@ test-integration: bin/versitygw ## In-process cluster tests (tests/integration),
 		echo "test-integration: tests/integration does not exist yet: no integration tests to run"; \
 	fi
 
-test-e2e: build bin/versitygw ## Spawned-binary tests (tests/e2e): durability under SIGKILL/SIGTERM, a wiped node rejoining, peers of another cluster
+test-e2e: build bin/versitygw bin/gojq ## Spawned-binary tests (tests/e2e): durability under SIGKILL/SIGTERM, a wiped node rejoining, peers of another cluster
 	URSULA_BIN=$(BIN)/ursula URSULA_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout $(TEST_TIMEOUT) ./tests/e2e/...
 
 test-chaos-short: build bin/versitygw ## Short chaos run (about 90 s, part of make test): 3-node cluster, kills and partitions, history checked
