@@ -237,6 +237,8 @@ func raftError(err error) error {
 		return fault.Errorf(fault.ErrOutcomeUnknown, "leadership changed after the write was proposed; it may or may not have been applied")
 	case errors.Is(err, multiraft.ErrNotVoter):
 		return fault.Errorf(fault.ErrNotAVoter, "%v", err)
+	case errors.Is(err, multiraft.ErrPlanHeld):
+		return fault.Errorf(fault.ErrTransferTargetNotEligible, "%v: leadership stays until it applied", err)
 	case errors.Is(err, multiraft.ErrSnapshotFailed):
 		return fault.Errorf(fault.ErrInternal, "%v", err)
 	case errors.Is(err, multiraft.ErrUnknownGroup):

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,10 +16,14 @@ import (
 func clusterIDFile(dataDir string) string { return filepath.Join(dataDir, "raft-log", "cluster_id") }
 
 // BindWAL records the cluster id in the WAL at first start and refuses a
-// WAL that holds another id.
-func BindWAL(dataDir, id string) error {
+// WAL that holds another id; fsys is the node's file system (nil: the
+// operating system's).
+func BindWAL(fsys wal.FS, dataDir, id string) error {
+	if fsys == nil {
+		fsys = wal.OSFS{}
+	}
 	path := clusterIDFile(dataDir)
-	raw, err := os.ReadFile(path)
+	raw, err := wal.ReadFile(fsys, path)
 	switch {
 	case err == nil:
 		lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
@@ -33,9 +37,9 @@ func BindWAL(dataDir, id string) error {
 			return fmt.Errorf("cluster: the WAL in %s belongs to cluster %q, not the configured server.cluster_id %q; give this node an empty data directory to join %q", dataDir, lines[1], id, id)
 		}
 		return nil
-	case errors.Is(err, os.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist):
 		body := fmt.Sprintf("ursula-cluster-id v1\n%s\n%s\n", id, strconv.FormatUint(uint64(crc32.ChecksumIEEE([]byte(id))), 16))
-		if err := wal.WriteFileAtomic(wal.OSFS{}, filepath.Dir(path), path, []byte(body)); err != nil {
+		if err := wal.WriteFileAtomic(fsys, filepath.Dir(path), path, []byte(body)); err != nil {
 			return fmt.Errorf("cluster: record cluster id: %w", err)
 		}
 		return nil

@@ -116,7 +116,7 @@ func Open(cfg Config, deps Deps) (*Node, error) {
 		return nil, err
 	}
 	if cfg.ClusterID != "" {
-		if err := cluster.BindWAL(cfg.DataDir, cfg.ClusterID); err != nil {
+		if err := cluster.BindWAL(deps.FS, cfg.DataDir, cfg.ClusterID); err != nil {
 			return fail(err)
 		}
 	}

@@ -26,14 +26,11 @@ import (
 // directory, the host loses power, and a new process starts on what the
 // disk kept.
 //
-// Every loss keeps the directories MkdirAll created (Loss.KeepNewDirs).
-// Nothing ever fsyncs the data directory after raft-log/ and snapshots/
-// are made in it, nor snapshots/ after group-NNNN/, nor raft-log/ after
-// shard-NNN/ until the first clean shutdown: a strict loss during a node's
-// first run takes its whole WAL, acknowledged appends under fsync "always"
-// included, and the node comes back empty without reporting a crash.
-// ext4 and XFS commit a mkdir with the next fsync in practice; POSIX does
-// not promise it.
+// The losses are strict about directories too (no Loss.KeepNewDirs): the
+// WAL and snapshot stores sync the parent of every directory they create
+// (wal.MkdirDurable), so a loss during a node's first run keeps raft-log/,
+// its shard directories and the snapshot directories; without that it
+// took the whole WAL, acknowledged appends under fsync "always" included.
 
 // crash ends te's Run after its file system lost power. Whatever Run
 // returns is the dead process's (it usually fails on the first write).
@@ -76,21 +73,14 @@ func loseAndReopen(tb testing.TB, te *testEngine, fsys *powerloss.FS, loss power
 var powerLossCases = []struct {
 	name string
 	loss powerloss.Loss
-	// refuses: recovery may refuse to start with wal.ErrCorrupt.
-	refuses bool
 }{
 	{name: "unsynced bytes dropped", loss: powerloss.Loss{}},
 	{name: "partial writeback", loss: powerloss.Loss{Writeback: true}},
 	{name: "partial writeback and a zeroed sector", loss: powerloss.Loss{Writeback: true, Tear: powerloss.TearZeros}},
-	// A torn sector holding garbage after a frame whose CRC fails is, in
-	// the WAL's recovery, "a bad frame followed by more data", which it
-	// refuses (storage/wal/journal.go, the torn-tail rule: only zeros may
-	// follow a frame with a bad CRC). Whether the tear lands like that
-	// depends on where the last write ended. Today: the node either
-	// recovers as in the other cases or refuses with wal.ErrCorrupt,
-	// changing nothing; the recovery gates of the same issue will decide
-	// what it should do.
-	{name: "partial writeback and a garbage sector", loss: powerloss.Loss{Writeback: true, Tear: powerloss.TearGarbage}, refuses: true},
+	// A torn sector of garbage after a frame whose CRC fails is cut like a
+	// zeroed one (no intact frame follows it), and the shard's groups are
+	// gated.
+	{name: "partial writeback and a garbage sector", loss: powerloss.Loss{Writeback: true, Tear: powerloss.TearGarbage}},
 }
 
 // appendBody is the i-th append to a stream in these tests.
@@ -125,13 +115,9 @@ func TestPowerLossFsyncAlways(t *testing.T) {
 			}
 
 			loss := tc.loss
-			loss.Seed, loss.KeepNewDirs = powerloss.Seed(t), true
+			loss.Seed = powerloss.Seed(t)
 			ne, err := loseAndReopen(t, te, fsys, loss)
 			if err != nil {
-				if tc.refuses && errors.Is(err, wal.ErrCorrupt) {
-					t.Logf("recovery refused the torn tail: %v", err)
-					return
-				}
 				t.Fatalf("reopen after the power loss: %v", err)
 			}
 			ne.run(t)
@@ -190,13 +176,9 @@ func TestPowerLossFsyncNever(t *testing.T) {
 			}
 
 			loss := tc.loss
-			loss.Seed, loss.KeepNewDirs = powerloss.Seed(t), true
+			loss.Seed = powerloss.Seed(t)
 			ne, err := loseAndReopen(t, te, fsys, loss)
 			if err != nil {
-				if tc.refuses && errors.Is(err, wal.ErrCorrupt) {
-					t.Logf("recovery refused the torn tail: %v", err)
-					return
-				}
 				t.Fatalf("reopen after the power loss: %v", err)
 			}
 			ne.run(t)
@@ -362,7 +344,7 @@ func TestClusterPowerLossOfOneVoter(t *testing.T) {
 		pc.appendEverywhere(t, round)
 	}
 	const victim = 3
-	loss := powerloss.Loss{Seed: powerloss.Seed(t), Writeback: true, Tear: powerloss.TearZeros, KeepNewDirs: true}
+	loss := powerloss.Loss{Seed: powerloss.Seed(t), Writeback: true, Tear: powerloss.TearZeros}
 	ne := pc.powerLoss(t, loss, nil, victim)[victim]
 	if got := ne.node.Cluster.GateStates(); len(got) != int(pc.groups) {
 		t.Errorf("the restarted node gates %d groups, want all %d: %v", len(got), pc.groups, got)
@@ -387,7 +369,7 @@ func TestClusterPowerLossFsyncAlways(t *testing.T) {
 	for round := range 10 {
 		pc.appendEverywhere(t, round)
 	}
-	loss := powerloss.Loss{Seed: powerloss.Seed(t), Writeback: true, Tear: powerloss.TearZeros, KeepNewDirs: true}
+	loss := powerloss.Loss{Seed: powerloss.Seed(t), Writeback: true, Tear: powerloss.TearZeros}
 	engines := pc.powerLoss(t, loss, nil, 1, 2, 3)
 	for id, e := range engines {
 		if got := e.node.Cluster.GateStates(); len(got) != 0 {
@@ -496,7 +478,7 @@ func TestClusterPowerLossOfMajority(t *testing.T) {
 	}
 
 	clk := newFakeClock(time.Now())
-	engines := pc.powerLoss(t, powerloss.Loss{Seed: powerloss.Seed(t), KeepNewDirs: true}, clk.Now, 1, 2, 3)
+	engines := pc.powerLoss(t, powerloss.Loss{Seed: powerloss.Seed(t)}, clk.Now, 1, 2, 3)
 	for _, e := range engines {
 		e.run(t)
 	}

@@ -17,6 +17,7 @@ var (
 	ErrHasState   = errors.New("multiraft: group already holds state")
 	ErrNotVoter   = errors.New("multiraft: target is not a voter of the group")
 	ErrConfChange = errors.New("multiraft: membership change refused")
+	ErrPlanHeld   = errors.New("multiraft: the replica holds a recovery plan whose new history has not applied")
 )
 
 // do runs fn on the group's shard worker and waits for it.
@@ -123,6 +124,11 @@ func (h *Host) TransferLeader(ctx context.Context, groupID uint32, to uint64) er
 		}
 		if !slices.Contains(g.cs.GetVoters(), to) {
 			return ErrNotVoter
+		}
+		if g.plan != nil {
+			// The plan's leader keeps its leadership until the group's new
+			// history applied: another leader would not start it.
+			return ErrPlanHeld
 		}
 		g.rn.TransferLeader(to)
 		return nil

@@ -114,7 +114,7 @@ func DecodeSnapshot(b []byte) (uint32, *pb.Snapshot, error) {
 // Save writes a group's snapshot durably.
 func (s *SnapshotStore) Save(group uint32, snap *pb.Snapshot) error {
 	dir := s.groupDir(group)
-	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
+	if err := wal.MkdirDurable(s.fs, dir); err != nil {
 		return fmt.Errorf("raftlog: create %s: %w", dir, err)
 	}
 	md := snap.GetMetadata()

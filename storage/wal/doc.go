@@ -97,11 +97,15 @@
 // After a crash (no clean_shutdown record), in the active segment, a frame
 // that is incomplete at the end of the file (and not followed by any intact
 // frame), a final frame whose CRC does not match, or a damaged frame
-// followed only by zero bytes is a torn write: the file is truncated at the
-// start of that frame and recovery goes on. Any other damage (a bad frame in
-// a sealed segment, or a bad frame followed by more data in the active
-// segment, or a record that does not decode) refuses to start, with an error
-// naming the file and the byte offset of the bad frame.
+// followed only by zero bytes or by bytes holding no intact frame (a torn
+// sector of garbage) is a torn write: the file is truncated at the start of
+// that frame and recovery goes on; a complete frame that failed its CRC
+// puts the shard's groups behind the recovery gate (DamagedTail), since it
+// looks the same as media damage of an acknowledged write. Any other damage
+// (a bad frame in a sealed segment, a bad frame followed by an intact one
+// in the active segment, or a record that does not decode) refuses to
+// start, with an error naming the file and the byte offset of the bad
+// frame.
 //
 // After a clean shutdown nothing is torn: every frame was synced before the
 // record was written. Recovery then refuses any bad frame, in the active

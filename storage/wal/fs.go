@@ -1,10 +1,12 @@
 package wal
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 )
 
 // File is the subset of *os.File the journal and the snapshot store use.
@@ -70,6 +72,40 @@ func SyncDir(fsys FS, dir string) error {
 		return fmt.Errorf("sync dir %s: %w", dir, err)
 	}
 	return d.Close()
+}
+
+// MkdirDurable creates dir and its missing parents and syncs the parent of
+// every directory it created: a new directory's entry is only durable once
+// its parent is synced, and a power loss that took raft-log/ or a shard's
+// directory would take every journal in it, synced or not.
+func MkdirDurable(fsys FS, dir string) error {
+	var made []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		f, err := fsys.OpenFile(d, os.O_RDONLY, 0)
+		if err == nil {
+			_ = f.Close()
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("open dir %s: %w", d, err)
+		}
+		made = append(made, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if len(made) == 0 {
+		return nil
+	}
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, d := range made {
+		if err := SyncDir(fsys, filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ReadFile reads a whole file through fsys.

@@ -157,7 +157,7 @@ func RecoverJournal(opts Options) (*Journal, map[uint32]*GroupState, error) {
 	// After a clean shutdown the directory exists; a refused recovery
 	// must not create it.
 	if j.clean == nil {
-		if err := j.fs.MkdirAll(j.dir, 0o755); err != nil {
+		if err := MkdirDurable(j.fs, j.dir); err != nil {
 			return nil, nil, fmt.Errorf("wal: create %s: %w", j.dir, err)
 		}
 	}
@@ -292,7 +292,7 @@ func (j *Journal) recover() (map[uint32]*GroupState, error) {
 				// Only a crash tears a tail: after a clean shutdown every
 				// frame was synced, so any damage is refused.
 				torn := j.clean == nil && active && ((errors.Is(err, errShortFrame) && !validFrameAfter(data, off+1)) ||
-					(errors.Is(err, errFrameCRC) && allZero(data[off+n:])))
+					(errors.Is(err, errFrameCRC) && (allZero(data[off+n:]) || !validFrameAfter(data, off+n))))
 				if !torn {
 					if j.clean != nil {
 						return nil, fmt.Errorf("%w: %s at offset %d: %v (after a clean shutdown: refusing to start)", ErrCorrupt, seg.path, off, err)

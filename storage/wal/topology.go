@@ -63,7 +63,7 @@ func LogDir(dataDir string) string { return filepath.Join(dataDir, "raft-log") }
 // those records were written under are unknown, and recreating the file
 // from the current flags could bind them to the wrong ones.
 func CheckTopology(fsys FS, logDir string, groups, shards int) error {
-	if err := fsys.MkdirAll(logDir, 0o755); err != nil {
+	if err := MkdirDurable(fsys, logDir); err != nil {
 		return fmt.Errorf("wal: create %s: %w", logDir, err)
 	}
 	path := filepath.Join(logDir, topologyFile)

@@ -187,6 +187,10 @@ func TestTornTailIsCut(t *testing.T) {
 		{"incomplete payload", func(tb testing.TB, p string) { appendBytes(tb, p, frame[:len(frame)-3]) }, ents(1, 1, 8)},
 		{"bad crc on last frame", func(tb testing.TB, p string) { flipByte(tb, p, -2) }, ents(1, 1, 5)},
 		{"zero tail", func(tb testing.TB, p string) { appendBytes(tb, p, make([]byte, 64)) }, ents(1, 1, 8)},
+		{"bad crc on last frame, then a garbage sector", func(tb testing.TB, p string) {
+			flipByte(tb, p, -2)
+			appendBytes(tb, p, []byte("torn sector: no frame in here at all"))
+		}, ents(1, 1, 5)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
