@@ -195,3 +195,27 @@ func (h *Host) OpenGate(ctx context.Context, groupID uint32) error {
 		return nil
 	})
 }
+
+// overwritesCommitted guards a replica whose committed entries a recovery
+// plan replaced (it was down, or no plan reached it, while the others
+// started a new history below its commit marker): the new leader's appends
+// would replace entries at or below its commit index, which Raft treats as
+// a corrupted log and panics on. The append is refused instead, and the
+// replica waits for an operator to rejoin its node as a wiped one.
+func (g *group) overwritesCommitted(m *pb.Message) bool {
+	commit := g.rn.BasicStatus().GetCommit()
+	for _, e := range m.GetEntries() {
+		if e.GetIndex() > commit {
+			break
+		}
+		if t, err := g.st.Term(e.GetIndex()); err == nil && t != e.GetTerm() {
+			if !g.committedOverwrite {
+				g.committedOverwrite = true
+				g.logger.Error("CommittedOverwrite: refusing the leader's appends, which replace entries this replica knows committed; the group's history was replaced (a recovery plan that did not reach this replica): rejoin this node as a wiped node",
+					"leader", m.GetFrom(), "index", e.GetIndex(), "term", t, "leader_term", e.GetTerm(), "commit", commit)
+			}
+			return true
+		}
+	}
+	return false
+}

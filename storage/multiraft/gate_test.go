@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ursula/ursula/storage/wal/powerloss"
 	"github.com/ursula/ursula/tests/await"
 )
 
@@ -288,4 +289,84 @@ func TestRecoveryPlanCut(t *testing.T) {
 	}
 	c.proposeN(t, 0, 3)
 	c.converged(t, 0)
+}
+
+// TestCommittedOverwriteRefused: a voter that was down while the other two
+// lost power and recovered through a plan comes back holding committed
+// entries the new history replaced. The new leader's appends would replace
+// them (Raft panics on that); the replica refuses them and keeps its log
+// for an operator to rejoin it as a wiped node.
+func TestCommittedOverwriteRefused(t *testing.T) {
+	disks := map[uint64]*powerloss.FS{}
+	c := newCluster(t, 3, func(cfg *Config) {
+		cfg.GroupCount, cfg.ShardCount = 1, 1
+		disks[cfg.NodeID] = powerloss.New(cfg.Dir)
+		cfg.FS = disks[cfg.NodeID]
+	})
+	for _, n := range c.nodes {
+		waitReady(t, n.h)
+	}
+	c.proposeN(t, 0, 10)
+	c.converged(t, 0)
+	c.stop(t, 1)
+	for id := uint64(2); id <= 3; id++ {
+		n := c.nodes[id]
+		if _, err := disks[id].PowerLoss(powerloss.Loss{Seed: powerloss.Seed(t)}); err != nil {
+			t.Fatal(err)
+		}
+		n.powerLost = true
+		n.cancel()
+		<-n.done // fails: the disk is gone
+		c.net.set(id, nil)
+		delete(c.nodes, id)
+		cfg := c.cfgs[id]
+		cfg.FS = powerloss.New(cfg.Dir)
+		c.cfgs[id] = cfg
+		c.start(t, id)
+	}
+	st2, st3 := c.nodes[2].h.Status(0), c.nodes[3].h.Status(0)
+	leader, other := uint64(2), uint64(3)
+	if st3.LastTerm > st2.LastTerm || st3.LastTerm == st2.LastTerm && st3.LastIndex > st2.LastIndex {
+		leader, other = 3, 2
+	}
+	sts := map[uint64]GroupStatus{2: st2, 3: st3}
+	highest := max(st2.Term, st3.Term)
+	req := func(id, term uint64) PlanRequest {
+		st := sts[id]
+		return PlanRequest{Leader: leader, Point: sts[leader].LastIndex, Lead: id == leader, HighestTerm: highest, LeaderTerm: term,
+			ExpectedLastIndex: st.LastIndex, ExpectedLastTerm: st.LastTerm, ExpectedTerm: st.Term, Stalled: true}
+	}
+	ctx := context.Background()
+	term, err := c.nodes[leader].h.AcceptPlan(ctx, 0, req(leader, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.nodes[other].h.AcceptPlan(ctx, 0, req(other, term)); err != nil {
+		t.Fatal(err)
+	}
+	await.True(t, "the plan's leader to be elected", func() bool { st := c.nodes[leader].h.Status(0); return st.IsLeader && st.Term > term })
+	point := sts[leader].LastIndex
+	cfg := c.cfgs[1]
+	cfg.FS = powerloss.New(cfg.Dir)
+	c.cfgs[1] = cfg
+	n1 := c.start(t, 1)
+	before := n1.h.Status(0)
+	if before.Commit <= point {
+		t.Skipf("the power loss kept every committed entry (commit %d, point %d): nothing to overwrite", before.Commit, point)
+	}
+	dropped := n1.h.GateDropped()
+	for i := range 5 {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, _ = c.nodes[leader].h.Propose(ctx, 0, u64(uint64(100+i)))
+		cancel()
+	}
+	await.True(t, "the replica to refuse appends over its committed entries", func() bool { return n1.h.GateDropped() > dropped })
+	select {
+	case err := <-n1.done:
+		t.Fatalf("the replica stopped: %v", err)
+	default:
+	}
+	if st := n1.h.Status(0); st.Commit < before.Commit || st.LastIndex < before.Commit {
+		t.Fatalf("the replica's committed entries changed: before %+v, after %+v", before, st)
+	}
 }

@@ -89,6 +89,8 @@ type testNode struct {
 	sms    map[uint32]*counter
 	cancel context.CancelFunc
 	done   chan error
+	// powerLost: its file system lost power (nothing more can be written).
+	powerLost bool
 }
 
 func testLogger(tb testing.TB) *slog.Logger {
@@ -147,6 +149,9 @@ func (n *testNode) run(tb testing.TB) {
 // engine does after a clean stop (a restart then opens no recovery gate).
 func (n *testNode) stop(tb testing.TB) {
 	tb.Helper()
+	if n.powerLost {
+		return
+	}
 	n.halt(tb)
 	if err := n.h.RecordCleanShutdown(); err != nil {
 		tb.Errorf("RecordCleanShutdown: %v", err)

@@ -279,6 +279,10 @@ func (s *shard) drain() error {
 			if o.msg.GetType() == pb.MessageType_MsgHeartbeat {
 				g.checkHeartbeat(o.msg)
 			}
+			if o.msg.GetType() == pb.MessageType_MsgApp && g.overwritesCommitted(o.msg) {
+				s.h.gateDropped.Add(1)
+				break
+			}
 			switch t := o.msg.GetType(); {
 			case (t == pb.MessageType_MsgAppResp || t == pb.MessageType_MsgHeartbeatResp) && g.isLeader:
 				g.acked[o.msg.GetFrom()] = time.Now()
@@ -403,6 +407,13 @@ func (s *shard) processReady() error {
 			}
 			if rd.HardState != nil {
 				s.journal.SetHardState(g.id, rd.HardState)
+				// A new term or vote is synced under every fsync mode:
+				// elections are rare, and a term or vote a power loss took
+				// back lets a replica vote twice in a term (two leaders), or
+				// a recovery plan reuse a term a lost leader led.
+				if old := g.st.HardState(); old.GetTerm() != rd.HardState.GetTerm() || old.GetVote() != rd.HardState.GetVote() {
+					sync = true
+				}
 			}
 			if rd.MustSync {
 				write = true
@@ -561,6 +572,9 @@ type group struct {
 	// freshSnapshot asks for a new snapshot that does.
 	staleSnapTo   []uint64
 	freshSnapshot bool
+	// committedOverwrite is set once the replica refused appends that would
+	// replace its committed entries (gate.go).
+	committedOverwrite bool
 	// appliedWaits releases WaitApplied callers (safe for any goroutine).
 	appliedWaits appliedWaits
 	// snapshotting is set while a capture of the group is with the
