@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"sync"
 
 	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/storage/multiraft"
@@ -53,10 +52,6 @@ type logExpect struct {
 	CurrentTerm  *uint64 `json:"current_term"`
 }
 
-// planInFlight holds the groups a plan request is being taken for on this
-// node: a second one for the same group is refused (plan_in_flight).
-var planInFlight sync.Map
-
 func (s *Server) serveAcceptUnsyncedLoss(w http.ResponseWriter, r *http.Request) {
 	self := s.n.Config().NodeID
 	g64, err := strconv.ParseUint(r.PathValue("group"), 10, 32)
@@ -91,11 +86,11 @@ func (s *Server) serveAcceptUnsyncedLoss(w http.ResponseWriter, r *http.Request)
 		bad(http.StatusBadRequest, "INVALID_ARGUMENT", "%v", err)
 		return
 	}
-	if _, busy := planInFlight.LoadOrStore(g, true); busy {
+	if _, busy := s.planInFlight.LoadOrStore(g, true); busy {
 		answer(http.StatusConflict, refusalDoc(&multiraft.PlanRefusal{Reason: "plan_in_flight", Message: "the replica is taking another plan: wait for its answer and observe again"}))
 		return
 	}
-	defer planInFlight.Delete(g)
+	defer s.planInFlight.Delete(g)
 	term, err := s.n.Cluster.AcceptPlan(r.Context(), g, req)
 	var refusal *multiraft.PlanRefusal
 	switch {

@@ -54,6 +54,9 @@ type Server struct {
 	// requests refused before authentication (not recorded).
 	audit             *auditLog
 	adminAuthRefusals atomic.Uint64
+	// planInFlight holds the groups a recovery plan request is being taken
+	// for (recovery.go): a second one is refused with plan_in_flight.
+	planInFlight sync.Map
 	// clientTLS serves the client plane over TLS (nil: plaintext);
 	// clientAuth guards its gRPC calls.
 	clientTLS  *pki.Source
