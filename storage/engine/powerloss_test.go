@@ -567,6 +567,11 @@ func TestClusterPowerLossOfMajority(t *testing.T) {
 				if gs, gated := e.node.Cluster.GateStates()[g]; gated || st.Recovery != nil || !ok || h.PlanTerm != planTerms[g] {
 					pending = fmt.Sprintf("node %d group %d: gate %q (gated %t), plan %+v, history %+v (%t), leader %d, term %d, applied %d, last %d",
 						id, g, gs, gated, st.Recovery, h, ok, st.LeaderID, st.Term, st.Applied, st.LastIndex)
+					for other, oe := range engines {
+						ost := oe.node.Cluster.Status(g)
+						pending += fmt.Sprintf("; node %d: leader %d, is leader %t, term %d, commit %d, applied %d, last %d, plan %+v, gated %t",
+							other, ost.LeaderID, ost.IsLeader, ost.Term, ost.Commit, ost.Applied, ost.LastIndex, ost.Recovery, ost.Gated)
+					}
 					return false
 				}
 			}

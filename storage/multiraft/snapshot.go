@@ -197,7 +197,7 @@ func (s *shard) retainSnapshots() error {
 			continue
 		}
 		g.retainPending = false
-		if err := s.h.snaps.Retain(g.id, g.snapIndex); err != nil {
+		if err := s.h.snaps.Retain(g.id, g.st.SnapshotTerm(), g.st.SnapshotIndex()); err != nil {
 			g.logger.Warn("cannot remove old snapshots", "err", err)
 		}
 	}

@@ -96,12 +96,25 @@ func TestSnapshotFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := snaps.Retain(3, 20); err != nil {
+	// A file a lost history left at the retained index, with another term
+	// (its journal marker went with a power loss): never loaded, and
+	// removed by the retention.
+	stale := &pb.Snapshot{Data: []byte{9}, Metadata: &pb.SnapshotMetadata{Index: new(uint64(20)), Term: new(uint64(1)), ConfState: cs}}
+	if err := snaps.Save(3, stale); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := snaps.Load(3, 2, 20); err != nil || got.GetData()[0] != 1 {
+		t.Fatalf("Load(term 2, index 20) = %v, %v", got, err)
+	}
+	if err := snaps.Retain(3, 2, 20); err != nil {
 		t.Fatal(err)
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "snapshots", "group-0003", "*.snap"))
 	if len(files) != 2 {
 		t.Fatalf("kept %v, want 2 files", files)
+	}
+	if _, err := snaps.Load(3, 1, 20); !errors.Is(err, ErrSnapshotMissing) {
+		t.Fatalf("the stale file was kept: %v", err)
 	}
 
 	st := &wal.GroupState{

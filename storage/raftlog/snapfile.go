@@ -154,13 +154,15 @@ func (s *SnapshotStore) list(group uint32) ([]snapFile, error) {
 }
 
 // Load reads the snapshot of a group at index.
-func (s *SnapshotStore) Load(group uint32, index uint64) (*pb.Snapshot, error) {
+func (s *SnapshotStore) Load(group uint32, term, index uint64) (*pb.Snapshot, error) {
 	files, err := s.list(group)
 	if err != nil {
 		return nil, err
 	}
 	for _, f := range files {
-		if f.index != index {
+		// The term too: after a power loss took a journal's tail, a file a
+		// lost history left at the same index may still be there.
+		if f.index != index || f.term != term {
 			continue
 		}
 		path := filepath.Join(s.groupDir(group), f.name)
@@ -178,12 +180,12 @@ func (s *SnapshotStore) Load(group uint32, index uint64) (*pb.Snapshot, error) {
 		}
 		return snap, nil
 	}
-	return nil, fmt.Errorf("%w: group %d index %d in %s", ErrSnapshotMissing, group, index, s.groupDir(group))
+	return nil, fmt.Errorf("%w: group %d index %d term %d in %s", ErrSnapshotMissing, group, index, term, s.groupDir(group))
 }
 
 // Retain deletes a group's snapshot files other than the one at index and the
 // newest one below it, and leftover temporary files.
-func (s *SnapshotStore) Retain(group uint32, index uint64) error {
+func (s *SnapshotStore) Retain(group uint32, term, index uint64) error {
 	files, err := s.list(group)
 	if err != nil {
 		return err
@@ -197,7 +199,7 @@ func (s *SnapshotStore) Retain(group uint32, index uint64) error {
 	dir := s.groupDir(group)
 	removed := false
 	for _, f := range files {
-		if f.index == index || (f.index == prev && prev != 0) {
+		if f.index == index && f.term == term || (f.index == prev && prev != 0) {
 			continue
 		}
 		if err := s.fs.Remove(filepath.Join(dir, f.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -45,7 +45,7 @@ func New(group uint32, st *wal.GroupState, snaps *SnapshotStore, logger *slog.Lo
 	}
 	var loaded *pb.Snapshot
 	if st.Snapshot.Index > 0 {
-		snap, err := snaps.Load(group, st.Snapshot.Index)
+		snap, err := snaps.Load(group, st.Snapshot.Term, st.Snapshot.Index)
 		if err != nil {
 			return nil, nil, fmt.Errorf("raftlog: group %d: load snapshot named by the wal: %w", group, err)
 		}
@@ -53,7 +53,7 @@ func New(group uint32, st *wal.GroupState, snaps *SnapshotStore, logger *slog.Lo
 			return nil, nil, fmt.Errorf("%w: group %d: snapshot index %d has term %d, wal says %d",
 				ErrSnapshotCorrupt, group, st.Snapshot.Index, snap.GetMetadata().GetTerm(), st.Snapshot.Term)
 		}
-		if err := snaps.Retain(group, st.Snapshot.Index); err != nil {
+		if err := snaps.Retain(group, st.Snapshot.Term, st.Snapshot.Index); err != nil {
 			return nil, nil, err
 		}
 		loaded = snap
@@ -137,13 +137,16 @@ func (s *Storage) Snapshot() (*pb.Snapshot, error) {
 	if s.snap.GetIndex() == 0 {
 		return &pb.Snapshot{Metadata: proto.Clone(s.snap).(*pb.SnapshotMetadata)}, nil
 	}
-	snap, err := s.snaps.Load(s.group, s.snap.GetIndex())
+	snap, err := s.snaps.Load(s.group, s.snap.GetTerm(), s.snap.GetIndex())
 	if err != nil {
 		s.logger.Error("cannot read snapshot", "index", s.snap.GetIndex(), "err", err)
 		return nil, raft.ErrSnapshotTemporarilyUnavailable
 	}
 	return snap, nil
 }
+
+// SnapshotTerm returns the term of the latest snapshot.
+func (s *Storage) SnapshotTerm() uint64 { return s.snap.GetTerm() }
 
 // SnapshotIndex returns the index of the latest snapshot.
 func (s *Storage) SnapshotIndex() uint64 { return s.snap.GetIndex() }
