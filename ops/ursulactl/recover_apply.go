@@ -235,8 +235,8 @@ func (c *Controller) runSteps(ctx context.Context, j *recoveryJournal, o ApplyOp
 	p := j.Plan
 	for i := range p.Steps {
 		s, js := p.Steps[i], &j.Steps[i]
-		if js.Outcome != "pending" {
-			continue
+		if stepSettled(js.Outcome) {
+			continue // a resumed operation redoes only what did not settle
 		}
 		r, err := c.readReplica(ctx, s.NodeID, p.Group)
 		if err != nil || r == nil {
@@ -251,6 +251,11 @@ func (c *Controller) runSteps(ctx context.Context, j *recoveryJournal, o ApplyOp
 			continue
 		}
 		switch {
+		case s.Step == "follow" && j.LeaderTerm > 0 && r.LeaderID == p.Leader && r.Expected.CurrentTerm > j.LeaderTerm:
+			// The replicas that took the plan already elected its leader,
+			// and this one follows it: it rejoins through it.
+			js.Outcome, js.Found = "follows_plan_leader", r
+			c.printf("step %d: node %d already follows the plan's leader, node %d: it rejoins through it", i+1, s.NodeID, p.Leader)
 		case holdsPlan(r, p, s, j.LeaderTerm):
 			js.Outcome, js.Found = "skipped", r
 			if s.Step == "lead" && r.Recovery != nil {
@@ -315,6 +320,15 @@ func (c *Controller) runSteps(ctx context.Context, j *recoveryJournal, o ApplyOp
 	return false, j.write(o.JournalDir)
 }
 
+// stepSettled reports a step outcome an apply never redoes.
+func stepSettled(outcome string) bool {
+	switch outcome {
+	case "taken", "skipped", "follows_plan_leader", "refused":
+		return true
+	}
+	return false
+}
+
 // holdsPlan reports a replica that reached the step's expected result: it
 // holds the plan, or already applied the history it started.
 func holdsPlan(r *Replica, p *RecoveryPlan, s PlanStep, leaderTerm uint64) bool {
@@ -351,7 +365,7 @@ func (c *Controller) awaitSatisfied(ctx context.Context, j *recoveryJournal, o A
 			}
 		}
 		for i, s := range p.Steps {
-			if o := j.Steps[i].Outcome; o != "taken" && o != "skipped" {
+			if o := j.Steps[i].Outcome; o != "taken" && o != "skipped" && o != "follows_plan_leader" {
 				continue
 			}
 			var r *Replica
@@ -372,7 +386,7 @@ func (c *Controller) awaitSatisfied(ctx context.Context, j *recoveryJournal, o A
 				}
 				continue
 			}
-			if h, ok := r.history(); ok && h.PlanTerm != j.LeaderTerm {
+			if h, ok := r.history(); !ok || h.PlanTerm != j.LeaderTerm {
 				done, why = false, fmt.Sprintf("node %d has not applied the plan's history event", s.NodeID)
 			}
 		}
