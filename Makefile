@@ -151,7 +151,7 @@ test-integration: bin/versitygw ## In-process cluster tests (tests/integration),
 test-e2e: build bin/versitygw bin/gojq ## Spawned-binary tests (tests/e2e): durability under SIGKILL/SIGTERM, a wiped node rejoining, peers of another cluster
 	URSULA_BIN=$(BIN)/ursula URSULA_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout $(TEST_TIMEOUT) ./tests/e2e/...
 
-test-chaos-short: build bin/versitygw ## Short chaos run (about 90 s, part of make test): 3-node cluster, kills and partitions, history checked
+test-chaos-short: build bin/versitygw ## Short chaos run (about 90 s, part of make test): 3-node cluster, kills, power losses of one node and partitions, history checked
 	URSULA_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout $(TEST_TIMEOUT) ./tests/chaos/...
 
 test-chaos: build bin/versitygw ## Long chaos run: faults for CHAOS_DURATION (default 10m), then the same checks

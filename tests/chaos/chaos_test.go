@@ -59,8 +59,8 @@ const (
 func TestMain(m *testing.M) { os.Exit(e2e.Main(m)) }
 
 // TestChaos runs idempotent producers and readers through the gateway of a
-// 3-node cluster while a nemesis SIGKILLs the leader of busy groups,
-// SIGTERMs nodes, cuts one node off the cluster plane, delays and resets its
+// 3-node cluster while a nemesis SIGKILLs the leader of busy groups (also
+// with a lost journal tail), SIGTERMs nodes, cuts one node off the cluster plane, delays and resets its
 // links; then it checks every stream's history for linearizability and
 // reads every acknowledged append back at its offset from every node.
 func TestChaos(t *testing.T) {
@@ -502,7 +502,8 @@ func (n *nemesis) run(ctx context.Context, dur time.Duration) {
 		do     func(context.Context)
 	}
 	faults := []fault{
-		{4, n.killLeader},
+		{3, n.killLeader},
+		{2, n.powerLossOfLeader},
 		{1, n.terminate},
 	}
 	if len(n.c.Links(1)) > 0 {
@@ -552,6 +553,58 @@ func (n *nemesis) killLeader(ctx context.Context) {
 	sleep(ctx, down)
 	n.restart(ctx, leader)
 	n.h.Fault(fmt.Sprintf("SIGKILL node %d (leader of group %d)", leader.ID, g), start, n.h.Now())
+}
+
+// powerLossOfLeader SIGKILLs the leader of a busy group and cuts the tail
+// of each of its active journal segments (a random part, up to half: the
+// page cache a host crash takes under fsync "never") before restarting it.
+// The node comes back behind the recovery gate; the other two voters hold
+// every acknowledged write, so the history must stay linearizable.
+func (n *nemesis) powerLossOfLeader(ctx context.Context) {
+	stream := n.busyStream()
+	g := n.c.GroupOf(stream)
+	lctx, cancel := context.WithTimeout(ctx, recoveryBudget)
+	leader, err := n.c.Leader(lctx, g)
+	cancel()
+	if err != nil {
+		n.t.Errorf("liveness: %v", err)
+		return
+	}
+	start := n.h.Now()
+	if err := leader.Kill(); err != nil {
+		n.t.Errorf("SIGKILL node %d: %v", leader.ID, err)
+	}
+	cut := n.cutJournalTails(leader.Config.DataDir)
+	n.logf("power loss of node %d, leader of group %d (stream %s): %d journal bytes lost", leader.ID, g, stream, cut)
+	sleep(ctx, time.Duration(200+n.rng.IntN(1500))*time.Millisecond)
+	n.restart(ctx, leader)
+	n.h.Fault(fmt.Sprintf("power loss of node %d (leader of group %d)", leader.ID, g), start, n.h.Now())
+}
+
+// cutJournalTails cuts up to half of every shard's newest segment and
+// returns the bytes cut.
+func (n *nemesis) cutJournalTails(dataDir string) int64 {
+	var cut int64
+	shards, _ := filepath.Glob(filepath.Join(dataDir, "raft-log", "shard-*"))
+	for _, sh := range shards {
+		segs, _ := filepath.Glob(filepath.Join(sh, "*.wal"))
+		if len(segs) == 0 {
+			continue
+		}
+		slices.Sort(segs)
+		last := segs[len(segs)-1]
+		fi, err := os.Stat(last)
+		if err != nil || fi.Size() < 2 {
+			continue
+		}
+		drop := 1 + n.rng.Int64N(fi.Size()/2)
+		if err := os.Truncate(last, fi.Size()-drop); err != nil {
+			n.t.Errorf("cut %s: %v", last, err)
+			continue
+		}
+		cut += drop
+	}
+	return cut
 }
 
 // terminate SIGTERMs a random node and restarts it.

@@ -21,7 +21,10 @@
 //     node is ready and every group has an agreed leader (a cluster that
 //     does not recover within 90 s fails the test for liveness): SIGKILL
 //     the leader of a group holding one of the streams and restart it on
-//     its data directory; SIGTERM a node and restart it; isolate a node
+//     its data directory; the same with a power loss (before the restart,
+//     up to half of each of its active journal segments is cut, as a lost
+//     page cache would be: it comes back behind the recovery gate); SIGTERM
+//     a node and restart it; isolate a node
 //     (blackhole every link from and to it; its client plane stays
 //     reachable, so the gateway may still send it requests); delay a node's
 //     links by 20-170 ms; reset a node's connections.
