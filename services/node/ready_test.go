@@ -56,6 +56,9 @@ func TestReadinessReasonTable(t *testing.T) {
 	led := multiraft.GroupStatus{LeaderID: 2, Voters: []uint64{1, 2, 3}}
 	learner := multiraft.GroupStatus{LeaderID: 2, Voters: []uint64{2, 3}, Learners: []uint64{1}}
 	leaderless := multiraft.GroupStatus{Voters: []uint64{1, 2, 3}}
+	now := time.Now()
+	changing := multiraft.GroupStatus{Voters: []uint64{1, 2, 3}, LeaderLostAt: now.Add(-time.Second)}
+	lost := multiraft.GroupStatus{Voters: []uint64{1, 2, 3}, LeaderLostAt: now.Add(-leaderlessGrace)}
 	for _, c := range []struct {
 		name              string
 		stopping, started bool
@@ -71,12 +74,16 @@ func TestReadinessReasonTable(t *testing.T) {
 		{"awaiting rebuild before started", false, false, 2, nil, []multiraft.GroupStatus{leaderless}, ReasonAwaitingRebuild},
 		{"learner", false, true, 0, nil, []multiraft.GroupStatus{led, learner}, ReasonLearner},
 		{"no leader", false, true, 0, nil, []multiraft.GroupStatus{led, leaderless}, ReasonNoLeader},
+		// A leadership change in flight does not make the node unready...
+		{"leader changing", false, true, 0, nil, []multiraft.GroupStatus{led, changing}, ""},
+		// ...one that does not complete within the grace does.
+		{"leader lost", false, true, 0, nil, []multiraft.GroupStatus{led, lost}, ReasonNoLeader},
 		{"gate closed", false, true, 0, map[uint32]cluster.GateState{1: cluster.GateAwaitingBarrier}, []multiraft.GroupStatus{led, leaderless}, ReasonRecoveryGateClosed},
 		// A gated node that never saw a leader names the gate, not "starting".
 		{"gate before starting", false, false, 0, map[uint32]cluster.GateState{0: cluster.GateStalled}, []multiraft.GroupStatus{leaderless}, ReasonRecoveryStalled},
 		{"gate stalled wins", false, true, 0, map[uint32]cluster.GateState{0: cluster.GateAwaitingBarrier, 1: cluster.GateStalled}, []multiraft.GroupStatus{led, leaderless}, ReasonRecoveryStalled},
 	} {
-		if got := readinessReason(c.stopping, c.started, c.rejoin, c.gates, c.groups, 1); got != c.want {
+		if got := readinessReason(c.stopping, c.started, c.rejoin, c.gates, c.groups, 1, now); got != c.want {
 			t.Errorf("%s: reason %q, want %q", c.name, got, c.want)
 		}
 	}

@@ -353,6 +353,11 @@ func (s *Server) setReady(v bool) {
 	s.readyMu.Unlock()
 }
 
+// leaderlessGrace is how long a group this node saw led may go without a
+// known leader before readiness says raft_replica_unready: the maximum
+// election timeout, within which a routine leadership change completes.
+const leaderlessGrace = 3 * time.Second
+
 // Readiness reasons: why this node does not serve (GET /__ursula/ready
 // answers 503 with one of them, on the client and admin planes alike). A
 // refused peer of another cluster never changes readiness.
@@ -399,7 +404,7 @@ func (s *Server) notReadyReason(started bool) string {
 	for g := range groups {
 		groups[g] = s.n.Cluster.Status(uint32(g))
 	}
-	return readinessReason(s.stopping.Load(), started, len(s.n.Cluster.RejoinPending()), s.n.Cluster.GateStates(), groups, s.n.Config().NodeID)
+	return readinessReason(s.stopping.Load(), started, len(s.n.Cluster.RejoinPending()), s.n.Cluster.GateStates(), groups, s.n.Config().NodeID, time.Now())
 }
 
 // gateLists lists the gated groups, and those of them stalled (JSON
@@ -424,7 +429,7 @@ func (s *Server) gateLists() (closed, stalled []any) {
 // readinessReason decides readiness from what the node knows: whether it
 // is stopping, whether its engine reported ready once, how many groups
 // still wait to rebuild it, and each group's status.
-func readinessReason(stopping, started bool, rejoinPending int, gates map[uint32]cluster.GateState, groups []multiraft.GroupStatus, self uint64) string {
+func readinessReason(stopping, started bool, rejoinPending int, gates map[uint32]cluster.GateState, groups []multiraft.GroupStatus, self uint64, now time.Time) string {
 	if stopping {
 		return ReasonShuttingDown
 	}
@@ -450,7 +455,10 @@ func readinessReason(stopping, started bool, rejoinPending int, gates map[uint32
 		if slices.Contains(st.Learners, self) {
 			return ReasonLearner
 		}
-		if st.LeaderID == 0 {
+		// A leadership change (a transfer, a new election) leaves a group
+		// without a known leader for a moment: readiness does not flap
+		// for it, only for a group without one for leaderlessGrace.
+		if st.LeaderID == 0 && (st.LeaderLostAt.IsZero() || now.Sub(st.LeaderLostAt) >= leaderlessGrace) {
 			return ReasonNoLeader
 		}
 	}

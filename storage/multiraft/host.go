@@ -135,6 +135,9 @@ type GroupStatus struct {
 	// Recovery is the recovery plan the replica holds (nil: none); it
 	// serves nothing of the group while it holds one. Read only.
 	Recovery *Plan
+	// LeaderLostAt is when the replica last stopped knowing a leader
+	// (zero: it never knew one in this run); meaningful while LeaderID is 0.
+	LeaderLostAt time.Time
 	// LeaderHeard is when this replica last took an append, heartbeat or
 	// snapshot of the leader it follows (zero: never in this run).
 	LeaderHeard time.Time

@@ -712,6 +712,9 @@ func (g *group) updateStatus() {
 		defer g.shard.h.statusChanged.notify()
 	}
 	st.GroupID = g.id
+	if bs.Lead == 0 && st.LeaderID != 0 {
+		st.LeaderLostAt = time.Now()
+	}
 	st.LeaderID = bs.Lead
 	st.Term = bs.GetTerm()
 	st.Commit = bs.GetCommit()
