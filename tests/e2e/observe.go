@@ -13,6 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 )
 
@@ -135,12 +138,29 @@ func ReadRange(ctx context.Context, sc streamv1.StreamServiceClient, stream stri
 	return readRange(ctx, sc, stream, from, to, 0)
 }
 
+// readRetrying reads, sending the request again while the node answers
+// UNAVAILABLE: reads are linearizable, so a replica answers 503 while its
+// group elects a leader (a client retries then), never stale bytes.
+func readRetrying(ctx context.Context, sc streamv1.StreamServiceClient, req *streamv1.ReadRequest) (*streamv1.ReadResponse, error) {
+	for {
+		resp, err := sc.Read(ctx, req)
+		if status.Code(err) != codes.Unavailable {
+			return resp, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 func readRange(ctx context.Context, sc streamv1.StreamServiceClient, stream string, from, to, maxBytes uint64) ([]byte, uint64, error) {
 	var data []byte
 	var inc uint64
 	pos := from
 	for first := true; pos < to; first = false {
-		resp, err := sc.Read(ctx, &streamv1.ReadRequest{
+		resp, err := readRetrying(ctx, sc, &streamv1.ReadRequest{
 			Ref:      &streamv1.StreamRef{Bucket: DSBucket, Stream: stream},
 			Offset:   OffsetAt(pos),
 			MaxBytes: maxBytes,
