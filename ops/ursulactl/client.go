@@ -137,21 +137,30 @@ func statusError(method, url string, status int, h http.Header, body []byte) *St
 
 // Metrics fetches and decodes GET /__ursula/metrics on the client plane.
 func (c *nodeClient) Metrics(ctx context.Context) (*Metrics, error) {
+	var m Metrics
+	if err := c.metricsInto(ctx, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// metricsInto decodes GET /__ursula/metrics on the client plane into v
+// (callers read different parts of the document).
+func (c *nodeClient) metricsInto(ctx context.Context, v any) error {
 	ctx, cancel := context.WithTimeout(ctx, observeTimeout)
 	defer cancel()
 	url := c.node.ClientURL + "/__ursula/metrics"
 	status, h, body, err := c.request(ctx, http.MethodGet, url, nil, false)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if status != http.StatusOK {
-		return nil, statusError(http.MethodGet, url, status, h, body)
+		return statusError(http.MethodGet, url, status, h, body)
 	}
-	var m Metrics
-	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, fmt.Errorf("GET %s: %w", url, err)
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
 	}
-	return &m, nil
+	return nil
 }
 
 // Readiness fetches GET /__ursula/ready on the client plane: 200 or 503

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 )
 
 // recover-group: the seed's accept-unsynced-loss recovery of one stalled
@@ -149,16 +148,6 @@ func (c *Controller) readReplica(ctx context.Context, id uint64, g uint32) (*Rep
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, observeTimeout)
-	defer cancel()
-	url := cl.node.ClientURL + "/__ursula/metrics"
-	status, h, body, err := cl.request(ctx, http.MethodGet, url, nil, false)
-	if err != nil {
-		return nil, err
-	}
-	if status != http.StatusOK {
-		return nil, statusError(http.MethodGet, url, status, h, body)
-	}
 	var doc struct {
 		NodeID             uint64 `json:"node_id"`
 		ClusterID          string `json:"cluster_id"`
@@ -184,8 +173,8 @@ func (c *Controller) readReplica(ctx context.Context, id uint64, g uint32) (*Rep
 			} `json:"maintenance"`
 		} `json:"raft_groups"`
 	}
-	if err := json.Unmarshal(body, &doc); err != nil {
-		return nil, fmt.Errorf("GET %s: %w", url, err)
+	if err := cl.metricsInto(ctx, &doc); err != nil {
+		return nil, err
 	}
 	if err := c.checkIdentity(id, &Metrics{NodeID: doc.NodeID, ClusterID: doc.ClusterID}); err != nil {
 		return nil, err
@@ -291,7 +280,6 @@ func computePlan(clusterID string, g uint32, all []*Replica, unanswered []uint64
 		if r.Gate != "open" || r.Recovery != nil {
 			p.Floor = max(p.Floor, r.Expected.CurrentTerm)
 		}
-		p.HighestTerm = max(p.HighestTerm, r.Expected.CurrentTerm)
 		switch {
 		case r.LeadsLive:
 			p.Blockers = append(p.Blockers, fmt.Sprintf("node %d leads the group with a live quorum: nothing to recover", r.NodeID))
@@ -640,7 +628,5 @@ const ProofHeader = "x-ursula-proof"
 var errNoRecoveryJournal = errors.New("no journal record of that proof")
 
 func planSummary(p *RecoveryPlan) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "leader node %d, point %d, cut %t", p.Leader, p.Point, p.Cut)
-	return b.String()
+	return fmt.Sprintf("leader node %d, point %d, cut %t", p.Leader, p.Point, p.Cut)
 }

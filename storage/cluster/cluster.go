@@ -109,14 +109,10 @@ func (c *Cluster) Machine(g uint32) *stream.Machine { return c.machines[g] }
 // Status is group g's Raft status on this node.
 func (c *Cluster) Status(g uint32) multiraft.GroupStatus { return c.host.Status(g) }
 
-// liveLeaderWindow is how recently a quorum must have answered a leader
-// for it to count as leading live (the seed's 3 s).
-const liveLeaderWindow = 3 * time.Second
-
 // LeadsLive reports whether this node leads group g with a quorum that
 // answered it within the last 3 seconds.
 func (c *Cluster) LeadsLive(ctx context.Context, g uint32) bool {
-	live, err := c.host.LeadsLive(ctx, g, liveLeaderWindow)
+	live, err := c.host.LeadsLive(ctx, g)
 	return err == nil && live
 }
 

@@ -185,24 +185,12 @@ func (h *Host) Acked(ctx context.Context, groupID uint32) (map[uint64]time.Durat
 }
 
 // LeadsLive reports whether this node leads group groupID with a quorum
-// of every voter set (itself counted) that answered it within the window.
-func (h *Host) LeadsLive(ctx context.Context, groupID uint32, within time.Duration) (bool, error) {
+// of every voter set (itself counted) that answered it within the last 3
+// seconds (the seed's live leader; see group.leadsLive).
+func (h *Host) LeadsLive(ctx context.Context, groupID uint32) (bool, error) {
 	live := false
 	err := h.do(ctx, groupID, func(g *group) error {
-		if !g.isLeader {
-			return nil
-		}
-		now, self := time.Now(), h.cfg.NodeID
-		quorum := func(set []uint64) bool {
-			n := 0
-			for _, v := range set {
-				if at, ok := g.acked[v]; v == self || ok && now.Sub(at) <= within {
-					n++
-				}
-			}
-			return n*2 > len(set)
-		}
-		live = quorum(g.cs.GetVoters()) && (len(g.cs.GetVotersOutgoing()) == 0 || quorum(g.cs.GetVotersOutgoing()))
+		live = g.isLeader && g.leadsLive(time.Now())
 		return nil
 	})
 	return live, err
