@@ -35,6 +35,8 @@ var rules = []rule{
 		why: "storage is a library below the services and the gateway"},
 	{from: "storage/coldfmt", forbidden: []string{""}, allowed: []string{"proto/gen/"}, tests: true,
 		why: "the cold object format is a leaf every reader of the cold store shares"},
+	{from: "storage/backupfmt", forbidden: []string{""}, allowed: []string{"proto/gen/", "storage/coldfmt"}, tests: true,
+		why: "the backup format is a leaf the node and the backup service share"},
 	{from: "internal/pki", forbidden: []string{""}, tests: true,
 		why: "process identities and TLS material are a leaf every plane shares"},
 	{from: "storage/fault", forbidden: []string{""}, tests: true,
@@ -51,7 +53,7 @@ var rules = []rule{
 		why: "the gateway is stateless: it reaches nodes only through gRPC"},
 	{from: "services/coldgc", forbidden: []string{"storage/", "services/node"}, allowed: []string{"storage/objstore", "storage/coldfmt"}, tests: true,
 		why: "the cold-GC worker uses the object store and the object format, never the engine, the state machine or Raft"},
-	{from: "services/backup", forbidden: []string{"storage/", "services/node"}, allowed: []string{"storage/objstore", "storage/coldfmt"}, tests: true,
+	{from: "services/backup", forbidden: []string{"storage/", "services/node"}, allowed: []string{"storage/objstore", "storage/coldfmt", "storage/backupfmt"}, tests: true,
 		why: "the backup service uses the object store and the object format, never the engine, the state machine or Raft"},
 	{from: "ops/", forbidden: []string{"storage/"}, tests: true,
 		why: "operator tools speak to nodes over their planes"},
@@ -183,6 +185,8 @@ func TestRulesCatchABreak(t *testing.T) {
 		{"ops/ursulactl", module + "storage/wal"},
 		{"storage/coldfmt", module + "storage/objstore"},
 		{"storage/cold", module + "storage/engine"},
+		{"services/backup", module + "storage/stream"},
+		{"storage/backupfmt", module + "storage/objstore"},
 	} {
 		broken := false
 		for _, r := range rules {
@@ -199,6 +203,8 @@ func TestRulesCatchABreak(t *testing.T) {
 		{"storage/engine", module + "proto/gen/go/ursula/storage/v1"},
 		{"services/node", module + "storage/engine"},
 		{"storage/stream", module + "storage/coldfmt"},
+		{"services/backup", module + "storage/backupfmt"},
+		{"storage/engine", module + "storage/backupfmt"},
 	} {
 		for _, r := range rules {
 			if matches(tc.from, []string{r.from}) && len(r.violations(tc.from, []string{tc.imp})) > 0 {

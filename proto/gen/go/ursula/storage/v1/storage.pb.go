@@ -160,6 +160,8 @@ type Command struct {
 	//	*Command_SetAttrs
 	//	*Command_DeleteBucket
 	//	*Command_StartHistory
+	//	*Command_ImportGroup
+	//	*Command_HoldColdGc
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -380,6 +382,24 @@ func (x *Command) GetStartHistory() *StartHistory {
 	return nil
 }
 
+func (x *Command) GetImportGroup() *ImportGroup {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ImportGroup); ok {
+			return x.ImportGroup
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetHoldColdGc() *HoldColdGC {
+	if x != nil {
+		if x, ok := x.Op.(*Command_HoldColdGc); ok {
+			return x.HoldColdGc
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -460,6 +480,14 @@ type Command_StartHistory struct {
 	StartHistory *StartHistory `protobuf:"bytes,28,opt,name=start_history,json=startHistory,proto3,oneof"`
 }
 
+type Command_ImportGroup struct {
+	ImportGroup *ImportGroup `protobuf:"bytes,29,opt,name=import_group,json=importGroup,proto3,oneof"`
+}
+
+type Command_HoldColdGc struct {
+	HoldColdGc *HoldColdGC `protobuf:"bytes,30,opt,name=hold_cold_gc,json=holdColdGc,proto3,oneof"`
+}
+
 func (*Command_CreateBucket) isCommand_Op() {}
 
 func (*Command_CreateStream) isCommand_Op() {}
@@ -497,6 +525,10 @@ func (*Command_SetAttrs) isCommand_Op() {}
 func (*Command_DeleteBucket) isCommand_Op() {}
 
 func (*Command_StartHistory) isCommand_Op() {}
+
+func (*Command_ImportGroup) isCommand_Op() {}
+
+func (*Command_HoldColdGc) isCommand_Op() {}
 
 // Barrier changes nothing; once it applies, everything before it has
 // applied (a new leader uses it before it reports ready).
@@ -1847,6 +1879,198 @@ func (x *EarlierIncarnation) GetKept() uint64 {
 	return 0
 }
 
+// ImportGroup replaces an empty group's state with a backup's snapshot of
+// a group (ursula.backup.v1.GroupObject) and starts a new history of it
+// (reason "restore"). Group commit indexes restart under the new cluster's
+// log; incarnations continue above every one the source issued.
+type ImportGroup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// snapshot is the source group's encoded Snapshot.
+	Snapshot []byte `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// blake3 is the hex BLAKE3-256 digest of the group object: a repeat of
+	// an applied import (same digest) changes nothing.
+	Blake3        string `protobuf:"bytes,2,opt,name=blake3,proto3" json:"blake3,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportGroup) Reset() {
+	*x = ImportGroup{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportGroup) ProtoMessage() {}
+
+func (x *ImportGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportGroup.ProtoReflect.Descriptor instead.
+func (*ImportGroup) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ImportGroup) GetSnapshot() []byte {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *ImportGroup) GetBlake3() string {
+	if x != nil {
+		return x.Blake3
+	}
+	return ""
+}
+
+// ImportRecord is a group's import, as applied.
+type ImportRecord struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Blake3 string                 `protobuf:"bytes,1,opt,name=blake3,proto3" json:"blake3,omitempty"`
+	Index  uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	AtMs   int64                  `protobuf:"varint,3,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
+	// source_applied_index is the source group's applied index in the
+	// backup.
+	SourceAppliedIndex uint64 `protobuf:"varint,4,opt,name=source_applied_index,json=sourceAppliedIndex,proto3" json:"source_applied_index,omitempty"`
+	Streams            uint64 `protobuf:"varint,5,opt,name=streams,proto3" json:"streams,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ImportRecord) Reset() {
+	*x = ImportRecord{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportRecord) ProtoMessage() {}
+
+func (x *ImportRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportRecord.ProtoReflect.Descriptor instead.
+func (*ImportRecord) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ImportRecord) GetBlake3() string {
+	if x != nil {
+		return x.Blake3
+	}
+	return ""
+}
+
+func (x *ImportRecord) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ImportRecord) GetAtMs() int64 {
+	if x != nil {
+		return x.AtMs
+	}
+	return 0
+}
+
+func (x *ImportRecord) GetSourceAppliedIndex() uint64 {
+	if x != nil {
+		return x.SourceAppliedIndex
+	}
+	return 0
+}
+
+func (x *ImportRecord) GetStreams() uint64 {
+	if x != nil {
+		return x.Streams
+	}
+	return 0
+}
+
+// HoldColdGC keeps the group's cold GC from deleting objects while a
+// backup copies what an export references. until_ms 0 releases the hold.
+type HoldColdGC struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Holder        string                 `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	UntilMs       int64                  `protobuf:"varint,2,opt,name=until_ms,json=untilMs,proto3" json:"until_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldColdGC) Reset() {
+	*x = HoldColdGC{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldColdGC) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldColdGC) ProtoMessage() {}
+
+func (x *HoldColdGC) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldColdGC.ProtoReflect.Descriptor instead.
+func (*HoldColdGC) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *HoldColdGC) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *HoldColdGC) GetUntilMs() int64 {
+	if x != nil {
+		return x.UntilMs
+	}
+	return 0
+}
+
 // DeleteBucket removes an empty bucket (group 0).
 type DeleteBucket struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1857,7 +2081,7 @@ type DeleteBucket struct {
 
 func (x *DeleteBucket) Reset() {
 	*x = DeleteBucket{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[18]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1869,7 +2093,7 @@ func (x *DeleteBucket) String() string {
 func (*DeleteBucket) ProtoMessage() {}
 
 func (x *DeleteBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[18]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1882,7 +2106,7 @@ func (x *DeleteBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBucket.ProtoReflect.Descriptor instead.
 func (*DeleteBucket) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{18}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteBucket) GetBucket() string {
@@ -1906,7 +2130,7 @@ type BucketUsage struct {
 
 func (x *BucketUsage) Reset() {
 	*x = BucketUsage{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[19]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2142,7 @@ func (x *BucketUsage) String() string {
 func (*BucketUsage) ProtoMessage() {}
 
 func (x *BucketUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[19]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2155,7 @@ func (x *BucketUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketUsage.ProtoReflect.Descriptor instead.
 func (*BucketUsage) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{19}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BucketUsage) GetBucket() string {
@@ -1975,7 +2199,7 @@ type Touch struct {
 
 func (x *Touch) Reset() {
 	*x = Touch{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[20]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1987,7 +2211,7 @@ func (x *Touch) String() string {
 func (*Touch) ProtoMessage() {}
 
 func (x *Touch) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[20]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2000,7 +2224,7 @@ func (x *Touch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Touch.ProtoReflect.Descriptor instead.
 func (*Touch) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{20}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Touch) GetBucket() string {
@@ -2053,14 +2277,24 @@ type Snapshot struct {
 	BucketCreatedMs map[string]int64 `protobuf:"bytes,11,rep,name=bucket_created_ms,json=bucketCreatedMs,proto3" json:"bucket_created_ms,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// history is the group's latest history event (absent: none, as in
 	// every snapshot written before the event existed).
-	History       *HistoryRecord `protobuf:"bytes,12,opt,name=history,proto3" json:"history,omitempty"`
+	History *HistoryRecord `protobuf:"bytes,12,opt,name=history,proto3" json:"history,omitempty"`
+	// incarnation_offset is added to the log index that names a new stream
+	// incarnation; an import sets it above every incarnation of the source
+	// group, so that no token or cold prefix of the restored cluster is one
+	// the source issued. 0 in a group never imported.
+	IncarnationOffset uint64 `protobuf:"varint,13,opt,name=incarnation_offset,json=incarnationOffset,proto3" json:"incarnation_offset,omitempty"`
+	// imported is the group's import from a backup (absent: none).
+	Imported *ImportRecord `protobuf:"bytes,14,opt,name=imported,proto3" json:"imported,omitempty"`
+	// gc_holds maps holders to when their hold on the cold GC ends (the
+	// leader's clock, ms).
+	GcHolds       map[string]int64 `protobuf:"bytes,15,rep,name=gc_holds,json=gcHolds,proto3" json:"gc_holds,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[21]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2306,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[21]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2319,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{21}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Snapshot) GetFormat() uint32 {
@@ -2172,6 +2406,27 @@ func (x *Snapshot) GetHistory() *HistoryRecord {
 	return nil
 }
 
+func (x *Snapshot) GetIncarnationOffset() uint64 {
+	if x != nil {
+		return x.IncarnationOffset
+	}
+	return 0
+}
+
+func (x *Snapshot) GetImported() *ImportRecord {
+	if x != nil {
+		return x.Imported
+	}
+	return nil
+}
+
+func (x *Snapshot) GetGcHolds() map[string]int64 {
+	if x != nil {
+		return x.GcHolds
+	}
+	return nil
+}
+
 // ColdRef locates stream bytes [start, end) in one object (for a page: the
 // range its entries cover).
 type ColdRef struct {
@@ -2207,7 +2462,7 @@ type ColdRef struct {
 
 func (x *ColdRef) Reset() {
 	*x = ColdRef{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2474,7 @@ func (x *ColdRef) String() string {
 func (*ColdRef) ProtoMessage() {}
 
 func (x *ColdRef) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2487,7 @@ func (x *ColdRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdRef.ProtoReflect.Descriptor instead.
 func (*ColdRef) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{22}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ColdRef) GetStart() uint64 {
@@ -2315,7 +2570,7 @@ type ColdPage struct {
 
 func (x *ColdPage) Reset() {
 	*x = ColdPage{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2327,7 +2582,7 @@ func (x *ColdPage) String() string {
 func (*ColdPage) ProtoMessage() {}
 
 func (x *ColdPage) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2340,7 +2595,7 @@ func (x *ColdPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdPage.ProtoReflect.Descriptor instead.
 func (*ColdPage) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{23}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ColdPage) GetEntries() []*ColdRef {
@@ -2360,7 +2615,7 @@ type ColdLevel struct {
 
 func (x *ColdLevel) Reset() {
 	*x = ColdLevel{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2372,7 +2627,7 @@ func (x *ColdLevel) String() string {
 func (*ColdLevel) ProtoMessage() {}
 
 func (x *ColdLevel) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2385,7 +2640,7 @@ func (x *ColdLevel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdLevel.ProtoReflect.Descriptor instead.
 func (*ColdLevel) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{24}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ColdLevel) GetEntries() []*ColdRef {
@@ -2406,7 +2661,7 @@ type HotExternal struct {
 
 func (x *HotExternal) Reset() {
 	*x = HotExternal{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2673,7 @@ func (x *HotExternal) String() string {
 func (*HotExternal) ProtoMessage() {}
 
 func (x *HotExternal) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2686,7 @@ func (x *HotExternal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotExternal.ProtoReflect.Descriptor instead.
 func (*HotExternal) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{25}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HotExternal) GetRef() *ColdRef {
@@ -2457,7 +2712,7 @@ type ColdSeal struct {
 
 func (x *ColdSeal) Reset() {
 	*x = ColdSeal{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2469,7 +2724,7 @@ func (x *ColdSeal) String() string {
 func (*ColdSeal) ProtoMessage() {}
 
 func (x *ColdSeal) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2482,7 +2737,7 @@ func (x *ColdSeal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdSeal.ProtoReflect.Descriptor instead.
 func (*ColdSeal) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{26}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ColdSeal) GetLevel() uint32 {
@@ -2538,7 +2793,7 @@ type ColdFlush struct {
 
 func (x *ColdFlush) Reset() {
 	*x = ColdFlush{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2550,7 +2805,7 @@ func (x *ColdFlush) String() string {
 func (*ColdFlush) ProtoMessage() {}
 
 func (x *ColdFlush) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2563,7 +2818,7 @@ func (x *ColdFlush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdFlush.ProtoReflect.Descriptor instead.
 func (*ColdFlush) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{27}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ColdFlush) GetBucket() string {
@@ -2625,7 +2880,7 @@ type SetRetention struct {
 
 func (x *SetRetention) Reset() {
 	*x = SetRetention{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[28]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +2892,7 @@ func (x *SetRetention) String() string {
 func (*SetRetention) ProtoMessage() {}
 
 func (x *SetRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[28]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +2905,7 @@ func (x *SetRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetention.ProtoReflect.Descriptor instead.
 func (*SetRetention) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{28}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetRetention) GetBucket() string {
@@ -2702,7 +2957,7 @@ type ColdRetire struct {
 
 func (x *ColdRetire) Reset() {
 	*x = ColdRetire{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[29]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2714,7 +2969,7 @@ func (x *ColdRetire) String() string {
 func (*ColdRetire) ProtoMessage() {}
 
 func (x *ColdRetire) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[29]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2727,7 +2982,7 @@ func (x *ColdRetire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdRetire.ProtoReflect.Descriptor instead.
 func (*ColdRetire) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{29}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ColdRetire) GetBucket() string {
@@ -2774,7 +3029,7 @@ type ColdSwap struct {
 
 func (x *ColdSwap) Reset() {
 	*x = ColdSwap{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[30]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2786,7 +3041,7 @@ func (x *ColdSwap) String() string {
 func (*ColdSwap) ProtoMessage() {}
 
 func (x *ColdSwap) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[30]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +3054,7 @@ func (x *ColdSwap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdSwap.ProtoReflect.Descriptor instead.
 func (*ColdSwap) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{30}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ColdSwap) GetBucket() string {
@@ -2861,7 +3116,7 @@ type GCEntry struct {
 
 func (x *GCEntry) Reset() {
 	*x = GCEntry{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[31]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2873,7 +3128,7 @@ func (x *GCEntry) String() string {
 func (*GCEntry) ProtoMessage() {}
 
 func (x *GCEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[31]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2886,7 +3141,7 @@ func (x *GCEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCEntry.ProtoReflect.Descriptor instead.
 func (*GCEntry) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{31}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GCEntry) GetSeq() uint64 {
@@ -2941,7 +3196,7 @@ type GCAck struct {
 
 func (x *GCAck) Reset() {
 	*x = GCAck{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[32]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2953,7 +3208,7 @@ func (x *GCAck) String() string {
 func (*GCAck) ProtoMessage() {}
 
 func (x *GCAck) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[32]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2966,7 +3221,7 @@ func (x *GCAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCAck.ProtoReflect.Descriptor instead.
 func (*GCAck) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{32}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GCAck) GetSeqs() []uint64 {
@@ -2986,7 +3241,7 @@ type PurgeBucket struct {
 
 func (x *PurgeBucket) Reset() {
 	*x = PurgeBucket{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[33]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2998,7 +3253,7 @@ func (x *PurgeBucket) String() string {
 func (*PurgeBucket) ProtoMessage() {}
 
 func (x *PurgeBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[33]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3011,7 +3266,7 @@ func (x *PurgeBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeBucket.ProtoReflect.Descriptor instead.
 func (*PurgeBucket) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{33}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PurgeBucket) GetBucket() string {
@@ -3041,7 +3296,7 @@ type ProducerState struct {
 
 func (x *ProducerState) Reset() {
 	*x = ProducerState{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[34]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3053,7 +3308,7 @@ func (x *ProducerState) String() string {
 func (*ProducerState) ProtoMessage() {}
 
 func (x *ProducerState) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[34]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3066,7 +3321,7 @@ func (x *ProducerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
 func (*ProducerState) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{34}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ProducerState) GetId() string {
@@ -3183,7 +3438,7 @@ type StreamState struct {
 
 func (x *StreamState) Reset() {
 	*x = StreamState{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[35]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3195,7 +3450,7 @@ func (x *StreamState) String() string {
 func (*StreamState) ProtoMessage() {}
 
 func (x *StreamState) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[35]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3208,7 +3463,7 @@ func (x *StreamState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamState.ProtoReflect.Descriptor instead.
 func (*StreamState) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{35}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StreamState) GetBucket() string {
@@ -3505,7 +3760,7 @@ type ApplyResult struct {
 
 func (x *ApplyResult) Reset() {
 	*x = ApplyResult{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[36]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3517,7 +3772,7 @@ func (x *ApplyResult) String() string {
 func (*ApplyResult) ProtoMessage() {}
 
 func (x *ApplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[36]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3530,7 +3785,7 @@ func (x *ApplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResult.ProtoReflect.Descriptor instead.
 func (*ApplyResult) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{36}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ApplyResult) GetErrorCode() string {
@@ -3635,7 +3890,7 @@ var File_ursula_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"\x1fursula/storage/v1/storage.proto\x12\x11ursula.storage.v1\"\xfe\t\n" +
+	"\x1fursula/storage/v1/storage.proto\x12\x11ursula.storage.v1\"\x86\v\n" +
 	"\aCommand\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12F\n" +
 	"\rcreate_bucket\x18\n" +
@@ -3660,7 +3915,10 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x10publish_snapshot\x18\x19 \x01(\v2\".ursula.storage.v1.PublishSnapshotH\x00R\x0fpublishSnapshot\x12:\n" +
 	"\tset_attrs\x18\x1a \x01(\v2\x1b.ursula.storage.v1.SetAttrsH\x00R\bsetAttrs\x12F\n" +
 	"\rdelete_bucket\x18\x1b \x01(\v2\x1f.ursula.storage.v1.DeleteBucketH\x00R\fdeleteBucket\x12F\n" +
-	"\rstart_history\x18\x1c \x01(\v2\x1f.ursula.storage.v1.StartHistoryH\x00R\fstartHistoryB\x04\n" +
+	"\rstart_history\x18\x1c \x01(\v2\x1f.ursula.storage.v1.StartHistoryH\x00R\fstartHistory\x12C\n" +
+	"\fimport_group\x18\x1d \x01(\v2\x1e.ursula.storage.v1.ImportGroupH\x00R\vimportGroup\x12A\n" +
+	"\fhold_cold_gc\x18\x1e \x01(\v2\x1d.ursula.storage.v1.HoldColdGCH\x00R\n" +
+	"holdColdGcB\x04\n" +
 	"\x02op\"\t\n" +
 	"\aBarrier\"&\n" +
 	"\fCreateBucket\x12\x16\n" +
@@ -3776,7 +4034,20 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\bprevious\x18\a \x01(\v2 .ursula.storage.v1.HistoryRecordR\bprevious\"J\n" +
 	"\x12EarlierIncarnation\x12 \n" +
 	"\vincarnation\x18\x01 \x01(\x04R\vincarnation\x12\x12\n" +
-	"\x04kept\x18\x02 \x01(\x04R\x04kept\"&\n" +
+	"\x04kept\x18\x02 \x01(\x04R\x04kept\"A\n" +
+	"\vImportGroup\x12\x1a\n" +
+	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12\x16\n" +
+	"\x06blake3\x18\x02 \x01(\tR\x06blake3\"\x9d\x01\n" +
+	"\fImportRecord\x12\x16\n" +
+	"\x06blake3\x18\x01 \x01(\tR\x06blake3\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x13\n" +
+	"\x05at_ms\x18\x03 \x01(\x03R\x04atMs\x120\n" +
+	"\x14source_applied_index\x18\x04 \x01(\x04R\x12sourceAppliedIndex\x12\x18\n" +
+	"\astreams\x18\x05 \x01(\x04R\astreams\"?\n" +
+	"\n" +
+	"HoldColdGC\x12\x16\n" +
+	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x19\n" +
+	"\buntil_ms\x18\x02 \x01(\x03R\auntilMs\"&\n" +
 	"\fDeleteBucket\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"\xbc\x01\n" +
 	"\vBucketUsage\x12\x16\n" +
@@ -3789,7 +4060,7 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12\x1d\n" +
 	"\n" +
-	"touched_ms\x18\x04 \x01(\x03R\ttouchedMs\"\xe8\x05\n" +
+	"touched_ms\x18\x04 \x01(\x03R\ttouchedMs\"\xd5\a\n" +
 	"\bSnapshot\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12\x18\n" +
@@ -3803,11 +4074,17 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x10write_unit_bytes\x18\n" +
 	" \x01(\x04R\x0ewriteUnitBytes\x12\\\n" +
 	"\x11bucket_created_ms\x18\v \x03(\v20.ursula.storage.v1.Snapshot.BucketCreatedMsEntryR\x0fbucketCreatedMs\x12:\n" +
-	"\ahistory\x18\f \x01(\v2 .ursula.storage.v1.HistoryRecordR\ahistory\x1a>\n" +
+	"\ahistory\x18\f \x01(\v2 .ursula.storage.v1.HistoryRecordR\ahistory\x12-\n" +
+	"\x12incarnation_offset\x18\r \x01(\x04R\x11incarnationOffset\x12;\n" +
+	"\bimported\x18\x0e \x01(\v2\x1f.ursula.storage.v1.ImportRecordR\bimported\x12C\n" +
+	"\bgc_holds\x18\x0f \x03(\v2(.ursula.storage.v1.Snapshot.GcHoldsEntryR\agcHolds\x1a>\n" +
 	"\x10GcReclaimedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1aB\n" +
 	"\x14BucketCreatedMsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a:\n" +
+	"\fGcHoldsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x94\x02\n" +
 	"\aColdRef\x12\x14\n" +
@@ -3978,7 +4255,7 @@ func file_ursula_storage_v1_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_ursula_storage_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ursula_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_ursula_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_ursula_storage_v1_storage_proto_goTypes = []any{
 	(ColdKind)(0),              // 0: ursula.storage.v1.ColdKind
 	(GCKind)(0),                // 1: ursula.storage.v1.GCKind
@@ -4000,28 +4277,32 @@ var file_ursula_storage_v1_storage_proto_goTypes = []any{
 	(*StartHistory)(nil),       // 17: ursula.storage.v1.StartHistory
 	(*HistoryRecord)(nil),      // 18: ursula.storage.v1.HistoryRecord
 	(*EarlierIncarnation)(nil), // 19: ursula.storage.v1.EarlierIncarnation
-	(*DeleteBucket)(nil),       // 20: ursula.storage.v1.DeleteBucket
-	(*BucketUsage)(nil),        // 21: ursula.storage.v1.BucketUsage
-	(*Touch)(nil),              // 22: ursula.storage.v1.Touch
-	(*Snapshot)(nil),           // 23: ursula.storage.v1.Snapshot
-	(*ColdRef)(nil),            // 24: ursula.storage.v1.ColdRef
-	(*ColdPage)(nil),           // 25: ursula.storage.v1.ColdPage
-	(*ColdLevel)(nil),          // 26: ursula.storage.v1.ColdLevel
-	(*HotExternal)(nil),        // 27: ursula.storage.v1.HotExternal
-	(*ColdSeal)(nil),           // 28: ursula.storage.v1.ColdSeal
-	(*ColdFlush)(nil),          // 29: ursula.storage.v1.ColdFlush
-	(*SetRetention)(nil),       // 30: ursula.storage.v1.SetRetention
-	(*ColdRetire)(nil),         // 31: ursula.storage.v1.ColdRetire
-	(*ColdSwap)(nil),           // 32: ursula.storage.v1.ColdSwap
-	(*GCEntry)(nil),            // 33: ursula.storage.v1.GCEntry
-	(*GCAck)(nil),              // 34: ursula.storage.v1.GCAck
-	(*PurgeBucket)(nil),        // 35: ursula.storage.v1.PurgeBucket
-	(*ProducerState)(nil),      // 36: ursula.storage.v1.ProducerState
-	(*StreamState)(nil),        // 37: ursula.storage.v1.StreamState
-	(*ApplyResult)(nil),        // 38: ursula.storage.v1.ApplyResult
-	nil,                        // 39: ursula.storage.v1.Snapshot.GcReclaimedEntry
-	nil,                        // 40: ursula.storage.v1.Snapshot.BucketCreatedMsEntry
-	nil,                        // 41: ursula.storage.v1.ApplyResult.ErrorMetadataEntry
+	(*ImportGroup)(nil),        // 20: ursula.storage.v1.ImportGroup
+	(*ImportRecord)(nil),       // 21: ursula.storage.v1.ImportRecord
+	(*HoldColdGC)(nil),         // 22: ursula.storage.v1.HoldColdGC
+	(*DeleteBucket)(nil),       // 23: ursula.storage.v1.DeleteBucket
+	(*BucketUsage)(nil),        // 24: ursula.storage.v1.BucketUsage
+	(*Touch)(nil),              // 25: ursula.storage.v1.Touch
+	(*Snapshot)(nil),           // 26: ursula.storage.v1.Snapshot
+	(*ColdRef)(nil),            // 27: ursula.storage.v1.ColdRef
+	(*ColdPage)(nil),           // 28: ursula.storage.v1.ColdPage
+	(*ColdLevel)(nil),          // 29: ursula.storage.v1.ColdLevel
+	(*HotExternal)(nil),        // 30: ursula.storage.v1.HotExternal
+	(*ColdSeal)(nil),           // 31: ursula.storage.v1.ColdSeal
+	(*ColdFlush)(nil),          // 32: ursula.storage.v1.ColdFlush
+	(*SetRetention)(nil),       // 33: ursula.storage.v1.SetRetention
+	(*ColdRetire)(nil),         // 34: ursula.storage.v1.ColdRetire
+	(*ColdSwap)(nil),           // 35: ursula.storage.v1.ColdSwap
+	(*GCEntry)(nil),            // 36: ursula.storage.v1.GCEntry
+	(*GCAck)(nil),              // 37: ursula.storage.v1.GCAck
+	(*PurgeBucket)(nil),        // 38: ursula.storage.v1.PurgeBucket
+	(*ProducerState)(nil),      // 39: ursula.storage.v1.ProducerState
+	(*StreamState)(nil),        // 40: ursula.storage.v1.StreamState
+	(*ApplyResult)(nil),        // 41: ursula.storage.v1.ApplyResult
+	nil,                        // 42: ursula.storage.v1.Snapshot.GcReclaimedEntry
+	nil,                        // 43: ursula.storage.v1.Snapshot.BucketCreatedMsEntry
+	nil,                        // 44: ursula.storage.v1.Snapshot.GcHoldsEntry
+	nil,                        // 45: ursula.storage.v1.ApplyResult.ErrorMetadataEntry
 }
 var file_ursula_storage_v1_storage_proto_depIdxs = []int32{
 	4,  // 0: ursula.storage.v1.Command.create_bucket:type_name -> ursula.storage.v1.CreateBucket
@@ -4031,54 +4312,58 @@ var file_ursula_storage_v1_storage_proto_depIdxs = []int32{
 	10, // 4: ursula.storage.v1.Command.add_fork_ref:type_name -> ursula.storage.v1.AddForkRef
 	11, // 5: ursula.storage.v1.Command.release_fork_ref:type_name -> ursula.storage.v1.ReleaseForkRef
 	12, // 6: ursula.storage.v1.Command.expire:type_name -> ursula.storage.v1.Expire
-	22, // 7: ursula.storage.v1.Command.touch:type_name -> ursula.storage.v1.Touch
+	25, // 7: ursula.storage.v1.Command.touch:type_name -> ursula.storage.v1.Touch
 	3,  // 8: ursula.storage.v1.Command.barrier:type_name -> ursula.storage.v1.Barrier
-	29, // 9: ursula.storage.v1.Command.cold_flush:type_name -> ursula.storage.v1.ColdFlush
-	30, // 10: ursula.storage.v1.Command.set_retention:type_name -> ursula.storage.v1.SetRetention
-	31, // 11: ursula.storage.v1.Command.cold_retire:type_name -> ursula.storage.v1.ColdRetire
-	32, // 12: ursula.storage.v1.Command.cold_swap:type_name -> ursula.storage.v1.ColdSwap
-	34, // 13: ursula.storage.v1.Command.gc_ack:type_name -> ursula.storage.v1.GCAck
-	35, // 14: ursula.storage.v1.Command.purge_bucket:type_name -> ursula.storage.v1.PurgeBucket
+	32, // 9: ursula.storage.v1.Command.cold_flush:type_name -> ursula.storage.v1.ColdFlush
+	33, // 10: ursula.storage.v1.Command.set_retention:type_name -> ursula.storage.v1.SetRetention
+	34, // 11: ursula.storage.v1.Command.cold_retire:type_name -> ursula.storage.v1.ColdRetire
+	35, // 12: ursula.storage.v1.Command.cold_swap:type_name -> ursula.storage.v1.ColdSwap
+	37, // 13: ursula.storage.v1.Command.gc_ack:type_name -> ursula.storage.v1.GCAck
+	38, // 14: ursula.storage.v1.Command.purge_bucket:type_name -> ursula.storage.v1.PurgeBucket
 	15, // 15: ursula.storage.v1.Command.publish_snapshot:type_name -> ursula.storage.v1.PublishSnapshot
 	16, // 16: ursula.storage.v1.Command.set_attrs:type_name -> ursula.storage.v1.SetAttrs
-	20, // 17: ursula.storage.v1.Command.delete_bucket:type_name -> ursula.storage.v1.DeleteBucket
+	23, // 17: ursula.storage.v1.Command.delete_bucket:type_name -> ursula.storage.v1.DeleteBucket
 	17, // 18: ursula.storage.v1.Command.start_history:type_name -> ursula.storage.v1.StartHistory
-	5,  // 19: ursula.storage.v1.CreateStream.fork:type_name -> ursula.storage.v1.ForkOrigin
-	7,  // 20: ursula.storage.v1.Append.producer:type_name -> ursula.storage.v1.ProducerRef
-	24, // 21: ursula.storage.v1.Append.external:type_name -> ursula.storage.v1.ColdRef
-	13, // 22: ursula.storage.v1.Expire.more:type_name -> ursula.storage.v1.StreamKey
-	14, // 23: ursula.storage.v1.PublishSnapshot.snapshot:type_name -> ursula.storage.v1.SnapshotRef
-	18, // 24: ursula.storage.v1.HistoryRecord.previous:type_name -> ursula.storage.v1.HistoryRecord
-	37, // 25: ursula.storage.v1.Snapshot.streams:type_name -> ursula.storage.v1.StreamState
-	33, // 26: ursula.storage.v1.Snapshot.gc_queue:type_name -> ursula.storage.v1.GCEntry
-	39, // 27: ursula.storage.v1.Snapshot.gc_reclaimed:type_name -> ursula.storage.v1.Snapshot.GcReclaimedEntry
-	21, // 28: ursula.storage.v1.Snapshot.usage:type_name -> ursula.storage.v1.BucketUsage
-	40, // 29: ursula.storage.v1.Snapshot.bucket_created_ms:type_name -> ursula.storage.v1.Snapshot.BucketCreatedMsEntry
-	18, // 30: ursula.storage.v1.Snapshot.history:type_name -> ursula.storage.v1.HistoryRecord
-	0,  // 31: ursula.storage.v1.ColdRef.kind:type_name -> ursula.storage.v1.ColdKind
-	24, // 32: ursula.storage.v1.ColdPage.entries:type_name -> ursula.storage.v1.ColdRef
-	24, // 33: ursula.storage.v1.ColdLevel.entries:type_name -> ursula.storage.v1.ColdRef
-	24, // 34: ursula.storage.v1.HotExternal.ref:type_name -> ursula.storage.v1.ColdRef
-	24, // 35: ursula.storage.v1.ColdFlush.chunks:type_name -> ursula.storage.v1.ColdRef
-	28, // 36: ursula.storage.v1.ColdFlush.seals:type_name -> ursula.storage.v1.ColdSeal
-	24, // 37: ursula.storage.v1.ColdSwap.replaced:type_name -> ursula.storage.v1.ColdRef
-	24, // 38: ursula.storage.v1.ColdSwap.chunk:type_name -> ursula.storage.v1.ColdRef
-	1,  // 39: ursula.storage.v1.GCEntry.kind:type_name -> ursula.storage.v1.GCKind
-	7,  // 40: ursula.storage.v1.StreamState.closed_by:type_name -> ursula.storage.v1.ProducerRef
-	36, // 41: ursula.storage.v1.StreamState.producers:type_name -> ursula.storage.v1.ProducerState
-	5,  // 42: ursula.storage.v1.StreamState.fork:type_name -> ursula.storage.v1.ForkOrigin
-	26, // 43: ursula.storage.v1.StreamState.cold_index:type_name -> ursula.storage.v1.ColdLevel
-	27, // 44: ursula.storage.v1.StreamState.hot_external:type_name -> ursula.storage.v1.HotExternal
-	14, // 45: ursula.storage.v1.StreamState.snapshot:type_name -> ursula.storage.v1.SnapshotRef
-	19, // 46: ursula.storage.v1.StreamState.earlier:type_name -> ursula.storage.v1.EarlierIncarnation
-	41, // 47: ursula.storage.v1.ApplyResult.error_metadata:type_name -> ursula.storage.v1.ApplyResult.ErrorMetadataEntry
-	37, // 48: ursula.storage.v1.ApplyResult.meta:type_name -> ursula.storage.v1.StreamState
-	5,  // 49: ursula.storage.v1.ApplyResult.release:type_name -> ursula.storage.v1.ForkOrigin
-	50, // [50:50] is the sub-list for method output_type
-	50, // [50:50] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	20, // 19: ursula.storage.v1.Command.import_group:type_name -> ursula.storage.v1.ImportGroup
+	22, // 20: ursula.storage.v1.Command.hold_cold_gc:type_name -> ursula.storage.v1.HoldColdGC
+	5,  // 21: ursula.storage.v1.CreateStream.fork:type_name -> ursula.storage.v1.ForkOrigin
+	7,  // 22: ursula.storage.v1.Append.producer:type_name -> ursula.storage.v1.ProducerRef
+	27, // 23: ursula.storage.v1.Append.external:type_name -> ursula.storage.v1.ColdRef
+	13, // 24: ursula.storage.v1.Expire.more:type_name -> ursula.storage.v1.StreamKey
+	14, // 25: ursula.storage.v1.PublishSnapshot.snapshot:type_name -> ursula.storage.v1.SnapshotRef
+	18, // 26: ursula.storage.v1.HistoryRecord.previous:type_name -> ursula.storage.v1.HistoryRecord
+	40, // 27: ursula.storage.v1.Snapshot.streams:type_name -> ursula.storage.v1.StreamState
+	36, // 28: ursula.storage.v1.Snapshot.gc_queue:type_name -> ursula.storage.v1.GCEntry
+	42, // 29: ursula.storage.v1.Snapshot.gc_reclaimed:type_name -> ursula.storage.v1.Snapshot.GcReclaimedEntry
+	24, // 30: ursula.storage.v1.Snapshot.usage:type_name -> ursula.storage.v1.BucketUsage
+	43, // 31: ursula.storage.v1.Snapshot.bucket_created_ms:type_name -> ursula.storage.v1.Snapshot.BucketCreatedMsEntry
+	18, // 32: ursula.storage.v1.Snapshot.history:type_name -> ursula.storage.v1.HistoryRecord
+	21, // 33: ursula.storage.v1.Snapshot.imported:type_name -> ursula.storage.v1.ImportRecord
+	44, // 34: ursula.storage.v1.Snapshot.gc_holds:type_name -> ursula.storage.v1.Snapshot.GcHoldsEntry
+	0,  // 35: ursula.storage.v1.ColdRef.kind:type_name -> ursula.storage.v1.ColdKind
+	27, // 36: ursula.storage.v1.ColdPage.entries:type_name -> ursula.storage.v1.ColdRef
+	27, // 37: ursula.storage.v1.ColdLevel.entries:type_name -> ursula.storage.v1.ColdRef
+	27, // 38: ursula.storage.v1.HotExternal.ref:type_name -> ursula.storage.v1.ColdRef
+	27, // 39: ursula.storage.v1.ColdFlush.chunks:type_name -> ursula.storage.v1.ColdRef
+	31, // 40: ursula.storage.v1.ColdFlush.seals:type_name -> ursula.storage.v1.ColdSeal
+	27, // 41: ursula.storage.v1.ColdSwap.replaced:type_name -> ursula.storage.v1.ColdRef
+	27, // 42: ursula.storage.v1.ColdSwap.chunk:type_name -> ursula.storage.v1.ColdRef
+	1,  // 43: ursula.storage.v1.GCEntry.kind:type_name -> ursula.storage.v1.GCKind
+	7,  // 44: ursula.storage.v1.StreamState.closed_by:type_name -> ursula.storage.v1.ProducerRef
+	39, // 45: ursula.storage.v1.StreamState.producers:type_name -> ursula.storage.v1.ProducerState
+	5,  // 46: ursula.storage.v1.StreamState.fork:type_name -> ursula.storage.v1.ForkOrigin
+	29, // 47: ursula.storage.v1.StreamState.cold_index:type_name -> ursula.storage.v1.ColdLevel
+	30, // 48: ursula.storage.v1.StreamState.hot_external:type_name -> ursula.storage.v1.HotExternal
+	14, // 49: ursula.storage.v1.StreamState.snapshot:type_name -> ursula.storage.v1.SnapshotRef
+	19, // 50: ursula.storage.v1.StreamState.earlier:type_name -> ursula.storage.v1.EarlierIncarnation
+	45, // 51: ursula.storage.v1.ApplyResult.error_metadata:type_name -> ursula.storage.v1.ApplyResult.ErrorMetadataEntry
+	40, // 52: ursula.storage.v1.ApplyResult.meta:type_name -> ursula.storage.v1.StreamState
+	5,  // 53: ursula.storage.v1.ApplyResult.release:type_name -> ursula.storage.v1.ForkOrigin
+	54, // [54:54] is the sub-list for method output_type
+	54, // [54:54] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_ursula_storage_v1_storage_proto_init() }
@@ -4106,6 +4391,8 @@ func file_ursula_storage_v1_storage_proto_init() {
 		(*Command_SetAttrs)(nil),
 		(*Command_DeleteBucket)(nil),
 		(*Command_StartHistory)(nil),
+		(*Command_ImportGroup)(nil),
+		(*Command_HoldColdGc)(nil),
 	}
 	file_ursula_storage_v1_storage_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
@@ -4114,7 +4401,7 @@ func file_ursula_storage_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_storage_v1_storage_proto_rawDesc), len(file_ursula_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   40,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
