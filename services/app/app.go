@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
@@ -21,8 +22,10 @@ import (
 	"github.com/ursula/ursula/gateway/subscription"
 	"github.com/ursula/ursula/gateway/upstream"
 	"github.com/ursula/ursula/internal/pki"
+	backupv1 "github.com/ursula/ursula/proto/gen/go/ursula/backup/v1"
 	coldgcv1 "github.com/ursula/ursula/proto/gen/go/ursula/coldgc/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
+	"github.com/ursula/ursula/services/backup"
 	"github.com/ursula/ursula/services/coldgc"
 	"github.com/ursula/ursula/services/node"
 	"github.com/ursula/ursula/services/platform/httpserver"
@@ -112,6 +115,7 @@ var serviceNames = map[string]string{
 	TargetNode:    "ursula-node",
 	TargetGateway: "ursula-gateway",
 	TargetColdGC:  "ursula-coldgc",
+	TargetBackup:  "ursula-backup",
 }
 
 // startTelemetry sets up traces and metrics; the returned function flushes
@@ -172,6 +176,14 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 		return err
 	}
 	defer stopTelemetry()
+	if cfg.Target == TargetBackup {
+		svc, closeConns, err := newBackup(cfg, tel, logger)
+		if err != nil {
+			return err
+		}
+		defer closeConns()
+		return lifecycle.Run(ctx, logger, append(roles, lifecycle.Role{Name: "backup", Run: svc.Run})...)
+	}
 
 	var srv *node.Server
 	if cfg.Target != TargetGateway {
@@ -215,6 +227,17 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 			lifecycle.Role{Name: "node", Run: srv.Run})
 		if worker != nil {
 			roles = append(roles, lifecycle.Role{Name: "coldgc", Run: worker.Run})
+		}
+		if cfg.Target == TargetAll && cfg.Backup.Location != "" {
+			// The backup service calls this process's node in process,
+			// as the cold-GC worker does.
+			svc, err := backup.New(cfg.Backup, []backupv1.BackupServiceClient{backupv1.NewBackupServiceClient(deps.InProcess)},
+				tel.PrometheusHandler(), logger.With("component", "backup"))
+			if err != nil {
+				return err
+			}
+			registerMetrics(tel, "backup", svc.MetricsSource(), logger)
+			roles = append(roles, lifecycle.Role{Name: "backup", Run: svc.Run})
 		}
 		registerMetrics(tel, "node", srv.MetricsSource(), logger)
 		registerMetrics(tel, "raft", srv.RaftMetricsSource(), logger)
@@ -362,4 +385,49 @@ func newColdGC(ctx context.Context, cfg *Config, logger *slog.Logger) (*coldgc.W
 	}
 	logger.Info("cold GC worker started", "node", cfg.Upstream.Nodes[0])
 	return worker, func() { _ = conn.Close() }, nil
+}
+
+// newBackup builds the backup service of the backup target against the
+// storage nodes of upstream.nodes, dialled with the client plane's
+// credentials (the backup role); the returned function closes the
+// connections.
+func newBackup(cfg *Config, tel *telemetry.Telemetry, logger *slog.Logger) (*backup.Service, func(), error) {
+	creds, err := cfg.Upstream.ClientPlane.DialOptions(logger.With("component", "pki"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("backup: %w", err)
+	}
+	maxMsg := cfg.Upstream.MaxMessageBytes
+	if maxMsg <= 0 {
+		maxMsg = upstream.DefaultMaxMessageBytes
+	}
+	opts := append(creds,
+		// Group objects travel whole in one message.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+	)
+	var (
+		conns []*grpc.ClientConn
+		nodes []backupv1.BackupServiceClient
+	)
+	closeAll := func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}
+	for _, addr := range cfg.Upstream.Nodes {
+		conn, err := grpc.NewClient(addr, opts...)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("backup: dial %s: %w", addr, err)
+		}
+		conns = append(conns, conn)
+		nodes = append(nodes, backupv1.NewBackupServiceClient(conn))
+	}
+	svc, err := backup.New(cfg.Backup, nodes, tel.PrometheusHandler(), logger.With("component", "backup"))
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	registerMetrics(tel, "backup", svc.MetricsSource(), logger)
+	return svc, closeAll, nil
 }

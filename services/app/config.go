@@ -15,6 +15,7 @@ import (
 	"github.com/ursula/ursula/gateway"
 	"github.com/ursula/ursula/gateway/subscription"
 	"github.com/ursula/ursula/gateway/upstream"
+	"github.com/ursula/ursula/services/backup"
 	"github.com/ursula/ursula/services/coldgc"
 	"github.com/ursula/ursula/services/node"
 	"github.com/ursula/ursula/services/platform/memlimit"
@@ -30,6 +31,7 @@ const (
 	TargetNode    = "node"
 	TargetGateway = "gateway"
 	TargetColdGC  = "coldgc"
+	TargetBackup  = "backup"
 )
 
 // Config is the root configuration of every role.
@@ -58,6 +60,10 @@ type Config struct {
 	// ColdGC configures the cold-GC and compaction worker (run by the all
 	// and coldgc targets).
 	ColdGC coldgc.Config `toml:"coldgc"`
+	// Backup configures the scheduled backup service (run by the backup
+	// target, and by the all target when backup.location is set); it
+	// reaches the nodes named by [upstream].
+	Backup backup.Config `toml:"backup"`
 }
 
 // ColdConfig is the [cold] section: the object store (backend, dir, s3)
@@ -97,7 +103,7 @@ type LogConfig struct {
 	Format string `toml:"format"`
 	// Levels overrides Level per component: the value of the logger's
 	// "component" attribute (engine, raft, cluster, transport, cold, node,
-	// gateway, upstream, subscriptions, coldgc, memlimit, telemetry) to a
+	// gateway, upstream, subscriptions, coldgc, backup, memlimit, telemetry) to a
 	// level, for example
 	// levels = { engine = "debug", gateway = "warn" }. A key may be a package
 	// path ("storage/engine"); its last element names the component. On the
@@ -107,7 +113,7 @@ type LogConfig struct {
 
 // registerFlags registers every flag on fs, writing defaults into c.
 func (c *Config) registerFlags(fs *flag.FlagSet, target string) {
-	fs.StringVar(&c.Target, "target", target, "roles to run: all, node, gateway or coldgc")
+	fs.StringVar(&c.Target, "target", target, "roles to run: all, node, gateway, coldgc or backup")
 	c.Engine.RegisterFlags(fs)
 	fs.IntVar(&c.Runtime.CoreCount, "runtime.core-count", runtime.NumCPU(), "number of shard workers (bound to the WAL)")
 	c.Runtime.Config.RegisterFlags(fs, "runtime.")
@@ -129,9 +135,10 @@ func (c *Config) registerFlags(fs *flag.FlagSet, target string) {
 	fs.BoolVar(&c.Cold.S3.PathStyle, "cold.s3.path-style", false, "s3 cold store: path-style addressing")
 	c.Cold.TierConfig.RegisterFlags(fs)
 	c.ColdGC.RegisterFlags(fs)
+	c.Backup.RegisterFlags(fs)
 	fs.StringVar(&c.Log.Level, "log.level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.Log.Format, "log.format", "text", "log format: text or json")
-	fs.Func("log.levels", "per-component log levels, e.g. engine=debug,gateway=warn (components: engine, raft, cluster, transport, cold, node, gateway, upstream, subscriptions, coldgc, memlimit, telemetry)", func(v string) error {
+	fs.Func("log.levels", "per-component log levels, e.g. engine=debug,gateway=warn (components: engine, raft, cluster, transport, cold, node, gateway, upstream, subscriptions, coldgc, backup, memlimit, telemetry)", func(v string) error {
 		m, err := telemetry.ParseLevelList(v)
 		if err != nil {
 			return err
@@ -156,11 +163,26 @@ func (c *Config) Validate() error {
 		errs = append(errs, c.Runtime.Config.Validate())
 		errs = append(errs, c.Log.validate())
 		return errors.Join(errs...)
+	case TargetBackup:
+		errs = append(errs, c.Backup.Validate())
+		if c.Backup.Location == "" {
+			errs = append(errs, errors.New("backup.location is required for the backup target"))
+		}
+		if len(c.Upstream.Nodes) == 0 {
+			errs = append(errs, errors.New("upstream.nodes (the storage nodes' client planes) is required for the backup target"))
+		}
+		errs = append(errs, c.Upstream.ClientPlane.Validate("upstream"))
+		errs = append(errs, c.Runtime.Config.Validate())
+		errs = append(errs, c.Log.validate())
+		return errors.Join(errs...)
 	default:
-		errs = append(errs, fmt.Errorf("target %q: want all, node, gateway or coldgc", c.Target))
+		errs = append(errs, fmt.Errorf("target %q: want all, node, gateway, coldgc or backup", c.Target))
 	}
 	if c.Target == TargetAll {
 		errs = append(errs, c.ColdGC.Validate())
+		if c.Backup.Location != "" {
+			errs = append(errs, c.Backup.Validate())
+		}
 	}
 	if c.Target != TargetGateway {
 		errs = append(errs, c.Engine.Validate(), c.Node.Validate(), c.Cold.Config.Validate())

@@ -161,3 +161,76 @@ max_subscriptions_per_stream = 3
 		})
 	}
 }
+
+// TestBackupConfig: the backup target's section from the file and from
+// flags, what it requires, and that the all-in-one target validates it
+// only when a location is set.
+func TestBackupConfig(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "backup.toml")
+	if err := os.WriteFile(file, []byte(`
+[upstream]
+nodes = ["127.0.0.1:4441", "127.0.0.1:4442"]
+[backup]
+location = "s3://backups/ursula"
+cron = "0 2 * * *"
+keep_last = 7
+keep_within = "168h"
+hold_ttl = "15m"
+concurrency = 8
+listen = "127.0.0.1:0"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		target  string
+		args    []string
+		wantErr string
+		check   func(*testing.T, *Config)
+	}{
+		{"file", TargetBackup, []string{"-config", file}, "", func(t *testing.T, c *Config) {
+			b := c.Backup
+			if b.Location != "s3://backups/ursula" || b.Cron != "0 2 * * *" || b.KeepLast != 7 || b.KeepWithin != 168*time.Hour ||
+				b.HoldTTL != 15*time.Minute || b.Concurrency != 8 || b.Listen != "127.0.0.1:0" || len(c.Upstream.Nodes) != 2 {
+				t.Fatalf("from the file: %+v, nodes %v", b, c.Upstream.Nodes)
+			}
+		}},
+		{"flags over file", TargetBackup, []string{"-config", file, "-backup.location=/var/backups/ursula", "-backup.keep-last=3"}, "", func(t *testing.T, c *Config) {
+			if c.Backup.Location != "/var/backups/ursula" || c.Backup.KeepLast != 3 || c.Backup.Cron != "0 2 * * *" {
+				t.Fatalf("flags over the file: %+v", c.Backup)
+			}
+		}},
+		{"defaults", TargetBackup, []string{"-backup.location=/b", "-upstream.nodes=127.0.0.1:1"}, "", func(t *testing.T, c *Config) {
+			if c.Backup.Interval != 24*time.Hour || c.Backup.HoldTTL != 10*time.Minute || c.Backup.Concurrency != 4 || c.Backup.Listen != "127.0.0.1:4436" {
+				t.Fatalf("defaults: %+v", c.Backup)
+			}
+		}},
+		{"no location", TargetBackup, []string{"-upstream.nodes=127.0.0.1:1"}, "backup.location is required", nil},
+		{"no nodes", TargetBackup, []string{"-backup.location=/b"}, "upstream.nodes", nil},
+		{"bad cron", TargetBackup, []string{"-config", file, "-backup.cron=every night"}, "cron", nil},
+		{"public listener", TargetBackup, []string{"-config", file, "-backup.listen=0.0.0.0:4436"}, "not a loopback address", nil},
+		{"all without a location ignores the section", TargetAll, []string{"-backup.cron=every night"}, "", nil},
+		{"all with a location validates it", TargetAll, []string{"-backup.location=/b", "-backup.cron=every night"}, "cron", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, _, err := Load(tc.args, tc.target)
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			err = cfg.Validate()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Validate = %v, want an error mentioning %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			if tc.check != nil {
+				tc.check(t, cfg)
+			}
+		})
+	}
+}
