@@ -105,9 +105,10 @@ func newEnv(t *testing.T) *env {
 	e.target.coldStore = e.targetCold.String()
 	e.target.coldTarget = e.targetCold.store
 	e.targetFakes, e.targetNodes = e.target.nodes(3)
-	// Leaders spread over the nodes, so that calls follow hints.
+	// Leaders spread over the nodes, and none where the calls start
+	// (node g mod 3), so that calls follow NOT_LEADER hints.
 	for g := range uint32(testGroups) {
-		e.cluster.leader[g] = uint64(g%3) + 1
+		e.cluster.leader[g] = uint64((g+2)%3) + 1
 		e.target.leader[g] = uint64((g+1)%3) + 1
 	}
 	return e
@@ -279,8 +280,10 @@ func TestCreatePicksTheHighestCommitIndex(t *testing.T) {
 func TestCreateToleratesAnUnreachableNode(t *testing.T) {
 	e := newEnv(t)
 	e.populate()
-	e.fakes[0].setDown(true) // the leader of group 0
-	e.cluster.leader[0] = 2
+	e.fakes[0].setDown(true)
+	for g := range uint32(testGroups) {
+		e.cluster.leader[g] = 2
+	}
 	m := e.create(CreateOptions{})
 	if len(m.Groups) != testGroups {
 		t.Fatalf("%d groups", len(m.Groups))

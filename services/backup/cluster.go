@@ -140,6 +140,16 @@ func defaultBackoff(attempt int) time.Duration {
 // unavailable, a lost outcome) with backoff, on the next node, until ctx
 // ends. Any other error is returned as it came.
 func (cl *cluster) onLeader(ctx context.Context, group uint32, call func(ctx context.Context, n *node) error) error {
+	return cl.retry(ctx, group, true, call)
+}
+
+// onAny runs call on any node, as onLeader does but without learning a
+// leader from the node that answered (a read any replica serves).
+func (cl *cluster) onAny(ctx context.Context, group uint32, call func(ctx context.Context, n *node) error) error {
+	return cl.retry(ctx, group, false, call)
+}
+
+func (cl *cluster) retry(ctx context.Context, group uint32, leads bool, call func(ctx context.Context, n *node) error) error {
 	cl.mu.Lock()
 	cur := cl.leaders[group]
 	cl.mu.Unlock()
@@ -150,6 +160,9 @@ func (cl *cluster) onLeader(ctx context.Context, group uint32, call func(ctx con
 	attempt, hops := 0, 0
 	for {
 		err := call(ctx, cur)
+		if err == nil && !leads {
+			return nil
+		}
 		if err == nil {
 			cl.mu.Lock()
 			cl.leaders[group] = cur
@@ -173,7 +186,7 @@ func (cl *cluster) onLeader(ctx context.Context, group uint32, call func(ctx con
 			return err
 		}
 		hops = 0
-		cl.log.Debug("retrying on another node", "group", group, "node", cur.String(), "err", err)
+		cl.log.Debug("retrying on another node", "group_id", group, "node", cur.String(), "err", err)
 		t := time.NewTimer(cl.backoff(attempt))
 		select {
 		case <-ctx.Done():

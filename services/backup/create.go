@@ -227,7 +227,7 @@ func priorObjects(ctx context.Context, loc *Location, log *slog.Logger) (map[ref
 		}
 		for _, o := range m.ColdObjects {
 			if backupfmt.ValidDigest(o.BLAKE3) {
-				prior[refKey{o.Key, o.Size, o.Check}] = o
+				prior[refKey{o.Key, o.Check}] = o
 			}
 		}
 	}
@@ -488,11 +488,21 @@ func (c *creator) claim(r backupfmt.Ref) bool {
 	return true
 }
 
+// earlier returns the object an earlier backup copied for the same
+// reference.
+func (c *creator) earlier(r backupfmt.Ref) (ColdObject, bool) {
+	p, ok := c.prior[refKey{r.Key, r.Check}]
+	if !ok || r.Size != 0 && uint64(p.Size) != r.Size {
+		return ColdObject{}, false
+	}
+	return p, true
+}
+
 // readPage reads an index page for the walk: from the location when an
 // earlier backup holds it (the source is not read then), else from the
 // source. Walk verifies the page before it decodes it.
 func (c *creator) readPage(ctx context.Context, ref *storagev1.ColdRef) ([]byte, error) {
-	if p, ok := c.prior[refKey{ref.GetKey(), int64(ref.GetSize()), fmt.Sprintf("crc32c:%08x", ref.GetCrc32C())}]; ok {
+	if p, ok := c.earlier(backupfmt.Ref{Key: ref.GetKey(), Size: ref.GetSize(), Check: fmt.Sprintf("crc32c:%08x", ref.GetCrc32C())}); ok {
 		body, err := c.loc.store.Get(ctx, p.Object)
 		if err == nil && coldfmt.PageChecksum(body) == ref.GetCrc32C() {
 			return body, nil
@@ -507,7 +517,7 @@ func (c *creator) readPage(ctx context.Context, ref *storagev1.ColdRef) ([]byte,
 // copyObject copies one cold object into objects/ under its digest,
 // unless an earlier backup holds the same reference's object.
 func (c *creator) copyObject(ctx context.Context, r backupfmt.Ref) error {
-	if p, ok := c.prior[refKey{r.Key, int64(r.Size), r.Check}]; ok {
+	if p, ok := c.earlier(r); ok {
 		if ok, err := c.inLocation(ctx, p.BLAKE3, p.Size); err != nil {
 			return err
 		} else if ok {

@@ -85,7 +85,7 @@
 //     cluster id, group count and format version (this build's);
 //     unreachable nodes are tolerated while every group can be exported.
 //  2. The lock (above), and the map of cold objects the location's
-//     complete backups hold, by key, size and check.
+//     complete backups hold, by cold key and check.
 //  3. For each group, Concurrency at a time: HoldColdGC on its leader
 //     (holder = the backup id, ttl = HoldTTL, renewed every third of it
 //     while the group is copied, released with ttl 0 at the end), so that
@@ -98,7 +98,8 @@
 //     from the location when an earlier backup holds them, and verified
 //     against their references), and each cold object it references is
 //     copied: skipped without reading the source when an earlier manifest
-//     maps the same key, size and check to a digest whose object exists;
+//     maps the same key and check (and size, when the reference carries
+//     one) to a digest whose object exists with that size;
 //     otherwise read from the source cold store, checked against its
 //     reference (size; a page's CRC or a chunk's footer and block CRCs; a
 //     snapshot part's SHA-256), and written with PutIfAbsent under its

@@ -76,11 +76,11 @@ type ManifestTotal struct {
 }
 
 // refKey identifies a cold object's content as a snapshot references it:
-// keys carry a nonce and objects are never rewritten, so key, size and
-// check name one content (backupfmt.Ref).
+// keys carry a nonce and objects are never rewritten, so key and check
+// (and the size, when the reference carries one) name one content
+// (backupfmt.Ref).
 type refKey struct {
 	key   string
-	size  int64
 	check string
 }
 

@@ -292,7 +292,7 @@ func (r *restorer) coldCheck(ctx context.Context) error {
 			return err
 		}
 		var resp *backupv1.ColdCheckResponse
-		err = r.cl.onLeader(ctx, g.Group, func(ctx context.Context, n *node) error {
+		err = r.cl.onAny(ctx, g.Group, func(ctx context.Context, n *node) error {
 			var err error
 			resp, err = n.client.ColdCheck(ctx, &backupv1.ColdCheckRequest{Group: g.Group, Object: body})
 			return err

@@ -195,8 +195,8 @@ func Verify(ctx context.Context, loc *Location, id string, depth Depth, progress
 	return r, nil
 }
 
-// parallel runs fn for 0..n-1, verifyConcurrency at a time, and returns
-// the first error (which stops the rest).
+// parallel runs fn for 0..n-1, workers at a time, and returns the first
+// error, which stops the rest.
 func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -249,6 +249,9 @@ func (v *verifier) fetch(ctx context.Context, key string, size int64, digest, wh
 			v.problem(key, ProblemSize, "%s has %d bytes, the manifest says %d", what, info.Size, size)
 			return nil, false, nil
 		}
+		v.mu.Lock()
+		v.report.Bytes += size
+		v.mu.Unlock()
 		return nil, true, nil
 	}
 	body, err := v.loc.store.Get(ctx, key)
