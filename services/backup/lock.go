@@ -22,8 +22,9 @@ import (
 const lockTTL = 10 * time.Minute
 
 // releaseTimeout bounds the cleanup (lock release, hold release) that runs
-// after the operation's context ended.
-const releaseTimeout = 30 * time.Second
+// after the operation's context ended; it fits in a process's shutdown
+// deadline (20 s), and what it does not finish expires on its own.
+const releaseTimeout = 10 * time.Second
 
 // lockBody is the lock object (doc.go).
 type lockBody struct {

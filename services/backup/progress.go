@@ -79,9 +79,3 @@ func (t *tracker) update(f func(p *Progress)) {
 		t.fn(t.p)
 	}
 }
-
-func (t *tracker) snapshot() Progress {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.p
-}

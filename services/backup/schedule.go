@@ -37,8 +37,8 @@ func ParseSchedule(interval time.Duration, expr string) (Schedule, error) {
 		return nil, fmt.Errorf("backup: interval %v must be positive", interval)
 	case interval == 0:
 		return nil, errors.New("backup: a schedule needs an interval or a cron expression")
-	case interval < time.Minute:
-		return nil, fmt.Errorf("backup: interval %v is below a minute", interval)
+	case interval < time.Second:
+		return nil, fmt.Errorf("backup: interval %v is below a second", interval)
 	}
 	return intervalSchedule(interval), nil
 }

@@ -22,7 +22,7 @@ func TestParseSchedule(t *testing.T) {
 		{name: "both", interval: time.Hour, cron: "@daily", wantErr: true},
 		{name: "neither", wantErr: true},
 		{name: "negative", interval: -time.Hour, wantErr: true},
-		{name: "below a minute", interval: time.Second, wantErr: true},
+		{name: "below a second", interval: time.Millisecond, wantErr: true},
 		{name: "bad cron", cron: "61 * * * *", wantErr: true},
 		{name: "six fields", cron: "0 0 2 * * *", wantErr: true},
 	} {
