@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -672,5 +673,30 @@ func TestRestoreRefusesANonEmptyGroup(t *testing.T) {
 	}
 	if len(e.target.imported) != 0 {
 		t.Fatalf("imported %v after the refusal", e.target.imported)
+	}
+}
+
+func TestCreateSourceColdStore(t *testing.T) {
+	e := newEnv(t)
+	e.populate()
+	e.cluster.coldStore = ""
+	_, err := Create(t.Context(), e.nodes, e.loc, CreateOptions{Now: e.now})
+	if err == nil || !strings.Contains(err.Error(), "no cold store") {
+		t.Fatalf("create without a cold store: %v", err)
+	}
+	src := NewLocation(e.src, "source")
+	m := e.create(CreateOptions{SourceColdStore: src})
+	if m.SourceColdStore != "source" || len(m.ColdObjects) != populated {
+		t.Fatalf("manifest %s with %d objects", m.SourceColdStore, len(m.ColdObjects))
+	}
+	// A directory the nodes name that is not on this host is not created
+	// (into a new location: this one's backup needs no source read).
+	e.cluster.coldStore = filepath.Join(t.TempDir(), "elsewhere")
+	_, err = Create(t.Context(), e.nodes, NewLocation(objstore.NewMemory(), "mem"), CreateOptions{Now: e.now})
+	if err == nil || !strings.Contains(err.Error(), "not a directory on this host") {
+		t.Fatalf("create with a remote directory: %v", err)
+	}
+	if _, err := os.Stat(e.cluster.coldStore); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the nodes' directory was created here: %v", err)
 	}
 }
