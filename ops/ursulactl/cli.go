@@ -164,6 +164,7 @@ func newRootCommand(env *Env, made func(*Controller)) *cobra.Command {
 		auditCommand(ctl),
 		recoverCommand(ctl, o),
 	)
+	root.AddCommand(backupCommands(ctl, env)...)
 	return root
 }
 

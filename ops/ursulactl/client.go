@@ -68,21 +68,33 @@ func (c *nodeClient) request(ctx context.Context, method, url string, header htt
 
 // requestBody is request with a JSON body (nil: none).
 func (c *nodeClient) requestBody(ctx context.Context, method, url string, header http.Header, admin bool, payload []byte) (int, http.Header, []byte, error) {
-	var rd io.Reader
-	if payload != nil {
-		rd = bytes.NewReader(payload)
+	if payload == nil {
+		return c.requestRaw(ctx, method, url, header, admin, nil)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	h := header.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set("Content-Type", "application/json")
+	return c.requestRaw(ctx, method, url, h, admin, bytes.NewReader(payload))
+}
+
+// requestRaw sends one request with a body (nil: none) whose Content-Type
+// header says what it is, and reads the whole answer.
+func (c *nodeClient) requestRaw(ctx context.Context, method, url string, header http.Header, admin bool, body io.Reader) (int, http.Header, []byte, error) {
+	if body == nil {
+		body = http.NoBody
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
 	if err != nil {
 		return 0, nil, nil, err
-	}
-	if payload != nil {
-		req.Header.Set("Content-Type", "application/json")
 	}
 	for k, v := range header {
 		req.Header[k] = v
 	}
-	req.Header.Set("Accept", "application/json")
+	if req.Header.Get("Accept") == "" {
+		req.Header.Set("Accept", "application/json")
+	}
 	if admin {
 		tok, err := c.adminToken()
 		if err != nil {
@@ -97,11 +109,11 @@ func (c *nodeClient) requestBody(ctx context.Context, method, url string, header
 		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	rb, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
 		return resp.StatusCode, resp.Header, nil, fmt.Errorf("%s %s: read answer: %w", method, url, err)
 	}
-	return resp.StatusCode, resp.Header, body, nil
+	return resp.StatusCode, resp.Header, rb, nil
 }
 
 // statusError builds the error of an unexpected answer.
@@ -241,9 +253,15 @@ func (p *Pinned) Node() Node { return p.client.node }
 // answer's body. 412 and 428 are safety aborts; any other answer is a
 // *StatusError.
 func (p *Pinned) Do(ctx context.Context, method, pathAndQuery string) ([]byte, error) {
+	body, _, err := p.send(ctx, method, pathAndQuery, http.Header{}, nil)
+	return body, err
+}
+
+// send is Do with headers and a body (nil: none), returning the answer's
+// headers too.
+func (p *Pinned) send(ctx context.Context, method, pathAndQuery string, h http.Header, reqBody io.Reader) ([]byte, http.Header, error) {
 	n := p.client.node
 	url := n.AdminURL + pathAndQuery
-	h := http.Header{}
 	h.Set(IncarnationHeader, p.Incarnation)
 	if a := p.client.actor; a != "" {
 		h.Set(ActorHeader, a)
@@ -251,30 +269,30 @@ func (p *Pinned) Do(ctx context.Context, method, pathAndQuery string) ([]byte, e
 	if r := p.client.reason; r != "" {
 		h.Set(ReasonHeader, r)
 	}
-	status, rh, body, err := p.client.request(ctx, method, url, h, true)
+	status, rh, body, err := p.client.requestRaw(ctx, method, url, h, true, reqBody)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, url, err)
+		return nil, nil, fmt.Errorf("%s %s: %w", method, url, err)
 	}
 	switch {
 	case status >= 200 && status < 300:
-		return body, nil
+		return body, rh, nil
 	case status == http.StatusPreconditionFailed:
 		var now struct {
 			Incarnation string `json:"process_incarnation"`
 		}
 		_ = json.Unmarshal(body, &now)
-		return nil, &abortError{
+		return nil, nil, &abortError{
 			msg: fmt.Sprintf("node %d answered 412: its process restarted since process incarnation %s was pinned (now %q); nothing was changed by %s %s; check the cluster and start the operation again",
 				n.ID, p.Incarnation, now.Incarnation, method, pathAndQuery),
 			cause: statusError(method, url, status, rh, body),
 		}
 	case status == http.StatusPreconditionRequired:
-		return nil, &abortError{
+		return nil, nil, &abortError{
 			msg:   fmt.Sprintf("node %d answered 428 (incarnation required) to %s %s", n.ID, method, pathAndQuery),
 			cause: statusError(method, url, status, rh, body),
 		}
 	default:
-		return nil, statusError(method, url, status, rh, body)
+		return nil, nil, statusError(method, url, status, rh, body)
 	}
 }
 

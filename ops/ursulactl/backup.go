@@ -1,0 +1,349 @@
+package ursulactl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	backupv1 "github.com/ursula/ursula/proto/gen/go/ursula/backup/v1"
+	"github.com/ursula/ursula/services/backup"
+)
+
+const backupLong = `Backups are self-contained, verifiable copies of the whole cluster, one
+location (a directory, or s3://bucket/prefix with the AWS SDK credential
+chain, AWS_REGION and, for S3-compatible stores, AWS_ENDPOINT_URL) holding
+any number of them:
+
+  backup-create   export every group from the replica with the highest commit
+                  index, copy the cold objects they reference (only those the
+                  location does not hold yet), write the manifest last
+  backup-verify   check a backup at one of three depths; touches no cluster
+  backup-list     the backups a location holds, oldest first
+  restore         restore a backup into a fresh, empty cluster with the same
+                  group count and cluster id (see ops/README.md)
+
+Exit codes: 0 done, 1 error (a damaged backup, an unreachable node or store),
+2 aborted by a safety check before anything was imported (another cluster id,
+group count or format version; a group that holds data; cold objects missing
+from the target; the location locked by another backup).`
+
+func backupCommands(ctl ctlFunc, env *Env) []*cobra.Command {
+	var (
+		location string
+		asJSON   bool
+		id       string
+	)
+	locFlag := func(cmd *cobra.Command) {
+		cmd.Flags().StringVar(&location, "location", "", "the backup location: a directory or s3://bucket/prefix")
+		_ = cmd.MarkFlagRequired("location")
+		cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON (and no progress)")
+	}
+
+	var co backup.CreateOptions
+	var sourceCold string
+	create := &cobra.Command{
+		Use:   "backup-create --location L",
+		Short: "Back up the whole cluster into a location (incremental, self-contained)",
+		Long:  backupLong,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := ctl(cmd, 0)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			loc, err := backup.OpenLocation(ctx, location)
+			if err != nil {
+				return err
+			}
+			if sourceCold != "" {
+				if co.SourceColdStore, err = backup.OpenLocation(ctx, sourceCold); err != nil {
+					return fmt.Errorf("--source-cold-store: %w", err)
+				}
+			}
+			nodes, err := c.backupClients(ctx, false)
+			if err != nil {
+				return err
+			}
+			co.ID = id
+			p := c.backupProgress("backup", asJSON)
+			co.Progress = p.update
+			m, err := backup.Create(ctx, nodes, loc, co)
+			p.finish()
+			if err != nil {
+				return backupError(err)
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), m)
+			}
+			c.printf("backup %s complete in %s: %d groups, %d cold objects (%d copied, %s; %d already in the location)",
+				m.ID, location, m.GroupCount, len(m.ColdObjects), m.Totals.CopiedObjects, byteSize(m.Totals.CopiedBytes), m.Totals.ReusedObjects)
+			return nil
+		},
+	}
+	locFlag(create)
+	create.Flags().StringVar(&id, "id", "", "the backup's id (default: its UTC start time)")
+	create.Flags().DurationVar(&co.HoldTTL, "hold-ttl", 0, "how long each hold on a group's cold GC lasts before it is renewed (default: the library's)")
+	create.Flags().IntVar(&co.Concurrency, "concurrency", 0, "groups exported and copied at once (default: the library's)")
+	create.Flags().StringVar(&sourceCold, "source-cold-store", "", "the cluster's cold store, when the nodes' own description of it does not reach it from here")
+
+	var depthName string
+	verify := &cobra.Command{
+		Use:   "backup-verify --location L [--depth manifest|objects|deep]",
+		Short: "Verify a backup (the latest, or --backup ID) without touching any cluster",
+		Long:  backupLong,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			depth, err := backup.ParseDepth(depthName)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			loc, err := backup.OpenLocation(ctx, location)
+			if err != nil {
+				return err
+			}
+			p := newBackupProgress(env, cmd.OutOrStdout(), "verify", asJSON)
+			rep, err := backup.Verify(ctx, loc, id, depth, p.update)
+			p.finish()
+			if asJSON && rep != nil {
+				if perr := printJSON(cmd.OutOrStdout(), rep); perr != nil {
+					return perr
+				}
+			}
+			if err != nil {
+				return backupError(err)
+			}
+			if !asJSON {
+				fmt.Fprintf(cmd.OutOrStdout(), "backup %s in %s verified at depth %s: %d groups, %d objects, %s\n",
+					rep.ID, location, depthName, rep.Groups, rep.ColdObjects, byteSize(rep.Bytes))
+			}
+			return nil
+		},
+	}
+	locFlag(verify)
+	verify.Flags().StringVar(&id, "backup", "", "the backup to verify (default: the latest complete one)")
+	verify.Flags().StringVar(&depthName, "depth", "objects", "manifest (complete, sizes match), objects (every BLAKE3 digest), deep (every group decodes and validates, every cold object it references is present)")
+
+	list := &cobra.Command{
+		Use:   "backup-list --location L",
+		Short: "List the complete backups a location holds, oldest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			loc, err := backup.OpenLocation(ctx, location)
+			if err != nil {
+				return err
+			}
+			ms, err := backup.List(ctx, loc)
+			if err != nil {
+				return backupError(err)
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), ms)
+			}
+			for _, m := range ms {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s  cluster %s  %d groups  %d cold objects  created %s\n",
+					m.ID, m.ClusterID, m.GroupCount, len(m.ColdObjects), m.CreatedAt)
+			}
+			return nil
+		},
+	}
+	locFlag(list)
+
+	var ro backup.RestoreOptions
+	var targetCold string
+	restore := &cobra.Command{
+		Use:   "restore --location L [--backup ID]",
+		Short: "Restore a backup into the manifest's fresh, empty cluster (same group count and cluster id)",
+		Long:  backupLong,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := ctl(cmd, 0)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			loc, err := backup.OpenLocation(ctx, location)
+			if err != nil {
+				return err
+			}
+			if targetCold != "" {
+				if ro.ColdStore, err = backup.OpenLocation(ctx, targetCold); err != nil {
+					return fmt.Errorf("--cold-store: %w", err)
+				}
+			}
+			nodes, err := c.backupClients(ctx, true)
+			if err != nil {
+				return err
+			}
+			p := c.backupProgress("restore", asJSON)
+			ro.Progress = p.update
+			rep, err := backup.Restore(ctx, nodes, loc, id, ro)
+			p.finish()
+			if err != nil {
+				return backupError(err)
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), rep)
+			}
+			c.printf("restored backup %s: %d groups imported, %d already imported; %d cold objects copied (%s), %d already in the cold store",
+				rep.ID, rep.Imported, rep.Already, rep.ObjectsCopied, byteSize(rep.BytesCopied), rep.ObjectsSkipped)
+			return nil
+		},
+	}
+	locFlag(restore)
+	restore.Flags().StringVar(&id, "backup", "", "the backup to restore (default: the latest complete one)")
+	restore.Flags().StringVar(&targetCold, "cold-store", "", "the target cluster's cold store (default: the one the nodes report)")
+	restore.Flags().IntVar(&ro.Concurrency, "concurrency", 0, "objects copied and groups imported at once (default: the library's)")
+	return []*cobra.Command{create, verify, list, restore}
+}
+
+// backupClients pins every node of the manifest and returns its
+// BackupService over the admin plane. With all, every node must answer;
+// otherwise the nodes that answer are enough (a backup needs one replica
+// of each group).
+func (c *Controller) backupClients(ctx context.Context, all bool) ([]backupv1.BackupServiceClient, error) {
+	var out []backupv1.BackupServiceClient
+	var errs []error
+	for _, n := range c.m.Nodes {
+		p, _, err := c.pinNode(ctx, n.ID)
+		if err != nil {
+			if all || errors.Is(err, ErrAborted) {
+				return nil, err
+			}
+			errs = append(errs, err)
+			c.printf("warning: node %d: %v (backing up from the others)", n.ID, err)
+			continue
+		}
+		out = append(out, &adminBackupClient{p: p})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no node answered: %w", errors.Join(errs...))
+	}
+	return out, nil
+}
+
+// backupError maps the library's refusals to a safety abort (exit 2):
+// nothing was imported or written.
+func backupError(err error) error {
+	switch {
+	case errors.Is(err, backup.ErrPrecondition), errors.Is(err, backup.ErrMissingCold), errors.Is(err, backup.ErrLocked):
+		return &abortError{msg: err.Error(), cause: err}
+	}
+	return err
+}
+
+// backupProgress shows a backup or restore's progress: a bar on a
+// terminal, a plain line per step otherwise, nothing with --json.
+type backupProgress struct {
+	mu       sync.Mutex
+	bar      *progress
+	out      io.Writer
+	quiet    bool
+	verb     string
+	last     backup.Progress
+	lastLine time.Time
+	now      func() time.Time
+}
+
+func (c *Controller) backupProgress(verb string, quiet bool) *backupProgress {
+	p := &backupProgress{out: c.out, quiet: quiet, verb: verb, now: time.Now}
+	if !quiet {
+		p.bar = c.newProgress(verb, true)
+	}
+	return p
+}
+
+func newBackupProgress(env *Env, out io.Writer, verb string, quiet bool) *backupProgress {
+	c := &Controller{out: out, opts: Options{TTY: env.TTY != nil && *env.TTY}}
+	return c.backupProgress(verb, quiet)
+}
+
+func (p *backupProgress) update(pr backup.Progress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	phaseChanged := pr.Phase != p.last.Phase
+	groupDone := pr.GroupsDone != p.last.GroupsDone
+	p.last = pr
+	if p.quiet {
+		return
+	}
+	line := describeProgress(pr, p.now())
+	if p.bar.bar != nil {
+		total := pr.Groups
+		done := pr.GroupsDone
+		if pr.TotalObjects > 0 && pr.Phase != "" && pr.Groups == 0 {
+			total, done = int(pr.TotalObjects), int(pr.Objects)
+		}
+		p.bar.set(done, total, line)
+		return
+	}
+	// Without a terminal: one line per phase, per group done, and at most
+	// one every 5 s in between.
+	if now := p.now(); phaseChanged || groupDone || now.Sub(p.lastLine) >= 5*time.Second {
+		p.lastLine = now
+		fmt.Fprintf(p.out, "%s: %s\n", p.verb, line)
+	}
+}
+
+func (p *backupProgress) finish() {
+	if p.bar != nil {
+		p.bar.finish()
+	}
+}
+
+// describeProgress renders one progress report: phase, groups, objects,
+// bytes, rate and, when the total is known, the time left.
+func describeProgress(pr backup.Progress, now time.Time) string {
+	s := pr.Phase
+	if pr.Groups > 0 {
+		s += fmt.Sprintf("  groups %d/%d", pr.GroupsDone, pr.Groups)
+	}
+	if pr.TotalObjects > 0 {
+		s += fmt.Sprintf("  objects %d/%d", pr.Objects, pr.TotalObjects)
+	} else if pr.Objects > 0 {
+		s += fmt.Sprintf("  objects %d", pr.Objects)
+	}
+	s += "  " + byteSize(pr.Bytes)
+	if pr.TotalBytes > 0 {
+		s += "/" + byteSize(pr.TotalBytes)
+	}
+	if el := now.Sub(pr.Started); !pr.Started.IsZero() && el > time.Second && pr.Bytes > 0 {
+		rate := float64(pr.Bytes) / el.Seconds()
+		s += fmt.Sprintf("  %s/s", byteSize(int64(rate)))
+		if pr.TotalBytes > pr.Bytes && rate > 0 {
+			s += fmt.Sprintf("  ETA %s", time.Duration(float64(pr.TotalBytes-pr.Bytes)/rate*float64(time.Second)).Round(time.Second))
+		}
+	}
+	return s
+}
+
+// byteSize renders n bytes for a person.
+func byteSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func printJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
