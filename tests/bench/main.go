@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -45,6 +46,7 @@ type config struct {
 	memWarmup   int64
 	memTotal    int64
 	hotCap      int64
+	backupBytes int64
 }
 
 func main() {
@@ -53,11 +55,12 @@ func main() {
 	flag.StringVar(&c.target, "target", "", "measure this running server (origin URL) instead of starting one")
 	flag.IntVar(&c.pid, "pid", 0, "with -target: the server's pid, for RSS")
 	flag.StringVar(&c.fsyncModes, "fsync", "never,always", "raft.fsync modes to start ursula with, in order")
-	flag.StringVar(&c.workloads, "workloads", "multi-stream,fan-out,replay,bootstrap,memory", "workloads to run, in order (memory runs only against fsync=never servers)")
+	flag.StringVar(&c.workloads, "workloads", "multi-stream,fan-out,replay,bootstrap,memory,backup", "workloads to run, in order (memory runs only against fsync=never servers; backup starts servers of its own)")
 	flag.StringVar(&c.cold, "cold", "s3", `also run the fsync=never server with this cold store ("s3": a versitygw the bench starts; "" for none) and compare it with the local-directory run`)
 	flag.Int64Var(&c.memWarmup, "memory-warmup", 20<<20, "memory: bytes appended before the first RSS sample")
 	flag.Int64Var(&c.memTotal, "memory-total", 2<<30, "memory: bytes appended before the second RSS sample")
 	flag.Int64Var(&c.hotCap, "hot-cap", 64<<20, "cold.hot-cap-bytes of the servers the bench starts")
+	flag.Int64Var(&c.backupBytes, "backup-bytes", 256<<20, "backup: stream bytes each backed-up data set holds")
 	flag.DurationVar(&c.duration, "duration", 10*time.Second, "how long each workload runs")
 	flag.IntVar(&c.streams, "streams", 500, "multi-stream: number of streams (one append in flight each)")
 	flag.IntVar(&c.payload, "payload", 256, "multi-stream and fan-out: payload bytes")
@@ -118,6 +121,7 @@ type Report struct {
 	Servers []*ServerRun      `json:"servers"`
 	Ratios  map[string]any    `json:"ratios_to_null,omitempty"`
 	Targets []Target          `json:"targets,omitempty"`
+	Backup  *BackupResult     `json:"backup,omitempty"`
 	Notes   map[string]string `json:"notes,omitempty"`
 }
 
@@ -154,7 +158,7 @@ func run(ctx context.Context, c config) (*Report, error) {
 	workloads := splitList(c.workloads)
 	for _, w := range workloads {
 		switch w {
-		case "multi-stream", "fan-out", "replay", "bootstrap", "memory":
+		case "multi-stream", "fan-out", "replay", "bootstrap", "memory", "backup":
 		default:
 			return nil, fmt.Errorf("unknown workload %q", w)
 		}
@@ -232,6 +236,14 @@ func run(ctx context.Context, c config) (*Report, error) {
 			return rep, err
 		}
 	}
+	if slices.Contains(workloads, "backup") {
+		logf("backup: create and restore, hot-only and cold-heavy, %d MiB each", c.backupBytes>>20)
+		res, err := backupWorkload(ctx, c, bin, logf)
+		rep.Backup = res
+		if err != nil {
+			return rep, fmt.Errorf("backup workload: %w", err)
+		}
+	}
 	if c.clusterURL != "" {
 		sr := &ServerRun{Name: "cluster", Command: c.clusterURL}
 		b := &bench{base: strings.TrimRight(c.clusterURL, "/"), root: e2e.StreamRoot, runID: runID(), logf: logf}
@@ -286,6 +298,9 @@ func runWorkloads(ctx context.Context, c config, b *bench, sr *ServerRun, worklo
 	for _, w := range workloads {
 		if ctx.Err() != nil {
 			return
+		}
+		if w == "backup" {
+			continue // starts servers of its own (backupWorkload)
 		}
 		b.logf("%s: %s for %v", sr.Name, w, c.duration)
 		var res *Result
