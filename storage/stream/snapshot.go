@@ -23,6 +23,13 @@ func (m *Machine) Snapshot() ([]byte, error) { return m.CaptureSnapshot()() }
 // applies, and the encoding (the expensive part) runs elsewhere,
 // concurrently with further applies.
 func (m *Machine) CaptureSnapshot() func() ([]byte, error) {
+	encode, _ := m.CaptureSnapshotAt()
+	return encode
+}
+
+// CaptureSnapshotAt is CaptureSnapshot, and the applied index the capture
+// holds (an export reports it beside the encoding).
+func (m *Machine) CaptureSnapshotAt() (encode func() ([]byte, error), applied uint64) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	snap := &storagev1.Snapshot{Format: snapshotFormat, AppliedIndex: m.applied, GcNextSeq: m.gcNextSeq, History: m.history,
@@ -79,7 +86,7 @@ func (m *Machine) CaptureSnapshot() func() ([]byte, error) {
 			st.Data = join(data[i])
 		}
 		return proto.MarshalOptions{Deterministic: true}.Marshal(snap)
-	}
+	}, snap.AppliedIndex
 }
 
 // join concatenates stored segments; one segment needs no copy (Marshal
