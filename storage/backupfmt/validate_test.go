@@ -1,7 +1,9 @@
 package backupfmt
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -88,5 +90,29 @@ func TestDecodeGroup(t *testing.T) {
 	}
 	if d := Digest([]byte("x")); !ValidDigest(d) || ValidDigest(strings.ToUpper(d)) || ValidDigest(d[1:]) {
 		t.Fatal("ValidDigest disagrees with Digest")
+	}
+}
+
+// TestWalkSkipsPages: a reader answering ErrSkipPage leaves out what the
+// page indexes and the walk goes on; another error stops it.
+func TestWalkSkipsPages(t *testing.T) {
+	snap := &storagev1.Snapshot{Streams: []*storagev1.StreamState{
+		{ColdIndex: []*storagev1.ColdLevel{{Entries: []*storagev1.ColdRef{{Key: "c1"}}}, {Entries: []*storagev1.ColdRef{{Key: "p1", Kind: storagev1.ColdKind_COLD_KIND_PAGE}}}}},
+		{HotExternal: []*storagev1.HotExternal{{Ref: &storagev1.ColdRef{Key: "x1"}}}},
+	}}
+	var keys []string
+	err := Walk(t.Context(), snap, func(context.Context, *storagev1.ColdRef) ([]byte, error) {
+		return nil, fmt.Errorf("gone: %w", ErrSkipPage)
+	}, func(r Ref) error {
+		keys = append(keys, r.Key)
+		return nil
+	})
+	if err != nil || strings.Join(keys, ",") != "c1,p1,x1" {
+		t.Fatalf("Walk = %v, %v", keys, err)
+	}
+	if err := Walk(t.Context(), snap, func(context.Context, *storagev1.ColdRef) ([]byte, error) {
+		return nil, errors.New("boom")
+	}, func(Ref) error { return nil }); err == nil {
+		t.Fatal("a failed page read must stop the walk")
 	}
 }
