@@ -24,6 +24,9 @@ const (
 	coldCheckParallel = 8
 	// grpcEnvelope is what a gRPC answer adds around a group object.
 	grpcEnvelope = 1 << 10
+	// exportWait bounds the wait of an export for its replica to apply
+	// the index asked for (a caller's own deadline may be shorter).
+	exportWait = time.Minute
 )
 
 // backupService serves BackupService (the backup service's and
@@ -87,6 +90,8 @@ func (s *backupService) ExportGroup(ctx context.Context, req *backupv1.ExportGro
 
 // export builds this replica's group object of group g.
 func (s *backupService) export(ctx context.Context, g uint32, minApplied uint64) (*backupv1.ExportGroupResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, exportWait)
+	defer cancel()
 	ex, err := s.n.Engine.ExportGroup(ctx, g, minApplied)
 	if err != nil {
 		return nil, err

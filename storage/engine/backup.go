@@ -53,6 +53,10 @@ func (e *Engine) ExportGroup(ctx context.Context, g uint32, minApplied uint64) (
 	}
 	if minApplied > 0 {
 		if err := e.groups.WaitApplied(ctx, g, minApplied); err != nil {
+			if ctx.Err() != nil {
+				return ExportedGroup{}, fault.Errorf(fault.ErrUnavailable, "this replica of group %d applied %d, not yet %d: retry, or export another replica",
+					g, e.groups.Status(g).Applied, minApplied).With(fault.DetailRetryAfterMS, "1000")
+			}
 			return ExportedGroup{}, err
 		}
 		if err := e.exportable(g); err != nil {

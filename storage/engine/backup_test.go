@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -550,5 +551,26 @@ func TestBackupRestoreCluster(t *testing.T) {
 			return err
 		})
 		wantCode(t, n+": the next write of a closed epoch", err, fault.ErrProducerStaleEpoch)
+	}
+}
+
+// TestExportWaitsForTheIndex: an export waits for its replica to apply
+// the index asked for, within its context, and says so when it does not.
+func TestExportWaitsForTheIndex(t *testing.T) {
+	e := startEngine(t, nil)
+	g := e.GroupOf(key("w"))
+	at := e.status(g).Applied
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := e.ExportGroup(ctx, g, at+1000)
+	wantCode(t, "an index the replica never applies", err, fault.ErrUnavailable)
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.ExportGroup(t.Context(), g, at+1)
+		done <- err
+	}()
+	mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("w"), ContentType: "text/plain"})
+	if err := <-done; err != nil {
+		t.Fatalf("an export waiting for the next index: %v", err)
 	}
 }

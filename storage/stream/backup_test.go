@@ -398,6 +398,13 @@ func TestImportGroupIntoEmptyGroup(t *testing.T) {
 	case len(got.GetGcHolds()) != 1 || got.GetGcHolds()["restore"] != 1<<41:
 		t.Fatalf("GC holds %v, want the target's unexpired one only", got.GetGcHolds())
 	}
+	var hotBytes int64
+	for _, st := range src.GetStreams() {
+		hotBytes += int64(len(st.GetData()))
+	}
+	if got := dst.m.HotBytes(); got != hotBytes || got == 0 {
+		t.Fatalf("hot bytes %d after the import, want the snapshot's %d", got, hotBytes)
+	}
 	// What the import carries over as it was.
 	for _, f := range []func(*storagev1.Snapshot) any{
 		func(s *storagev1.Snapshot) any { return s.GetBuckets() },
