@@ -39,7 +39,7 @@
 //     incarnation_offset]; a fork's base is its fork position and its
 //     origin names a source, and a stream without a fork starts at 0; a
 //     soft-deleted stream has fork references;
-//   - base <= cold_end <= tail; the external payloads in the hot window
+//   - base <= cold_end <= tail <= MaxPosition; the external payloads in the hot window
 //     are named, of kind EXTERNAL, non-empty, in order, from cold_end, and
 //     the hot bytes fill the gaps before them; retained <= tail; record
 //     ends are ascending in (cold_end, tail];
@@ -57,7 +57,7 @@
 //     payload's [first_record, next_record)) to record_next; base_record
 //     <= hot_record <= record_next; record_first <= record_next (every
 //     stream);
-//   - producers are named, sorted and distinct; earlier incarnations are
+//   - producers are named, sorted, distinct and at most MaxProducers; earlier incarnations are
 //     ascending, below the current one, with non-decreasing kept <= tail;
 //     previous_incarnation is 0 (and inherited_offset 0) or below the
 //     incarnation (and inherited_offset <= tail); an application snapshot

@@ -13,6 +13,16 @@ import (
 // this build exports and imports; storage/stream writes it.
 const SnapshotFormat = 2
 
+// Bounds no real stream reaches, which keep arithmetic on positions and the
+// state a snapshot restores in range.
+const (
+	// MaxPosition bounds a stream's tail (4 EiB).
+	MaxPosition = 1 << 62
+	// MaxProducers is the most producers a stream keeps (storage/stream's
+	// MaxProducers).
+	MaxProducers = 4096
+)
+
 // ValidateSnapshot checks the structure of a group's state-machine snapshot
 // (the rules are listed in the package doc, "Snapshot validation"): every
 // state a machine of this build reaches passes, and a snapshot an import
@@ -153,6 +163,9 @@ func validateStream(st *storagev1.StreamState, maxInc uint64) error {
 	if st.GetRecordFirst() > st.GetRecordNext() || (st.GetJson() && (st.GetBaseRecord() > st.GetHotRecord() || st.GetHotRecord() > st.GetRecordNext())) {
 		return fmt.Errorf("records: first %d, base %d, hot %d, next %d", st.GetRecordFirst(), st.GetBaseRecord(), st.GetHotRecord(), st.GetRecordNext())
 	}
+	if len(st.GetProducers()) > MaxProducers {
+		return fmt.Errorf("%d producers, at most %d are kept", len(st.GetProducers()), MaxProducers)
+	}
 	for i, p := range st.GetProducers() {
 		if p.GetId() == "" || (i > 0 && p.GetId() <= st.GetProducers()[i-1].GetId()) {
 			return fmt.Errorf("producer %q is unnamed, out of order or repeated", p.GetId())
@@ -234,8 +247,8 @@ func validateHot(st *storagev1.StreamState) (uint64, error) {
 		pos = r.GetEnd()
 	}
 	tail, carry := bits.Add64(pos, uint64(len(data)), 0)
-	if carry != 0 {
-		return 0, errors.New("the hot window overflows")
+	if carry != 0 || tail > MaxPosition {
+		return 0, fmt.Errorf("the tail lies beyond %d", uint64(MaxPosition))
 	}
 	if err := run(data); err != nil {
 		return 0, err

@@ -44,7 +44,7 @@ func TestValidateSnapshotSmall(t *testing.T) {
 			s := stream()
 			s.ColdEnd, s.Json, s.Records, s.RecordNext = ^uint64(0)-1, false, nil, 0
 			return s
-		}()}}, "overflows"},
+		}()}}, "beyond"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := ValidateSnapshot(tc.snap)

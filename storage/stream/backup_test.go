@@ -221,8 +221,8 @@ func variedGroup(tb testing.TB, step func(what string, a *applier)) *applier {
 // TestValidateSnapshotOfRealMachines: every state variedGroup passes
 // through, a restore of it and the state after an import validate.
 func TestValidateSnapshotOfRealMachines(t *testing.T) {
-	if snapshotFormat != backupfmt.SnapshotFormat {
-		t.Fatalf("the machine writes format %d, backupfmt validates %d", snapshotFormat, backupfmt.SnapshotFormat)
+	if snapshotFormat != backupfmt.SnapshotFormat || MaxProducers != backupfmt.MaxProducers {
+		t.Fatalf("the machine writes format %d and keeps %d producers, backupfmt validates %d and %d", snapshotFormat, MaxProducers, backupfmt.SnapshotFormat, backupfmt.MaxProducers)
 	}
 	steps := 0
 	a := variedGroup(t, func(what string, a *applier) {
@@ -326,6 +326,20 @@ func TestValidateSnapshotRefusesCorruption(t *testing.T) {
 		}},
 		{"producers out of order", "producer", func(s *storagev1.Snapshot) { p := plain(s).Producers; p[0], p[1] = p[1], p[0] }},
 		{"an unnamed producer", "producer", func(s *storagev1.Snapshot) { plain(s).Producers[0].Id = "" }},
+		{"more producers than a stream keeps", "producers, at most", func(s *storagev1.Snapshot) {
+			for i := range MaxProducers {
+				plain(s).Producers = append(plain(s).Producers, &storagev1.ProducerState{Id: fmt.Sprintf("z%05d", i)})
+			}
+		}},
+		{"a tail at the top of the positions", "beyond", func(s *storagev1.Snapshot) {
+			st := ext(s)
+			st.Fork = &storagev1.ForkOrigin{SourceBucket: "b", SourceStream: "x", SourceIncarnation: 1, Position: backupfmt.MaxPosition}
+			st.Base, st.ColdEnd = backupfmt.MaxPosition, backupfmt.MaxPosition
+			for _, x := range st.HotExternal {
+				x.Ref.Start += backupfmt.MaxPosition
+				x.Ref.End += backupfmt.MaxPosition
+			}
+		}},
 		{"an earlier incarnation not below the current", "earlier incarnation", func(s *storagev1.Snapshot) { json(s).Earlier[0].Incarnation = json(s).Incarnation }},
 		{"an earlier incarnation that kept more than the tail", "earlier incarnation", func(s *storagev1.Snapshot) { json(s).Earlier[0].Kept = tailOf(json(s)) + 1 }},
 		{"a previous incarnation not below the current", "previous incarnation", func(s *storagev1.Snapshot) { plain(s).PreviousIncarnation = plain(s).Incarnation }},
