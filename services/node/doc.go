@@ -128,7 +128,9 @@
 //     object of another group; 400 BACKUP_MISMATCH (gRPC FAILED_PRECONDITION)
 //     for another format version (the message names both), cluster id or
 //     group count; 409 GROUP_NOT_EMPTY (gRPC FAILED_PRECONDITION) for a group
-//     that holds buckets or streams, was purged, or took another object; 413
+//     that holds buckets or streams (but never-written streams of reserved
+//     buckets, which the node's own roles create at start), was purged, or
+//     took another object; 413
 //     PAYLOAD_TOO_LARGE for a body above max_message_bytes or an import
 //     whose log entry would not fit one cluster-plane message (storage/
 //     engine MaxImportBytes: max_message_bytes less 64 KiB). A repeat of

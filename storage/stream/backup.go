@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math/bits"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -73,6 +74,12 @@ func (m *Machine) checkImport(blake3 string) (*ImportInfo, *fault.Error) {
 		info := importInfo(im)
 		return &info, nil
 	}
+	streams := 0
+	for _, s := range m.streams {
+		if !s.vacant() {
+			streams++
+		}
+	}
 	var why string
 	switch {
 	case m.imported != nil:
@@ -81,14 +88,25 @@ func (m *Machine) checkImport(blake3 string) (*ImportInfo, *fault.Error) {
 		why = fmt.Sprintf("took the import of another group object (blake3 %s) at index %d", m.imported.GetBlake3(), m.imported.GetIndex())
 	case len(m.buckets) > 0:
 		why = fmt.Sprintf("holds %d buckets", len(m.buckets))
-	case len(m.streams) > 0:
-		why = fmt.Sprintf("holds %d streams", len(m.streams))
+	case streams > 0:
+		why = fmt.Sprintf("holds %d streams", streams)
 	case len(m.fenced) > 0:
 		why = fmt.Sprintf("holds %d purged buckets", len(m.fenced))
 	default:
 		return nil, nil
 	}
 	return nil, fault.Errorf(fault.ErrGroupNotEmpty, "group %d %s: an import replaces the state of an empty group only", m.group, why)
+}
+
+// vacant reports a stream an import may replace: in a reserved bucket
+// ("__…"), never written (no byte, producer or snapshot) and linked to no
+// fork. The node's own roles create such streams when they start (the
+// subscription state of an all-in-one process), so a fresh cluster's
+// groups are empty but for them; they hold nothing to lose and no object.
+func (s *stream) vacant() bool {
+	st := s.meta
+	return strings.HasPrefix(st.GetBucket(), "__") && s.buf.End() == 0 && len(s.producers) == 0 && st.GetSnapshot() == nil &&
+		st.GetFork() == nil && st.GetForkRefs() == 0 && len(st.GetEarlier()) == 0
 }
 
 // applyImportGroup replaces an empty group's state with a backup's

@@ -769,3 +769,29 @@ func TestHoldColdGC(t *testing.T) {
 		t.Fatalf("replacing a hold at the bound: %v", r.Err)
 	}
 }
+
+// TestImportReplacesVacantStreams: a stream a node's own role created in
+// a reserved bucket and never wrote (the subscription state of a fresh
+// all-in-one node) does not make a group non-empty; one written does.
+func TestImportReplacesVacantStreams(t *testing.T) {
+	raw, _ := variedGroup(t, nil).m.Snapshot()
+	a := newApplier(t)
+	a.do(1, &storagev1.CreateStream{Bucket: "__system", Stream: "subscriptions", ContentType: "application/json", Json: true})
+	if _, refused := a.m.CheckImport(backupfmt.Digest(raw)); refused != nil {
+		t.Fatalf("a vacant reserved stream refuses the import: %v", refused)
+	}
+	a.do(2, importOp(raw))
+	if _, ok := a.m.Lookup(Key{"__system", "subscriptions"}); ok {
+		t.Fatal("the vacant stream outlived the import")
+	}
+	for name, op := range map[string]*storagev1.CreateStream{
+		"written":            {Bucket: "__system", Stream: "subscriptions", ContentType: "application/json", Json: true, Body: []byte("{}\n")},
+		"in a user's bucket": {Bucket: "b", Stream: "s", ContentType: "text/plain"},
+	} {
+		b := newApplier(t)
+		b.do(1, op)
+		if r := b.applyCmd(2, cmdOf(t, importOp(raw))); code(r) != fault.ErrGroupNotEmpty {
+			t.Fatalf("%s: import %v, want GROUP_NOT_EMPTY", name, r.Err)
+		}
+	}
+}

@@ -116,8 +116,10 @@
 //
 // # Backups
 //
-// ImportGroup replaces the state of an empty group (no bucket, stream or
-// purge fence, never imported) with a backup's snapshot of a group, as one
+// ImportGroup replaces the state of an empty group (no bucket record, no
+// purge fence, never imported, and no stream but vacant ones: never
+// written, linked to no fork, in a reserved "__" bucket, as the node's own
+// roles create at start) with a backup's snapshot of a group, as one
 // entry, and answers how many streams took a new incarnation. Apply
 // decodes the snapshot and validates it (storage/backupfmt
 // ValidateSnapshot); anything wrong is refused (INVALID_ARGUMENT) and
