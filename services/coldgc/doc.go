@@ -21,4 +21,11 @@
 //     payload whose proposal failed, a compaction whose swap was lost) once
 //     they are older than OrphanAge, so that an upload whose command is
 //     still in flight is never taken for an orphan.
+//
+// A backup may hold a group's cold GC (HoldColdGC) while it copies the
+// objects an export references, or a restore while it copies objects that
+// nothing references until its import: the node then hands out none of
+// that group's queue (GetGCQueueResponse.held) and answers the sweep's
+// calls COLD_GC_HELD while any group is held. The worker skips such a
+// group or sweep quietly (coldgc_held_skips counts them), not as an error.
 package coldgc

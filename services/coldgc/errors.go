@@ -11,3 +11,10 @@ func outcomeUnknown(err error) bool {
 	de := grpcerr.FromStatus(err)
 	return de == nil || de.Code == errcode.OutcomeUnknown || de.Code == errcode.Unavailable || de.Code == errcode.Internal
 }
+
+// gcHeld reports a node's answer that a backup holds the cold GC: the
+// sweep stops, and that is no error.
+func gcHeld(err error) bool {
+	de := grpcerr.FromStatus(err)
+	return de != nil && de.Code == errcode.ColdGCHeld
+}

@@ -74,6 +74,9 @@ type Stats struct {
 	// CorruptObjects counts objects that failed their checksum when the
 	// worker read them (a page to reclaim, a chunk to compact).
 	CorruptObjects atomic.Uint64
+	// HeldSkips counts the groups a pass skipped and the sweeps that
+	// stopped because a backup held the cold GC.
+	HeldSkips atomic.Uint64
 }
 
 // Worker reclaims, compacts and sweeps one cold store.
@@ -160,6 +163,10 @@ func (w *Worker) reclaimGroup(ctx context.Context, g uint32, bucket string) (int
 	q, err := w.node.GetGCQueue(ctx, &coldgcv1.GetGCQueueRequest{Group: g, Limit: 1024})
 	if err != nil {
 		return 0, err
+	}
+	if q.GetHeld() {
+		w.stats.HeldSkips.Add(1)
+		return 0, nil
 	}
 	now := w.now().UnixMilli()
 	var done []uint64
@@ -347,9 +354,21 @@ func (w *Worker) compact(ctx context.Context, g uint32, c *coldgcv1.Compaction) 
 }
 
 // Sweep deletes objects under the cold root that no state references and
-// that are older than OrphanAge; it returns how many it deleted.
+// that are older than OrphanAge; it returns how many it deleted. A sweep
+// the node answers COLD_GC_HELD (a backup holds the cold GC) deletes
+// nothing and is no error.
 func (w *Worker) Sweep(ctx context.Context) (int, error) {
 	w.stats.Sweeps.Add(1)
+	n, err := w.sweep(ctx)
+	if gcHeld(err) {
+		w.stats.HeldSkips.Add(1)
+		w.logger.Debug("orphan sweep skipped: a backup holds the cold GC")
+		return 0, nil
+	}
+	return n, err
+}
+
+func (w *Worker) sweep(ctx context.Context) (int, error) {
 	lp, err := w.node.ListLivePrefixes(ctx, &coldgcv1.ListLivePrefixesRequest{})
 	if err != nil {
 		return 0, err
@@ -436,6 +455,7 @@ func (w *Worker) AddMetrics(out map[string]any) {
 		"coldgc_compaction_rejected": st.CompactRejected.Load(),
 		"coldgc_orphans_deleted":     st.OrphansDeleted.Load(),
 		"coldgc_sweeps":              st.Sweeps.Load(),
+		"coldgc_held_skips":          st.HeldSkips.Load(),
 	} {
 		out[k] = float64(v)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 
 	coldgcv1 "github.com/ursula/ursula/proto/gen/go/ursula/coldgc/v1"
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/services/platform/grpcerr"
 	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/objstore"
 )
@@ -166,5 +169,69 @@ func TestCompactRefusesCorruptChunk(t *testing.T) {
 	data, recs, err := coldfmt.DecodeChunk(0, 8, body, ch.GetCrc32C())
 	if err != nil || string(data) != "aaaabbbb" || len(recs) != 2 {
 		t.Fatalf("compacted chunk: %q %v %v", data, recs, err)
+	}
+}
+
+// heldNode answers as a node whose cold GC a backup holds: the queue is
+// not handed out, and the sweep's calls answer COLD_GC_HELD (refsHeld:
+// only the reference lookups, as when a hold begins during a sweep).
+type heldNode struct {
+	fakeNode
+	refsHeld bool
+}
+
+var errHeld = grpcerr.ToStatus(errcode.New(errcode.ColdGCHeld, "cold GC held by a backup"))
+
+func (n *heldNode) GetGCQueue(context.Context, *coldgcv1.GetGCQueueRequest, ...grpc.CallOption) (*coldgcv1.GetGCQueueResponse, error) {
+	return &coldgcv1.GetGCQueueResponse{Total: uint64(len(n.queue)), GroupCount: 1, Held: true}, nil
+}
+
+func (n *heldNode) ListLivePrefixes(context.Context, *coldgcv1.ListLivePrefixesRequest, ...grpc.CallOption) (*coldgcv1.ListLivePrefixesResponse, error) {
+	if n.refsHeld {
+		return &coldgcv1.ListLivePrefixesResponse{Prefixes: []string{coldfmt.StreamPrefix("b", "s", 1)}}, nil
+	}
+	return nil, errHeld
+}
+
+func (n *heldNode) GetColdReferences(context.Context, *coldgcv1.GetColdReferencesRequest, ...grpc.CallOption) (*coldgcv1.GetColdReferencesResponse, error) {
+	return nil, errHeld
+}
+
+// TestHeldColdGCIsAQuietSkip: while a backup holds the cold GC, a pass
+// and a sweep delete nothing, report no error and count the skip.
+func TestHeldColdGCIsAQuietSkip(t *testing.T) {
+	store := objstore.NewMemory()
+	queued := coldfmt.StreamPrefix("b", "gone", 1) + "c/x"
+	live := coldfmt.StreamPrefix("b", "s", 1) + "c/y"
+	orphan := "b/" + strings.Repeat("0", 32) + "/9/c/z"
+	for _, k := range []string{queued, live, orphan} {
+		if err := store.Put(t.Context(), k, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, refsHeld := range []bool{false, true} {
+		node := &heldNode{fakeNode: fakeNode{queue: []*storagev1.GCEntry{{Seq: 1, Bucket: "b", Kind: storagev1.GCKind_GC_KIND_OBJECT, Key: queued}}}, refsHeld: refsHeld}
+		w, err := New(Config{Interval: time.Second, SweepInterval: time.Hour, OrphanAge: time.Hour}, node, store, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.now = func() time.Time { return time.Now().Add(48 * time.Hour) } // every object is old enough
+		if n, err := w.Reclaim(t.Context(), ""); n != 0 || err != nil {
+			t.Fatalf("Reclaim while held: %d, %v", n, err)
+		}
+		if n, err := w.Sweep(t.Context()); n != 0 || err != nil {
+			t.Fatalf("Sweep while held (references only %v): %d, %v", refsHeld, n, err)
+		}
+		if got := w.Stats().HeldSkips.Load(); got != 2 {
+			t.Fatalf("held skips %d, want 2", got)
+		}
+		if w.Stats().Errors.Load() != 0 || len(node.acked) != 0 {
+			t.Fatal("a held pass counted an error or acknowledged an entry")
+		}
+		for _, k := range []string{queued, live, orphan} {
+			if _, err := store.Get(t.Context(), k); err != nil {
+				t.Fatalf("%s: %v (deleted while held)", k, err)
+			}
+		}
 	}
 }

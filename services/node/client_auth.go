@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/ursula/ursula/internal/pki"
+	backupv1 "github.com/ursula/ursula/proto/gen/go/ursula/backup/v1"
 	coldgcv1 "github.com/ursula/ursula/proto/gen/go/ursula/coldgc/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
@@ -45,6 +46,7 @@ var clientRoles = []string{pki.RoleGateway, pki.RoleColdGC, pki.RoleBackup, role
 var (
 	streamServiceName = streamv1.StreamService_ServiceDesc.ServiceName
 	coldGCServiceName = coldgcv1.ColdGCService_ServiceDesc.ServiceName
+	backupServiceName = backupv1.BackupService_ServiceDesc.ServiceName
 )
 
 // clientAuth authenticates and authorizes every call on the client plane's
@@ -54,7 +56,8 @@ var (
 //
 //   - gateway: the stream service, reserved ("__") buckets included;
 //   - coldgc: the cold-GC service only;
-//   - backup: nothing yet (the backup service's calls come with it);
+//   - backup: the backup service only (exports, holds on the cold GC,
+//     imports: the backup service, ursula-backup);
 //   - client: the stream service on user buckets.
 //
 // A caller that proves nothing is refused (UNAUTHENTICATED) when client
@@ -147,6 +150,8 @@ func (a *clientAuth) authorize(ctx context.Context, method string, req any) erro
 		}
 	case coldGCServiceName:
 		allowed = role == pki.RoleColdGC
+	case backupServiceName:
+		allowed = role == pki.RoleBackup
 	}
 	if !allowed {
 		a.refused(ctx, method, how, role)

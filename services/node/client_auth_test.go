@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ursula/ursula/internal/pki"
+	backupv1 "github.com/ursula/ursula/proto/gen/go/ursula/backup/v1"
 	coldgcv1 "github.com/ursula/ursula/proto/gen/go/ursula/coldgc/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 )
@@ -22,6 +23,7 @@ const (
 	gatewayToken = "gateway-token-0123456789abcdefghijklmnop"
 	clientToken  = "client-token-0123456789abcdefghijklmnopq"
 	coldgcToken  = "coldgc-token-0123456789abcdefghijklmnopq"
+	backupToken  = "backup-token-0123456789abcdefghijklmnopq"
 )
 
 func writeClientTokens(tb testing.TB, content string) string {
@@ -35,7 +37,7 @@ func writeClientTokens(tb testing.TB, content string) string {
 
 func TestClientAuthorization(t *testing.T) {
 	cfg := testConfig("127.0.0.1:0", "")
-	cfg.ClientTokenFile = writeClientTokens(t, "# roles\ngateway "+gatewayToken+"\nclient "+clientToken+"\n\ncoldgc "+coldgcToken+"\n")
+	cfg.ClientTokenFile = writeClientTokens(t, "# roles\ngateway "+gatewayToken+"\nclient "+clientToken+"\n\ncoldgc "+coldgcToken+"\nbackup "+backupToken+"\n")
 	a, err := newClientAuth(cfg, "", testLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +51,8 @@ func TestClientAuthorization(t *testing.T) {
 	}
 	create := "/" + streamServiceName + "/CreateStream"
 	ack := "/" + coldGCServiceName + "/AckGC"
+	importGroup := "/" + backupServiceName + "/ImportGroup"
+	export := "/" + backupServiceName + "/ExportGroup"
 	user := &streamv1.CreateStreamRequest{Ref: &streamv1.StreamRef{Bucket: "tenant", Stream: "s"}}
 	reserved := &streamv1.CreateStreamRequest{Ref: &streamv1.StreamRef{Bucket: "__system", Stream: "s"}}
 	forkOfReserved := &streamv1.CreateStreamRequest{Ref: &streamv1.StreamRef{Bucket: "tenant", Stream: "f"},
@@ -70,6 +74,14 @@ func TestClientAuthorization(t *testing.T) {
 		{"client, cold-GC service", clientToken, ack, &coldgcv1.AckGCRequest{}, codes.PermissionDenied},
 		{"coldgc, cold-GC service", coldgcToken, ack, &coldgcv1.AckGCRequest{}, codes.OK},
 		{"coldgc, stream service", coldgcToken, create, user, codes.PermissionDenied},
+		{"backup, backup service", backupToken, importGroup, &backupv1.ImportGroupRequest{}, codes.OK},
+		{"backup, an export", backupToken, export, &backupv1.ExportGroupRequest{}, codes.OK},
+		{"backup, stream service", backupToken, create, user, codes.PermissionDenied},
+		{"backup, cold-GC service", backupToken, ack, &coldgcv1.AckGCRequest{}, codes.PermissionDenied},
+		{"gateway, backup service", gatewayToken, importGroup, &backupv1.ImportGroupRequest{}, codes.PermissionDenied},
+		{"client, backup service", clientToken, export, &backupv1.ExportGroupRequest{}, codes.PermissionDenied},
+		{"coldgc, backup service", coldgcToken, export, &backupv1.ExportGroupRequest{}, codes.PermissionDenied},
+		{"nobody, backup service", "", export, &backupv1.ExportGroupRequest{}, codes.Unauthenticated},
 		{"an unknown service", gatewayToken, "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", nil, codes.PermissionDenied},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

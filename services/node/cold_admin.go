@@ -36,6 +36,11 @@ func (s *Server) purge(ctx context.Context, bucket string) (*adminv1.PurgeBucket
 	if store == nil {
 		return fail(errors.New("no cold store is configured"))
 	}
+	if s.n.Cold.GCHeld() {
+		// A backup may be copying the bucket's objects: the fence is in
+		// place, the objects go once every hold ends.
+		return fail(errors.New("cold GC held by a backup: the bucket's objects stay until every hold ends; send the purge again then"))
+	}
 	worker, err := coldgc.New(coldgc.Config{Interval: time.Second}, coldgcv1.NewColdGCServiceClient(s.local), store, s.logger)
 	if err != nil {
 		return nil, err

@@ -19,11 +19,11 @@ func (s *coldGCService) GetGCQueue(ctx context.Context, req *coldgcv1.GetGCQueue
 	if limit <= 0 || limit > 4096 {
 		limit = 4096
 	}
-	q, n, err := s.cold.GCQueue(ctx, req.GetGroup(), limit)
+	q, n, held, err := s.cold.GCQueue(ctx, req.GetGroup(), limit)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &coldgcv1.GetGCQueueResponse{Entries: q, Total: uint64(n), GroupCount: uint32(s.cold.GroupCount())}, nil
+	return &coldgcv1.GetGCQueueResponse{Entries: q, Total: uint64(n), GroupCount: uint32(s.cold.GroupCount()), Held: held}, nil
 }
 
 func (s *coldGCService) AckGC(ctx context.Context, req *coldgcv1.AckGCRequest) (*coldgcv1.AckGCResponse, error) {
@@ -52,9 +52,13 @@ func (s *coldGCService) CommitCompaction(ctx context.Context, req *coldgcv1.Comm
 	return &coldgcv1.CommitCompactionResponse{}, nil
 }
 
-func (s *coldGCService) ListLivePrefixes(context.Context, *coldgcv1.ListLivePrefixesRequest) (*coldgcv1.ListLivePrefixesResponse, error) {
+func (s *coldGCService) ListLivePrefixes(ctx context.Context, _ *coldgcv1.ListLivePrefixesRequest) (*coldgcv1.ListLivePrefixesResponse, error) {
+	live, err := s.cold.LivePrefixes(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	out := &coldgcv1.ListLivePrefixesResponse{}
-	for p := range s.cold.LivePrefixes() {
+	for p := range live {
 		out.Prefixes = append(out.Prefixes, p)
 	}
 	return out, nil

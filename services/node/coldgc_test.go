@@ -134,7 +134,7 @@ func TestColdGCReclaimsDeletedStreams(t *testing.T) {
 		t.Fatal("another stream's objects were touched")
 	}
 	for g := range eng.Engine.GroupCount() {
-		if _, n, _ := eng.Cold.GCQueue(t.Context(), uint32(g), 10); n != 0 {
+		if _, n, _, _ := eng.Cold.GCQueue(t.Context(), uint32(g), 10); n != 0 {
 			t.Fatalf("group %d queue holds %d entries after the pass", g, n)
 		}
 	}

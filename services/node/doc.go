@@ -11,7 +11,9 @@
 // -server.http.*; services/platform/httpserver): read_header_timeout
 // (10 s), body_read_timeout (30 s of no progress), write_timeout (30 s of
 // no progress per write), idle_timeout (2 min), max_header_bytes (64 KiB).
-// No route of theirs takes a body; bodies are capped at 1 MiB.
+// Bodies are capped at 1 MiB, but on the admin plane's backup routes
+// (group objects, up to max_message_bytes, read under a budget of
+// server.http_inflight_body_size of their own).
 // Config.HTTPInflightBodySize (server.http_inflight_body_size, 128 MiB) is
 // the process's in-flight request-body budget, which the application
 // hands to the gateway and the subscription APIs of the process; below
@@ -40,6 +42,12 @@
 //	POST   /__ursula/raft/{group}/purge?upto=N
 //	POST   /__ursula/flush-cold/{bucket}/{stream...}  (the stream may contain '/')
 //	DELETE /__ursula/purge/{bucket}
+//	POST   /__ursula/raft/{group}/recovery/accept-unsynced-loss  (recovery.go)
+//	GET    /__ursula/backup/info                      (backup_http.go)
+//	POST   /__ursula/backup/group/{group}/hold?holder=H&ttl_ms=N
+//	GET    /__ursula/backup/group/{group}/export?min_applied_index=N
+//	POST   /__ursula/backup/group/{group}/cold-check  (body: a group object)
+//	POST   /__ursula/backup/group/{group}/import      (body: a group object)
 //	GET    /debug/pprof/...
 //
 // Answers are JSON with the proto field names, every field present (an
@@ -83,4 +91,48 @@
 // are built inline on the worker, so a request waits while a build of its
 // shard runs; when the worker has not started it within 10 s it answers 503
 // with Retry-After: 1 and never runs later.
+//
+// # Backups
+//
+// BackupService (proto/ursula/backup/v1, backup.go) is served on the
+// client plane to callers proving the backup role, which reaches nothing
+// else (and no other role reaches it), and on the in-process connection;
+// the admin plane serves the same operations over REST (backup_http.go).
+//
+//   - GetBackupInfo, GET /__ursula/backup/info: {format_version,
+//     cluster_id, group_count, node_id, cold_store, cold_endpoint}; the
+//     cold store is "s3://bucket/prefix", the absolute directory of an fs
+//     store or "memory:", never credentials.
+//   - HoldColdGC, POST .../hold?holder=H&ttl_ms=N → {"index": N}: on the
+//     group's leader (409 NOT_LEADER with leader_id otherwise); ttl_ms 0
+//     releases, at most 7 days. While a hold of a group is unexpired (this
+//     node's clock) its GC queue is not handed out (GetGCQueueResponse.held)
+//     and the orphan sweep's calls answer 503 COLD_GC_HELD, so that the
+//     cold-GC worker deletes nothing a backup may still copy; a purge keeps
+//     the bucket's objects (cold_gc_error says why).
+//   - ExportGroup, GET .../export?min_applied_index=N: this replica's
+//     group object once it applied N (any replica; UNAVAILABLE while the
+//     replica holds a recovery plan or is gated); the admin plane answers
+//     it as application/octet-stream with x-ursula-backup-blake3,
+//     x-ursula-commit-index, x-ursula-applied-index and x-ursula-node-id.
+//     Over gRPC an object above max_message_bytes is PAYLOAD_TOO_LARGE.
+//   - ColdCheck, POST .../cold-check: {"checked", "missing",
+//     "first_missing"} (at most 20 keys, in walk order) for the objects the
+//     group object references that the node's cold store lacks or holds
+//     with another size; a page that is missing or fails its checksum
+//     counts as missing and what it indexes is not reached.
+//   - ImportGroup, POST .../import with x-ursula-backup-blake3 → {"already",
+//     "index", "streams"}, on the group's leader. Refusals: 400
+//     INVALID_ARGUMENT for a missing or malformed digest, a digest that is
+//     not the body's, an object that does not decode or validate, or the
+//     object of another group; 400 BACKUP_MISMATCH (gRPC FAILED_PRECONDITION)
+//     for another format version (the message names both), cluster id or
+//     group count; 409 GROUP_NOT_EMPTY (gRPC FAILED_PRECONDITION) for a group
+//     that holds buckets or streams (but never-written streams of reserved
+//     buckets, which the node's own roles create at start), was purged, or
+//     took another object; 413
+//     PAYLOAD_TOO_LARGE for a body above max_message_bytes or an import
+//     whose log entry would not fit one cluster-plane message (storage/
+//     engine MaxImportBytes: max_message_bytes less 64 KiB). A repeat of
+//     the import applied answers already: true with the first index.
 package node

@@ -44,6 +44,9 @@ var storageCodes = map[*fault.Kind]errcode.Code{
 	fault.ErrPermissionDenied:          errcode.PermissionDenied,
 	fault.ErrTransferTargetNotEligible: errcode.TransferTargetNotEligible,
 	fault.ErrInternal:                  errcode.Internal,
+	fault.ErrGroupNotEmpty:             errcode.GroupNotEmpty,
+	fault.ErrBackupMismatch:            errcode.BackupMismatch,
+	fault.ErrColdGCHeld:                errcode.ColdGCHeld,
 }
 
 // domainError converts an error of the storage engine into the contract's

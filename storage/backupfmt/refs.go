@@ -2,6 +2,7 @@ package backupfmt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
@@ -21,14 +22,22 @@ type Ref struct {
 }
 
 // PageReader returns the body of an index page; Walk verifies it against
-// the reference's checksum before it decodes it.
+// the reference's checksum before it decodes it. A reader that cannot
+// read a page and wants the walk to go on without what the page indexes
+// (a check that reports missing objects) returns an error wrapping
+// ErrSkipPage.
 type PageReader func(ctx context.Context, ref *storagev1.ColdRef) ([]byte, error)
+
+// ErrSkipPage, from a PageReader, makes Walk skip what the page indexes
+// instead of stopping.
+var ErrSkipPage = errors.New("backupfmt: skip the page")
 
 // Walk calls fn once for every distinct cold object snap references: the
 // stream's index entries at every level (reading each sealed page through
 // readPage to reach what it indexes), external payloads in the hot window
 // and the objects of published application snapshots. The order is
-// deterministic. A page that cannot be read or verified stops the walk.
+// deterministic. A page that cannot be read or verified stops the walk,
+// unless readPage answers ErrSkipPage.
 func Walk(ctx context.Context, snap *storagev1.Snapshot, readPage PageReader, fn func(Ref) error) error {
 	seen := map[string]struct{}{}
 	emit := func(r Ref) error {
@@ -57,6 +66,9 @@ func Walk(ctx context.Context, snap *storagev1.Snapshot, readPage PageReader, fn
 				return err
 			}
 			body, err := readPage(ctx, r)
+			if errors.Is(err, ErrSkipPage) {
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("read index page %s: %w", r.GetKey(), err)
 			}

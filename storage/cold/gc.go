@@ -18,16 +18,41 @@ func (t *Tier) checkGroup(g uint32) error {
 }
 
 // GCQueue returns up to limit entries of group g's cold-GC queue and its
-// length, as current as the group's leader when called.
-func (t *Tier) GCQueue(ctx context.Context, g uint32, limit int) ([]*storagev1.GCEntry, int, error) {
+// length, as current as the group's leader when called. While a backup
+// holds the group's cold GC (an unexpired HoldColdGC by this node's clock)
+// it hands out no entry and reports held: the worker deletes nothing the
+// group queued, so objects an export references stay until the backup
+// copied them.
+func (t *Tier) GCQueue(ctx context.Context, g uint32, limit int) (entries []*storagev1.GCEntry, total int, held bool, err error) {
 	if err := t.checkGroup(g); err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	if err := t.groups.ReadBarrier(ctx, g); err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
-	q, n := t.groups.Machine(g).GCQueue(limit)
-	return q, n, nil
+	m := t.groups.Machine(g)
+	q, n := m.GCQueue(limit)
+	if m.GCHeld(t.now().UnixMilli()) {
+		return nil, n, true, nil
+	}
+	return q, n, false, nil
+}
+
+// GCHeld reports whether a backup holds the cold GC of any group on this
+// node's replicas (by this node's clock), without a read barrier.
+func (t *Tier) GCHeld() bool {
+	now := t.now().UnixMilli()
+	for g := range t.groups.GroupCount() {
+		if t.groups.Machine(uint32(g)).GCHeld(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// errGCHeld answers the orphan sweep while a backup holds the cold GC.
+func errGCHeld() error {
+	return fault.Errorf(fault.ErrColdGCHeld, "cold GC held by a backup: the orphan sweep waits until every hold ends").With(fault.DetailRetryAfterMS, "60000")
 }
 
 // AckGC removes reclaimed entries from group g's cold-GC queue.
@@ -115,21 +140,38 @@ func (t *Tier) CommitCompaction(ctx context.Context, g uint32, swap *storagev1.C
 }
 
 // LivePrefixes returns the cold prefix of every stream incarnation of
-// every group on this replica.
-func (t *Tier) LivePrefixes() map[string]bool {
+// every group on this replica, each group read after a read barrier. It
+// answers COLD_GC_HELD while a backup holds the cold GC of any group: a
+// restore holds the groups it imports while it copies their objects into
+// the store, where nothing references them yet, so the sweep must not run.
+func (t *Tier) LivePrefixes(ctx context.Context) (map[string]bool, error) {
+	now := t.now().UnixMilli()
 	out := map[string]bool{}
 	for g := range t.groups.GroupCount() {
-		for p := range t.groups.Machine(uint32(g)).LivePrefixes() {
+		if err := t.groups.ReadBarrier(ctx, uint32(g)); err != nil {
+			return nil, err
+		}
+		m := t.groups.Machine(uint32(g))
+		if m.GCHeld(now) {
+			return nil, errGCHeld()
+		}
+		for p := range m.LivePrefixes() {
 			out[p] = true
 		}
 	}
-	return out
+	return out, nil
 }
 
 // ColdReferences returns every object key the stream incarnation under
 // prefix references: its index (walking sealed pages) and the external
 // payloads in its hot window. live is false when no such stream exists.
+// Like LivePrefixes it answers COLD_GC_HELD while a backup holds the cold
+// GC of any group (checked on this node's replicas: LivePrefixes, at the
+// start of a sweep, checked after read barriers).
 func (t *Tier) ColdReferences(ctx context.Context, prefix string) (keys []string, live bool, err error) {
+	if t.GCHeld() {
+		return nil, false, errGCHeld()
+	}
 	for g := range t.groups.GroupCount() {
 		m := t.groups.Machine(uint32(g))
 		k, ok := m.LivePrefixes()[prefix]

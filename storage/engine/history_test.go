@@ -280,7 +280,7 @@ func TestStartHistoryCold(t *testing.T) {
 	if underOld == 0 || underNew == 0 {
 		t.Fatalf("the index references %d objects under the old prefix and %d under the new one, want both", underOld, underNew)
 	}
-	if lp := e.node.Cold.LivePrefixes(); !lp[oldPrefix] || !lp[newPrefix] {
+	if lp, err := e.node.Cold.LivePrefixes(t.Context()); err != nil || !lp[oldPrefix] || !lp[newPrefix] {
 		t.Fatal("both prefixes of the stream must be live for the orphan sweep")
 	}
 

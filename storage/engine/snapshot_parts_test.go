@@ -247,7 +247,7 @@ func TestSnapshotStagedParts(t *testing.T) {
 	wantCode(t, "second commit", err, fault.ErrSnapshotConflict)
 	reading.End()
 	// The replaced snapshot's parts are queued for GC.
-	q, _, err := e.node.Cold.GCQueue(t.Context(), g, 100)
+	q, _, _, err := e.node.Cold.GCQueue(t.Context(), g, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

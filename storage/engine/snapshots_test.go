@@ -68,7 +68,7 @@ func TestSnapshotPublishColdStore(t *testing.T) {
 	// The replaced snapshot's object is queued for GC; the latest is in
 	// the store and referenced by the stream (so the orphan sweep keeps it).
 	g := e.GroupOf(key("s"))
-	q, _, err := e.node.Cold.GCQueue(t.Context(), g, 100)
+	q, _, _, err := e.node.Cold.GCQueue(t.Context(), g, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,6 +75,15 @@ var (
 	ErrPermissionDenied = newKind("PERMISSION_DENIED", "permission denied")
 	// ErrInternal: a broken invariant; a bug, not the caller's fault.
 	ErrInternal = newKind("INTERNAL", "internal error")
+	// ErrGroupNotEmpty: an import into a group that holds buckets or
+	// streams, was purged, or took another import.
+	ErrGroupNotEmpty = newKind("GROUP_NOT_EMPTY", "group not empty")
+	// ErrBackupMismatch: a group object of another backup format version,
+	// cluster id or group count than this node's.
+	ErrBackupMismatch = newKind("BACKUP_MISMATCH", "backup of another format, cluster or group count")
+	// ErrColdGCHeld: a backup holds the cold GC; nothing deletes cold
+	// objects until the hold ends (DetailRetryAfterMS).
+	ErrColdGCHeld = newKind("COLD_GC_HELD", "cold GC held by a backup")
 )
 
 // Detail keys. They are the contract's metadata keys (errors.proto), so

@@ -41,6 +41,9 @@ var _ Store = (*FS)(nil)
 // Dir returns the store's root directory.
 func (s *FS) Dir() string { return s.root }
 
+// Location names the store by its absolute root directory.
+func (s *FS) Location() (location, endpoint string) { return s.root, "" }
+
 func (s *FS) path(key string) string {
 	return filepath.Join(s.root, filepath.FromSlash(key))
 }

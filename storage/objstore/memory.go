@@ -44,6 +44,9 @@ func NewMemory(opts ...MemoryOption) *Memory {
 
 var _ Store = (*Memory)(nil)
 
+// Location names a memory store "memory:": no other process can reach it.
+func (m *Memory) Location() (location, endpoint string) { return "memory:", "" }
+
 // Put implements Store.
 func (m *Memory) Put(ctx context.Context, key string, body []byte) error {
 	if err := ValidateKey(key); err != nil {

@@ -566,3 +566,25 @@ func TestS3ListPages(t *testing.T) {
 		t.Fatalf("List stopped at the third key: %q, %v", got, err)
 	}
 }
+
+// TestLocation: stores name themselves for backups without credentials.
+func TestLocation(t *testing.T) {
+	dir := t.TempDir()
+	fs, err := objstore.NewFS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loc, ep := fs.Location(); loc != dir || ep != "" {
+		t.Fatalf("fs location %q %q, want %q", loc, ep, dir)
+	}
+	for _, tc := range []struct{ prefix, want string }{{"", "s3://bk"}, {"/a/b/", "s3://bk/a/b"}} {
+		s, err := objstore.NewS3(t.Context(), objstore.S3Config{Bucket: "bk", Prefix: tc.prefix, Endpoint: "http://127.0.0.1:9", AccessKey: "id", SecretKey: "secret"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		loc, ep := s.Location()
+		if loc != tc.want || ep != "http://127.0.0.1:9" || strings.Contains(loc+ep, "secret") {
+			t.Fatalf("s3 location %q %q, want %q", loc, ep, tc.want)
+		}
+	}
+}

@@ -41,6 +41,7 @@ type S3 struct {
 	uploader  *manager.Uploader
 	bucket    string
 	prefix    string // "" or the root prefix followed by '/'
+	endpoint  string // "" for AWS
 	threshold int64
 	// listPage is ListObjectsV2's MaxKeys; 0 leaves it to the server
 	// (1000). Tests lower it to exercise pagination.
@@ -83,6 +84,7 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	s := &S3{
 		client:    client,
 		bucket:    cfg.Bucket,
+		endpoint:  cfg.Endpoint,
 		threshold: cfg.MultipartThreshold,
 	}
 	if p := strings.Trim(cfg.Prefix, "/"); p != "" {
@@ -96,6 +98,16 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 }
 
 var _ Store = (*S3)(nil)
+
+// Location names the store as s3://bucket/prefix (s3://bucket without a
+// prefix), with its endpoint ("" for AWS); never credentials.
+func (s *S3) Location() (location, endpoint string) {
+	location = "s3://" + s.bucket
+	if s.prefix != "" {
+		location += "/" + strings.TrimSuffix(s.prefix, "/")
+	}
+	return location, s.endpoint
+}
 
 // Client returns the SDK client, for tests and tools that need more than
 // Store (creating buckets, listing multipart uploads).

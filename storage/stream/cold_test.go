@@ -15,7 +15,7 @@ import (
 // flushAll flushes a stream's whole hot window as the leader would: one
 // chunk per piece, external payloads indexed as they are, and a seal for
 // every level that fills up (computed from a copy of the index).
-func flushAll(t *testing.T, a *applier, name string, inc uint64) *Result {
+func flushAll(t testing.TB, a *applier, name string, inc uint64) *Result {
 	t.Helper()
 	pieces, levels, ok := a.m.FlushPlan(Key{"b", name}, inc, 1<<30)
 	if !ok {
@@ -27,7 +27,8 @@ func flushAll(t *testing.T, a *applier, name string, inc uint64) *Result {
 			chunks = append(chunks, proto.CloneOf(p.External))
 			continue
 		}
-		chunks = append(chunks, &storagev1.ColdRef{Start: p.Start, End: p.End, Key: fmt.Sprintf("%s/c/%d-%d", name, p.Start, i), Kind: storagev1.ColdKind_COLD_KIND_CHUNK, Size: p.End - p.Start + 8})
+		chunks = append(chunks, &storagev1.ColdRef{Start: p.Start, End: p.End, Key: fmt.Sprintf("%s/c/%d-%d", name, p.Start, i), Kind: storagev1.ColdKind_COLD_KIND_CHUNK, Size: p.End - p.Start + 8,
+			Records: uint32(len(p.Records)), FirstRecord: p.FirstRecord, NextRecord: p.NextRecord})
 	}
 	if len(levels) == 0 {
 		levels = []*storagev1.ColdLevel{{}}
@@ -44,7 +45,8 @@ func flushAll(t *testing.T, a *applier, name string, inc uint64) *Result {
 			if k+1 == len(levels) {
 				levels = append(levels, &storagev1.ColdLevel{})
 			}
-			levels[k+1].Entries = append(levels[k+1].Entries, &storagev1.ColdRef{Start: run[0].GetStart(), End: run[len(run)-1].GetEnd(), Key: key, Kind: storagev1.ColdKind_COLD_KIND_PAGE, Size: uint64(len(body)), Records: coldfmt.PageFanout, Level: uint32(k + 1)})
+			levels[k+1].Entries = append(levels[k+1].Entries, &storagev1.ColdRef{Start: run[0].GetStart(), End: run[len(run)-1].GetEnd(), Key: key, Kind: storagev1.ColdKind_COLD_KIND_PAGE, Size: uint64(len(body)), Records: coldfmt.PageFanout, Level: uint32(k + 1),
+				FirstRecord: run[0].GetFirstRecord(), NextRecord: run[len(run)-1].GetNextRecord(), Crc32C: digest})
 		}
 	}
 	return a.apply(1, &storagev1.ColdFlush{Bucket: "b", Stream: name, Incarnation: inc, Chunks: chunks, Seals: seals})

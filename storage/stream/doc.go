@@ -84,9 +84,9 @@
 // does:
 //
 //   - every stream that is not soft-deleted takes a new incarnation, the
-//     entry's index (or its incarnation plus one, should an imported state
-//     hold a larger one): above every incarnation the group issued, equal
-//     on every replica. It keeps its previous token and its tail as
+//     entry's index plus the group's incarnation offset (or its
+//     incarnation plus one, should an imported state hold a larger one):
+//     above every incarnation the group issued, equal on every replica. It keeps its previous token and its tail as
 //     previous_incarnation and inherited_offset (HEAD answers them); a
 //     stream not written since its last history event keeps naming the
 //     token from before that event, with the same tail. A request naming
@@ -107,6 +107,57 @@
 //     plan_term changes nothing and answers the recorded event_index, a
 //     lower one is refused.
 //
+// # Incarnations
+//
+// A stream's incarnation (its token, and the number in its cold prefix) is
+// the log index of the entry that created it or gave it a new history,
+// plus the group's incarnation_offset: 0 in a group never imported, so
+// that the incarnations of existing logs are unchanged.
+//
+// # Backups
+//
+// ImportGroup replaces the state of an empty group (no bucket record, no
+// purge fence, never imported, and no stream but vacant ones: never
+// written, linked to no fork, in a reserved "__" bucket, as the node's own
+// roles create at start) with a backup's snapshot of a group, as one
+// entry, and answers how many streams took a new incarnation. Apply
+// decodes the snapshot and validates it (storage/backupfmt
+// ValidateSnapshot); anything wrong is refused (INVALID_ARGUMENT) and
+// changes nothing, and an import into a group that is not empty is
+// refused with GROUP_NOT_EMPTY. A repeat of the applied import (the same
+// BLAKE3 digest of the group object) is a duplicate that changes nothing
+// and answers the recorded import; a group takes one import. The state
+// installed is the source's (buckets, streams with their hot bytes, cold
+// indexes, producers, snapshots, attributes, fences, usage counters, the
+// buckets' creation times, GC reclaim counters), except:
+//
+//   - the applied index is this group's (the log is the target's);
+//   - the GC queue is empty: the source's names objects no stream
+//     references, which a backup does not copy, and this group's own may
+//     name a prefix the import reuses (what it names is left to the orphan
+//     sweep); gc_next_seq is the larger of both;
+//   - the GC holds are this group's, its usage counters are added to the
+//     source's;
+//   - incarnation_offset becomes the source's applied index plus its
+//     offset (or this group's offset, if larger): above every incarnation
+//     the source issued, so no token or cold prefix made after the import
+//     is one the source used;
+//   - a new history starts through the same code as StartHistory, reason
+//     "restore", point the source's applied index, plan term the one of
+//     this group's latest event (0 without one; its previous event is that
+//     one, not the source's): every stream takes a new incarnation with
+//     previous_incarnation and inherited_offset, earlier keeps the source
+//     incarnation its objects are under, producer epochs close;
+//   - imported records the import (digest, index, clock, the source's
+//     applied index, streams).
+//
+// HoldColdGC sets one holder's hold on the group's cold GC until until_ms
+// (at most MaxGCHolds holders; until_ms at or before the command's clock
+// releases it, and holds already over are dropped by every such command).
+// GCHeld(now) reports an unexpired hold by the caller's clock: while one
+// holds, the node hands out none of the group's GC queue and answers the
+// orphan sweep UNAVAILABLE (storage/cold).
+//
 // # Snapshot encoding
 //
 // Snapshot() is storagev1.Snapshot marshalled with deterministic protobuf
@@ -116,9 +167,10 @@
 // hot_external), its cold index and attributes, the GC queue, the purge
 // fences, the per-bucket usage counters (sorted by bucket) with the write
 // unit they were counted in (write_unit_bytes; a snapshot with another
-// unit is refused), the buckets' creation times and the latest history
-// event (absent in snapshots from before it existed: no history). The
-// same state always yields the same bytes. Format 1 (no cold tier: data
+// unit is refused), the buckets' creation times, the latest history event
+// (absent in snapshots from before it existed: no history), the
+// incarnation offset, the import record and the GC holds. The same state
+// always yields the same bytes. Format 1 (no cold tier: data
 // from base) is still restored.
 //
 // # Cold tier

@@ -1,6 +1,8 @@
 package stream
 
 import (
+	"math"
+	"math/bits"
 	"strconv"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
@@ -53,8 +55,9 @@ func (m *Machine) History() (HistoryInfo, bool) {
 }
 
 // applyStartHistory starts a new history of the group (see the package
-// doc, "New history"). The new incarnation comes from the entry's index,
-// the same on every replica; it is above every incarnation the group
+// doc, "New history"). The new incarnation comes from the entry's index
+// (plus the group's incarnation offset), the same on every replica; it is
+// above every incarnation the group
 // issued before, so it is a token no client of this state holds, and a
 // cold prefix no object of the stream's earlier incarnations uses.
 func (m *Machine) applyStartHistory(index uint64, now int64, c *storagev1.StartHistory) *Result {
@@ -69,29 +72,50 @@ func (m *Machine) applyStartHistory(index uint64, now int64, c *storagev1.StartH
 				"plan term %d is below the term %d of the group's current history", c.GetPlanTerm(), h.GetPlanTerm())}
 		}
 	}
+	m.startHistory(index, now, c.GetPlanTerm(), c.GetPoint(), c.GetReason(), m.history)
+	return &Result{EventIndex: index, Streams: m.history.GetStreams()}
+}
+
+// startHistory starts a new history of the group at index: every stream
+// that is not soft-deleted takes a new incarnation, and the group records
+// the event, prev as the one before it. Callers hold m.mu.
+func (m *Machine) startHistory(index uint64, now int64, planTerm, point uint64, reason string, prev *storagev1.HistoryRecord) {
+	inc := m.newIncarnation(index)
 	var n uint64
 	for _, s := range m.streams {
 		// A soft-deleted stream answers no client (410) and keeps its
 		// incarnation for the forks that still read it. Each stream
 		// changes on its own, so the map's order does not matter.
 		if !s.meta.GetSoftDeleted() {
-			s.startHistory(index)
+			s.startHistory(inc)
 			n++
 		}
 	}
-	rec := &storagev1.HistoryRecord{EventIndex: index, PlanTerm: c.GetPlanTerm(), Point: c.GetPoint(),
-		Reason: c.GetReason(), AtMs: now, Streams: n}
-	if h := m.history; h != nil {
-		rec.Previous = &storagev1.HistoryRecord{EventIndex: h.GetEventIndex(), PlanTerm: h.GetPlanTerm(), Point: h.GetPoint(),
-			Reason: h.GetReason(), AtMs: h.GetAtMs(), Streams: h.GetStreams()}
+	rec := &storagev1.HistoryRecord{EventIndex: index, PlanTerm: planTerm, Point: point, Reason: reason, AtMs: now, Streams: n}
+	if prev != nil {
+		rec.Previous = &storagev1.HistoryRecord{EventIndex: prev.GetEventIndex(), PlanTerm: prev.GetPlanTerm(), Point: prev.GetPoint(),
+			Reason: prev.GetReason(), AtMs: prev.GetAtMs(), Streams: prev.GetStreams()}
 	}
 	m.history = rec
-	return &Result{EventIndex: index}
 }
 
-// startHistory gives the stream a new incarnation at a history event
-// applied at index.
-func (s *stream) startHistory(index uint64) {
+// newIncarnation is the incarnation a stream created (or given a new
+// history) by the entry at index takes: the index, raised by the group's
+// incarnation offset after an import so that it is above every
+// incarnation the imported group issued. Saturating: an offset near the
+// top (refused by imports) must not wrap to a token in use.
+func (m *Machine) newIncarnation(index uint64) uint64 {
+	inc, carry := bits.Add64(index, m.incarnationOffset, 0)
+	if carry != 0 {
+		return math.MaxUint64
+	}
+	return inc
+}
+
+// startHistory gives the stream a new incarnation, inc (the event's; or
+// the stream's incarnation plus one, should an imported state hold a
+// larger one).
+func (s *stream) startHistory(inc uint64) {
 	st := s.meta
 	old, tail := st.GetIncarnation(), s.buf.End()
 	if s.namedElsewhere() {
@@ -105,7 +129,7 @@ func (s *stream) startHistory(index uint64) {
 		st.PreviousIncarnation = old
 	}
 	st.InheritedOffset = tail
-	st.Incarnation = max(index, old+1)
+	st.Incarnation = max(inc, old+1)
 	for _, p := range s.producers {
 		p.EpochClosed = true
 	}

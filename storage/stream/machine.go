@@ -71,13 +71,20 @@ type Machine struct {
 	bucketCreated map[string]int64
 	// history is the group's latest history event (nil: none).
 	history *storagev1.HistoryRecord
+	// incarnationOffset is added to the log index that names a new
+	// incarnation (0 until an import sets it above the source's).
+	incarnationOffset uint64
+	// imported is the group's import from a backup (nil: none); gcHolds
+	// maps backup holds on the cold GC to when they end (backup.go).
+	imported *storagev1.ImportRecord
+	gcHolds  map[string]int64
 }
 
 // NewMachine returns an empty state machine for a group.
 func NewMachine(group uint32) *Machine {
 	return &Machine{group: group, buckets: map[string]struct{}{}, streams: map[Key]*stream{},
 		fenced: map[string]struct{}{}, gcNextSeq: 1, gcReclaimed: map[string]uint64{},
-		usage: map[string]*storagev1.BucketUsage{}, bucketCreated: map[string]int64{}}
+		usage: map[string]*storagev1.BucketUsage{}, bucketCreated: map[string]int64{}, gcHolds: map[string]int64{}}
 }
 
 // Group is the group this machine belongs to.
@@ -115,9 +122,12 @@ type Result struct {
 	Index uint64
 	// Removed, GCPending and GCReclaimed answer a PurgeBucket.
 	Removed, GCPending, GCReclaimed uint64
-	// EventIndex answers a StartHistory: the index of the event that
-	// started the group's history (for a repeat, the recorded one).
+	// EventIndex answers a StartHistory or an ImportGroup: the index of
+	// the event that started the group's history (for a repeat, the
+	// recorded one); Streams the streams that took a new incarnation. A
+	// repeated import is Duplicate.
 	EventIndex uint64
+	Streams    uint64
 }
 
 // ErrUnknownCommand reports a committed command this build cannot apply:
@@ -194,6 +204,10 @@ func (m *Machine) apply(index uint64, cmd *storagev1.Command) *Result {
 		return &Result{}
 	case *storagev1.Command_StartHistory:
 		return m.applyStartHistory(index, now, op.StartHistory)
+	case *storagev1.Command_ImportGroup:
+		return m.applyImportGroup(index, now, op.ImportGroup)
+	case *storagev1.Command_HoldColdGc:
+		return m.applyHoldColdGC(now, op.HoldColdGc)
 	case *storagev1.Command_Touch:
 		c := op.Touch
 		if s := m.streams[Key{c.GetBucket(), c.GetStream()}]; s != nil && s.meta.GetIncarnation() == c.GetIncarnation() && c.GetTouchedMs() > s.meta.GetTouchedMs() {
@@ -244,7 +258,7 @@ func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream
 	st := &storagev1.StreamState{
 		Bucket:      key.Bucket,
 		Stream:      key.Stream,
-		Incarnation: index,
+		Incarnation: m.newIncarnation(index),
 		ContentType: c.GetContentType(),
 		Json:        c.GetJson(),
 		HasTtl:      c.GetHasTtl(),

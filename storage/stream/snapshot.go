@@ -23,9 +23,20 @@ func (m *Machine) Snapshot() ([]byte, error) { return m.CaptureSnapshot()() }
 // applies, and the encoding (the expensive part) runs elsewhere,
 // concurrently with further applies.
 func (m *Machine) CaptureSnapshot() func() ([]byte, error) {
+	encode, _ := m.CaptureSnapshotAt()
+	return encode
+}
+
+// CaptureSnapshotAt is CaptureSnapshot, and the applied index the capture
+// holds (an export reports it beside the encoding).
+func (m *Machine) CaptureSnapshotAt() (encode func() ([]byte, error), applied uint64) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	snap := &storagev1.Snapshot{Format: snapshotFormat, AppliedIndex: m.applied, GcNextSeq: m.gcNextSeq, History: m.history}
+	snap := &storagev1.Snapshot{Format: snapshotFormat, AppliedIndex: m.applied, GcNextSeq: m.gcNextSeq, History: m.history,
+		IncarnationOffset: m.incarnationOffset, Imported: m.imported}
+	if len(m.gcHolds) > 0 {
+		snap.GcHolds = maps.Clone(m.gcHolds)
+	}
 	for b := range m.buckets {
 		snap.Buckets = append(snap.Buckets, b)
 	}
@@ -75,7 +86,7 @@ func (m *Machine) CaptureSnapshot() func() ([]byte, error) {
 			st.Data = join(data[i])
 		}
 		return proto.MarshalOptions{Deterministic: true}.Marshal(snap)
-	}
+	}, snap.AppliedIndex
 }
 
 // join concatenates stored segments; one segment needs no copy (Marshal
@@ -100,57 +111,103 @@ func (m *Machine) Restore(data []byte) error {
 	if f := snap.GetFormat(); f != snapshotFormat && f != 1 {
 		return fmt.Errorf("stream: snapshot of group %d has format %d, want %d", m.group, f, snapshotFormat)
 	}
-	usage, created, err := restoreUsage(&snap)
+	st, err := decodeState(&snap)
 	if err != nil {
 		return fmt.Errorf("stream: snapshot of group %d: %w", m.group, err)
 	}
-	buckets := make(map[string]struct{}, len(snap.GetBuckets()))
-	for _, b := range snap.GetBuckets() {
-		buckets[b] = struct{}{}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.applied = snap.GetAppliedIndex()
+	m.install(st)
+	return nil
+}
+
+// state is a group's state decoded from a snapshot, not yet installed.
+type state struct {
+	buckets           map[string]struct{}
+	streams           map[Key]*stream
+	fenced            map[string]struct{}
+	gc                []*storagev1.GCEntry
+	gcNextSeq         uint64
+	gcReclaimed       map[string]uint64
+	usage             map[string]*storagev1.BucketUsage
+	bucketCreated     map[string]int64
+	history           *storagev1.HistoryRecord
+	incarnationOffset uint64
+	imported          *storagev1.ImportRecord
+	gcHolds           map[string]int64
+	hotBytes          int64
+}
+
+// decodeState builds a group's state from a decoded snapshot, taking
+// ownership of its messages (the stream states become the streams'
+// metadata).
+func decodeState(snap *storagev1.Snapshot) (*state, error) {
+	usage, created, err := restoreUsage(snap)
+	if err != nil {
+		return nil, err
 	}
-	streams := make(map[Key]*stream, len(snap.GetStreams()))
-	var hotBytes int64
+	out := &state{
+		buckets: make(map[string]struct{}, len(snap.GetBuckets())),
+		streams: make(map[Key]*stream, len(snap.GetStreams())),
+		fenced:  make(map[string]struct{}, len(snap.GetFencedBuckets())),
+		gc:      snap.GetGcQueue(), gcNextSeq: max(snap.GetGcNextSeq(), 1), gcReclaimed: snap.GetGcReclaimed(),
+		usage: usage, bucketCreated: created,
+		history:           snap.GetHistory(), // nil in a snapshot from before any history event
+		incarnationOffset: snap.GetIncarnationOffset(),
+		imported:          snap.GetImported(),
+		gcHolds:           snap.GetGcHolds(),
+	}
+	if out.gcReclaimed == nil {
+		out.gcReclaimed = map[string]uint64{}
+	}
+	if out.gcHolds == nil {
+		out.gcHolds = map[string]int64{}
+	}
+	for _, b := range snap.GetBuckets() {
+		out.buckets[b] = struct{}{}
+	}
+	for _, b := range snap.GetFencedBuckets() {
+		out.fenced[b] = struct{}{}
+	}
 	for _, st := range snap.GetStreams() {
 		// Format 1 had no cold tier: every byte from base was hot.
 		st.ColdEnd = max(st.GetColdEnd(), st.GetBase())
 		s := &stream{buf: hot.NewBuffer(st.GetColdEnd()), producers: make(map[string]*storagev1.ProducerState, len(st.GetProducers()))}
 		if err := fillHot(s.buf, st.GetData(), st.GetHotExternal()); err != nil {
-			return fmt.Errorf("stream: snapshot of group %d, stream %q: %w", m.group, st.GetStream(), err)
+			return nil, fmt.Errorf("stream %q: %w", st.GetStream(), err)
 		}
-		hotBytes += int64(len(st.GetData()))
+		out.hotBytes += int64(len(st.GetData()))
 		s.records = st.GetRecords()
 		for _, p := range st.GetProducers() {
 			s.producers[p.GetId()] = p
 		}
 		st.Data, st.Records, st.Producers, st.HotExternal = nil, nil, nil, nil
 		s.meta = st
-		streams[Key{st.GetBucket(), st.GetStream()}] = s
+		out.streams[Key{st.GetBucket(), st.GetStream()}] = s
 	}
-	fenced := make(map[string]struct{}, len(snap.GetFencedBuckets()))
-	for _, b := range snap.GetFencedBuckets() {
-		fenced[b] = struct{}{}
-	}
-	reclaimed := snap.GetGcReclaimed()
-	if reclaimed == nil {
-		reclaimed = map[string]uint64{}
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	return out, nil
+}
+
+// install replaces the machine's state (the applied index aside) and
+// wakes the readers of the state it replaces. Callers hold m.mu.
+func (m *Machine) install(st *state) {
 	old := m.streams
-	m.applied = snap.GetAppliedIndex()
-	m.buckets = buckets
-	m.streams = streams
-	m.fenced = fenced
-	m.gc = snap.GetGcQueue()
-	m.gcNextSeq = max(snap.GetGcNextSeq(), 1)
-	m.gcReclaimed = reclaimed
-	m.usage, m.bucketCreated = usage, created
-	m.history = snap.GetHistory() // nil in a snapshot from before any history event
-	m.hotSize.Store(hotBytes)
+	m.buckets = st.buckets
+	m.streams = st.streams
+	m.fenced = st.fenced
+	m.gc = st.gc
+	m.gcNextSeq = st.gcNextSeq
+	m.gcReclaimed = st.gcReclaimed
+	m.usage, m.bucketCreated = st.usage, st.bucketCreated
+	m.history = st.history
+	m.incarnationOffset = st.incarnationOffset
+	m.imported = st.imported
+	m.gcHolds = st.gcHolds
+	m.hotSize.Store(st.hotBytes)
 	for _, s := range old {
 		s.signal.Notify() // wake readers of the replaced state
 	}
-	return nil
 }
 
 // hotSegments returns the bytes of a stream's hot window, holes left

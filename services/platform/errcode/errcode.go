@@ -66,6 +66,9 @@ const (
 	PermissionDenied          = errorsv1.Code_CODE_PERMISSION_DENIED
 	TransferTargetNotEligible = errorsv1.Code_CODE_TRANSFER_TARGET_NOT_ELIGIBLE
 	ColdObjectCorrupt         = errorsv1.Code_CODE_COLD_OBJECT_CORRUPT
+	GroupNotEmpty             = errorsv1.Code_CODE_GROUP_NOT_EMPTY
+	BackupMismatch            = errorsv1.Code_CODE_BACKUP_MISMATCH
+	ColdGCHeld                = errorsv1.Code_CODE_COLD_GC_HELD
 )
 
 // Metadata keys carried next to a code (errors.proto lists them).

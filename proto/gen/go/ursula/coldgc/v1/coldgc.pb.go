@@ -80,7 +80,11 @@ type GetGCQueueResponse struct {
 	// total is the queue's length.
 	Total uint64 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
 	// group_count is the number of Raft groups.
-	GroupCount    uint32 `protobuf:"varint,3,opt,name=group_count,json=groupCount,proto3" json:"group_count,omitempty"`
+	GroupCount uint32 `protobuf:"varint,3,opt,name=group_count,json=groupCount,proto3" json:"group_count,omitempty"`
+	// held: a backup holds the group's cold GC (HoldColdGC), so no entry is
+	// handed out (entries is empty, total still counts the queue); the
+	// worker skips the group until the hold ends.
+	Held          bool `protobuf:"varint,4,opt,name=held,proto3" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -134,6 +138,13 @@ func (x *GetGCQueueResponse) GetGroupCount() uint32 {
 		return x.GroupCount
 	}
 	return 0
+}
+
+func (x *GetGCQueueResponse) GetHeld() bool {
+	if x != nil {
+		return x.Held
+	}
+	return false
 }
 
 type AckGCRequest struct {
@@ -669,12 +680,13 @@ const file_ursula_coldgc_v1_coldgc_proto_rawDesc = "" +
 	"\x1dursula/coldgc/v1/coldgc.proto\x12\x10ursula.coldgc.v1\x1a\x1fursula/storage/v1/storage.proto\"?\n" +
 	"\x11GetGCQueueRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\rR\x05limit\"\x81\x01\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\"\x95\x01\n" +
 	"\x12GetGCQueueResponse\x124\n" +
 	"\aentries\x18\x01 \x03(\v2\x1a.ursula.storage.v1.GCEntryR\aentries\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x1f\n" +
 	"\vgroup_count\x18\x03 \x01(\rR\n" +
-	"groupCount\"8\n" +
+	"groupCount\x12\x12\n" +
+	"\x04held\x18\x04 \x01(\bR\x04held\"8\n" +
 	"\fAckGCRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x12\n" +
 	"\x04seqs\x18\x02 \x03(\x04R\x04seqs\"\x0f\n" +

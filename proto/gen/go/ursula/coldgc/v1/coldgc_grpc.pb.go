@@ -46,7 +46,9 @@ type ColdGCServiceClient interface {
 	// CommitCompaction swaps a run of chunks for one compacted chunk.
 	CommitCompaction(ctx context.Context, in *CommitCompactionRequest, opts ...grpc.CallOption) (*CommitCompactionResponse, error)
 	// ListLivePrefixes returns the cold prefix of every live stream
-	// incarnation.
+	// incarnation. It and GetColdReferences answer UNAVAILABLE
+	// (COLD_GC_HELD) while a backup holds the cold GC of any group, so an
+	// orphan sweep stops before it deletes anything.
 	ListLivePrefixes(ctx context.Context, in *ListLivePrefixesRequest, opts ...grpc.CallOption) (*ListLivePrefixesResponse, error)
 	// GetColdReferences returns the keys one stream incarnation references.
 	GetColdReferences(ctx context.Context, in *GetColdReferencesRequest, opts ...grpc.CallOption) (*GetColdReferencesResponse, error)
@@ -139,7 +141,9 @@ type ColdGCServiceServer interface {
 	// CommitCompaction swaps a run of chunks for one compacted chunk.
 	CommitCompaction(context.Context, *CommitCompactionRequest) (*CommitCompactionResponse, error)
 	// ListLivePrefixes returns the cold prefix of every live stream
-	// incarnation.
+	// incarnation. It and GetColdReferences answer UNAVAILABLE
+	// (COLD_GC_HELD) while a backup holds the cold GC of any group, so an
+	// orphan sweep stops before it deletes anything.
 	ListLivePrefixes(context.Context, *ListLivePrefixesRequest) (*ListLivePrefixesResponse, error)
 	// GetColdReferences returns the keys one stream incarnation references.
 	GetColdReferences(context.Context, *GetColdReferencesRequest) (*GetColdReferencesResponse, error)

@@ -141,6 +141,17 @@ const (
 	// The voter a leadership transfer names may not take it now: it is
 	// drained, being rebuilt, unreachable or behind the commit index.
 	Code_CODE_TRANSFER_TARGET_NOT_ELIGIBLE Code = 70
+	// Backups and restores (numbered apart, as above).
+	// An import into a group that holds buckets or streams (or was purged
+	// or imported from another group object): a group takes one import,
+	// into an empty group.
+	Code_CODE_GROUP_NOT_EMPTY Code = 80
+	// A group object of another backup format version, cluster id or group
+	// count than the node's: the message names both values.
+	Code_CODE_BACKUP_MISMATCH Code = 81
+	// A backup holds the cold GC (HoldColdGC): nothing deletes cold objects
+	// until the hold ends. Retry after retry_after_ms.
+	Code_CODE_COLD_GC_HELD Code = 82
 )
 
 // Enum value maps for Code.
@@ -197,6 +208,9 @@ var (
 		48: "CODE_COLD_OBJECT_CORRUPT",
 		60: "CODE_PERMISSION_DENIED",
 		70: "CODE_TRANSFER_TARGET_NOT_ELIGIBLE",
+		80: "CODE_GROUP_NOT_EMPTY",
+		81: "CODE_BACKUP_MISMATCH",
+		82: "CODE_COLD_GC_HELD",
 	}
 	Code_value = map[string]int32{
 		"CODE_UNSPECIFIED":                  0,
@@ -250,6 +264,9 @@ var (
 		"CODE_COLD_OBJECT_CORRUPT":          48,
 		"CODE_PERMISSION_DENIED":            60,
 		"CODE_TRANSFER_TARGET_NOT_ELIGIBLE": 70,
+		"CODE_GROUP_NOT_EMPTY":              80,
+		"CODE_BACKUP_MISMATCH":              81,
+		"CODE_COLD_GC_HELD":                 82,
 	}
 )
 
@@ -315,7 +332,7 @@ var File_ursula_errors_v1_errors_proto protoreflect.FileDescriptor
 
 const file_ursula_errors_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x1dursula/errors/v1/errors.proto\x12\x10ursula.errors.v1\x1a google/protobuf/descriptor.proto*\x8d\x0f\n" +
+	"\x1dursula/errors/v1/errors.proto\x12\x10ursula.errors.v1\x1a google/protobuf/descriptor.proto*\xf9\x0f\n" +
 	"\x04Code\x12\x1f\n" +
 	"\x10CODE_UNSPECIFIED\x10\x00\x1a\t\xa8\xbb\x18\xf4\x03\xb0\xbb\x18\x02\x12$\n" +
 	"\x15CODE_INVALID_ARGUMENT\x10\x01\x1a\t\xa8\xbb\x18\x90\x03\xb0\xbb\x18\x03\x12$\n" +
@@ -372,7 +389,10 @@ const file_ursula_errors_v1_errors_proto_rawDesc = "" +
 	"\x14CODE_REQUEST_TIMEOUT\x10/\x1a\t\xa8\xbb\x18\x98\x03\xb0\xbb\x18\x04\x12'\n" +
 	"\x18CODE_COLD_OBJECT_CORRUPT\x100\x1a\t\xa8\xbb\x18\xf6\x03\xb0\xbb\x18\x0f\x12%\n" +
 	"\x16CODE_PERMISSION_DENIED\x10<\x1a\t\xa8\xbb\x18\x93\x03\xb0\xbb\x18\a\x120\n" +
-	"!CODE_TRANSFER_TARGET_NOT_ELIGIBLE\x10F\x1a\t\xa8\xbb\x18\x99\x03\xb0\xbb\x18\t:D\n" +
+	"!CODE_TRANSFER_TARGET_NOT_ELIGIBLE\x10F\x1a\t\xa8\xbb\x18\x99\x03\xb0\xbb\x18\t\x12#\n" +
+	"\x14CODE_GROUP_NOT_EMPTY\x10P\x1a\t\xa8\xbb\x18\x99\x03\xb0\xbb\x18\t\x12#\n" +
+	"\x14CODE_BACKUP_MISMATCH\x10Q\x1a\t\xa8\xbb\x18\x90\x03\xb0\xbb\x18\t\x12 \n" +
+	"\x11CODE_COLD_GC_HELD\x10R\x1a\t\xa8\xbb\x18\xf7\x03\xb0\xbb\x18\x0e:D\n" +
 	"\vhttp_status\x12!.google.protobuf.EnumValueOptions\x18\xb5\x87\x03 \x01(\rR\n" +
 	"httpStatus:@\n" +
 	"\tgrpc_code\x12!.google.protobuf.EnumValueOptions\x18\xb6\x87\x03 \x01(\rR\bgrpcCodeB\xc6\x01\n" +
