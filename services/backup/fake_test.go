@@ -1,11 +1,13 @@
 package backup
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -69,7 +71,7 @@ func newFakeCluster(id string, groups uint32) *fakeCluster {
 		imported: map[uint32]string{}, nonEmpty: map[uint32]bool{}, noLeader: map[uint32]int{},
 	}
 	for g := range groups {
-		c.snaps[g] = &storagev1.Snapshot{Format: 2}
+		c.snaps[g] = &storagev1.Snapshot{Format: 2, AppliedIndex: 1000}
 		c.leader[g] = 1
 	}
 	return c
@@ -203,6 +205,12 @@ func (n *fakeNode) ExportGroup(ctx context.Context, in *backupv1.ExportGroupRequ
 	if !ok {
 		return nil, status.Errorf(codes.InvalidArgument, "no group %d", in.GetGroup())
 	}
+	// A machine's snapshot lists buckets and streams sorted by name.
+	snap = proto.CloneOf(snap)
+	slices.Sort(snap.Buckets)
+	slices.SortFunc(snap.Streams, func(a, b *storagev1.StreamState) int {
+		return cmp.Or(cmp.Compare(a.GetBucket(), b.GetBucket()), cmp.Compare(a.GetStream(), b.GetStream()))
+	})
 	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(snap)
 	if err != nil {
 		return nil, err
