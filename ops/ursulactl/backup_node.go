@@ -78,11 +78,14 @@ func (a *adminBackupClient) ColdCheck(ctx context.Context, in *backupv1.ColdChec
 		Checked      uint64   `json:"checked"`
 		Missing      uint64   `json:"missing"`
 		FirstMissing []string `json:"first_missing"`
+		Refusal      string   `json:"import_refusal"`
+		Imported     bool     `json:"imported"`
 	}
 	if err := a.call(ctx, http.MethodPost, fmt.Sprintf("/__ursula/backup/group/%d/cold-check", in.GetGroup()), nil, in.GetObject(), &out); err != nil {
 		return nil, err
 	}
-	return &backupv1.ColdCheckResponse{Checked: out.Checked, Missing: out.Missing, FirstMissing: out.FirstMissing}, nil
+	return &backupv1.ColdCheckResponse{Checked: out.Checked, Missing: out.Missing, FirstMissing: out.FirstMissing,
+		ImportRefusal: out.Refusal, Imported: out.Imported}, nil
 }
 
 func (a *adminBackupClient) ImportGroup(ctx context.Context, in *backupv1.ImportGroupRequest, _ ...grpc.CallOption) (*backupv1.ImportGroupResponse, error) {

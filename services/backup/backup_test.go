@@ -666,10 +666,13 @@ func TestRestoreRefusesANonEmptyGroup(t *testing.T) {
 	e := newEnv(t)
 	e.populate()
 	m := e.create(CreateOptions{})
-	e.target.nonEmpty[0] = true
-	_, err := e.restore(m.ID, RestoreOptions{Concurrency: 1})
-	if !errors.Is(err, ErrPrecondition) || !strings.Contains(err.Error(), "group 0") {
-		t.Fatalf("restore: %v, want ErrPrecondition for group 0", err)
+	// The last group holds data: the cold check finds it before any
+	// group is imported.
+	last := m.GroupCount - 1
+	e.target.nonEmpty[last] = true
+	_, err := e.restore(m.ID, RestoreOptions{})
+	if !errors.Is(err, ErrPrecondition) || !strings.Contains(err.Error(), fmt.Sprintf("group %d", last)) || !strings.Contains(err.Error(), "nothing was imported") {
+		t.Fatalf("restore: %v, want ErrPrecondition for group %d before any import", err, last)
 	}
 	if len(e.target.imported) != 0 {
 		t.Fatalf("imported %v after the refusal", e.target.imported)

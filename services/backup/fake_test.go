@@ -238,8 +238,14 @@ func (n *fakeNode) ColdCheck(ctx context.Context, in *backupv1.ColdCheckRequest,
 	n.c.mu.Lock()
 	n.c.coldChecks++
 	store := n.c.coldTarget
-	n.c.mu.Unlock()
 	resp := &backupv1.ColdCheckResponse{}
+	switch g := in.GetGroup(); {
+	case n.c.imported[g] == backupfmt.Digest(in.GetObject()):
+		resp.Imported = true
+	case n.c.nonEmpty[g]:
+		resp.ImportRefusal = fmt.Sprintf("group %d holds 1 buckets: an import replaces the state of an empty group only", g)
+	}
+	n.c.mu.Unlock()
 	readPage := func(ctx context.Context, r *storagev1.ColdRef) ([]byte, error) { return store.Get(ctx, r.GetKey()) }
 	err = backupfmt.Walk(ctx, snap, readPage, func(r backupfmt.Ref) error {
 		resp.Checked++

@@ -122,6 +122,9 @@ type restorer struct {
 
 	mu     sync.Mutex
 	report *RestoreReport
+	// refusals are the groups whose cold check said they would refuse
+	// the import (they hold data).
+	refusals []string
 }
 
 func (r *restorer) run(ctx context.Context, nodes []backupv1.BackupServiceClient) error {
@@ -301,6 +304,9 @@ func (r *restorer) coldCheck(ctx context.Context) error {
 			return fmt.Errorf("group %d: cold check: %w", g.Group, err)
 		}
 		r.mu.Lock()
+		if why := resp.GetImportRefusal(); why != "" {
+			r.refusals = append(r.refusals, fmt.Sprintf("group %d: %s", g.Group, why))
+		}
 		r.report.ColdChecked += resp.GetChecked()
 		r.report.ColdMissing += resp.GetMissing()
 		for _, k := range resp.GetFirstMissing() {
@@ -313,6 +319,12 @@ func (r *restorer) coldCheck(ctx context.Context) error {
 	})
 	if err != nil {
 		return err
+	}
+	if n := len(r.refusals); n > 0 {
+		slices.Sort(r.refusals)
+		first := r.refusals[:min(n, 3)]
+		return fmt.Errorf("%w: %d groups of the target cluster hold data (a restore needs a fresh, empty cluster); nothing was imported; first: %s",
+			ErrPrecondition, n, strings.Join(first, "; "))
 	}
 	if n := r.report.ColdMissing; n > 0 {
 		return fmt.Errorf("%w: the target cluster's cold store (%s) lacks %d objects the backup's groups reference; nothing was imported; first: %s",

@@ -166,6 +166,12 @@ func (s *backupService) coldCheck(ctx context.Context, g uint32, object []byte) 
 		return nil, err
 	}
 	out := &backupv1.ColdCheckResponse{Checked: uint64(len(refs)), FirstMissing: []string{}}
+	switch info, err := s.n.Engine.CheckImport(g, backupfmt.Digest(object)); {
+	case err != nil:
+		out.ImportRefusal = err.Error()
+	case info != nil:
+		out.Imported = true
+	}
 	for i, r := range refs {
 		if missing[i] || unreadable[r.Key] {
 			out.Missing++

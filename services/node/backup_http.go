@@ -24,7 +24,7 @@ import (
 //	                                                             the group object, x-ursula-backup-blake3,
 //	                                                             x-ursula-commit-index, x-ursula-applied-index,
 //	                                                             x-ursula-node-id
-//	POST /__ursula/backup/group/{group}/cold-check (object)      {"checked", "missing", "first_missing"}
+//	POST /__ursula/backup/group/{group}/cold-check (object)      {"checked", "missing", "first_missing", "import_refusal", "imported"}
 //	POST /__ursula/backup/group/{group}/import (object)          {"already", "index", "streams"}
 //	     with x-ursula-backup-blake3
 
@@ -159,7 +159,8 @@ func (s *Server) serveBackupColdCheck(w http.ResponseWriter, r *http.Request) {
 		adminFail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"checked": out.GetChecked(), "missing": out.GetMissing(), "first_missing": out.GetFirstMissing()})
+	writeJSON(w, http.StatusOK, map[string]any{"checked": out.GetChecked(), "missing": out.GetMissing(), "first_missing": out.GetFirstMissing(),
+		"import_refusal": out.GetImportRefusal(), "imported": out.GetImported()})
 }
 
 func (s *Server) serveBackupImport(w http.ResponseWriter, r *http.Request) {

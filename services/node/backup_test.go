@@ -176,6 +176,11 @@ func TestBackupAdminRoutes(t *testing.T) {
 	if doc := coldCheck(src, g, obj); doc["checked"].(float64) < 2 || doc["missing"] != float64(0) || len(doc["first_missing"].([]any)) != 0 {
 		t.Fatalf("cold check of a complete backup: %v", doc)
 	}
+	// The source's group holds data: an import there would be refused,
+	// and the cold check says so before any import is tried.
+	if doc := coldCheck(src, g, obj); !strings.Contains(doc["import_refusal"].(string), "holds") || doc["imported"] != false {
+		t.Fatalf("cold check of a group that holds data: %v", doc)
+	}
 
 	dst := startBackupNode(t, store)
 	importPath := func(group uint32) string { return "/__ursula/backup/group/" + strconv.Itoa(int(group)) + "/import" }

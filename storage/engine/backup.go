@@ -193,6 +193,21 @@ func (e *Engine) ImportGroup(ctx context.Context, g uint32, snapshot []byte, bla
 	return ImportResult{Already: res.Duplicate, Index: res.EventIndex, Streams: res.Streams}, nil
 }
 
+// CheckImport tells how an import of the group object with digest blake3
+// would apply on this node's replica of group g now: already applied
+// (info), refused (the group holds data), or neither. The answer of a
+// follower may lag; the import decides again on the leader.
+func (e *Engine) CheckImport(g uint32, blake3 string) (*stream.ImportInfo, error) {
+	if err := e.checkGroup(g); err != nil {
+		return nil, err
+	}
+	info, refused := e.groups.Machine(g).CheckImport(blake3)
+	if refused != nil {
+		return nil, refused
+	}
+	return info, nil
+}
+
 // GCHeld reports whether a backup holds group g's cold GC on this node's
 // replica (by this node's clock).
 func (e *Engine) GCHeld(g uint32) bool {

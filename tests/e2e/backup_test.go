@@ -295,6 +295,7 @@ func TestBackupRestoreDrillPreservesStreamsAndAllowsContinuedAppends(t *testing.
 	second := runCtl(t, dmanifest, ursulactl.Env{}, "backup-create", "--location", "s3://backups/drill", "--json")
 	second.want(t, 0, "")
 	var m2 struct {
+		ID          string `json:"id"`
 		ColdObjects []struct {
 			Key string `json:"key"`
 		} `json:"cold_objects"`
@@ -320,6 +321,9 @@ func TestBackupRestoreDrillPreservesStreamsAndAllowsContinuedAppends(t *testing.
 		t.Errorf("the second backup copied %d objects and reused %d; %d of its %d objects are new", m2.Totals.CopiedObjects, m2.Totals.ReusedObjects, newObjects, len(m2.ColdObjects))
 	}
 	runCtl(t, dmanifest, ursulactl.Env{}, "backup-verify", "--location", "s3://backups/drill", "--depth", "deep").want(t, 0, "")
+	// Another backup into a cluster that holds data is refused before
+	// anything is imported.
+	runCtl(t, dmanifest, ursulactl.Env{}, "restore", "--location", "s3://backups/drill", "--backup", m2.ID).want(t, ursulactl.ExitAborted, "nothing was imported")
 }
 
 // checkRestored reads a restored stream whole and checks its bytes and

@@ -444,7 +444,14 @@ type ColdCheckResponse struct {
 	Checked uint64 `protobuf:"varint,1,opt,name=checked,proto3" json:"checked,omitempty"`
 	Missing uint64 `protobuf:"varint,2,opt,name=missing,proto3" json:"missing,omitempty"`
 	// first_missing holds up to 20 missing keys, in the order found.
-	FirstMissing  []string `protobuf:"bytes,3,rep,name=first_missing,json=firstMissing,proto3" json:"first_missing,omitempty"`
+	FirstMissing []string `protobuf:"bytes,3,rep,name=first_missing,json=firstMissing,proto3" json:"first_missing,omitempty"`
+	// import_refusal, when not empty, is why this node's replica of the
+	// group would refuse the import of this object now (it holds data:
+	// GROUP_NOT_EMPTY), so that a restore stops before its first import;
+	// the import decides again on the leader.
+	ImportRefusal string `protobuf:"bytes,4,opt,name=import_refusal,json=importRefusal,proto3" json:"import_refusal,omitempty"`
+	// imported: this replica already applied the import of this object.
+	Imported      bool `protobuf:"varint,5,opt,name=imported,proto3" json:"imported,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -498,6 +505,20 @@ func (x *ColdCheckResponse) GetFirstMissing() []string {
 		return x.FirstMissing
 	}
 	return nil
+}
+
+func (x *ColdCheckResponse) GetImportRefusal() string {
+	if x != nil {
+		return x.ImportRefusal
+	}
+	return ""
+}
+
+func (x *ColdCheckResponse) GetImported() bool {
+	if x != nil {
+		return x.Imported
+	}
+	return false
 }
 
 type ImportGroupRequest struct {
@@ -771,11 +792,13 @@ const file_ursula_backup_v1_backup_proto_rawDesc = "" +
 	"\anode_id\x18\x05 \x01(\x04R\x06nodeId\"@\n" +
 	"\x10ColdCheckRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x16\n" +
-	"\x06object\x18\x02 \x01(\fR\x06object\"l\n" +
+	"\x06object\x18\x02 \x01(\fR\x06object\"\xaf\x01\n" +
 	"\x11ColdCheckResponse\x12\x18\n" +
 	"\achecked\x18\x01 \x01(\x04R\achecked\x12\x18\n" +
 	"\amissing\x18\x02 \x01(\x04R\amissing\x12#\n" +
-	"\rfirst_missing\x18\x03 \x03(\tR\ffirstMissing\"Z\n" +
+	"\rfirst_missing\x18\x03 \x03(\tR\ffirstMissing\x12%\n" +
+	"\x0eimport_refusal\x18\x04 \x01(\tR\rimportRefusal\x12\x1a\n" +
+	"\bimported\x18\x05 \x01(\bR\bimported\"Z\n" +
 	"\x12ImportGroupRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x16\n" +
 	"\x06object\x18\x02 \x01(\fR\x06object\x12\x16\n" +
