@@ -64,7 +64,7 @@ run: build ## Build, then run bin/ursula (all roles, one node, ./data, gateway o
 # process (one terminal process group) and each shuts down gracefully (exit
 # status 0); a SIGTERM to make is passed on; when a process fails, the
 # others get SIGTERM.
-run-cluster: build ## Build, then run a local 3-node cluster (data under ./data/node{1,2,3}, shared cold store ./data/cold, certificates ./data/pki) behind ursula-gateway on 127.0.0.1:4437, with ursula-coldgc; Ctrl-C stops all
+run-cluster: build ## Build, then run a local 3-node cluster (data under ./data/node{1,2,3}, shared cold store ./data/cold, certificates ./data/pki) behind ursula-gateway on 127.0.0.1:4437, with ursula-coldgc and ursula-backup (hourly, into ./data/backups); Ctrl-C stops all
 	@mkdir -p data/node1 data/node2 data/node3
 	@$(BIN)/ursulactl cert dev-cluster --dir data/pki --nodes 3
 	@pids=(); \
@@ -78,6 +78,8 @@ run-cluster: build ## Build, then run a local 3-node cluster (data under ./data/
 	$(BIN)/ursula-gateway -config $(LOCAL_CLUSTER)/gateway.toml > >(sed -u 's/^/[gateway] /') 2>&1 & \
 	pids+=($$!); \
 	$(BIN)/ursula-coldgc -config $(LOCAL_CLUSTER)/coldgc.toml > >(sed -u 's/^/[coldgc] /') 2>&1 & \
+	pids+=($$!); \
+	$(BIN)/ursula-backup -config $(LOCAL_CLUSTER)/backup.toml > >(sed -u 's/^/[backup] /') 2>&1 & \
 	pids+=($$!); \
 	echo "run-cluster: nodes 1-3 on 127.0.0.1:4441-4443 (configs in $(LOCAL_CLUSTER), data in ./data/node{1,2,3});"; \
 	echo "run-cluster: gateway on http://127.0.0.1:4437; Ctrl-C stops everything"; \

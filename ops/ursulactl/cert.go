@@ -110,7 +110,7 @@ func certDevClusterCommand(env *Env) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "dev-cluster",
-		Short: "Create what a local development cluster needs: a CA, nodes 1..N, gateway and coldgc (existing files are kept)",
+		Short: "Create what a local development cluster needs: a CA, nodes 1..N, gateway, coldgc and backup (existing files are kept)",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			if nodes < 1 {
@@ -123,7 +123,7 @@ func certDevClusterCommand(env *Env) *cobra.Command {
 			if made {
 				fmt.Fprintf(env.Stdout, "created the CA %s\n", filepath.Join(dir, "ca.crt"))
 			}
-			ids := []pki.Identity{pki.RoleIdentity(pki.RoleGateway), pki.RoleIdentity(pki.RoleColdGC)}
+			ids := []pki.Identity{pki.RoleIdentity(pki.RoleGateway), pki.RoleIdentity(pki.RoleColdGC), pki.RoleIdentity(pki.RoleBackup)}
 			for i := 1; i <= nodes; i++ {
 				ids = append(ids, pki.NodeIdentity(uint64(i)))
 			}

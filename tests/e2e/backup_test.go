@@ -8,16 +8,23 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ursula/ursula/internal/pki"
 	"github.com/ursula/ursula/ops/ursulactl"
 	"github.com/ursula/ursula/storage/objstore"
 	"github.com/ursula/ursula/storage/objstore/objstoretest"
+	"github.com/ursula/ursula/tests/await"
 )
 
 // backupColdTOML is a [cold] section on the test S3 server: small chunks
@@ -609,4 +616,123 @@ func flipByte(ctx context.Context, t *testing.T, st objstore.Store, key string) 
 	if err := st.Put(ctx, key, b); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestBackupServiceBacksUpOnScheduleAndPrunes runs ursula-backup beside a
+// 3-node cluster, as a deployment does: it proves the backup role with
+// its certificate, backs the cluster up every second into a directory
+// while a writer appends, keeps the last two backups, reports readiness
+// and metrics, and stops cleanly on SIGTERM, leaving no lock behind.
+func TestBackupServiceBacksUpOnScheduleAndPrunes(t *testing.T) {
+	c := StartCluster(t, ClusterOptions{Nodes: 3, GroupCount: 4, Gateway: true, ColdTuning: TinyFlushTOML})
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	client := c.Client()
+	for i := range 4 {
+		name := fmt.Sprintf("svc/s%d", i)
+		mustStatus(t, "create "+name, 201)(client.Create(ctx, name, "text/plain", nil))
+		for j := range 30 {
+			mustAppend(ctx, t, client, name, "text/plain", append(fmt.Appendf(nil, "%d;", j), bytes.Repeat([]byte{'b'}, 300)...), nil)
+		}
+	}
+	live := startLiveWriter(ctx, t, client, "svc/live")
+	defer live.stop(t)
+
+	addrs, err := FreeAddrs(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc := filepath.Join(c.Dir, "backups")
+	var nodes []string
+	for _, n := range c.Nodes {
+		nodes = append(nodes, strconv.Quote(n.ClientAddr()))
+	}
+	cfg := filepath.Join(c.Dir, "backup.toml")
+	toml := fmt.Sprintf("[upstream]\nnodes = [%s]\n%s\n[backup]\nlocation = %q\ninterval = \"1s\"\nkeep_last = 2\nlisten = %q\n",
+		strings.Join(nodes, ", "), c.ClientPlaneTOML(pki.RoleBackup), loc, addrs[0])
+	if err := os.WriteFile(cfg, []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := Binary("ursula-backup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(c.Dir, "backup.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, "-config", cfg)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			out, _ := os.ReadFile(logPath)
+			t.Logf("ursula-backup log:\n%s", out)
+		}
+	}()
+
+	get := func(path string) (int, map[string]any) {
+		resp, err := http.Get("http://" + addrs[0] + path)
+		if err != nil {
+			return 0, nil
+		}
+		defer resp.Body.Close()
+		var doc map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&doc)
+		return resp.StatusCode, doc
+	}
+	if !await.Until(await.DefaultTimeout, func() bool { code, _ := get("/__ursula/ready"); return code == 200 }) {
+		code, doc := get("/__ursula/ready")
+		t.Fatalf("ursula-backup not ready: %d %v", code, doc)
+	}
+	var metrics map[string]any
+	if !await.Until(2*time.Minute, func() bool {
+		_, metrics = get("/__ursula/metrics")
+		backups, _ := metrics["backups"].(float64)
+		pruned, _ := metrics["pruned_backups"].(float64)
+		return backups >= 4 && pruned >= 1
+	}) {
+		t.Fatalf("metrics: %v", metrics)
+	}
+	if f, _ := metrics["failures"].(float64); f != 0 {
+		t.Errorf("%v backups failed: %v", f, metrics["last_error"])
+	}
+	if s, _ := metrics["last_success_unix_seconds"].(float64); s < float64(time.Now().Add(-time.Minute).Unix()) {
+		t.Errorf("last_success_unix_seconds %v", metrics["last_success_unix_seconds"])
+	}
+	for _, k := range []string{"last_duration_seconds", "last_bytes", "last_objects"} {
+		if v, ok := metrics[k].(float64); !ok || v <= 0 {
+			t.Errorf("%s = %v after a backup", k, metrics[k])
+		}
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("ursula-backup after SIGTERM: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("ursula-backup did not stop after SIGTERM")
+	}
+	if _, err := os.Stat(filepath.Join(loc, "lock")); !os.IsNotExist(err) {
+		t.Errorf("the location's lock is still there after a clean stop: %v", err)
+	}
+	manifest := writeCtlManifest(t, c)
+	list := runCtl(t, manifest, ursulactl.Env{}, "backup-list", "--location", loc, "--json")
+	list.want(t, 0, "")
+	var ms []json.RawMessage
+	if err := json.Unmarshal([]byte(list.stdout), &ms); err != nil || len(ms) < 2 || len(ms) > 3 {
+		t.Errorf("%d backups in the location after keep_last = 2 (one more may have completed after the last prune): %v", len(ms), err)
+	}
+	runCtl(t, manifest, ursulactl.Env{}, "backup-verify", "--location", loc, "--depth", "deep").want(t, 0, "")
 }

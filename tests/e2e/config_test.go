@@ -48,6 +48,7 @@ func TestLocalClusterConfig(t *testing.T) {
 		{"ursula-node", "node3.toml"},
 		{"ursula-gateway", "gateway.toml"},
 		{"ursula-coldgc", "coldgc.toml"},
+		{"ursula-backup", "backup.toml"},
 	}
 	for _, f := range files {
 		t.Run(f.file, func(t *testing.T) {
