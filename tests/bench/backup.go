@@ -28,8 +28,8 @@ type BackupResult struct {
 	AppendOpsIdle         float64 `json:"append_ops_idle"`
 	AppendOpsDuringBackup float64 `json:"append_ops_during_backup"`
 	// AppendCostRatio is AppendOpsDuringBackup / AppendOpsIdle.
-	AppendCostRatio float64 `json:"append_cost_ratio"`
-	BackupsDuringLoad int   `json:"backups_during_load"`
+	AppendCostRatio   float64 `json:"append_cost_ratio"`
+	BackupsDuringLoad int     `json:"backups_during_load"`
 }
 
 // BackupSet is one data set backed up and restored.
