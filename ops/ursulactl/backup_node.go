@@ -40,12 +40,13 @@ func (a *adminBackupClient) GetBackupInfo(ctx context.Context, _ *backupv1.GetBa
 		NodeID        uint64 `json:"node_id"`
 		ColdStore     string `json:"cold_store"`
 		ColdEndpoint  string `json:"cold_endpoint"`
+		MaxImport     uint64 `json:"max_import_bytes"`
 	}
 	if err := a.call(ctx, http.MethodGet, "/__ursula/backup/info", nil, nil, &out); err != nil {
 		return nil, err
 	}
 	return &backupv1.BackupInfo{FormatVersion: out.FormatVersion, ClusterId: out.ClusterID, GroupCount: out.GroupCount,
-		NodeId: out.NodeID, ColdStore: out.ColdStore, ColdEndpoint: out.ColdEndpoint}, nil
+		NodeId: out.NodeID, ColdStore: out.ColdStore, ColdEndpoint: out.ColdEndpoint, MaxImportBytes: out.MaxImport}, nil
 }
 
 func (a *adminBackupClient) HoldColdGC(ctx context.Context, in *backupv1.HoldColdGCRequest, _ ...grpc.CallOption) (*backupv1.HoldColdGCResponse, error) {

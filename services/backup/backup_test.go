@@ -662,6 +662,29 @@ func TestRestoreFollowsLeadersAndRetries(t *testing.T) {
 	}
 }
 
+// TestGroupAboveTheImportLimit: a group object the nodes could not import
+// fails the backup (while the data is still in the cluster), and a target
+// whose nodes accept less than a backup's group objects is refused before
+// the first import.
+func TestGroupAboveTheImportLimit(t *testing.T) {
+	e := newEnv(t)
+	e.populate()
+	e.cluster.maxImport = 64
+	if _, err := Create(t.Context(), e.nodes, e.loc, CreateOptions{Now: e.now}); err == nil || !strings.Contains(err.Error(), "could not be restored") {
+		t.Fatalf("create with group objects above the import limit: %v", err)
+	}
+	e.cluster.maxImport = 0
+	m := e.create(CreateOptions{})
+	e.target.maxImport = 64
+	_, err := e.restore(m.ID, RestoreOptions{})
+	if !errors.Is(err, ErrPrecondition) || !strings.Contains(err.Error(), "max_message_bytes") {
+		t.Fatalf("restore into nodes that accept less: %v", err)
+	}
+	if len(e.target.imported) != 0 || e.target.coldChecks != 0 {
+		t.Fatalf("the refused restore imported %v and cold-checked %d times", e.target.imported, e.target.coldChecks)
+	}
+}
+
 func TestRestoreRefusesANonEmptyGroup(t *testing.T) {
 	e := newEnv(t)
 	e.populate()

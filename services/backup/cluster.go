@@ -40,7 +40,10 @@ type cluster struct {
 	clusterID     string
 	groupCount    uint32
 	formatVersion uint32
-	log           *slog.Logger
+	// maxImport is the smallest max_import_bytes the nodes report (0:
+	// none reported one).
+	maxImport uint64
+	log       *slog.Logger
 	backoff       func(attempt int) time.Duration
 
 	mu      sync.Mutex
@@ -94,6 +97,9 @@ func discover(ctx context.Context, clients []backupv1.BackupServiceClient, all b
 		}
 		cl.byID[n.info.GetNodeId()] = n
 		cl.nodes = append(cl.nodes, n)
+		if m := n.info.GetMaxImportBytes(); m > 0 && (cl.maxImport == 0 || m < cl.maxImport) {
+			cl.maxImport = m
+		}
 	}
 	switch {
 	case len(cl.nodes) == 0:

@@ -342,6 +342,12 @@ func (c *creator) group(ctx context.Context, g uint32) (GroupEntry, error) {
 		return GroupEntry{}, fmt.Errorf("%w: %s exported group %d of %d of cluster %q for group %d of %d of %q",
 			ErrCorrupt, from, gobj.GetGroup(), gobj.GetGroupCount(), gobj.GetClusterId(), g, c.cl.groupCount, c.cl.clusterID)
 	}
+	if limit := c.cl.maxImport; limit > 0 && uint64(len(obj)) > limit {
+		// Such a backup could never be restored into this cluster: fail
+		// now, while the data is still in the cluster, not at the restore.
+		return GroupEntry{}, fmt.Errorf("group %d: its state is %d bytes (mostly hot bytes the cold tier has not flushed yet), above the largest import the nodes accept (%d bytes, max_message_bytes less a margin): "+
+			"it could not be restored; let the cold tier catch up (or flush-cold the group's largest streams) and back up again", g, len(obj), limit)
+	}
 	key := groupKey(c.id, int(g))
 	if err := c.loc.store.Put(ctx, key, obj); err != nil {
 		return GroupEntry{}, fmt.Errorf("group %d: write the group object: %w", g, err)

@@ -36,6 +36,8 @@ type fakeCluster struct {
 	groupCount uint32
 	version    uint32
 	coldStore  string
+	// maxImport is every node's max_import_bytes (0: none reported).
+	maxImport uint64
 	// snaps are the groups' state machines (source side).
 	snaps map[uint32]*storagev1.Snapshot
 	// leader of each group (node id); 0: no leader (UNAVAILABLE).
@@ -142,7 +144,7 @@ func (n *fakeNode) GetBackupInfo(context.Context, *backupv1.GetBackupInfoRequest
 		return nil, unavailable()
 	}
 	n.c.mu.Lock()
-	info := &backupv1.BackupInfo{FormatVersion: n.c.version, ClusterId: n.c.clusterID, GroupCount: n.c.groupCount, NodeId: n.id, ColdStore: n.c.coldStore}
+	info := &backupv1.BackupInfo{FormatVersion: n.c.version, ClusterId: n.c.clusterID, GroupCount: n.c.groupCount, NodeId: n.id, ColdStore: n.c.coldStore, MaxImportBytes: n.c.maxImport}
 	n.c.mu.Unlock()
 	if n.infoOverride != nil {
 		n.infoOverride(info)

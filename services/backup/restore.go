@@ -148,6 +148,14 @@ func (r *restorer) run(ctx context.Context, nodes []backupv1.BackupServiceClient
 	case cl.groupCount != m.GroupCount:
 		return fmt.Errorf("%w: backup %s has %d groups, the cluster %d", ErrPrecondition, m.ID, m.GroupCount, cl.groupCount)
 	}
+	if limit := cl.maxImport; limit > 0 {
+		for _, g := range m.Groups {
+			if uint64(g.Size) > limit {
+				return fmt.Errorf("%w: group %d's object is %d bytes, above the largest import the target nodes accept (%d bytes): raise their server.max_message_bytes",
+					ErrPrecondition, g.Group, g.Size, limit)
+			}
+		}
+	}
 	if err := r.openColdStore(ctx); err != nil {
 		return err
 	}

@@ -51,9 +51,16 @@ func (s *backupService) GetBackupInfo(context.Context, *backupv1.GetBackupInfoRe
 	return s.info(), nil
 }
 
+// importOverhead is what the import command adds to a group object's
+// snapshot, rounded up (the object's own header is smaller).
+const importOverhead = 1 << 10
+
 func (s *backupService) info() *backupv1.BackupInfo {
 	info := &backupv1.BackupInfo{FormatVersion: backupfmt.FormatVersion, ClusterId: s.clusterID,
-		GroupCount: uint32(s.n.Engine.GroupCount()), NodeId: s.n.Config().NodeID}
+		GroupCount: uint32(s.n.Engine.GroupCount()), NodeId: s.n.Config().NodeID,
+		// The import command wraps the object's snapshot with its digest
+		// and clock: leave it room.
+		MaxImportBytes: uint64(max(s.n.Engine.MaxImportBytes()-importOverhead, 0))}
 	if l, ok := s.n.Cold.Store().(locator); ok {
 		info.ColdStore, info.ColdEndpoint = l.Location()
 	}

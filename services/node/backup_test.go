@@ -133,7 +133,8 @@ func TestBackupAdminRoutes(t *testing.T) {
 
 	code, info := src.sendJSON(t, http.MethodGet, "/__ursula/backup/info", nil, nil)
 	want := map[string]any{"format_version": float64(backupfmt.FormatVersion), "cluster_id": testClusterID, "group_count": float64(4),
-		"node_id": float64(1), "cold_store": "memory:", "cold_endpoint": ""}
+		"node_id": float64(1), "cold_store": "memory:", "cold_endpoint": "",
+		"max_import_bytes": float64(src.eng.Engine.MaxImportBytes() - importOverhead)}
 	if code != http.StatusOK || len(info) != len(want) {
 		t.Fatalf("info: %d %v", code, info)
 	}

@@ -68,10 +68,14 @@ type BackupInfo struct {
 	// cold_store names the node's cold store as a location ("s3://bucket/
 	// prefix" or an absolute directory), empty without one; cold_endpoint is
 	// its S3 endpoint when not AWS. No credentials.
-	ColdStore     string `protobuf:"bytes,5,opt,name=cold_store,json=coldStore,proto3" json:"cold_store,omitempty"`
-	ColdEndpoint  string `protobuf:"bytes,6,opt,name=cold_endpoint,json=coldEndpoint,proto3" json:"cold_endpoint,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ColdStore    string `protobuf:"bytes,5,opt,name=cold_store,json=coldStore,proto3" json:"cold_store,omitempty"`
+	ColdEndpoint string `protobuf:"bytes,6,opt,name=cold_endpoint,json=coldEndpoint,proto3" json:"cold_endpoint,omitempty"`
+	// max_import_bytes is the largest group object the node imports (one
+	// log entry; see ImportGroup): a backup refuses to keep a group object
+	// above it, and a restore checks its objects against it first.
+	MaxImportBytes uint64 `protobuf:"varint,7,opt,name=max_import_bytes,json=maxImportBytes,proto3" json:"max_import_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *BackupInfo) Reset() {
@@ -144,6 +148,13 @@ func (x *BackupInfo) GetColdEndpoint() string {
 		return x.ColdEndpoint
 	}
 	return ""
+}
+
+func (x *BackupInfo) GetMaxImportBytes() uint64 {
+	if x != nil {
+		return x.MaxImportBytes
+	}
+	return 0
 }
 
 type HoldColdGCRequest struct {
@@ -763,7 +774,7 @@ var File_ursula_backup_v1_backup_proto protoreflect.FileDescriptor
 const file_ursula_backup_v1_backup_proto_rawDesc = "" +
 	"\n" +
 	"\x1dursula/backup/v1/backup.proto\x12\x10ursula.backup.v1\"\x16\n" +
-	"\x14GetBackupInfoRequest\"\xd0\x01\n" +
+	"\x14GetBackupInfoRequest\"\xfa\x01\n" +
 	"\n" +
 	"BackupInfo\x12%\n" +
 	"\x0eformat_version\x18\x01 \x01(\rR\rformatVersion\x12\x1d\n" +
@@ -774,7 +785,8 @@ const file_ursula_backup_v1_backup_proto_rawDesc = "" +
 	"\anode_id\x18\x04 \x01(\x04R\x06nodeId\x12\x1d\n" +
 	"\n" +
 	"cold_store\x18\x05 \x01(\tR\tcoldStore\x12#\n" +
-	"\rcold_endpoint\x18\x06 \x01(\tR\fcoldEndpoint\"X\n" +
+	"\rcold_endpoint\x18\x06 \x01(\tR\fcoldEndpoint\x12(\n" +
+	"\x10max_import_bytes\x18\a \x01(\x04R\x0emaxImportBytes\"X\n" +
 	"\x11HoldColdGCRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x15\n" +
