@@ -44,7 +44,7 @@ type cluster struct {
 	// none reported one).
 	maxImport uint64
 	log       *slog.Logger
-	backoff       func(attempt int) time.Duration
+	backoff   func(attempt int) time.Duration
 
 	mu      sync.Mutex
 	leaders map[uint32]*node
