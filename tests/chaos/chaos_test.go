@@ -581,28 +581,13 @@ func (n *nemesis) powerLossOfLeader(ctx context.Context) {
 	n.h.Fault(fmt.Sprintf("power loss of node %d (leader of group %d)", leader.ID, g), start, n.h.Now())
 }
 
-// cutJournalTails cuts up to half of every shard's newest segment and
-// returns the bytes cut.
+// cutJournalTails cuts up to half of every shard's newest segment, never
+// below what the node synced (e2e.CutJournalTail), and returns the bytes
+// cut.
 func (n *nemesis) cutJournalTails(dataDir string) int64 {
-	var cut int64
-	shards, _ := filepath.Glob(filepath.Join(dataDir, "raft-log", "shard-*"))
-	for _, sh := range shards {
-		segs, _ := filepath.Glob(filepath.Join(sh, "*.wal"))
-		if len(segs) == 0 {
-			continue
-		}
-		slices.Sort(segs)
-		last := segs[len(segs)-1]
-		fi, err := os.Stat(last)
-		if err != nil || fi.Size() < 2 {
-			continue
-		}
-		drop := 1 + n.rng.Int64N(fi.Size()/2)
-		if err := os.Truncate(last, fi.Size()-drop); err != nil {
-			n.t.Errorf("cut %s: %v", last, err)
-			continue
-		}
-		cut += drop
+	cut, err := e2e.CutJournalTail(dataDir, 0.5, func(room int64) int64 { return 1 + n.rng.Int64N(room) })
+	if err != nil {
+		n.t.Errorf("cut the journals of %s: %v", dataDir, err)
 	}
 	return cut
 }

@@ -182,7 +182,8 @@ func TestBackupRestoreDrillPreservesStreamsAndAllowsContinuedAppends(t *testing.
 		ID          string `json:"id"`
 		GroupCount  int    `json:"group_count"`
 		ColdObjects []struct {
-			Key string `json:"key"`
+			Key    string `json:"key"`
+			Object string `json:"object"`
 		} `json:"cold_objects"`
 	}
 	if err := json.Unmarshal([]byte(create.stdout), &m1); err != nil {
@@ -293,6 +294,11 @@ func TestBackupRestoreDrillPreservesStreamsAndAllowsContinuedAppends(t *testing.
 	bad.want(t, ursulactl.ExitError, obj)
 	runCtl(t, dmanifest, ursulactl.Env{}, "restore", "--location", "s3://backups/drill").want(t, ursulactl.ExitError, obj)
 	flipByte(ctx, t, backups, obj) // back as it was
+	// So does one in a cold object the backup copied.
+	cobj := m1.ColdObjects[len(m1.ColdObjects)/2].Object
+	flipByte(ctx, t, backups, cobj)
+	runCtl(t, manifest, ursulactl.Env{}, "backup-verify", "--location", "s3://backups/drill", "--depth", "objects").want(t, ursulactl.ExitError, cobj)
+	flipByte(ctx, t, backups, cobj)
 
 	// An incremental backup copies only the objects the location lacks.
 	for j := range 30 {
