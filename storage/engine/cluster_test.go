@@ -391,6 +391,12 @@ func TestCluster(t *testing.T) {
 						_, err := fe.Read(t.Context(), &streamv1.ReadRequest{Ref: ref(name), Offset: off(4), WaitMs: 100})
 						return err
 					}},
+					{"read at its tail", func() error {
+						// Nothing to serve, and no way to say it is the
+						// stream's tail: the leader answers.
+						_, err := fe.Read(t.Context(), &streamv1.ReadRequest{Ref: ref(name), Offset: off(8)})
+						return err
+					}},
 					{"head", func() error { _, err := fe.Head(t.Context(), &streamv1.HeadRequest{Ref: ref(name)}); return err }},
 					{"subscribe", func() error {
 						return fe.Subscribe(t.Context(), &streamv1.SubscribeRequest{Ref: ref(name)}, func(*streamv1.ReadResponse) error { return nil })

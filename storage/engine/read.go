@@ -60,6 +60,13 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 		}
 		return nil, err
 	}
+	if !leader && pos >= m.Tail {
+		// A follower at its tail has nothing to serve and cannot tell
+		// whether it is the stream's tail: the leader answers (else a
+		// client would get an empty page that is not up to date, and a
+		// router that does not know the leader could send it back here).
+		return nil, e.notLeader(k)
+	}
 	limit := e.limit(req.GetMaxBytes())
 	readAt := func(cur stream.Meta) (*streamv1.ReadResponse, error) {
 		resp, err := e.readAt(ctx, cur, pos, limit)
