@@ -250,7 +250,9 @@ type backupProgress struct {
 	verb     string
 	last     backup.Progress
 	lastLine time.Time
-	now      func() time.Time
+	// lastTenth is the tenth of the groups done at the last line.
+	lastTenth int
+	now       func() time.Time
 }
 
 func (c *Controller) backupProgress(verb string, quiet bool) *backupProgress {
@@ -285,9 +287,15 @@ func (p *backupProgress) update(pr backup.Progress) {
 		p.bar.set(done, total, line)
 		return
 	}
-	// Without a terminal: one line per phase, per group done, and at most
-	// one every 5 s in between.
-	if now := p.now(); phaseChanged || groupDone || now.Sub(p.lastLine) >= 5*time.Second {
+	// Without a terminal: a line per phase, per tenth of the groups done,
+	// and one every 5 s in between.
+	tenth := 0
+	if pr.Groups > 0 {
+		tenth = pr.GroupsDone * 10 / pr.Groups
+	}
+	tenthDone := groupDone && tenth != p.lastTenth
+	if now := p.now(); phaseChanged || tenthDone || now.Sub(p.lastLine) >= 5*time.Second {
+		p.lastTenth = tenth
 		p.lastLine = now
 		fmt.Fprintf(p.out, "%s: %s\n", p.verb, line)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -626,7 +627,8 @@ func flipByte(ctx context.Context, t *testing.T, st objstore.Store, key string) 
 
 // TestBackupServiceBacksUpOnScheduleAndPrunes runs ursula-backup beside a
 // 3-node cluster, as a deployment does: it proves the backup role with
-// its certificate, backs the cluster up every second into a directory
+// its certificate, backs the cluster up every second into an S3 location
+// (the SDK's credential chain and AWS_ENDPOINT_URL, from its environment)
 // while a writer appends, keeps the last two backups, reports readiness
 // and metrics, and stops cleanly on SIGTERM, leaving no lock behind.
 func TestBackupServiceBacksUpOnScheduleAndPrunes(t *testing.T) {
@@ -648,7 +650,14 @@ func TestBackupServiceBacksUpOnScheduleAndPrunes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loc := filepath.Join(c.Dir, "backups")
+	s3 := objstoretest.NewS3Server(t)
+	s3.CreateBucket(t, "svc-backups")
+	s3env := []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey, "AWS_REGION=us-east-1", "AWS_ENDPOINT_URL=" + s3.Endpoint}
+	for _, kv := range s3env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v) // for ursulactl, in process
+	}
+	loc := "s3://svc-backups/cluster"
 	var nodes []string
 	for _, n := range c.Nodes {
 		nodes = append(nodes, strconv.Quote(n.ClientAddr()))
@@ -670,6 +679,7 @@ func TestBackupServiceBacksUpOnScheduleAndPrunes(t *testing.T) {
 	}
 	defer logf.Close()
 	cmd := exec.Command(bin, "-config", cfg)
+	cmd.Env = append(os.Environ(), s3env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -730,7 +740,7 @@ func TestBackupServiceBacksUpOnScheduleAndPrunes(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("ursula-backup did not stop after SIGTERM")
 	}
-	if _, err := os.Stat(filepath.Join(loc, "lock")); !os.IsNotExist(err) {
+	if _, err := openS3(ctx, t, s3, "svc-backups", "cluster").Head(ctx, "lock"); !errors.Is(err, objstore.ErrNotFound) {
 		t.Errorf("the location's lock is still there after a clean stop: %v", err)
 	}
 	manifest := writeCtlManifest(t, c)
