@@ -128,7 +128,7 @@ func backupCommands(ctl ctlFunc, env *Env) []*cobra.Command {
 		},
 	}
 	locFlag(verify)
-	verify.Flags().StringVar(&id, "backup", "", "the backup to verify (default: the latest complete one)")
+	verify.Flags().StringVar(&id, "backup", "", "the backup to verify, by id or manifest key (backups/<id>/manifest.json; default: the latest complete one)")
 	verify.Flags().StringVar(&depthName, "depth", "objects", "manifest (complete, sizes match), objects (every BLAKE3 digest), deep (every group decodes and validates, every cold object it references is present)")
 
 	list := &cobra.Command{
@@ -199,7 +199,7 @@ func backupCommands(ctl ctlFunc, env *Env) []*cobra.Command {
 		},
 	}
 	locFlag(restore)
-	restore.Flags().StringVar(&id, "backup", "", "the backup to restore (default: the latest complete one)")
+	restore.Flags().StringVar(&id, "backup", "", "the backup to restore, by id or manifest key (backups/<id>/manifest.json; default: the latest complete one)")
 	restore.Flags().StringVar(&targetCold, "cold-store", "", "the target cluster's cold store (default: the one the nodes report)")
 	restore.Flags().IntVar(&ro.Concurrency, "concurrency", 0, "objects copied and groups imported at once (default: the library's)")
 	return []*cobra.Command{create, verify, list, restore}

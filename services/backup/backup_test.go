@@ -359,6 +359,10 @@ func TestCreateIsIncremental(t *testing.T) {
 			t.Fatalf("verify %s: %v", id, err)
 		}
 	}
+	// A backup is also named by its manifest's key.
+	if r, err := Verify(t.Context(), e.loc, "backups/"+second.ID+"/manifest.json", DepthManifest, nil); err != nil || r.ID != second.ID {
+		t.Fatalf("verify by manifest key: %v %v", r, err)
+	}
 }
 
 func TestCreateRefusesACorruptSourceObject(t *testing.T) {

@@ -231,5 +231,11 @@ func manifestOf(ctx context.Context, loc *Location, id string) (*Manifest, error
 	if id == "" {
 		return latest(ctx, loc)
 	}
+	// The manifest's key names the backup too (backups/<id>/manifest.json).
+	if rest, ok := strings.CutPrefix(id, "backups/"); ok {
+		if inner, ok := strings.CutSuffix(rest, "/manifest.json"); ok {
+			id = inner
+		}
+	}
 	return loc.readManifest(ctx, id)
 }
