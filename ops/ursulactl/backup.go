@@ -26,14 +26,17 @@ any number of them:
   backup-verify   check a backup at one of three depths; touches no cluster
   backup-list     the backups a location holds, oldest first
   restore         restore a backup into a fresh, empty cluster with the same
-                  group count and cluster id (see ops/README.md)
+                  group count and cluster id (see ops/README.md); --plan prints
+                  what it will do and its proof, --expect-proof P restores only
+                  that plan (every node's process incarnation is bound in it)
 
 Exit codes: 0 done, 1 error (a damaged backup, an unreachable node or store),
 2 aborted by a safety check before anything was imported (another cluster id,
 group count or format version; a group that holds data; cold objects missing
-from the target; the location locked by another backup).`
+from the target; the location locked by another backup), 3 the restore plan's
+proof differs from --expect-proof (nothing written).`
 
-func backupCommands(ctl ctlFunc, env *Env) []*cobra.Command {
+func backupCommands(ctl ctlFunc, env *Env, o *cliOptions) []*cobra.Command {
 	var (
 		location string
 		asJSON   bool
@@ -158,7 +161,10 @@ func backupCommands(ctl ctlFunc, env *Env) []*cobra.Command {
 	locFlag(list)
 
 	var ro backup.RestoreOptions
-	var targetCold string
+	var (
+		targetCold, expectProof string
+		planOnly                bool
+	)
 	restore := &cobra.Command{
 		Use:   "restore --location L [--backup ID]",
 		Short: "Restore a backup into the manifest's fresh, empty cluster (same group count and cluster id)",
@@ -179,22 +185,38 @@ func backupCommands(ctl ctlFunc, env *Env) []*cobra.Command {
 					return fmt.Errorf("--cold-store: %w", err)
 				}
 			}
-			nodes, err := c.backupClients(ctx, true)
+			plan, nodes, err := c.planRestore(ctx, loc, id, targetCold)
 			if err != nil {
-				return err
+				return backupError(err)
+			}
+			if planOnly {
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), struct {
+						*RestorePlan
+						Proof string `json:"proof"`
+					}{plan, plan.Proof})
+				}
+				printRestorePlan(cmd.OutOrStdout(), plan, o.manifest)
+				return nil
+			}
+			if expectProof != "" && expectProof != plan.Proof {
+				return codedf(ExitProofMismatch, "the restore plan changed since it was reviewed: new proof %s (expected %s); nothing was written; review it with restore --plan", plan.Proof, expectProof)
 			}
 			p := c.backupProgress("restore", asJSON)
 			ro.Progress = p.update
-			rep, err := backup.Restore(ctx, nodes, loc, id, ro)
+			rep, err := backup.Restore(ctx, nodes, loc, plan.Backup, ro)
 			p.finish()
 			if err != nil {
 				return backupError(err)
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), rep)
+				return printJSON(cmd.OutOrStdout(), struct {
+					*backup.RestoreReport
+					Proof string `json:"proof"`
+				}{rep, plan.Proof})
 			}
-			c.printf("restored backup %s: %d groups imported, %d already imported; %d cold objects copied (%s), %d already in the cold store",
-				rep.ID, rep.Imported, rep.Already, rep.ObjectsCopied, byteSize(rep.BytesCopied), rep.ObjectsSkipped)
+			c.printf("restored backup %s: %d groups imported, %d already imported; %d cold objects copied (%s), %d already in the cold store; proof %s",
+				rep.ID, rep.Imported, rep.Already, rep.ObjectsCopied, byteSize(rep.BytesCopied), rep.ObjectsSkipped, plan.Proof)
 			return nil
 		},
 	}
@@ -202,6 +224,8 @@ func backupCommands(ctl ctlFunc, env *Env) []*cobra.Command {
 	restore.Flags().StringVar(&id, "backup", "", "the backup to restore, by id or manifest key (backups/<id>/manifest.json; default: the latest complete one)")
 	restore.Flags().StringVar(&targetCold, "cold-store", "", "the target cluster's cold store (default: the one the nodes report)")
 	restore.Flags().IntVar(&ro.Concurrency, "concurrency", 0, "objects copied and groups imported at once (default: the library's)")
+	restore.Flags().BoolVar(&planOnly, "plan", false, "print the restore's plan (consequences, bindings, the apply command) and its proof, and change nothing")
+	restore.Flags().StringVar(&expectProof, "expect-proof", "", "restore only if the plan's proof is this one (the one --plan printed)")
 	return []*cobra.Command{create, verify, list, restore}
 }
 

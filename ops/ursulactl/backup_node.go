@@ -28,6 +28,9 @@ const BackupDigestHeader = "x-ursula-backup-blake3"
 // ErrorInfo reason and metadata (leader_id) included.
 type adminBackupClient struct {
 	p *Pinned
+	// proof, when set, is the restore plan's proof, sent with every
+	// request for the nodes' audit trails.
+	proof string
 }
 
 var _ backupv1.BackupServiceClient = (*adminBackupClient)(nil)
@@ -106,6 +109,12 @@ func (a *adminBackupClient) ImportGroup(ctx context.Context, in *backupv1.Import
 // call sends one request (body: raw bytes, nil for none) and decodes its
 // JSON answer into out.
 func (a *adminBackupClient) call(ctx context.Context, method, path string, h http.Header, body []byte, out any) error {
+	if a.proof != "" {
+		if h == nil {
+			h = http.Header{}
+		}
+		h.Set(ProofHeader, a.proof)
+	}
 	resp, _, err := a.p.doRaw(ctx, method, path, h, body)
 	if err != nil {
 		return toStatus(err)

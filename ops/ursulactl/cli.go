@@ -107,7 +107,7 @@ func newRootCommand(env *Env, made func(*Controller)) *cobra.Command {
 	o := &cliOptions{}
 	root := &cobra.Command{
 		Use:           "ursulactl",
-		Short:         "Operate an Ursula cluster: status, drain, wait, verify, rollout",
+		Short:         "Operate an Ursula cluster: status, drain, wait, verify, rollout, recover, back up and restore",
 		Long:          rootLong,
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -164,7 +164,7 @@ func newRootCommand(env *Env, made func(*Controller)) *cobra.Command {
 		auditCommand(ctl),
 		recoverCommand(ctl, o),
 	)
-	root.AddCommand(backupCommands(ctl, env)...)
+	root.AddCommand(backupCommands(ctl, env, o)...)
 	return root
 }
 

@@ -227,6 +227,12 @@ func latest(ctx context.Context, loc *Location) (*Manifest, error) {
 }
 
 // manifestOf returns backup id, or the newest complete one for "".
+// ReadManifest reads the manifest of backup id in loc ("" for the latest
+// complete one; an id or its manifest's key backups/<id>/manifest.json).
+func ReadManifest(ctx context.Context, loc *Location, id string) (*Manifest, error) {
+	return manifestOf(ctx, loc, id)
+}
+
 func manifestOf(ctx context.Context, loc *Location, id string) (*Manifest, error) {
 	if id == "" {
 		return latest(ctx, loc)

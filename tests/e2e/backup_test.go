@@ -212,13 +212,32 @@ func TestBackupRestoreDrillPreservesStreamsAndAllowsContinuedAppends(t *testing.
 	// interrupted once two groups are imported.
 	dst := StartCluster(t, ClusterOptions{ClusterID: src.ID, Nodes: 3, GroupCount: groups, Gateway: true, Cold: backupColdTOML(s3, "dst")})
 	dmanifest := writeCtlManifest(t, dst)
+	// The plan first (read-only), then a restore bound to its proof: a
+	// stale proof writes nothing.
+	plan := runCtl(t, dmanifest, ursulactl.Env{}, "restore", "--location", "s3://backups/drill", "--plan")
+	plan.want(t, 0, "")
+	proof := planProof(t, plan.stdout)
+	if !strings.HasPrefix(plan.stdout, "consequences:") || !strings.Contains(plan.stdout, "new Stream-Incarnation") {
+		t.Errorf("the restore plan does not start with its consequences:\n%s", plan.stdout)
+	}
+	runCtl(t, dmanifest, ursulactl.Env{}, "restore", "--location", "s3://backups/drill", "--expect-proof", strings.Repeat("0", 64)).
+		want(t, ursulactl.ExitProofMismatch, "nothing was written")
 	interrupted := runCtlUntil(t, dmanifest, regexp.MustCompile(`import.*groups [2-7]/8`), "--actor", "e2e", "--reason", "drill",
-		"restore", "--location", "s3://backups/drill")
+		"restore", "--location", "s3://backups/drill", "--expect-proof", proof)
 	if interrupted.code == 0 {
 		t.Fatalf("the interrupted restore completed:\n%s", interrupted.stdout)
 	}
-	again := runCtl(t, dmanifest, ursulactl.Env{}, "--actor", "e2e", "--reason", "drill", "restore", "--location", "s3://backups/drill", "--json")
+	again := runCtl(t, dmanifest, ursulactl.Env{}, "--actor", "e2e", "--reason", "drill", "restore", "--location", "s3://backups/drill",
+		"--expect-proof", proof, "--json")
 	again.want(t, 0, "")
+	audited := false
+	for _, n := range dst.Nodes {
+		r := runCtlLog(t, dmanifest, ursulactl.Env{}, false, "audit", "--node", fmt.Sprint(n.ID))
+		audited = audited || strings.Contains(r.stdout, "/__ursula/backup/group/") && strings.Contains(r.stdout, proof) && strings.Contains(r.stdout, `"actor":"e2e"`)
+	}
+	if !audited {
+		t.Error("no node's audit trail records an import with the plan's proof and its actor")
+	}
 	var rep struct {
 		Imported int `json:"imported"`
 		Already  int `json:"already"`
