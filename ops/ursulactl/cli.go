@@ -228,9 +228,7 @@ func statusCommand(ctl ctlFunc) *cobra.Command {
 			}
 			st := c.Status(cmd.Context())
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(st)
+				return printJSON(cmd.OutOrStdout(), st)
 			}
 			return st.Render(cmd.OutOrStdout())
 		},
@@ -253,12 +251,10 @@ func verifyCommand(ctl ctlFunc) *cobra.Command {
 			problems := c.Verify(cmd.Context())
 			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
 				if problems == nil {
 					problems = []string{}
 				}
-				if err := enc.Encode(map[string]any{"ok": len(problems) == 0, "problems": problems}); err != nil {
+				if err := printJSON(out, map[string]any{"ok": len(problems) == 0, "problems": problems}); err != nil {
 					return err
 				}
 			} else {
@@ -556,4 +552,11 @@ func purgeBucketCommand(ctl ctlFunc) *cobra.Command {
 	cmd.Flags().StringVar(&bucket, "bucket", "", "the bucket to purge")
 	_ = cmd.MarkFlagRequired("bucket")
 	return cmd
+}
+
+// printJSON prints v as indented JSON (the --json output of every verb).
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
