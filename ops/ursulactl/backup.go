@@ -69,7 +69,7 @@ func backupCommands(ctl ctlFunc, env *Env, o *cliOptions) []*cobra.Command {
 					return fmt.Errorf("--source-cold-store: %w", err)
 				}
 			}
-			nodes, err := c.backupClients(ctx, false)
+			nodes, err := c.backupClients(ctx)
 			if err != nil {
 				return err
 			}
@@ -228,17 +228,16 @@ func backupCommands(ctl ctlFunc, env *Env, o *cliOptions) []*cobra.Command {
 	return []*cobra.Command{create, verify, list, restore}
 }
 
-// backupClients pins every node of the manifest and returns its
-// BackupService over the admin plane. With all, every node must answer;
-// otherwise the nodes that answer are enough (a backup needs one replica
-// of each group).
-func (c *Controller) backupClients(ctx context.Context, all bool) ([]backupv1.BackupServiceClient, error) {
+// backupClients pins every node of the manifest that answers and returns
+// its BackupService over the admin plane: a backup needs one replica of
+// each group.
+func (c *Controller) backupClients(ctx context.Context) ([]backupv1.BackupServiceClient, error) {
 	var out []backupv1.BackupServiceClient
 	var errs []error
 	for _, n := range c.m.Nodes {
 		p, _, err := c.pinNode(ctx, n.ID)
 		if err != nil {
-			if all || errors.Is(err, ErrAborted) {
+			if errors.Is(err, ErrAborted) {
 				return nil, err
 			}
 			errs = append(errs, err)
@@ -286,8 +285,10 @@ func (c *Controller) backupProgress(verb string, quiet bool) *backupProgress {
 	return p
 }
 
+// newBackupProgress is backupProgress for a verb that reaches no node
+// (backup-verify), so has no Controller.
 func newBackupProgress(env *Env, out io.Writer, verb string, quiet bool) *backupProgress {
-	c := &Controller{out: out, opts: Options{TTY: env.TTY != nil && *env.TTY}}
+	c := &Controller{out: out, opts: Options{TTY: isTerminal(env, out)}}
 	return c.backupProgress(verb, quiet)
 }
 

@@ -130,14 +130,8 @@ func newRootCommand(env *Env, made func(*Controller)) *cobra.Command {
 		if err != nil {
 			return nil, err
 		}
-		tty := false
-		if env.TTY != nil {
-			tty = *env.TTY
-		} else if f, ok := env.Stdout.(*os.File); ok {
-			tty = term.IsTerminal(int(f.Fd()))
-		}
 		c, err := New(m, Options{
-			Out: cmd.OutOrStdout(), TTY: tty, Timeout: o.timeout, Settle: settle,
+			Out: cmd.OutOrStdout(), TTY: isTerminal(env, env.Stdout), Timeout: o.timeout, Settle: settle,
 			MaxLag: o.maxLag, PollInterval: o.poll, Hooks: env.Hooks, Actor: o.actor, Reason: o.reason,
 		})
 		if err == nil {
@@ -559,4 +553,14 @@ func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// isTerminal reports whether progress bars go to out: Env.TTY when set,
+// else whether out is a terminal.
+func isTerminal(env *Env, out io.Writer) bool {
+	if env.TTY != nil {
+		return *env.TTY
+	}
+	f, ok := out.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
