@@ -110,17 +110,11 @@ func Create(ctx context.Context, nodes []backupv1.BackupServiceClient, loc *Loca
 		return nil, srcErr
 	}
 
-	lk, err := acquireLock(ctx, loc, opts.ID, opts.Now, log)
+	ctx, lk, unlock, err := holdLock(ctx, loc, opts.ID, opts.Now, log)
 	if err != nil {
 		return nil, err
 	}
-	defer lk.release(ctx)
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var keeper sync.WaitGroup
-	keeper.Go(func() { lk.keep(ctx, cancel) })
-	defer keeper.Wait()
-	defer cancel(nil)
+	defer unlock()
 
 	c := &creator{
 		id: opts.ID, loc: loc, cl: cl, src: src, srcErr: srcErr, opts: opts, log: log, tr: tr,

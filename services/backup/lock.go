@@ -176,6 +176,25 @@ func (l *lock) lose(err error) error {
 	return l.lost
 }
 
+// holdLock takes the location's lock for operation id and keeps it while
+// the operation runs: the returned context ends when the lock turns out
+// lost, and done stops the renewals and releases the lock (call it once
+// the operation is over).
+func holdLock(ctx context.Context, loc *Location, id string, now func() time.Time, log *slog.Logger) (context.Context, *lock, func(), error) {
+	lk, err := acquireLock(ctx, loc, id, now, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	held, cancel := context.WithCancelCause(ctx)
+	var keeper sync.WaitGroup
+	keeper.Go(func() { lk.keep(held, cancel) })
+	return held, lk, func() {
+		cancel(nil)
+		keeper.Wait()
+		lk.release(ctx)
+	}, nil
+}
+
 // keep renews the lock every third of its TTL until ctx ends; when the
 // lock turns out lost it calls abort, which cancels the operation.
 func (l *lock) keep(ctx context.Context, abort func(error)) {

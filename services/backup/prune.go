@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ursula/ursula/storage/objstore"
@@ -52,17 +51,11 @@ func prune(ctx context.Context, loc *Location, r Retention, now time.Time, log *
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	lk, err := acquireLock(ctx, loc, pruneLockID, time.Now, log)
+	ctx, lk, unlock, err := holdLock(ctx, loc, pruneLockID, time.Now, log)
 	if err != nil {
 		return nil, err
 	}
-	defer lk.release(ctx)
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var keeper sync.WaitGroup
-	keeper.Go(func() { lk.keep(ctx, cancel) })
-	defer keeper.Wait()
-	defer cancel(nil)
+	defer unlock()
 
 	ids, complete, err := loc.backupIDs(ctx)
 	if err != nil {

@@ -233,28 +233,19 @@ func (v *verifier) fetch(ctx context.Context, key string, size int64, digest, wh
 		p.Objects++
 		p.Bytes += size
 	})
-	if !read {
-		info, err := v.loc.store.Head(ctx, key)
-		switch {
-		case errors.Is(err, objstore.ErrNotFound):
-			v.problem(key, ProblemMissing, "%s is missing", what)
-			return nil, false, nil
-		case err != nil:
-			if ctx.Err() != nil {
-				return nil, false, context.Cause(ctx)
-			}
-			v.problem(key, ProblemRead, "%s: %v", what, err)
-			return nil, false, nil
-		case info.Size != size:
-			v.problem(key, ProblemSize, "%s has %d bytes, the manifest says %d", what, info.Size, size)
-			return nil, false, nil
-		}
-		v.mu.Lock()
-		v.report.Bytes += size
-		v.mu.Unlock()
-		return nil, true, nil
+	var (
+		body []byte
+		n    int64
+		err  error
+	)
+	if read {
+		body, err = v.loc.store.Get(ctx, key)
+		n = int64(len(body))
+	} else {
+		var info objstore.Info
+		info, err = v.loc.store.Head(ctx, key)
+		n = info.Size
 	}
-	body, err := v.loc.store.Get(ctx, key)
 	switch {
 	case errors.Is(err, objstore.ErrNotFound):
 		v.problem(key, ProblemMissing, "%s is missing", what)
@@ -265,13 +256,15 @@ func (v *verifier) fetch(ctx context.Context, key string, size int64, digest, wh
 		}
 		v.problem(key, ProblemRead, "%s: %v", what, err)
 		return nil, false, nil
-	case int64(len(body)) != size:
-		v.problem(key, ProblemSize, "%s has %d bytes, the manifest says %d", what, len(body), size)
+	case n != size:
+		v.problem(key, ProblemSize, "%s has %d bytes, the manifest says %d", what, n, size)
 		return nil, false, nil
 	}
-	if d := backupfmt.Digest(body); d != digest {
-		v.problem(key, ProblemDigest, "%s has BLAKE3 %s, the manifest says %s", what, d, digest)
-		return nil, false, nil
+	if read {
+		if d := backupfmt.Digest(body); d != digest {
+			v.problem(key, ProblemDigest, "%s has BLAKE3 %s, the manifest says %s", what, d, digest)
+			return nil, false, nil
+		}
 	}
 	v.mu.Lock()
 	v.report.Bytes += size

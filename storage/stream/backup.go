@@ -135,7 +135,7 @@ func (m *Machine) applyImportGroup(index uint64, now int64, c *storagev1.ImportG
 	if carry != 0 || offset > maxIncarnationOffset {
 		return &Result{Err: fault.Errorf(fault.ErrInvalidArgument, "the imported snapshot's incarnations reach %d, beyond %d", offset, uint64(maxIncarnationOffset))}
 	}
-	st, err := decodeState(&snap)
+	st, hotBytes, err := decodeState(&snap)
 	if err != nil {
 		return &Result{Err: fault.Errorf(fault.ErrInvalidArgument, "the imported snapshot does not restore: %v", err)}
 	}
@@ -167,7 +167,7 @@ func (m *Machine) applyImportGroup(index uint64, now int64, c *storagev1.ImportG
 	// repeat. Point names where the source's history stopped.
 	prev := m.history
 	st.history = nil
-	m.install(st)
+	m.install(st, hotBytes)
 	m.startHistory(index, now, prev.GetPlanTerm(), snap.GetAppliedIndex(), HistoryRestore, prev)
 	n := m.history.GetStreams()
 	m.imported = &storagev1.ImportRecord{Blake3: c.GetBlake3(), Index: index, AtMs: now,

@@ -56,9 +56,16 @@ type Machine struct {
 
 	mu      sync.RWMutex
 	applied uint64
+	hotSize atomic.Int64
+	// state is what a snapshot holds (its encoding replaces it whole:
+	// Restore, an import).
+	state
+}
+
+// state is a group's replicated state, besides the applied index.
+type state struct {
 	buckets map[string]struct{}
 	streams map[Key]*stream
-	hotSize atomic.Int64
 	// fenced buckets were purged; nothing creates or writes them again.
 	fenced map[string]struct{}
 	// gc is the replicated cold-GC queue, in seq order.
@@ -82,9 +89,9 @@ type Machine struct {
 
 // NewMachine returns an empty state machine for a group.
 func NewMachine(group uint32) *Machine {
-	return &Machine{group: group, buckets: map[string]struct{}{}, streams: map[Key]*stream{},
+	return &Machine{group: group, state: state{buckets: map[string]struct{}{}, streams: map[Key]*stream{},
 		fenced: map[string]struct{}{}, gcNextSeq: 1, gcReclaimed: map[string]uint64{},
-		usage: map[string]*storagev1.BucketUsage{}, bucketCreated: map[string]int64{}, gcHolds: map[string]int64{}}
+		usage: map[string]*storagev1.BucketUsage{}, bucketCreated: map[string]int64{}, gcHolds: map[string]int64{}}}
 }
 
 // Group is the group this machine belongs to.

@@ -111,41 +111,24 @@ func (m *Machine) Restore(data []byte) error {
 	if f := snap.GetFormat(); f != snapshotFormat && f != 1 {
 		return fmt.Errorf("stream: snapshot of group %d has format %d, want %d", m.group, f, snapshotFormat)
 	}
-	st, err := decodeState(&snap)
+	st, hotBytes, err := decodeState(&snap)
 	if err != nil {
 		return fmt.Errorf("stream: snapshot of group %d: %w", m.group, err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.applied = snap.GetAppliedIndex()
-	m.install(st)
+	m.install(st, hotBytes)
 	return nil
-}
-
-// state is a group's state decoded from a snapshot, not yet installed.
-type state struct {
-	buckets           map[string]struct{}
-	streams           map[Key]*stream
-	fenced            map[string]struct{}
-	gc                []*storagev1.GCEntry
-	gcNextSeq         uint64
-	gcReclaimed       map[string]uint64
-	usage             map[string]*storagev1.BucketUsage
-	bucketCreated     map[string]int64
-	history           *storagev1.HistoryRecord
-	incarnationOffset uint64
-	imported          *storagev1.ImportRecord
-	gcHolds           map[string]int64
-	hotBytes          int64
 }
 
 // decodeState builds a group's state from a decoded snapshot, taking
 // ownership of its messages (the stream states become the streams'
-// metadata).
-func decodeState(snap *storagev1.Snapshot) (*state, error) {
+// metadata), and counts its hot bytes.
+func decodeState(snap *storagev1.Snapshot) (*state, int64, error) {
 	usage, created, err := restoreUsage(snap)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	out := &state{
 		buckets: make(map[string]struct{}, len(snap.GetBuckets())),
@@ -158,6 +141,7 @@ func decodeState(snap *storagev1.Snapshot) (*state, error) {
 		imported:          snap.GetImported(),
 		gcHolds:           snap.GetGcHolds(),
 	}
+	var hotBytes int64
 	if out.gcReclaimed == nil {
 		out.gcReclaimed = map[string]uint64{}
 	}
@@ -175,9 +159,9 @@ func decodeState(snap *storagev1.Snapshot) (*state, error) {
 		st.ColdEnd = max(st.GetColdEnd(), st.GetBase())
 		s := &stream{buf: hot.NewBuffer(st.GetColdEnd()), producers: make(map[string]*storagev1.ProducerState, len(st.GetProducers()))}
 		if err := fillHot(s.buf, st.GetData(), st.GetHotExternal()); err != nil {
-			return nil, fmt.Errorf("stream %q: %w", st.GetStream(), err)
+			return nil, 0, fmt.Errorf("stream %q: %w", st.GetStream(), err)
 		}
-		out.hotBytes += int64(len(st.GetData()))
+		hotBytes += int64(len(st.GetData()))
 		s.records = st.GetRecords()
 		for _, p := range st.GetProducers() {
 			s.producers[p.GetId()] = p
@@ -186,25 +170,15 @@ func decodeState(snap *storagev1.Snapshot) (*state, error) {
 		s.meta = st
 		out.streams[Key{st.GetBucket(), st.GetStream()}] = s
 	}
-	return out, nil
+	return out, hotBytes, nil
 }
 
 // install replaces the machine's state (the applied index aside) and
 // wakes the readers of the state it replaces. Callers hold m.mu.
-func (m *Machine) install(st *state) {
+func (m *Machine) install(st *state, hotBytes int64) {
 	old := m.streams
-	m.buckets = st.buckets
-	m.streams = st.streams
-	m.fenced = st.fenced
-	m.gc = st.gc
-	m.gcNextSeq = st.gcNextSeq
-	m.gcReclaimed = st.gcReclaimed
-	m.usage, m.bucketCreated = st.usage, st.bucketCreated
-	m.history = st.history
-	m.incarnationOffset = st.incarnationOffset
-	m.imported = st.imported
-	m.gcHolds = st.gcHolds
-	m.hotSize.Store(st.hotBytes)
+	m.state = *st
+	m.hotSize.Store(hotBytes)
 	for _, s := range old {
 		s.signal.Notify() // wake readers of the replaced state
 	}
