@@ -530,18 +530,27 @@ func (n *nemesis) run(ctx context.Context, dur time.Duration) {
 	}
 }
 
+// busyLeader picks a busy stream and returns it, its group and the
+// group's leader. The cluster recovered before each fault: a group
+// without a leader for the liveness budget is a failure (nil leader).
+func (n *nemesis) busyLeader(ctx context.Context) (string, uint32, *e2e.Node) {
+	stream := n.busyStream()
+	g := n.c.GroupOf(stream)
+	lctx, cancel := context.WithTimeout(ctx, recoveryBudget)
+	defer cancel()
+	leader, err := n.c.Leader(lctx, g)
+	if err != nil {
+		n.t.Errorf("liveness: %v", err)
+		return stream, g, nil
+	}
+	return stream, g, leader
+}
+
 // killLeader SIGKILLs the leader of the group of a random stream, and
 // restarts it on its data directory after a moment.
 func (n *nemesis) killLeader(ctx context.Context) {
-	stream := n.busyStream()
-	g := n.c.GroupOf(stream)
-	// The cluster recovered before this fault; a group without a leader
-	// for the liveness budget is a failure.
-	lctx, cancel := context.WithTimeout(ctx, recoveryBudget)
-	leader, err := n.c.Leader(lctx, g)
-	cancel()
-	if err != nil {
-		n.t.Errorf("liveness: %v", err)
+	stream, g, leader := n.busyLeader(ctx)
+	if leader == nil {
 		return
 	}
 	down := time.Duration(200+n.rng.IntN(2500)) * time.Millisecond
@@ -561,13 +570,8 @@ func (n *nemesis) killLeader(ctx context.Context) {
 // The node comes back behind the recovery gate; the other two voters hold
 // every acknowledged write, so the history must stay linearizable.
 func (n *nemesis) powerLossOfLeader(ctx context.Context) {
-	stream := n.busyStream()
-	g := n.c.GroupOf(stream)
-	lctx, cancel := context.WithTimeout(ctx, recoveryBudget)
-	leader, err := n.c.Leader(lctx, g)
-	cancel()
-	if err != nil {
-		n.t.Errorf("liveness: %v", err)
+	stream, g, leader := n.busyLeader(ctx)
+	if leader == nil {
 		return
 	}
 	start := n.h.Now()
