@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 
@@ -64,6 +65,23 @@ type Config struct {
 	// target, and by the all target when backup.location is set); it
 	// reaches the nodes named by [upstream].
 	Backup backup.Config `toml:"backup"`
+	// Storage configures the node's snapshots.
+	Storage StorageConfig `toml:"storage"`
+}
+
+// StorageConfig is the [storage] section.
+type StorageConfig struct {
+	Snapshot SnapshotConfig `toml:"snapshot"`
+}
+
+// SnapshotConfig is the [storage.snapshot] section. Snapshots are kept
+// inline, in the node's data directory.
+type SnapshotConfig struct {
+	// DriveInterval is how often the snapshot driver enforces
+	// raft.deleted_data_max_age on each shard (at most an eighth of
+	// raft.wal.segment_size of copies per shard each time); "0s" disables
+	// it, and nothing enforces the bound then.
+	DriveInterval time.Duration `toml:"drive_interval"`
 }
 
 // ColdConfig is the [cold] section: the object store (backend, dir, s3)
@@ -115,6 +133,8 @@ type LogConfig struct {
 func (c *Config) registerFlags(fs *flag.FlagSet, target string) {
 	fs.StringVar(&c.Target, "target", target, "roles to run: all, node, gateway, coldgc or backup")
 	c.Engine.RegisterFlags(fs)
+	fs.DurationVar(&c.Storage.Snapshot.DriveInterval, "storage.snapshot.drive-interval", engine.DefaultSnapshotDriveInterval,
+		`how often the snapshot driver enforces raft.deleted_data_max_age; "0s" disables it`)
 	fs.IntVar(&c.Runtime.CoreCount, "runtime.core-count", runtime.NumCPU(), "number of shard workers (bound to the WAL)")
 	c.Runtime.Config.RegisterFlags(fs, "runtime.")
 	nodeListen, clusterListen := "127.0.0.1:4447", "127.0.0.1:4439"
@@ -186,6 +206,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Target != TargetGateway {
 		errs = append(errs, c.Engine.Validate(), c.Node.Validate(), c.Cold.Config.Validate())
+		if c.Storage.Snapshot.DriveInterval < 0 {
+			errs = append(errs, fmt.Errorf("storage.snapshot.drive_interval %v must not be negative", c.Storage.Snapshot.DriveInterval))
+		}
 		var urls []string
 		for _, p := range c.Engine.Peers {
 			if p.ID != c.Engine.NodeID {
@@ -256,6 +279,10 @@ func Load(args []string, target string) (*Config, *Flags, error) {
 	cfg.Engine.Cold = cfg.Cold.TierConfig
 	cfg.Engine.MaxMessageBytes = cfg.Node.MaxMessageBytes
 	cfg.Engine.ClusterID = cfg.Node.ClusterID
+	cfg.Engine.SnapshotDriveInterval = cfg.Storage.Snapshot.DriveInterval
+	if cfg.Engine.SnapshotDriveInterval == 0 {
+		cfg.Engine.SnapshotDriveInterval = -1 // "0s": disabled
+	}
 	return &cfg, f, nil
 }
 

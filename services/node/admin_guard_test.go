@@ -410,14 +410,24 @@ func TestAdminColdEndpoints(t *testing.T) {
 	want := map[string]string{
 		"bucket": `"tenant-a"`, "removed_streams": `1`, "cold_gc_pending_entries": `0`, "cold_gc_complete": `true`,
 		"cold_gc_error": `null`, "bucket_prefix_absent": `true`,
+		// The deleted-data bound's part (this node's replicas): the
+		// purged stream's group holds its records until the bound's
+		// driver erases them, within the (default) bound.
+		"raft_deleted_data_max_age_ms": `3600000`, "raft_erasure_complete": `false`, "raft_erasure_pending_groups": `[0]`,
 	}
 	for k, v := range want {
 		if string(doc[k]) != v {
 			t.Errorf("%s = %s, want %s (%s)", k, doc[k], v, raw)
 		}
 	}
-	if len(doc) != 8 || doc["groups_with_streams"] == nil || doc["cold_gc_entries_reclaimed"] == nil {
-		t.Errorf("report has %d fields, want the 8 documented: %s", len(doc), raw)
+	var due string
+	if err := json.Unmarshal(doc["raft_erasure_due_by"], &due); err != nil {
+		t.Errorf("raft_erasure_due_by = %s: %v", doc["raft_erasure_due_by"], err)
+	} else if at, err := time.Parse(time.RFC3339, due); err != nil || at.Before(time.Now().Add(50*time.Minute)) {
+		t.Errorf("raft_erasure_due_by = %s (%v): want about an hour from now", due, err)
+	}
+	if len(doc) != 12 || doc["groups_with_streams"] == nil || doc["cold_gc_entries_reclaimed"] == nil {
+		t.Errorf("report has %d fields, want the seed's 8 and the 4 of the deleted-data bound: %s", len(doc), raw)
 	}
 }
 
@@ -428,9 +438,9 @@ func TestAdminJSON(t *testing.T) {
 		want string
 	}{
 		{"zero values and null optional", &adminv1.PurgeBucketResponse{Bucket: "b"},
-			`{"bucket":"b","bucket_prefix_absent":false,"cold_gc_complete":false,"cold_gc_entries_reclaimed":0,"cold_gc_error":null,"cold_gc_pending_entries":0,"groups_with_streams":[],"removed_streams":0}`},
+			`{"bucket":"b","bucket_prefix_absent":false,"cold_gc_complete":false,"cold_gc_entries_reclaimed":0,"cold_gc_error":null,"cold_gc_pending_entries":0,"groups_with_streams":[],"raft_deleted_data_max_age_ms":0,"raft_erasure_complete":false,"raft_erasure_due_by":null,"raft_erasure_pending_groups":[],"removed_streams":0}`},
 		{"set optional and 64-bit numbers", &adminv1.PurgeBucketResponse{Bucket: "b", RemovedStreams: 1 << 60, GroupsWithStreams: []uint32{3}, ColdGcError: proto.String("boom")},
-			`{"bucket":"b","bucket_prefix_absent":false,"cold_gc_complete":false,"cold_gc_entries_reclaimed":0,"cold_gc_error":"boom","cold_gc_pending_entries":0,"groups_with_streams":[3],"removed_streams":1152921504606846976}`},
+			`{"bucket":"b","bucket_prefix_absent":false,"cold_gc_complete":false,"cold_gc_entries_reclaimed":0,"cold_gc_error":"boom","cold_gc_pending_entries":0,"groups_with_streams":[3],"raft_deleted_data_max_age_ms":0,"raft_erasure_complete":false,"raft_erasure_due_by":null,"raft_erasure_pending_groups":[],"removed_streams":1152921504606846976}`},
 		{"repeated 64-bit numbers", &adminv1.SetMembershipResponse{RaftGroupId: 4, Voters: []uint64{1, 2, 3}, CommittedIndex: 17},
 			`{"committed_index":17,"raft_group_id":4,"voters":[1,2,3]}`},
 		{"shed state", &adminv1.LeadershipShedState{ClusterId: "c", NodeId: 2, State: "normal", ShouldCampaign: true, ShouldAcceptTransfer: true},

@@ -28,6 +28,7 @@ func (s *Server) purge(ctx context.Context, bucket string) (*adminv1.PurgeBucket
 		return nil, err
 	}
 	rep := &adminv1.PurgeBucketResponse{Bucket: bucket, RemovedStreams: first.Removed, GroupsWithStreams: first.GroupsWithStreams}
+	s.reportErasure(rep)
 	store := s.n.Cold.Store()
 	fail := func(err error) (*adminv1.PurgeBucketResponse, error) {
 		rep.ColdGcError = proto.String(err.Error())
@@ -83,3 +84,32 @@ func (s *Server) purge(ctx context.Context, bucket string) (*adminv1.PurgeBucket
 }
 
 var errStopList = errors.New("stop listing")
+
+// reportErasure adds this replica's progress on the deleted-data bound to
+// a purge report: which of the purged groups still hold records here, and
+// when the last is due.
+func (s *Server) reportErasure(rep *adminv1.PurgeBucketResponse) {
+	st := s.n.Cluster.Erasure()
+	if !st.Enforced {
+		return
+	}
+	rep.RaftDeletedDataMaxAgeMs = uint64(st.MaxAge.Milliseconds())
+	purged := map[uint32]bool{}
+	for _, g := range rep.GroupsWithStreams {
+		purged[g] = true
+	}
+	var due time.Time
+	for _, d := range st.Groups {
+		if !purged[d.Group] {
+			continue
+		}
+		rep.RaftErasurePendingGroups = append(rep.RaftErasurePendingGroups, d.Group)
+		if at := d.Since.Add(st.MaxAge); at.After(due) {
+			due = at
+		}
+	}
+	if !due.IsZero() {
+		rep.RaftErasureDueBy = proto.String(due.UTC().Format(time.RFC3339))
+	}
+	rep.RaftErasureComplete = len(rep.RaftErasurePendingGroups) == 0
+}

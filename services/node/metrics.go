@@ -160,7 +160,29 @@ func (m *metrics) snapshot(ctx context.Context, n *engine.Node, clusterID, incar
 	}
 	coldMetrics(n.Cold, gcPending, out)
 	shardMetrics(n.Cluster.ShardStats(), out)
+	erasureMetrics(n.Cluster.Erasure(), out)
 	return out
+}
+
+// erasureMetrics adds the deleted-data gauges: what each group still
+// holds of removed streams, and how old the oldest removal is.
+func erasureMetrics(st multiraft.ErasureStats, out map[string]any) {
+	groups := make([]any, 0, len(st.Groups))
+	for _, d := range st.Groups {
+		groups = append(groups, map[string]any{
+			"raft_group_id": float64(d.Group), "state": d.State, "bytes": float64(d.Bytes),
+			"age_ms": float64(d.AgeMs), "purge_index": float64(d.PurgeIndex),
+		})
+	}
+	out["deleted_data"] = groups
+	out["raft_deleted_data_oldest_age_ms"] = float64(st.OldestAgeMs)
+	out["raft_deleted_data_overdue_groups"] = float64(st.OverdueGroups)
+	out["raft_deleted_data_max_age_ms"] = float64(st.MaxAge.Milliseconds())
+	out["wal_lagging_groups"] = float64(st.LaggingGroups)
+	out["snapshot_driver_passes"] = float64(st.DriverPasses)
+	if !st.Enforced {
+		out["raft_deleted_data_max_age_ms"] = float64(0)
+	}
 }
 
 // shardMetrics adds each shard worker's mailbox depth, counters and
@@ -204,6 +226,8 @@ func shardMetrics(stats []multiraft.ShardStats, out map[string]any) {
 		sum.wal.SegmentsMade += w.SegmentsMade
 		sum.wal.SegmentsFreed += w.SegmentsFreed
 		sum.wal.Segments += w.Segments
+		sum.wal.DirtySegments += w.DirtySegments
+		sum.wal.RewrittenBytes += w.RewrittenBytes
 	}
 	out["shards"] = shards
 	for k, v := range map[string]uint64{
@@ -227,6 +251,8 @@ func shardMetrics(stats []multiraft.ShardStats, out map[string]any) {
 		"wal_segments":             sum.wal.Segments,
 		"wal_segments_started":     sum.wal.SegmentsMade,
 		"wal_segments_reclaimed":   sum.wal.SegmentsFreed,
+		"wal_dirty_segments":       sum.wal.DirtySegments,
+		"wal_rewritten_bytes":      sum.wal.RewrittenBytes,
 	} {
 		out[k] = float64(v)
 	}

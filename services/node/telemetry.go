@@ -70,9 +70,10 @@ func (s *Server) servePrometheus(w http.ResponseWriter, r *http.Request) {
 // raft_group_id, per-shard values shard, per-peer values peer_node_id.
 var nodeDocument = telemetry.Document{
 	Lists: map[string]telemetry.List{
-		"raft_groups": {Prefix: "raft_group_", IDKey: "raft_group_id"},
-		"shards":      {Prefix: "shard_", IDKey: "shard"},
-		"raft_peers":  {Prefix: "raft_peer_", IDKey: "node_id", Attr: "peer_node_id"},
+		"raft_groups":  {Prefix: "raft_group_", IDKey: "raft_group_id"},
+		"shards":       {Prefix: "shard_", IDKey: "shard"},
+		"raft_peers":   {Prefix: "raft_peer_", IDKey: "node_id", Attr: "peer_node_id"},
+		"deleted_data": {Prefix: "deleted_data_", IDKey: "raft_group_id"},
 	},
 	Kind: nodeMetricKind,
 }
@@ -93,11 +94,11 @@ var nodeCounters = map[string]bool{
 	"raft_snapshots": true, "raft_snapshot_bytes": true, "wal_writes": true, "wal_bytes_written": true,
 	"raft_read_index_reads": true, "raft_read_index_rounds": true,
 	"shard_read_index_reads": true, "shard_read_index_rounds": true,
-	"wal_fsyncs": true, "wal_segments_started": true, "wal_segments_reclaimed": true,
+	"wal_fsyncs": true, "wal_segments_started": true, "wal_segments_reclaimed": true, "wal_rewritten_bytes": true, "snapshot_driver_passes": true,
 	"shard_proposals": true, "shard_ready_batches": true, "shard_applied_entries": true,
 	"shard_snapshots": true, "shard_snapshot_bytes": true, "shard_wal_writes": true,
 	"shard_wal_bytes_written": true, "shard_wal_fsyncs": true, "shard_wal_segments_made": true,
-	"shard_wal_segments_freed": true,
+	"shard_wal_segments_freed": true, "shard_wal_rewritten_bytes": true,
 	// the cold-GC worker in the all-in-one process
 	"coldgc_passes": true, "coldgc_reclaimed_entries": true, "coldgc_deleted_objects": true,
 	"coldgc_errors": true, "coldgc_compactions": true, "coldgc_compaction_rejected": true,

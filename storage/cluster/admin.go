@@ -132,6 +132,9 @@ func (c *Cluster) PurgeLog(ctx context.Context, g uint32, upto uint64, startWith
 // ShardStats are the shard workers' counters (metrics).
 func (c *Cluster) ShardStats() []multiraft.ShardStats { return c.host.ShardStats() }
 
+// Erasure returns the deleted-data gauges (multiraft, deleted.go).
+func (c *Cluster) Erasure() multiraft.ErasureStats { return c.host.Erasure() }
+
 // SyncJournals flushes every journal to disk.
 func (c *Cluster) SyncJournals() error { return c.host.Sync() }
 

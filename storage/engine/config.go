@@ -50,9 +50,47 @@ type Config struct {
 	// quarter of the deleted-data bound when that is shorter). Expired
 	// streams are also removed lazily when accessed.
 	ExpirySweepInterval time.Duration `toml:"expiry_sweep_interval"`
+	// DeletedDataMaxAge bounds how long a replica keeps the records of a
+	// deleted, expired or purged stream in its snapshot, its Raft log and
+	// the log's files after it applied the removal (multiraft, deleted.go).
+	// The expiry sweep runs at least every quarter of it.
+	DeletedDataMaxAge time.Duration `toml:"deleted_data_max_age"`
+	// WAL configures the journals.
+	WAL WALConfig `toml:"wal"`
+	// SnapshotDriveInterval is how often the snapshot driver enforces
+	// DeletedDataMaxAge on each shard; 0 means the default, negative
+	// disables it (nothing enforces the bound then). Set from
+	// storage.snapshot.drive_interval, where "0s" disables.
+	SnapshotDriveInterval time.Duration `toml:"-"`
 	// Cold configures the cold tier (set from the [cold] section; the zero
 	// value means cold.DefaultConfig).
 	Cold cold.Config `toml:"-"`
+}
+
+// WALConfig is the [raft.wal] section.
+type WALConfig struct {
+	// SegmentSize is the journal segment size in bytes at which a shard's
+	// journal rolls over to a new segment.
+	SegmentSize int64 `toml:"segment_size"`
+}
+
+// Defaults of the deleted-data bound and its driver.
+const (
+	DefaultDeletedDataMaxAge     = time.Hour
+	DefaultSnapshotDriveInterval = time.Second
+)
+
+// SweepInterval is the effective expiry sweep interval: the configured
+// one, or a quarter of the deleted-data bound when that is shorter.
+func (c *Config) SweepInterval() time.Duration {
+	return min(c.ExpirySweepInterval, c.deletedDataMaxAge()/4)
+}
+
+func (c *Config) deletedDataMaxAge() time.Duration {
+	if c.DeletedDataMaxAge == 0 {
+		return DefaultDeletedDataMaxAge
+	}
+	return c.DeletedDataMaxAge
 }
 
 // RegisterFlags registers the engine's flags with defaults.
@@ -66,7 +104,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.SnapshotBytes, "raft.snapshot-bytes", 512<<10, "snapshot a group after this many bytes of entries")
 	fs.DurationVar(&c.SyncWindow, "raft.sync-window", 2*time.Millisecond, `minimum interval between fsyncs of one shard under fsync "always"`)
 	fs.DurationVar(&c.TickInterval, "raft.tick-interval", 100*time.Millisecond, "Raft tick interval")
-	fs.DurationVar(&c.ExpirySweepInterval, "expiry-sweep-interval", time.Minute, "interval of the TTL expiry sweep (each pass removes at most 16×257 expired streams per group)")
+	fs.DurationVar(&c.ExpirySweepInterval, "expiry-sweep-interval", time.Minute, "interval of the TTL expiry sweep (each pass removes at most 16×257 expired streams per group); a quarter of raft.deleted_data_max_age when that is shorter")
+	fs.DurationVar(&c.DeletedDataMaxAge, "raft.deleted-data-max-age", DefaultDeletedDataMaxAge, "bound on how long a replica keeps a removed stream's records in its snapshot, Raft log and log files")
+	fs.Int64Var(&c.WAL.SegmentSize, "raft.wal.segment-size", 64<<20, "journal segment size in bytes")
 }
 
 // Validate checks the configuration.
@@ -109,6 +149,12 @@ func (c *Config) Validate() error {
 	}
 	if c.TickInterval <= 0 || c.ExpirySweepInterval <= 0 {
 		errs = append(errs, errors.New("tick and sweep intervals must be positive"))
+	}
+	if c.DeletedDataMaxAge != 0 && c.DeletedDataMaxAge < 4*time.Second {
+		errs = append(errs, fmt.Errorf("raft.deleted_data_max_age %v is below the minimum of 4s", c.DeletedDataMaxAge))
+	}
+	if n := c.WAL.SegmentSize; n != 0 && (n < 64<<10 || n > 4<<30) {
+		errs = append(errs, fmt.Errorf("raft.wal.segment_size %d out of range [64 KiB, 4 GiB]", n))
 	}
 	if c.Cold != (cold.Config{}) {
 		errs = append(errs, c.Cold.Validate())

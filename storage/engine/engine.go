@@ -343,7 +343,7 @@ func (e *Engine) touch(m stream.Meta) {
 // sweepLoop removes expired streams from the groups this node leads,
 // every ExpirySweepInterval, in bounded passes (sweep.go).
 func (e *Engine) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(e.cfg.ExpirySweepInterval)
+	t := time.NewTicker(e.cfg.SweepInterval())
 	defer t.Stop()
 	for {
 		select {

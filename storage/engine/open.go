@@ -76,6 +76,9 @@ func Open(cfg Config, deps Deps) (*Node, error) {
 	if now == nil {
 		now = time.Now
 	}
+	if cfg.SnapshotDriveInterval < 0 {
+		logger.Warn("storage.snapshot.drive_interval is 0s: nothing enforces raft.deleted_data_max_age, and deleted streams' records stay in snapshots and journal files until they are replaced in the normal course")
+	}
 	n := &Node{cfg: cfg, logger: logger, machines: make([]*stream.Machine, cfg.GroupCount)}
 	for g := range n.machines {
 		n.machines[g] = stream.NewMachine(uint32(g))
@@ -105,7 +108,12 @@ func Open(cfg Config, deps Deps) (*Node, error) {
 		SyncWindow:      cfg.SyncWindow,
 		SnapshotEntries: cfg.SnapshotEntries,
 		SnapshotBytes:   cfg.SnapshotBytes,
-		FS:              deps.FS,
+		SegmentBytes:    cfg.WAL.SegmentSize,
+		// The bound and its driver (multiraft, deleted.go).
+		DeletedDataMaxAge: cfg.DeletedDataMaxAge,
+		DriveInterval:     cfg.SnapshotDriveInterval,
+		Now:               now,
+		FS:                deps.FS,
 	}, func(g uint32) multiraft.StateMachine { return n.machines[g] }, tr, logger.With("component", "raft"))
 	if err != nil {
 		return nil, fmt.Errorf("open raft host: %w", err)
@@ -240,3 +248,6 @@ func (n *Node) Groups() []GroupView {
 	}
 	return out
 }
+
+// The state machine reports what it removes, for the deleted-data bound.
+var _ multiraft.Remover = (*stream.Machine)(nil)

@@ -69,6 +69,16 @@ type Config struct {
 	// MaxReadWaiters bounds the readers of one group waiting for the next
 	// read-index round; more fail with ErrTooManyReads. Default 1024.
 	MaxReadWaiters int `yaml:"max_read_waiters"`
+	// DeletedDataMaxAge bounds how long a replica keeps removed streams'
+	// records in its snapshot files, its log and its journal's files after
+	// it applied the removal (deleted.go); default 1 hour.
+	DeletedDataMaxAge time.Duration `yaml:"deleted_data_max_age"`
+	// DriveInterval is how often the snapshot driver enforces that bound
+	// on each shard; default 1 s. Negative disables the driver: nothing
+	// enforces the bound then.
+	DriveInterval time.Duration `yaml:"drive_interval"`
+	// Now is the clock of the deleted-data bound; nil means time.Now.
+	Now func() time.Time `yaml:"-"`
 	// FS is the file system seam (fault injection, tests); nil means the
 	// operating system's.
 	FS wal.FS `yaml:"-"`
@@ -113,6 +123,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxReadWaiters <= 0 {
 		c.MaxReadWaiters = 1024
+	}
+	if c.DeletedDataMaxAge <= 0 {
+		c.DeletedDataMaxAge = time.Hour
+	}
+	if c.DriveInterval == 0 {
+		c.DriveInterval = time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.FS == nil {
 		c.FS = wal.OSFS{}

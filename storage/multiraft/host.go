@@ -242,7 +242,7 @@ func New(cfg Config, newStateMachine func(groupID uint32) StateMachine, tr Trans
 		}
 	}()
 	for i := range cfg.ShardCount {
-		opts := wal.Options{FS: cfg.FS, LogDir: logDir, Shard: i, SegmentBytes: cfg.SegmentBytes, Logger: h.logger}
+		opts := wal.Options{FS: cfg.FS, LogDir: logDir, Shard: i, SegmentBytes: cfg.SegmentBytes, Logger: h.logger, Now: cfg.Now}
 		if clean != nil {
 			tail, found := clean.Tails[i]
 			if !found {
@@ -318,6 +318,9 @@ func (h *Host) newGroup(id uint32, st *wal.GroupState, s *shard) (*group, error)
 	}
 	g.applied = applied
 	g.snapIndex = applied
+	// Removals applied again up to here may have been applied before the
+	// restart: they are due at once (deleted.go).
+	g.replayThrough = storage.HardState().GetCommit()
 	g.appliedWaits.trigger(applied)
 	rn, err := raft.NewRawNode(g.raftConfig(h, applied))
 	if err != nil {

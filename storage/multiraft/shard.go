@@ -122,6 +122,10 @@ type shard struct {
 	// retain lists groups whose older snapshot files may go once the
 	// journal is synced (snapshot.go).
 	retain []*group
+	// lastDrive is when the snapshot driver last ran (deleted.go), and
+	// erasures what it found.
+	lastDrive time.Time
+	erasures  erasureView
 
 	stats shardStats
 }
@@ -461,6 +465,9 @@ func (s *shard) processReady() error {
 			if err := g.apply(rd); err != nil {
 				return err
 			}
+			if len(rd.CommittedEntries) > 0 {
+				g.noteRemovals(h.cfg.Now())
+			}
 			s.stats.applyNs.Add(uint64(time.Since(applyStart)))
 			s.stats.appliedEntries.Add(uint64(len(rd.CommittedEntries)))
 			g.appliedWaits.trigger(g.applied)
@@ -491,6 +498,14 @@ func (s *shard) onTick() error {
 	}
 	if err := s.retainSnapshots(); err != nil {
 		return err
+	}
+	if d := s.h.cfg.DriveInterval; d > 0 {
+		if now := s.h.cfg.Now(); now.Sub(s.lastDrive) >= d {
+			s.lastDrive = now
+			if err := s.drive(now); err != nil {
+				return err
+			}
+		}
 	}
 	s.ticks++
 	if s.ticks%10 != 0 {
@@ -583,6 +598,10 @@ type group struct {
 	snapshotting  bool
 	snapWaiters   []*logRequest
 	retainPending bool
+	// owed is the deleted data this replica still holds (deleted.go), and
+	// replayThrough the commit index recovered at startup.
+	owed          *erasure
+	replayThrough uint64
 	// reads are the readers waiting for a read index (readindex.go).
 	reads groupReads
 

@@ -34,6 +34,7 @@
 // directory is fsynced; only then is the snapshot marker written to the
 // journal. The journal's latest snapshot marker names the snapshot a restart
 // must load (by index); files above it were never acknowledged and are
-// removed, and of the older ones only the newest is kept, so at most two
-// snapshots are kept per group.
+// removed, and so are the older ones once a newer marker is durable: a
+// group keeps one snapshot file (an older one may hold streams removed
+// since).
 package raftlog

@@ -183,23 +183,18 @@ func (s *SnapshotStore) Load(group uint32, term, index uint64) (*pb.Snapshot, er
 	return nil, fmt.Errorf("%w: group %d index %d term %d in %s", ErrSnapshotMissing, group, index, term, s.groupDir(group))
 }
 
-// Retain deletes a group's snapshot files other than the one at index and the
-// newest one below it, and leftover temporary files.
+// Retain deletes a group's snapshot files other than the one at (term,
+// index), and leftover temporary files. Only the current snapshot is kept:
+// an older one may hold streams removed since (the deleted-data bound).
 func (s *SnapshotStore) Retain(group uint32, term, index uint64) error {
 	files, err := s.list(group)
 	if err != nil {
 		return err
 	}
-	var prev uint64
-	for _, f := range files {
-		if f.index < index && f.index > prev {
-			prev = f.index
-		}
-	}
 	dir := s.groupDir(group)
 	removed := false
 	for _, f := range files {
-		if f.index == index && f.term == term || (f.index == prev && prev != 0) {
+		if f.index == index && f.term == term {
 			continue
 		}
 		if err := s.fs.Remove(filepath.Join(dir, f.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -145,6 +145,16 @@ func (s *Storage) Snapshot() (*pb.Snapshot, error) {
 	return snap, nil
 }
 
+// LiveEntries returns the entries above the snapshot (shared: the caller
+// must not modify them) and about how many journal bytes they take.
+func (s *Storage) LiveEntries() ([]*pb.Entry, uint64) {
+	var n uint64
+	for _, e := range s.ents {
+		n += uint64(len(e.GetData())) + 21
+	}
+	return s.ents, n
+}
+
 // SnapshotTerm returns the term of the latest snapshot.
 func (s *Storage) SnapshotTerm() uint64 { return s.snap.GetTerm() }
 

@@ -57,6 +57,10 @@ type Machine struct {
 	mu      sync.RWMutex
 	applied uint64
 	hotSize atomic.Int64
+	// removals and removedBytes count the streams dropped since the host
+	// last asked (TakeRemoved; shard worker only).
+	removals     int
+	removedBytes uint64
 	// state is what a snapshot holds (its encoding replaces it whole:
 	// Restore, an import).
 	state
@@ -104,6 +108,16 @@ func (m *Machine) SnapshotCost() uint64 {
 	n := len(m.streams) + len(m.gc)
 	m.mu.RUnlock()
 	return uint64(m.hotSize.Load()) + 256*uint64(n)
+}
+
+// TakeRemoved implements multiraft.Remover: the streams dropped for good
+// since the last call (deleted, expired or purged with their bucket; a
+// deleted stream that forks still reference is not dropped yet) and their
+// bytes. Called on the shard worker only.
+func (m *Machine) TakeRemoved() (int, uint64) {
+	n, b := m.removals, m.removedBytes
+	m.removals, m.removedBytes = 0, 0
+	return n, b
 }
 
 // HotBytes is the number of stream bytes held in memory.
@@ -525,6 +539,8 @@ func (m *Machine) remove(now int64, key Key, s *stream) []*storagev1.ForkOrigin 
 // drop removes a stream for good and queues its cold objects for GC.
 func (m *Machine) drop(now int64, key Key, s *stream) []*storagev1.ForkOrigin {
 	delete(m.streams, key)
+	m.removals++
+	m.removedBytes += s.buf.End() - s.meta.GetBase()
 	m.hotSize.Add(-int64(s.buf.Bytes()))
 	// Objects of the stream's earlier incarnations (before a new history)
 	// live under their own prefixes.

@@ -46,6 +46,9 @@ type Options struct {
 	// repairing it, and refuses an active segment that is not exactly the
 	// recorded one.
 	CleanShutdown *SegmentTail
+	// Now is the clock that ages purged entries (see Dirty); nil means
+	// time.Now.
+	Now func() time.Time
 }
 
 // GroupState is what recovery found for one group.
@@ -62,8 +65,33 @@ type segment struct {
 	seq  uint64
 	path string
 	size int64
-	// maxIndex is, per group, the highest entry index written to the segment.
-	maxIndex map[uint32]uint64
+	// minIndex and maxIndex are, per group, the lowest and highest entry
+	// index written to the segment.
+	minIndex, maxIndex map[uint32]uint64
+	// dirtySince is when the segment first held an entry at or below its
+	// group's snapshot (a purged entry); zero while it holds none.
+	dirtySince time.Time
+}
+
+func newSegment(seq uint64, path string) *segment {
+	return &segment{seq: seq, path: path, minIndex: map[uint32]uint64{}, maxIndex: map[uint32]uint64{}}
+}
+
+// noteEntries records that the segment holds a group's entries lo..hi.
+func (s *segment) noteEntries(group uint32, lo, hi uint64) {
+	if m, ok := s.minIndex[group]; !ok || lo < m {
+		s.minIndex[group] = lo
+	}
+	if hi > s.maxIndex[group] {
+		s.maxIndex[group] = hi
+	}
+}
+
+// holdsThrough reports whether the segment holds an entry of group at or
+// below index (every entry of it when all is set).
+func (s *segment) holdsThrough(group uint32, index uint64, all bool) bool {
+	m, ok := s.minIndex[group]
+	return ok && (all || m <= index)
 }
 
 type groupMeta struct {
@@ -91,7 +119,12 @@ type Journal struct {
 	closed   bool
 	started  bool
 	clean    *SegmentTail
+	now      func() time.Time
 	stats    Stats
+	// rewritten maps a group to the sequence of the segment that holds a
+	// copy of its whole live log (RewriteEntries): its entries in older
+	// segments are no reason to keep them.
+	rewritten map[uint32]uint64
 	// damagedTail: recovery cut a complete frame that failed verification.
 	damagedTail bool
 }
@@ -106,6 +139,11 @@ type Stats struct {
 	SegmentsMade  uint64 `json:"segments_started"`   // segments started
 	SegmentsFreed uint64 `json:"segments_reclaimed"` // segments deleted by Purge
 	Segments      uint64 `json:"segments"`           // segment files now
+	// DirtySegments are the segments that hold purged entries now, and
+	// RewrittenBytes the bytes of live entries copied forward so that
+	// such segments could go (RewriteEntries).
+	DirtySegments  uint64 `json:"dirty_segments"`
+	RewrittenBytes uint64 `json:"rewritten_bytes"`
 }
 
 // Stats returns the journal's counters.
@@ -114,6 +152,11 @@ func (j *Journal) Stats() Stats {
 	defer j.mu.Unlock()
 	st := j.stats
 	st.Segments = uint64(len(j.segs))
+	for _, seg := range j.segs {
+		if !seg.dirtySince.IsZero() {
+			st.DirtySegments++
+		}
+	}
 	return st
 }
 
@@ -145,14 +188,19 @@ func RecoverJournal(opts Options) (*Journal, map[uint32]*GroupState, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	j := &Journal{
-		fs:       opts.FS,
-		dir:      filepath.Join(opts.LogDir, fmt.Sprintf("shard-%03d", opts.Shard)),
-		shard:    opts.Shard,
-		segBytes: opts.SegmentBytes,
-		logger:   opts.Logger.With("shard_id", opts.Shard),
-		meta:     make(map[uint32]*groupMeta),
-		clean:    opts.CleanShutdown,
+		fs:        opts.FS,
+		dir:       filepath.Join(opts.LogDir, fmt.Sprintf("shard-%03d", opts.Shard)),
+		shard:     opts.Shard,
+		segBytes:  opts.SegmentBytes,
+		logger:    opts.Logger.With("shard_id", opts.Shard),
+		meta:      make(map[uint32]*groupMeta),
+		clean:     opts.CleanShutdown,
+		now:       opts.Now,
+		rewritten: make(map[uint32]uint64),
 	}
 	// After a clean shutdown the directory exists; a refused recovery
 	// must not create it.
@@ -217,7 +265,13 @@ func (j *Journal) listSegments() ([]*segment, error) {
 		if err != nil {
 			continue
 		}
-		segs = append(segs, &segment{seq: seq, path: filepath.Join(j.dir, name), maxIndex: map[uint32]uint64{}})
+		seg := newSegment(seq, filepath.Join(j.dir, name))
+		// Purged entries keep their age across a restart: it is read from
+		// the segment's last change.
+		if info, err := de.Info(); err == nil {
+			seg.dirtySince = info.ModTime()
+		}
+		segs = append(segs, seg)
 	}
 	slices.SortFunc(segs, func(a, b *segment) int {
 		switch {
@@ -335,8 +389,32 @@ func (j *Journal) recover() (map[uint32]*GroupState, error) {
 				ErrMissingEntries, g, j.dir, snap, st.Entries[0].GetIndex())
 		}
 	}
+	for _, seg := range segs {
+		snapIndex := func(g uint32) uint64 {
+			if st := states[g]; st != nil {
+				return st.Snapshot.Index
+			}
+			return 0
+		}
+		if !seg.holdsPurged(snapIndex) {
+			seg.dirtySince = time.Time{}
+		} else if seg.dirtySince.IsZero() {
+			seg.dirtySince = j.now()
+		}
+	}
 	j.segs = segs
 	return states, nil
+}
+
+// holdsPurged reports whether the segment holds an entry at or below its
+// group's snapshot index.
+func (s *segment) holdsPurged(snapIndex func(uint32) uint64) bool {
+	for g, lo := range s.minIndex {
+		if lo <= snapIndex(g) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkCleanTail checks, after a clean shutdown, that the newest segment
@@ -393,10 +471,7 @@ func applyRecord(shard int, seg *segment, off int, rec Record, state func(uint32
 		}
 		st := state(rec.Group)
 		appendRecovered(st, rec.Entries)
-		last := rec.Entries[len(rec.Entries)-1].GetIndex()
-		if last > seg.maxIndex[rec.Group] {
-			seg.maxIndex[rec.Group] = last
-		}
+		seg.noteEntries(rec.Group, rec.Entries[0].GetIndex(), rec.Entries[len(rec.Entries)-1].GetIndex())
 	case RecordHardState:
 		state(rec.Group).HardState = rec.HardState
 	case RecordSnapshot:
@@ -468,7 +543,7 @@ func (j *Journal) startSegment() error {
 			j.segs = j.segs[:n-1]
 		}
 	}
-	seg := &segment{seq: seq, path: filepath.Join(j.dir, fmt.Sprintf("%016d.wal", seq)), maxIndex: map[uint32]uint64{}}
+	seg := newSegment(seq, filepath.Join(j.dir, fmt.Sprintf("%016d.wal", seq)))
 	f, err := j.fs.OpenFile(seg.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("wal: create %s: %w", seg.path, err)
@@ -536,12 +611,15 @@ func (j *Journal) AppendEntries(group uint32, ents []*pb.Entry) {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	j.appendEntriesLocked(group, ents)
+}
+
+func (j *Journal) appendEntriesLocked(group uint32, ents []*pb.Entry) int {
 	j.groupMeta(group)
+	n := len(j.buf)
 	j.buf = appendFrame(j.buf, RecordEntries, func(b []byte) []byte { return appendEntries(b, group, ents) })
-	seg := j.segs[len(j.segs)-1]
-	if last := ents[len(ents)-1].GetIndex(); last > seg.maxIndex[group] {
-		seg.maxIndex[group] = last
-	}
+	j.segs[len(j.segs)-1].noteEntries(group, ents[0].GetIndex(), ents[len(ents)-1].GetIndex())
+	return len(j.buf) - n
 }
 
 // SetHardState buffers a frame with a group's hard state.
@@ -574,6 +652,14 @@ func (j *Journal) SetSnapshot(group uint32, m SnapshotMarker) {
 	stored := m
 	stored.Discard = false
 	j.groupMeta(group).snap = stored
+	// The entries the snapshot covers are purged: their bytes start to age
+	// in the segments that hold them (Dirty).
+	now := j.now()
+	for _, seg := range j.segs {
+		if seg.dirtySince.IsZero() && seg.holdsThrough(group, m.Index, m.Discard) {
+			seg.dirtySince = now
+		}
+	}
 	j.buf = appendFrame(j.buf, RecordSnapshot, func(b []byte) []byte {
 		b = putU32(b, group)
 		var flags byte
@@ -693,7 +779,7 @@ func (j *Journal) Pinning() map[uint32]uint64 {
 	}
 	out := map[uint32]uint64{}
 	for g, max := range j.segs[0].maxIndex {
-		if m := j.meta[g]; m == nil || max > m.snap.Index {
+		if j.live(j.segs[0], g, max) {
 			out[g] = max
 		}
 	}
@@ -732,9 +818,111 @@ func (j *Journal) Purge() (int, error) {
 
 func (j *Journal) purgeable(s *segment) bool {
 	for g, max := range s.maxIndex {
-		if m := j.meta[g]; m == nil || max > m.snap.Index {
+		if j.live(s, g, max) {
 			return false
 		}
 	}
 	return true
+}
+
+// live reports whether s holds entries of group g (the highest at max)
+// that only s keeps: above the group's snapshot and not copied into a
+// later segment.
+func (j *Journal) live(s *segment, g uint32, max uint64) bool {
+	if m := j.meta[g]; m != nil && max <= m.snap.Index {
+		return false
+	}
+	return j.rewritten[g] <= s.seq
+}
+
+// DueThrough returns the sequence of the newest segment that has held
+// purged entries since before cutoff: it and every segment before it are
+// to be freed (the live entries they keep copied forward, then deleted).
+// ok is false when no segment is due.
+func (j *Journal) DueThrough(cutoff time.Time) (seq uint64, ok bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, seg := range j.segs {
+		if !seg.dirtySince.IsZero() && !seg.dirtySince.After(cutoff) {
+			seq, ok = seg.seq, true
+		}
+	}
+	return seq, ok
+}
+
+// SealThrough starts a new active segment when the active one is at or
+// below seq, so that no later entry is written into a segment due to go.
+func (j *Journal) SealThrough(seq uint64) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if len(j.segs) == 0 || j.segs[len(j.segs)-1].seq > seq {
+		return nil
+	}
+	if err := j.flushLocked(false); err != nil {
+		return err
+	}
+	if j.segs[len(j.segs)-1].seq > seq {
+		return nil // the flush rolled over
+	}
+	if err := j.startSegment(); err != nil {
+		j.err = err
+		return err
+	}
+	return nil
+}
+
+// LiveThrough returns, sorted, the groups whose live entries (above their
+// snapshot, not copied forward since) keep a segment at or below seq.
+func (j *Journal) LiveThrough(seq uint64) []uint32 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	set := map[uint32]bool{}
+	for _, seg := range j.segs {
+		if seg.seq > seq {
+			break
+		}
+		for g, max := range seg.maxIndex {
+			if j.live(seg, g, max) {
+				set[g] = true
+			}
+		}
+	}
+	out := make([]uint32, 0, len(set))
+	for g := range set {
+		out = append(out, g)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// RewriteEntries buffers a copy of a group's whole live log (every entry
+// above its snapshot, consecutive, as the group's raft storage holds it)
+// in the active segment. Recovery reads it as a replacement of every
+// earlier entry of the group (an entries record at or below the first one
+// replaces them), so older segments keep nothing of the group that only
+// they hold. It returns the bytes buffered.
+// An empty live log writes nothing: no older entry of the group is needed.
+func (j *Journal) RewriteEntries(group uint32, ents []*pb.Entry) int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	n := 0
+	if len(ents) > 0 {
+		n = j.appendEntriesLocked(group, ents)
+	}
+	j.rewritten[group] = j.segs[len(j.segs)-1].seq
+	j.stats.RewrittenBytes += uint64(n)
+	return n
+}
+
+// HoldsThrough reports whether a segment still holds an entry of group at
+// or below index.
+func (j *Journal) HoldsThrough(group uint32, index uint64) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, seg := range j.segs {
+		if seg.holdsThrough(group, index, false) {
+			return true
+		}
+	}
+	return false
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 )
@@ -515,5 +516,109 @@ func TestTruncateRecord(t *testing.T) {
 	checkEntries(t, st[1].Entries, append(ents(2, 1, 6), ents(3, 7, 8)...))
 	if len(st[2].Entries) != 0 {
 		t.Fatalf("group 2 kept %d entries after a truncate to 0", len(st[2].Entries))
+	}
+}
+
+// TestRewriteFreesDirtySegments frees segments that hold purged entries by
+// copying the live log of the groups that keep them forward: the purged
+// entries' bytes leave every file, and recovery finds every live entry.
+func TestRewriteFreesDirtySegments(t *testing.T) {
+	dir := t.TempDir()
+	clock := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	opts := Options{LogDir: dir, SegmentBytes: 4 << 10, Now: func() time.Time { return clock }}
+	j, _ := openJournal(t, opts)
+	cs := &pb.ConfState{Voters: []uint64{1}}
+	// Group 1 is quiet: its live entries 1..3 sit in the first segment.
+	// Group 0 writes through several segments, then snapshots.
+	live := ents(1, 1, 3)
+	j.AppendEntries(1, live)
+	for i := uint64(1); i <= 400; i++ {
+		j.AppendEntries(0, ents(1, i, i))
+		mustFlush(t, j, false)
+	}
+	if j.Segments() < 3 {
+		t.Fatalf("expected rollovers, have %d segments", j.Segments())
+	}
+	if _, ok := j.DueThrough(clock); ok {
+		t.Fatal("a segment is due before any entry was purged")
+	}
+	j.SetSnapshot(0, SnapshotMarker{Index: 400, Term: 1, ConfState: cs})
+	mustFlush(t, j, false)
+	if n, err := j.Purge(); err != nil || n != 0 {
+		t.Fatalf("Purge = %d, %v: group 1's live entries keep the oldest segment", n, err)
+	}
+	if got := j.Stats().DirtySegments; got != uint64(j.Segments()) {
+		t.Fatalf("%d dirty segments of %d: every one holds purged entries of group 0", got, j.Segments())
+	}
+	if _, ok := j.DueThrough(clock.Add(-time.Second)); ok {
+		t.Fatal("a segment is due before its purged entries aged")
+	}
+	through, ok := j.DueThrough(clock)
+	if !ok {
+		t.Fatal("no segment due")
+	}
+	if err := j.SealThrough(through); err != nil {
+		t.Fatal(err)
+	}
+	if got := j.LiveThrough(through); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("LiveThrough = %v, want [1]", got)
+	}
+	if n := j.RewriteEntries(1, live); n == 0 {
+		t.Fatal("RewriteEntries wrote nothing")
+	}
+	if got := j.LiveThrough(through); len(got) != 0 {
+		t.Fatalf("LiveThrough after the copy = %v", got)
+	}
+	if n, err := j.Purge(); err != nil || n == 0 {
+		t.Fatalf("Purge after the copy = %d, %v", n, err)
+	}
+	if j.HoldsThrough(0, 400) {
+		t.Fatal("a segment still holds group 0's purged entries")
+	}
+	st := j.Stats()
+	if st.DirtySegments != 0 || st.RewrittenBytes == 0 {
+		t.Fatalf("stats after freeing: %+v", st)
+	}
+	mustClose(t, j)
+	for _, f := range segmentFiles(t, dir, 0) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := uint64(1); i <= 400; i++ {
+			if strings.Contains(string(data), fmt.Sprintf("e%d-t1", i)) && i > 3 {
+				t.Fatalf("%s still holds group 0's purged entry %d", f, i)
+			}
+		}
+	}
+	j, states := openJournal(t, opts)
+	defer mustClose(t, j)
+	checkEntries(t, states[1].Entries, live)
+	if states[0].Snapshot.Index != 400 || len(states[0].Entries) != 0 {
+		t.Fatalf("group 0: snapshot %d, %d entries", states[0].Snapshot.Index, len(states[0].Entries))
+	}
+}
+
+// TestDirtyAgeSurvivesRestart: purged entries keep their age across a
+// restart (read from the segment's last change); segments without purged
+// entries are not dirty.
+func TestDirtyAgeSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{LogDir: dir, SegmentBytes: 4 << 10}
+	j, _ := openJournal(t, opts)
+	j.AppendEntries(0, ents(1, 1, 5))
+	j.AppendEntries(1, ents(1, 1, 5))
+	j.SetSnapshot(0, SnapshotMarker{Index: 5, Term: 1, ConfState: &pb.ConfState{Voters: []uint64{1}}})
+	mustClose(t, j)
+	j, _ = openJournal(t, opts)
+	defer mustClose(t, j)
+	if got := j.Stats().DirtySegments; got != 1 {
+		t.Fatalf("%d dirty segments after a restart, want 1", got)
+	}
+	if _, ok := j.DueThrough(time.Now().Add(-time.Hour)); ok {
+		t.Fatal("a restart made old purged entries' age start in the past")
+	}
+	if _, ok := j.DueThrough(time.Now()); !ok {
+		t.Fatal("the purged entries' age was not read from the segment")
 	}
 }

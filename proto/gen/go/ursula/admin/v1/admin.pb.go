@@ -1103,8 +1103,21 @@ type PurgeBucketResponse struct {
 	// cold_gc_error is null unless a cold-store step failed.
 	ColdGcError        *string `protobuf:"bytes,7,opt,name=cold_gc_error,json=coldGcError,proto3,oneof" json:"cold_gc_error,omitempty"`
 	BucketPrefixAbsent bool    `protobuf:"varint,8,opt,name=bucket_prefix_absent,json=bucketPrefixAbsent,proto3" json:"bucket_prefix_absent,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// raft_deleted_data_max_age_ms is the deleted-data bound: every replica
+	// drops the purged streams' records from its snapshot, its Raft log and
+	// the log's files within it after it applied the purge.
+	RaftDeletedDataMaxAgeMs uint64 `protobuf:"varint,9,opt,name=raft_deleted_data_max_age_ms,json=raftDeletedDataMaxAgeMs,proto3" json:"raft_deleted_data_max_age_ms,omitempty"`
+	// raft_erasure_pending_groups are the groups of groups_with_streams
+	// whose replica on the answering node still holds purged records (its
+	// deleted_data in /__ursula/metrics), and raft_erasure_due_by (RFC 3339)
+	// when the last of them is due; raft_erasure_complete is set when none
+	// is left on this node and the bound is enforced. Other replicas count
+	// from when they applied the purge: read their deleted_data metrics.
+	RaftErasurePendingGroups []uint32 `protobuf:"varint,10,rep,packed,name=raft_erasure_pending_groups,json=raftErasurePendingGroups,proto3" json:"raft_erasure_pending_groups,omitempty"`
+	RaftErasureDueBy         *string  `protobuf:"bytes,11,opt,name=raft_erasure_due_by,json=raftErasureDueBy,proto3,oneof" json:"raft_erasure_due_by,omitempty"`
+	RaftErasureComplete      bool     `protobuf:"varint,12,opt,name=raft_erasure_complete,json=raftErasureComplete,proto3" json:"raft_erasure_complete,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *PurgeBucketResponse) Reset() {
@@ -1193,6 +1206,34 @@ func (x *PurgeBucketResponse) GetBucketPrefixAbsent() bool {
 	return false
 }
 
+func (x *PurgeBucketResponse) GetRaftDeletedDataMaxAgeMs() uint64 {
+	if x != nil {
+		return x.RaftDeletedDataMaxAgeMs
+	}
+	return 0
+}
+
+func (x *PurgeBucketResponse) GetRaftErasurePendingGroups() []uint32 {
+	if x != nil {
+		return x.RaftErasurePendingGroups
+	}
+	return nil
+}
+
+func (x *PurgeBucketResponse) GetRaftErasureDueBy() string {
+	if x != nil && x.RaftErasureDueBy != nil {
+		return *x.RaftErasureDueBy
+	}
+	return ""
+}
+
+func (x *PurgeBucketResponse) GetRaftErasureComplete() bool {
+	if x != nil {
+		return x.RaftErasureComplete
+	}
+	return false
+}
+
 var File_ursula_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_ursula_admin_v1_admin_proto_rawDesc = "" +
@@ -1265,7 +1306,7 @@ const file_ursula_admin_v1_admin_proto_rawDesc = "" +
 	"\vnext_offset\x18\x04 \x01(\tR\n" +
 	"nextOffset\",\n" +
 	"\x12PurgeBucketRequest\x12\x16\n" +
-	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"\x8f\x03\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"\x8d\x05\n" +
 	"\x13PurgeBucketResponse\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12'\n" +
 	"\x0fremoved_streams\x18\x02 \x01(\x04R\x0eremovedStreams\x12.\n" +
@@ -1274,8 +1315,14 @@ const file_ursula_admin_v1_admin_proto_rawDesc = "" +
 	"\x17cold_gc_pending_entries\x18\x05 \x01(\x04R\x14coldGcPendingEntries\x12(\n" +
 	"\x10cold_gc_complete\x18\x06 \x01(\bR\x0ecoldGcComplete\x12'\n" +
 	"\rcold_gc_error\x18\a \x01(\tH\x00R\vcoldGcError\x88\x01\x01\x120\n" +
-	"\x14bucket_prefix_absent\x18\b \x01(\bR\x12bucketPrefixAbsentB\x10\n" +
-	"\x0e_cold_gc_error2\xe0\b\n" +
+	"\x14bucket_prefix_absent\x18\b \x01(\bR\x12bucketPrefixAbsent\x12=\n" +
+	"\x1craft_deleted_data_max_age_ms\x18\t \x01(\x04R\x17raftDeletedDataMaxAgeMs\x12=\n" +
+	"\x1braft_erasure_pending_groups\x18\n" +
+	" \x03(\rR\x18raftErasurePendingGroups\x122\n" +
+	"\x13raft_erasure_due_by\x18\v \x01(\tH\x01R\x10raftErasureDueBy\x88\x01\x01\x122\n" +
+	"\x15raft_erasure_complete\x18\f \x01(\bR\x13raftErasureCompleteB\x10\n" +
+	"\x0e_cold_gc_errorB\x16\n" +
+	"\x14_raft_erasure_due_by2\xe0\b\n" +
 	"\fAdminService\x12I\n" +
 	"\n" +
 	"GetMetrics\x12\".ursula.admin.v1.GetMetricsRequest\x1a\x17.google.protobuf.Struct\x12O\n" +
