@@ -1,6 +1,9 @@
 package stream
 
 import (
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
@@ -216,4 +219,126 @@ func TestRecordsSurviveSwap(t *testing.T) {
 	if merged.GetNextRecord() != 0 {
 		t.Fatal("apply modified the command")
 	}
+}
+
+// TestRecordMarks: the hot window's record checkpoints answer every
+// lookup as a count from the window's start would, keep each lookup's
+// scan within recordStep plus one message, follow flushes, and are
+// rebuilt alike from a snapshot.
+func TestRecordMarks(t *testing.T) {
+	a := newJSONStream(t)
+	k := Key{"b", "s"}
+	var bounds []uint64 // bounds[n] is where record n starts
+	bounds = append(bounds, 0)
+	var pos uint64
+	var inc uint64
+	msg := func(i, size int) string {
+		return fmt.Sprintf(`"%0*d"`, size-3, i) + "\n" // size bytes with its newline
+	}
+	maxMsg := uint64(0)
+	add := func(body string) {
+		t.Helper()
+		r := a.apply(2, jsonAppend(body))
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		inc = r.Meta.Incarnation
+		for _, line := range strings.SplitAfter(body, "\n") {
+			if line != "" {
+				pos += uint64(len(line))
+				bounds = append(bounds, pos)
+				maxMsg = max(maxMsg, uint64(len(line)))
+			}
+		}
+	}
+	for i := range 3000 {
+		add(msg(i, 20+i%200)) // small appends
+	}
+	var big strings.Builder // one append of many messages, beyond recordStep
+	for i := range 4000 {
+		big.WriteString(msg(i, 50))
+	}
+	add(big.String())
+	// An external payload: its reference carries its 3 records.
+	r := a.apply(2, &storagev1.Append{Bucket: "b", Stream: "s", ContentType: jsonCT,
+		External: &storagev1.ColdRef{Key: "b/s/x/1", Size: 64, Crc32C: 7, End: 30, NextRecord: 3}})
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	extStart := pos
+	pos += 30
+	bounds = append(bounds, pos) // records inside it are located through its reference
+	for i := range 2000 {
+		add(msg(i, 30+i%100))
+	}
+	recAfterExt := uint64(3000 + 4000 + 3)
+
+	check := func(what string) {
+		t.Helper()
+		s := a.m.streams[k]
+		prev := s.buf.Base()
+		for i, mk := range s.marks {
+			if mk.pos <= prev && i > 0 || mk.pos > s.buf.End() {
+				t.Fatalf("%s: mark %d %+v out of order (window [%d, %d))", what, i, mk, s.buf.Base(), s.buf.End())
+			}
+			prev = mk.pos
+		}
+		for n, b := range bounds {
+			rec := uint64(n)
+			if n > 3000+4000 { // past the external payload
+				rec = recAfterExt + uint64(n-3000-4000-1)
+			}
+			if b < s.buf.Base() {
+				continue
+			}
+			got, ref, ok := a.m.RecordAt(k, inc, b)
+			if !ok || ref != nil || got != rec {
+				t.Fatalf("%s: RecordAt(%d) = %d %v %v, want %d", what, b, got, ref, ok, rec)
+			}
+			if gap := b - s.markAt(b).pos; gap > recordStep+maxMsg+30 {
+				t.Fatalf("%s: a lookup at %d counts %d bytes", what, b, gap)
+			}
+			if b == extStart {
+				continue // record 7000 is the external payload's first: located through its reference
+			}
+			if p, ref, ok := a.m.RecordPos(k, inc, rec); !ok || ref != nil || p != b {
+				t.Fatalf("%s: RecordPos(%d) = %d %v %v, want %d", what, rec, p, ref, ok, b)
+			}
+		}
+		if p, ref, ok := a.m.RecordPos(k, inc, 3000+4000+1); !ok || ref == nil || p != extStart {
+			t.Fatalf("%s: a record inside the external payload: %d %v %v", what, p, ref, ok)
+		}
+		if len(s.marks) < int((s.buf.End()-s.buf.Base())/(recordStep+maxMsg+30)) {
+			t.Fatalf("%s: %d marks for %d hot bytes", what, len(s.marks), s.buf.End()-s.buf.Base())
+		}
+	}
+	check("after appends")
+
+	// A snapshot installs the same marks.
+	snap, err := a.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored := NewMachine(0)
+	if err := restored.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := restored.streams[k].marks, a.m.streams[k].marks; !slices.Equal(got, want) {
+		t.Fatalf("restored marks differ: %d vs %d", len(got), len(want))
+	}
+
+	// A flush drops the marks below the window.
+	pieces, _, _ := a.m.FlushPlan(k, inc, 200<<10)
+	var chunks []*storagev1.ColdRef
+	for i, p := range pieces {
+		chunks = append(chunks, &storagev1.ColdRef{Start: p.Start, End: p.End, Key: fmt.Sprintf("c%d", i), Kind: storagev1.ColdKind_COLD_KIND_CHUNK,
+			Size: p.End - p.Start + 64, Records: uint32(len(p.Records)), FirstRecord: p.FirstRecord, NextRecord: p.NextRecord})
+	}
+	if r := a.apply(3, &storagev1.ColdFlush{Bucket: "b", Stream: "s", Incarnation: inc, Chunks: chunks}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if s := a.m.streams[k]; len(s.marks) == 0 || s.marks[0].pos < s.buf.Base() {
+		t.Fatalf("marks after the flush start at %v, window at %d", s.marks[:1], s.buf.Base())
+	}
+	check("after a flush")
 }
