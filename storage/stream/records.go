@@ -146,6 +146,39 @@ func (s *stream) markOf(n uint64) recordMark {
 	return s.marks[i-1]
 }
 
+// numberLegacyRecords numbers the messages of a JSON stream restored from
+// a snapshot written before record numbering existed, whose record fields
+// were then absent: such a stream holds messages past its base, yet its
+// record tail is 0 (a numbered stream with bytes has a record tail of at
+// least 1). Left alone, its next message would take ordinal 0 while older
+// messages precede it, and lookups would count them in the hot window but
+// not in the tail. Its hot window is numbered from base_record (0 unless a
+// fork) at its start: a stream whose bytes are all hot (every stream
+// without a cold store) gets the ordinals it would have had from its first
+// message; the first retained record is the ordinal at the retention (at
+// the hot window's start when the retention lies below it). Messages that
+// older release had flushed to cold objects (their index entries carry no
+// record range) have no ordinal: record reads start at the hot window.
+//
+// The numbering depends on the snapshot alone, so every replica that
+// installs it numbers alike. Log entries the older release wrote and a
+// replica replays after such a snapshot are another matter (a cold flush
+// without record ranges is refused): docs/architecture.md describes the
+// upgrade (snapshot every group first).
+func (s *stream) numberLegacyRecords() {
+	m := s.meta
+	if !m.GetJson() || m.GetRecordNext() != 0 || s.buf.End() <= m.GetBase() {
+		return
+	}
+	first := m.GetBaseRecord()
+	m.HotRecord = first
+	m.RecordNext = first + s.hotRecords(s.buf.Base(), s.buf.End())
+	m.RecordFirst = first
+	if r := m.GetRetained(); r > s.buf.Base() {
+		m.RecordFirst = first + s.hotRecords(s.buf.Base(), min(r, s.buf.End()))
+	}
+}
+
 // FrameResult is the outcome of one frame of an append batch.
 type FrameResult struct {
 	// End is the position after the frame.

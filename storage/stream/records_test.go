@@ -1,10 +1,13 @@
 package stream
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	"github.com/ursula/ursula/storage/fault"
@@ -341,4 +344,110 @@ func TestRecordMarks(t *testing.T) {
 		t.Fatalf("marks after the flush start at %v, window at %d", s.marks[:1], s.buf.Base())
 	}
 	check("after a flush")
+}
+
+// legacySnapshot is a's snapshot as a release before record numbering
+// wrote it: no record fields anywhere.
+func legacySnapshot(t *testing.T, a *applier) []byte {
+	t.Helper()
+	data, err := a.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap storagev1.Snapshot
+	if err := proto.Unmarshal(data, &snap); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range snap.GetStreams() {
+		st.RecordFirst, st.RecordNext, st.HotRecord, st.BaseRecord = 0, 0, 0, 0
+		for _, p := range st.GetProducers() {
+			p.RecordStart, p.RecordNext = 0, 0
+		}
+		for _, lv := range st.GetColdIndex() {
+			for _, e := range lv.GetEntries() {
+				e.FirstRecord, e.NextRecord = 0, 0
+			}
+		}
+	}
+	out, err := proto.MarshalOptions{Deterministic: true}.Marshal(&snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestLegacyStreamsNumbered: a JSON stream restored from a snapshot
+// written before record numbering gets ordinals for the messages it holds
+// hot (from its first message when every byte is hot), its next append
+// continues them, and restoring the numbered state again changes nothing.
+func TestLegacyStreamsNumbered(t *testing.T) {
+	k := Key{"b", "s"}
+	tests := []struct {
+		name string
+		// retain is the retention set before the snapshot (0: none);
+		// flush moves the first append to a cold chunk first.
+		retain uint64
+		flush  bool
+		// wantNext, wantFirst: the record tail and first retained record
+		// after the restore; wantAt: position → ordinal.
+		wantNext, wantFirst uint64
+		wantAt              map[uint64]uint64
+	}{
+		{name: "all hot", wantNext: 5, wantFirst: 0, wantAt: map[uint64]uint64{0: 0, 2: 1, 4: 2, 6: 3, 8: 4, 10: 5}},
+		{name: "retention in the hot window", retain: 4, wantNext: 5, wantFirst: 2, wantAt: map[uint64]uint64{4: 2, 8: 4}},
+		{name: "flushed before numbering", flush: true, wantNext: 3, wantFirst: 0, wantAt: map[uint64]uint64{4: 0, 6: 1, 10: 3}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newJSONStream(t)
+			a.apply(2, jsonAppend("a\nb\n"))      // [0, 4)
+			a.apply(3, jsonAppend("c\n"))         // [4, 6)
+			r := a.apply(4, jsonAppend("d\ne\n")) // [6, 10)
+			inc := r.Meta.Incarnation
+			if tc.flush {
+				chunk := &storagev1.ColdRef{Start: 0, End: 4, Key: "k1", Kind: storagev1.ColdKind_COLD_KIND_CHUNK, Size: 10, Records: 1, FirstRecord: 0, NextRecord: 2}
+				if r := a.apply(5, &storagev1.ColdFlush{Bucket: "b", Stream: "s", Incarnation: inc, Chunks: []*storagev1.ColdRef{chunk}}); r.Err != nil {
+					t.Fatal(r.Err)
+				}
+			}
+			if tc.retain > 0 {
+				if r := a.apply(6, &storagev1.SetRetention{Bucket: "b", Stream: "s", Incarnation: inc, Position: tc.retain}); r.Err != nil {
+					t.Fatal(r.Err)
+				}
+			}
+			b := newApplier(t)
+			if err := b.m.Restore(legacySnapshot(t, a)); err != nil {
+				t.Fatal(err)
+			}
+			m, _ := b.m.Lookup(k)
+			if m.RecordNext != tc.wantNext || m.RecordFirst != tc.wantFirst {
+				t.Fatalf("restored records [%d, %d), want [%d, %d)", m.RecordFirst, m.RecordNext, tc.wantFirst, tc.wantNext)
+			}
+			for pos, want := range tc.wantAt {
+				if got, ref, ok := b.m.RecordAt(k, inc, pos); !ok || ref != nil || got != want {
+					t.Fatalf("RecordAt(%d) = %d %v %v, want %d", pos, got, ref, ok, want)
+				}
+				if want < tc.wantNext {
+					if got, ref, ok := b.m.RecordPos(k, inc, want); !ok || ref != nil || got != pos {
+						t.Fatalf("RecordPos(%d) = %d %v %v, want %d", want, got, ref, ok, pos)
+					}
+				}
+			}
+			if r := b.apply(7, jsonAppend("f\n")); r.Err != nil || r.RecordStart != tc.wantNext || r.RecordNext != tc.wantNext+1 {
+				t.Fatalf("append after the restore: %v [%d, %d)", r.Err, r.RecordStart, r.RecordNext)
+			}
+			// Numbered state restores as it is.
+			again, err := b.m.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := newApplier(t)
+			if err := c.m.Restore(again); err != nil {
+				t.Fatal(err)
+			}
+			if twice, _ := c.m.Snapshot(); !bytes.Equal(twice, again) {
+				t.Fatal("restoring a numbered snapshot changed it")
+			}
+		})
+	}
 }
