@@ -43,7 +43,10 @@ var (
 	ErrMaxRecordsStart = errors.New("gateway: max_records needs record or tail_records")
 	ErrMaxRecordsBytes = errors.New("gateway: max_records and max_bytes cannot be combined")
 	ErrBadRecordView   = errors.New("gateway: record_view must be envelope")
-	ErrRecordsLive     = errors.New("gateway: record coordinates are not supported with live=sse")
+	ErrRecordPosition  = errors.New("gateway: record must be one non-negative integer")
+	ErrRecordAndPath   = errors.New("gateway: an offset in the path and a record query are mutually exclusive")
+	ErrMaxRecordsLive  = errors.New("gateway: max_records is not supported with live=sse")
+	ErrEnvelopeLive    = errors.New("gateway: record_view=envelope is not supported with live=sse")
 )
 
 // parseFrames splits an append-batch body into its frames.
@@ -317,6 +320,28 @@ func parseRecordParams(q url.Values, hasOffset bool) (recordParams, error) {
 		p.envelope = true
 	}
 	return p, nil
+}
+
+// recordQuery parses the record=N query of a snapshot publish or a
+// retention (PUT …/snapshot?record=N, PUT …/retention?record=N): nil
+// without one.
+func recordQuery(rawQuery string) (*uint64, error) {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return nil, ErrBadQuery
+	}
+	v, ok := q["record"]
+	if !ok {
+		return nil, nil
+	}
+	if len(v) != 1 {
+		return nil, ErrRecordPosition
+	}
+	n, good := parseCanonicalUint(v[0])
+	if !good {
+		return nil, ErrRecordPosition
+	}
+	return &n, nil
 }
 
 // apply adds the record parameters to a read request.

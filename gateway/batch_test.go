@@ -211,7 +211,8 @@ func TestReadRecords(t *testing.T) {
 		{name: "bad record", query: "record=x", wantStatus: 400},
 		{name: "zero tail", query: "tail_records=0", wantStatus: 400},
 		{name: "bad view", query: "record=1&record_view=raw", wantStatus: 400},
-		{name: "sse with records", query: "record=1&live=sse", wantStatus: 400},
+		{name: "sse with max records", query: "record=1&max_records=2&live=sse", wantStatus: 400},
+		{name: "sse with envelope", query: "record=1&record_view=envelope&live=sse", wantStatus: 400},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

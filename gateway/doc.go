@@ -67,7 +67,21 @@
 // (text split on CRLF, CR and LF; binary streams base64-encoded with
 // Stream-SSE-Data-Encoding: base64) and a blank line; every data event is
 // followed by a control event whose data is a flat JSON object
-// {"streamNextOffset", "streamCursor" | "streamClosed", "upToDate"}.
+// {"streamNextOffset", "streamCursor" | "streamClosed", "upToDate"}; for a
+// JSON stream it also holds "streamFirstRecord" and "streamNextRecord"
+// (numbers), the record range of the data event before it, as reads answer
+// it in Stream-Record-First/Stream-Record-Next (equal without data).
+//
+// An SSE read starts where a plain read with the same parameters would:
+// offset, or record=<n>|now or tail_records=<k> (JSON streams); the first
+// read resolves the record, and the connection then goes by offset.
+// max_records and record_view=envelope are refused with live=sse (400).
+//
+// Snapshot publish and retention take a record instead of an offset for
+// JSON streams: PUT …/snapshot?record=N and PUT …/retention?record=N. A
+// retention beyond the visible snapshot is 409 SNAPSHOT_CONFLICT, one at
+// or below the current retention a 204 that changes nothing; its answer
+// carries Stream-Retained-Offset and, for JSON streams, Stream-Record-First.
 //
 // # Live reads
 //

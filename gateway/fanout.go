@@ -78,10 +78,13 @@ type sseEvent struct {
 	data       []byte // stored bytes; never modified (they may alias storage)
 	upToDate   bool
 	closed     bool
-	cursor     uint64 // the cursor in wire's control event
-	wire       []byte // the data event (when there is data), then the control event
-	control    int    // wire[control:] is the control event
-	count      uint64 // SSE events in wire
+	// firstRecord and nextRecord are the JSON record range of data (JSON
+	// streams; 0 otherwise).
+	firstRecord, nextRecord uint64
+	cursor                  uint64 // the cursor in wire's control event
+	wire                    []byte // the data event (when there is data), then the control event
+	control                 int    // wire[control:] is the control event
+	count                   uint64 // SSE events in wire
 }
 
 // hub is the gateway's one upstream subscription to a stream, shared by all
@@ -241,6 +244,7 @@ func (h *hub) encode(chunk *streamv1.ReadResponse, start, next uint64, now time.
 	ev := &sseEvent{
 		start: start, next: next, nextOffset: chunk.GetNextOffset(), data: data,
 		upToDate: chunk.GetUpToDate() || closed, closed: closed, cursor: currentCursor(now),
+		firstRecord: chunk.GetRecordFirst(), nextRecord: chunk.GetRecordNext(),
 	}
 	payload := data
 	if h.mode != sseText {
@@ -256,7 +260,10 @@ func (h *hub) encode(chunk *streamv1.ReadResponse, start, next uint64, now time.
 		wire = make([]byte, 0, 128)
 	}
 	ev.control = len(wire)
-	wire = appendSSEControl(wire, controlEvent{NextOffset: ev.nextOffset, Cursor: ev.cursor, UpToDate: ev.upToDate, Closed: closed})
+	wire = appendSSEControl(wire, controlEvent{
+		NextOffset: ev.nextOffset, Cursor: ev.cursor, UpToDate: ev.upToDate, Closed: closed,
+		Records: h.mode == sseJSON, FirstRecord: ev.firstRecord, NextRecord: ev.nextRecord,
+	})
 	ev.count++
 	ev.wire = wire
 	if cap(h.scratch) > hubMaxBytes {

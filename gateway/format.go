@@ -101,13 +101,25 @@ type controlEvent struct {
 	Cursor     uint64
 	UpToDate   bool
 	Closed     bool
+	// Records (JSON streams) adds the record range of the data event
+	// before it (FirstRecord == NextRecord without data), as reads answer
+	// it in Stream-Record-First/Stream-Record-Next.
+	Records                 bool
+	FirstRecord, NextRecord uint64
 }
 
 // appendSSEControl appends a control event. The data is a flat JSON object;
-// streamCursor is left out once the stream is closed.
+// streamCursor is left out once the stream is closed; streamFirstRecord and
+// streamNextRecord (numbers) are there for JSON streams.
 func appendSSEControl(dst []byte, c controlEvent) []byte {
 	dst = append(dst, "event: control\ndata:{\"streamNextOffset\":"...)
 	dst = appendJSONString(dst, c.NextOffset)
+	if c.Records {
+		dst = append(dst, ",\"streamFirstRecord\":"...)
+		dst = strconv.AppendUint(dst, c.FirstRecord, 10)
+		dst = append(dst, ",\"streamNextRecord\":"...)
+		dst = strconv.AppendUint(dst, c.NextRecord, 10)
+	}
 	if !c.Closed {
 		dst = append(dst, ",\"streamCursor\":\""...)
 		dst = strconv.AppendUint(dst, c.Cursor, 10)

@@ -130,6 +130,10 @@ func TestAppendSSEControl(t *testing.T) {
 			"event: control\ndata:{\"streamNextOffset\":\"1_2\",\"streamCursor\":\"42\"}\n\n"},
 		{"closed", controlEvent{NextOffset: "1_2", Cursor: 42, UpToDate: true, Closed: true},
 			"event: control\ndata:{\"streamNextOffset\":\"1_2\",\"upToDate\":true,\"streamClosed\":true}\n\n"},
+		{"records", controlEvent{NextOffset: "1_2", Cursor: 42, UpToDate: true, Records: true, FirstRecord: 3, NextRecord: 5},
+			"event: control\ndata:{\"streamNextOffset\":\"1_2\",\"streamFirstRecord\":3,\"streamNextRecord\":5,\"streamCursor\":\"42\",\"upToDate\":true}\n\n"},
+		{"records closed", controlEvent{NextOffset: "1_2", UpToDate: true, Closed: true, Records: true, FirstRecord: 7, NextRecord: 7},
+			"event: control\ndata:{\"streamNextOffset\":\"1_2\",\"streamFirstRecord\":7,\"streamNextRecord\":7,\"upToDate\":true,\"streamClosed\":true}\n\n"},
 		{"escaped", controlEvent{NextOffset: "a\"b\\\n"},
 			"event: control\ndata:{\"streamNextOffset\":\"a\\\"b\\\\\\u000a\",\"streamCursor\":\"0\"}\n\n"},
 	}
@@ -235,9 +239,10 @@ func TestSSEWriter(t *testing.T) {
 		{
 			name:   "json chunk",
 			mode:   sseJSON,
-			chunks: []*streamv1.ReadResponse{chunk("{\"n\":1}\n{\"n\":2}\n", "0_2", true, false)},
-			want:   []string{"event: data\ndata:[{\"n\":1},{\"n\":2}]\n\nevent: control\ndata:{\"streamNextOffset\":\"0_2\",\"streamCursor\":\"" + cur + "\",\"upToDate\":true}\n\n"},
-			done:   []bool{false},
+			chunks: []*streamv1.ReadResponse{withRecords(chunk("{\"n\":1}\n{\"n\":2}\n", "0_2", true, false), 3, 5)},
+			want: []string{"event: data\ndata:[{\"n\":1},{\"n\":2}]\n\nevent: control\ndata:{\"streamNextOffset\":\"0_2\",\"streamFirstRecord\":3,\"streamNextRecord\":5," +
+				"\"streamCursor\":\"" + cur + "\",\"upToDate\":true}\n\n"},
+			done: []bool{false},
 		},
 		{
 			name:   "not caught up and empty writes nothing",
@@ -318,4 +323,10 @@ func TestETag(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withRecords sets a chunk's JSON record range.
+func withRecords(c *streamv1.ReadResponse, first, next uint64) *streamv1.ReadResponse {
+	c.RecordFirst, c.RecordNext = first, next
+	return c
 }

@@ -338,7 +338,8 @@ func (g *Gateway) serveUrsula(w http.ResponseWriter, r *http.Request, path strin
 		return
 	}
 	switch res, arg, _ := strings.Cut(sub, "/"); {
-	case res == "retention" && arg != "" && !strings.Contains(arg, "/"):
+	case res == "retention" && !strings.Contains(arg, "/") && (arg != "" || strings.Contains(r.URL.RawQuery, "record=")):
+		// …/retention/{offset}, or …/retention?record=N.
 		if r.Method != http.MethodPut {
 			methodNotAllowed(w, "PUT, OPTIONS")
 			return

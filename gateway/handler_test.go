@@ -373,14 +373,14 @@ func TestSSEHandler(t *testing.T) {
 			&streamv1.ReadResponse{Data: []byte("Hello"), NextOffset: "0_5", UpToDate: true, Closed: true, ContentType: "application/octet-stream"},
 			nil, "base64", "event: data\ndata:SGVsbG8=\n\nevent: control\ndata:{\"streamNextOffset\":\"0_5\",\"upToDate\":true,\"streamClosed\":true}\n\n"},
 		{"json live", "application/json",
-			&streamv1.ReadResponse{NextOffset: "0_0", UpToDate: true, ContentType: "application/json"},
+			&streamv1.ReadResponse{NextOffset: "0_0", UpToDate: true, ContentType: "application/json", RecordFirst: 4, RecordNext: 4},
 			[]*streamv1.ReadResponse{
-				{NextOffset: "0_0", UpToDate: true, ContentType: "application/json"},
-				{Data: []byte("{\"a\":1}\n2\n"), StartOffset: "0_0", NextOffset: "0_10", UpToDate: true, ContentType: "application/json"},
-				{StartOffset: "0_10", NextOffset: "0_10", UpToDate: true, Closed: true, ContentType: "application/json"},
-			}, "", "event: control\ndata:{\"streamNextOffset\":\"0_0\",\"streamCursor\":\"C\",\"upToDate\":true}\n\n" +
-				"event: data\ndata:[{\"a\":1},2]\n\nevent: control\ndata:{\"streamNextOffset\":\"0_10\",\"streamCursor\":\"C\",\"upToDate\":true}\n\n" +
-				"event: control\ndata:{\"streamNextOffset\":\"0_10\",\"upToDate\":true,\"streamClosed\":true}\n\n"},
+				{NextOffset: "0_0", UpToDate: true, ContentType: "application/json", RecordFirst: 4, RecordNext: 4},
+				{Data: []byte("{\"a\":1}\n2\n"), StartOffset: "0_0", NextOffset: "0_10", UpToDate: true, ContentType: "application/json", RecordFirst: 4, RecordNext: 6},
+				{StartOffset: "0_10", NextOffset: "0_10", UpToDate: true, Closed: true, ContentType: "application/json", RecordFirst: 6, RecordNext: 6},
+			}, "", "event: control\ndata:{\"streamNextOffset\":\"0_0\",\"streamFirstRecord\":4,\"streamNextRecord\":4,\"streamCursor\":\"C\",\"upToDate\":true}\n\n" +
+				"event: data\ndata:[{\"a\":1},2]\n\nevent: control\ndata:{\"streamNextOffset\":\"0_10\",\"streamFirstRecord\":4,\"streamNextRecord\":6,\"streamCursor\":\"C\",\"upToDate\":true}\n\n" +
+				"event: control\ndata:{\"streamNextOffset\":\"0_10\",\"streamFirstRecord\":6,\"streamNextRecord\":6,\"upToDate\":true,\"streamClosed\":true}\n\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -414,6 +414,42 @@ func TestSSEHandler(t *testing.T) {
 			got := cursorPattern.ReplaceAllString(rec.Body.String(), `"streamCursor":"C"`)
 			if got != tt.want {
 				t.Fatalf("body =\n%q\nwant\n%q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestSSERecordStart: an SSE read takes the record parameters of plain
+// reads for its first read, then goes on by offset; its control events
+// carry the record range.
+func TestSSERecordStart(t *testing.T) {
+	tests := []struct {
+		name, query string
+		check       func(*streamv1.ReadRequest) bool
+	}{
+		{"record", "record=7", func(in *streamv1.ReadRequest) bool { return in.Record != nil && in.GetRecord() == 7 }},
+		{"record now", "record=now", func(in *streamv1.ReadRequest) bool { return in.GetRecordNow() }},
+		{"tail records", "tail_records=2", func(in *streamv1.ReadRequest) bool { return in.GetTailRecords() == 2 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &fakeClient{
+				read: func(ctx context.Context, in *streamv1.ReadRequest) (*streamv1.ReadResponse, error) {
+					if !tt.check(in) {
+						t.Errorf("first read %v", in)
+					}
+					return &streamv1.ReadResponse{Data: []byte("1\n2\n"), StartOffset: "0_20", NextOffset: "0_24", UpToDate: true, Closed: true,
+						ContentType: "application/json", RecordFirst: 7, RecordNext: 9}, nil
+				},
+			}
+			g := newTestGateway(t, f, nil)
+			rec := do(t, g, "GET", "/bk/s?live=sse&"+tt.query, "", nil)
+			if rec.Code != 200 {
+				t.Fatalf("status %d: %s", rec.Code, rec.Body)
+			}
+			want := "event: data\ndata:[1,2]\n\nevent: control\ndata:{\"streamNextOffset\":\"0_24\",\"streamFirstRecord\":7,\"streamNextRecord\":9,\"upToDate\":true,\"streamClosed\":true}\n\n"
+			if got := rec.Body.String(); got != want {
+				t.Fatalf("body =\n%q\nwant\n%q", got, want)
 			}
 		})
 	}

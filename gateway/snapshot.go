@@ -33,11 +33,14 @@ var newBoundary = func() string { return multipart.NewWriter(io.Discard).Boundar
 // /{bucket}/{stream}/snapshot/{offset}.
 func (g *Gateway) serveSnapshot(w http.ResponseWriter, r *http.Request, t target, arg string) {
 	if arg == "" {
-		if r.Method != http.MethodGet {
+		switch {
+		case r.Method == http.MethodPut && strings.Contains(r.URL.RawQuery, "record="):
+			g.putSnapshot(w, r, t, "") // …/snapshot?record=N
+		case r.Method != http.MethodGet:
 			methodNotAllowed(w, "GET, OPTIONS")
-			return
+		default:
+			g.latestSnapshot(w, r, t)
 		}
-		g.latestSnapshot(w, r, t)
 		return
 	}
 	if _, err := ParseOffset(arg); err != nil || arg == "-1" || arg == "now" {
@@ -56,9 +59,19 @@ func (g *Gateway) serveSnapshot(w http.ResponseWriter, r *http.Request, t target
 	}
 }
 
-// putSnapshot serves PUT …/snapshot/{offset}: 204 with the snapshot's
-// offset and digest (also for the same snapshot again).
+// putSnapshot serves PUT …/snapshot/{offset} and, for JSON streams,
+// PUT …/snapshot?record=N (offset empty): 204 with the snapshot's offset
+// and digest (also for the same snapshot again).
 func (g *Gateway) putSnapshot(w http.ResponseWriter, r *http.Request, t target, offset string) {
+	record, err := recordQuery(r.URL.RawQuery)
+	switch {
+	case err != nil:
+		badRequest(w, err)
+		return
+	case record != nil && offset != "":
+		badRequest(w, ErrRecordAndPath)
+		return
+	}
 	ct, _ := headerValue(r.Header, hContentType)
 	if err := checkContentType(ct); err != nil {
 		badRequest(w, err)
@@ -72,7 +85,7 @@ func (g *Gateway) putSnapshot(w http.ResponseWriter, r *http.Request, t target, 
 	defer body.Release()
 	match, _ := headerValue(r.Header, hSnapshotMatch)
 	resp, err := g.client.PutSnapshot(r.Context(), &streamv1.PutSnapshotRequest{
-		Ref: t.ref, Offset: offset, ContentType: ct, Body: body.Bytes(), Match: strings.TrimSpace(match),
+		Ref: t.ref, Offset: offset, Record: record, ContentType: ct, Body: body.Bytes(), Match: strings.TrimSpace(match),
 	})
 	if err != nil {
 		g.upstreamError(w, r, err)

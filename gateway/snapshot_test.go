@@ -295,3 +295,64 @@ func TestBootstrapCutShortOnReadError(t *testing.T) {
 		t.Fatalf("status %d, body %q: want a 200 cut short (no closing boundary)", rec.Code, rec.Body)
 	}
 }
+
+// TestRecordForms covers PUT …/snapshot?record=N and
+// PUT …/retention?record=N: the record reaches the node instead of an
+// offset, the answers carry what the node resolved, and malformed or
+// mixed forms are 400.
+func TestRecordForms(t *testing.T) {
+	var snapReq *streamv1.PutSnapshotRequest
+	var retReq *streamv1.SetRetentionRequest
+	f := &fakeClient{
+		putSnapshot: func(in *streamv1.PutSnapshotRequest) (*streamv1.PutSnapshotResponse, error) {
+			snapReq = in
+			return &streamv1.PutSnapshotResponse{Offset: "0000000000000000_0000000000000040", Digest: "d", Created: true}, nil
+		},
+		setRetention: func(in *streamv1.SetRetentionRequest) (*streamv1.SetRetentionResponse, error) {
+			retReq = in
+			if in.GetRecord() == 99 {
+				return nil, grpcerr.ToStatus(errcode.New(errcode.SnapshotConflict, "beyond the visible snapshot"))
+			}
+			return &streamv1.SetRetentionResponse{RetainedOffset: "0000000000000000_0000000000000040", RecordFirst: 6, Json: true}, nil
+		},
+	}
+	g := newTestGateway(t, f, nil)
+	tests := []struct {
+		name, method, path string
+		status             int
+		check              func(t *testing.T, rec *httptest.ResponseRecorder)
+	}{
+		{"snapshot at a record", "PUT", "/bk/s/snapshot?record=6", 204, func(t *testing.T, rec *httptest.ResponseRecorder) {
+			if snapReq.Record == nil || snapReq.GetRecord() != 6 || snapReq.GetOffset() != "" || rec.Header().Get("Stream-Snapshot-Offset") != "0000000000000000_0000000000000040" {
+				t.Fatalf("node saw %v; headers %v", snapReq, rec.Header())
+			}
+		}},
+		{"retention at a record", "PUT", "/bk/s/retention?record=6", 204, func(t *testing.T, rec *httptest.ResponseRecorder) {
+			if retReq.Record == nil || retReq.GetRecord() != 6 || retReq.GetOffset() != "" {
+				t.Fatalf("node saw %v", retReq)
+			}
+			if rec.Header().Get("Stream-Retained-Offset") != "0000000000000000_0000000000000040" || rec.Header().Get("Stream-Record-First") != "6" {
+				t.Fatalf("headers %v", rec.Header())
+			}
+		}},
+		{"retention beyond the snapshot", "PUT", "/bk/s/retention?record=99", 409, nil},
+		{"snapshot record not a number", "PUT", "/bk/s/snapshot?record=x", 400, nil},
+		{"snapshot record now", "PUT", "/bk/s/snapshot?record=now", 400, nil},
+		{"retention record twice", "PUT", "/bk/s/retention?record=1&record=2", 400, nil},
+		{"retention offset and record", "PUT", "/bk/s/retention/0000000000000000_0000000000000040?record=6", 400, nil},
+		{"snapshot offset and record", "PUT", "/bk/s/snapshot/0000000000000000_0000000000000040?record=6", 400, nil},
+		{"retention without offset or record", "PUT", "/bk/s/retention", 404, nil},
+		{"snapshot record by POST", "POST", "/bk/s/snapshot?record=6", 405, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := do(t, g, tt.method, tt.path, "state", map[string]string{"Content-Type": "application/x"})
+			if rec.Code != tt.status {
+				t.Fatalf("status %d, want %d: %s", rec.Code, tt.status, rec.Body)
+			}
+			if tt.check != nil {
+				tt.check(t, rec)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -26,7 +27,10 @@ func (g *Gateway) serveSSE(w http.ResponseWriter, r *http.Request, t target, p r
 	defer cancel()
 	// The first read answers at once (even for an empty stream), so that
 	// errors become HTTP errors and the encoding header is known.
-	resp, err := g.client.Read(ctx, &streamv1.ReadRequest{Ref: t.ref, Offset: p.offset, MaxBytes: g.maxBytes(), Incarnation: t.incarnation})
+	// Record parameters (record=N|now, tail_records) choose where it
+	// starts, as for plain reads; from then on the connection goes by
+	// offset.
+	resp, err := g.client.Read(ctx, p.rec.apply(&streamv1.ReadRequest{Ref: t.ref, Offset: p.offset, MaxBytes: g.maxBytes(), Incarnation: t.incarnation}))
 	if err != nil {
 		g.liveError(w, r, err)
 		return
@@ -306,8 +310,13 @@ func (c *sseConn) writeEvent(ev *sseEvent) bool {
 		if ev.next > c.pos {
 			data = ev.data[c.pos-ev.start:]
 		}
+		first := ev.nextRecord
+		if ev.next > c.pos {
+			first = ev.firstRecord + uint64(bytes.Count(ev.data[:c.pos-ev.start], []byte{'\n'}))
+		}
 		out, _ := c.s.appendChunk(&streamv1.ReadResponse{
 			Data: data, NextOffset: ev.nextOffset, UpToDate: ev.upToDate, Closed: ev.closed,
+			RecordFirst: first, RecordNext: ev.nextRecord,
 		}, time.Now())
 		if len(out) > 0 && !c.write(out, c.s.events) {
 			return true
@@ -382,7 +391,10 @@ func (s *sseWriter) appendChunk(chunk *streamv1.ReadResponse, now time.Time) ([]
 	if cur < s.cursor {
 		cur = s.cursor
 	}
-	s.out = appendSSEControl(s.out, controlEvent{NextOffset: next, Cursor: cur, UpToDate: upToDate || closed, Closed: closed})
+	s.out = appendSSEControl(s.out, controlEvent{
+		NextOffset: next, Cursor: cur, UpToDate: upToDate || closed, Closed: closed,
+		Records: s.mode == sseJSON, FirstRecord: chunk.GetRecordFirst(), NextRecord: chunk.GetRecordNext(),
+	})
 	s.events++
 	s.sentControl, s.lastOffset, s.lastUpToDate, s.lastClosed = true, next, upToDate || closed, closed
 	return s.out, closed

@@ -349,8 +349,11 @@ func parseReadParams(rawQuery string) (readParams, error) {
 	if p.rec, err = parseRecordParams(q, hasOffset); err != nil {
 		return readParams{}, err
 	}
-	if p.live == "sse" && (p.rec.start() || p.rec.envelope) {
-		return readParams{}, ErrRecordsLive
+	switch {
+	case p.live == "sse" && p.rec.maxRecords > 0:
+		return readParams{}, ErrMaxRecordsLive
+	case p.live == "sse" && p.rec.envelope:
+		return readParams{}, ErrEnvelopeLive
 	}
 	if (p.live == "long-poll" || p.live == "sse") && !hasOffset && !p.rec.start() {
 		return readParams{}, ErrLiveNeedsOffset
@@ -511,15 +514,33 @@ func (g *Gateway) longPoll(w http.ResponseWriter, r *http.Request, t target, p r
 	g.writeReadResponse(w, r, resp, cursor)
 }
 
-// setRetention serves PUT /{bucket}/{stream}/retention/{offset}: reads
-// below the offset answer 410 from then on. The answer carries the
-// stream's retention (which only moves forward) as Stream-Retained-Offset.
+// setRetention serves PUT /{bucket}/{stream}/retention/{offset} and
+// PUT /{bucket}/{stream}/retention?record=N (JSON streams): reads below
+// the offset (the record's start) answer 410 from then on. The node
+// refuses a retention beyond the visible snapshot (409) and answers one
+// at or below the current retention without change. The answer carries
+// the stream's retention (which only moves forward) as
+// Stream-Retained-Offset and, for JSON streams, its first retained record
+// as Stream-Record-First.
 func (g *Gateway) setRetention(w http.ResponseWriter, r *http.Request, t target, offset string) {
-	resp, err := g.client.SetRetention(r.Context(), &streamv1.SetRetentionRequest{Ref: t.ref, Offset: offset})
+	record, err := recordQuery(r.URL.RawQuery)
+	switch {
+	case err != nil:
+		badRequest(w, err)
+		return
+	case record != nil && offset != "":
+		badRequest(w, ErrRecordAndPath)
+		return
+	}
+	resp, err := g.client.SetRetention(r.Context(), &streamv1.SetRetentionRequest{Ref: t.ref, Offset: offset, Record: record})
 	if err != nil {
 		g.upstreamError(w, r, err)
 		return
 	}
-	w.Header().Set(hRetainedOffset, resp.GetRetainedOffset())
+	h := w.Header()
+	h.Set(hRetainedOffset, resp.GetRetainedOffset())
+	if resp.GetJson() {
+		h[hStreamRecordFirst] = []string{strconv.FormatUint(resp.GetRecordFirst(), 10)}
+	}
 	w.WriteHeader(http.StatusNoContent)
 }

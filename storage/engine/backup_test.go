@@ -174,6 +174,9 @@ func TestBackupRestoreSingleNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := putSnap(t, src, "js", first.GetNextOffset(), "application/x", "state", ""); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := src.SetRetention(t.Context(), &streamv1.SetRetentionRequest{Ref: ref("js"), Offset: first.GetNextOffset()}); err != nil {
 		t.Fatal(err)
 	}

@@ -266,6 +266,12 @@ func TestColdRetention(t *testing.T) {
 		all.WriteString(s)
 	}
 	waitFlushed(t, e, "r")
+	// Retention goes no further than the visible snapshot.
+	_, err := e.SetRetention(t.Context(), &streamv1.SetRetentionRequest{Ref: ref("r"), Offset: off(500)})
+	wantCode(t, "retention without a snapshot", err, fault.ErrSnapshotConflict)
+	if _, err := putSnap(t, e, "r", off(500), "application/x", "state at 500", ""); err != nil {
+		t.Fatal(err)
+	}
 	resp, err := e.SetRetention(t.Context(), &streamv1.SetRetentionRequest{Ref: ref("r"), Offset: off(500)})
 	if err != nil {
 		t.Fatal(err)
@@ -285,6 +291,8 @@ func TestColdRetention(t *testing.T) {
 	}
 	_, err = e.SetRetention(t.Context(), &streamv1.SetRetentionRequest{Ref: ref("r"), Offset: off(5000)})
 	wantCode(t, "retention past the tail", err, fault.ErrOffsetOutOfRange)
+	_, err = e.SetRetention(t.Context(), &streamv1.SetRetentionRequest{Ref: ref("r"), Offset: off(505)})
+	wantCode(t, "retention past the snapshot", err, fault.ErrSnapshotConflict)
 	g := e.GroupOf(key("r"))
 	if q, n := e.node.machines[g].GCQueue(1000); n == 0 {
 		t.Fatalf("no GC entries after retention retired chunks")

@@ -441,8 +441,15 @@ func (e *Engine) DeleteStream(ctx context.Context, req *streamv1.DeleteStreamReq
 	return &streamv1.DeleteStreamResponse{}, nil
 }
 
-// SetRetention moves a stream's retention forward and retires the cold
-// objects wholly below it (deleted after the GC grace).
+// SetRetention moves a stream's retention forward (to an offset, or to the
+// start of a JSON record) and retires the cold objects wholly below it
+// (deleted after the GC grace). A retention at or below the current one
+// changes nothing; one beyond the visible snapshot is SNAPSHOT_CONFLICT,
+// so that the bootstrap always covers what reads answer 410 for. The
+// check runs on the leader before the proposal (apply does not repeat it:
+// a release without it would apply the command differently); a snapshot
+// replaced by one at a lower offset between the check and the commit can
+// leave the retention above it.
 func (e *Engine) SetRetention(ctx context.Context, req *streamv1.SetRetentionRequest) (*streamv1.SetRetentionResponse, error) {
 	k := keyOf(req.GetRef())
 	if err := k.Validate(); err != nil {
@@ -452,19 +459,16 @@ func (e *Engine) SetRetention(ctx context.Context, req *streamv1.SetRetentionReq
 	if err != nil {
 		return nil, err
 	}
-	off, err := stream.ParseOffset(req.GetOffset())
+	pos, err := e.retentionTarget(ctx, m, req)
 	if err != nil {
 		return nil, err
 	}
-	pos := off.Pos
-	switch {
-	case off.Start:
-		pos = 0
-	case off.Now:
-		pos = m.Tail
+	if pos <= m.Retained {
+		// At or below the retention: nothing to do (the leader's state
+		// holds every committed retention it answered).
+		return retentionResponse(m), nil
 	}
-	var recordFirst uint64
-	if m.JSON && pos > m.Retained && pos <= m.Tail {
+	if m.JSON {
 		// Reads from the retention start there: it must not cut a
 		// message.
 		ok, err := e.boundary(ctx, m, pos)
@@ -472,8 +476,21 @@ func (e *Engine) SetRetention(ctx context.Context, req *streamv1.SetRetentionReq
 			return nil, err
 		}
 		if !ok {
-			return nil, fault.Errorf(fault.ErrInvalidArgument, "retention offset %s is inside a JSON message", req.GetOffset())
+			return nil, fault.Errorf(fault.ErrInvalidArgument, "retention offset %s is inside a JSON message", stream.FormatOffset(pos))
 		}
+	}
+	if snap := e.machine(k).SnapshotOf(k, m.Incarnation); snap == nil || pos > snap.GetPosition() {
+		// Reads below the retention answer 410, and a client rebuilds
+		// from the bootstrap, whose snapshot must cover the retention.
+		visible := "none"
+		if snap != nil {
+			visible = stream.FormatOffset(snap.GetPosition())
+		}
+		return nil, fault.Errorf(fault.ErrSnapshotConflict, "retention offset %s is beyond the visible snapshot (%s): publish a snapshot at or above it first",
+			stream.FormatOffset(pos), visible)
+	}
+	var recordFirst uint64
+	if m.JSON {
 		if recordFirst, err = e.recordAt(ctx, m, pos); err != nil {
 			return nil, err
 		}
@@ -491,7 +508,47 @@ func (e *Engine) SetRetention(ctx context.Context, req *streamv1.SetRetentionReq
 		// The retention holds; the next flush of the stream retires.
 		e.logger.Warn("retire cold objects below retention", "stream", k.Stream, "err", err)
 	}
-	return &streamv1.SetRetentionResponse{RetainedOffset: stream.FormatOffset(res.Meta.Retained)}, nil
+	return retentionResponse(res.Meta), nil
+}
+
+// retentionTarget resolves a retention request to a position: an offset
+// ("-1" is 0, "now" the tail), or the start of JSON record n. A position
+// beyond the tail (or a record beyond the record tail) is
+// OFFSET_OUT_OF_RANGE; a record at or below the first retained one is
+// the retention itself (no change).
+func (e *Engine) retentionTarget(ctx context.Context, m stream.Meta, req *streamv1.SetRetentionRequest) (uint64, error) {
+	if req.Record != nil {
+		n := req.GetRecord()
+		switch {
+		case !m.JSON:
+			return 0, fault.Errorf(fault.ErrInvalidArgument, "record coordinates need an application/json stream")
+		case n > m.RecordNext:
+			return 0, fault.Errorf(fault.ErrOffsetOutOfRange, "retention record %d is beyond the record tail %d", n, m.RecordNext).
+				With(fault.DetailRecordNext, uintString(m.RecordNext))
+		case n <= m.RecordFirst:
+			return m.Retained, nil
+		}
+		return e.recordPos(ctx, m, n)
+	}
+	off, err := stream.ParseOffset(req.GetOffset())
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case off.Start:
+		return 0, nil
+	case off.Now:
+		return m.Tail, nil
+	case off.Pos > m.Tail:
+		return 0, fault.Errorf(fault.ErrOffsetOutOfRange, "retention offset %s is beyond the tail %s", req.GetOffset(), stream.FormatOffset(m.Tail))
+	}
+	return off.Pos, nil
+}
+
+// retentionResponse answers a retention request with the stream's
+// retention (and first retained record) as m holds them.
+func retentionResponse(m stream.Meta) *streamv1.SetRetentionResponse {
+	return &streamv1.SetRetentionResponse{RetainedOffset: stream.FormatOffset(m.Retained), RecordFirst: m.RecordFirst, Json: m.JSON}
 }
 
 // Reserved names: the bucket "snapshots" and, in Ursula's family, the

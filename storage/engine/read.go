@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"time"
@@ -118,7 +119,8 @@ func (e *Engine) Read(ctx context.Context, req *streamv1.ReadRequest) (*streamv1
 // it commits, until the stream is closed and delivered, deleted, or ctx
 // ends. It starts after a read barrier, as Read does. The first chunk at
 // the tail is sent even when empty, so that a subscriber learns the tail
-// at once.
+// at once. The chunks of a JSON stream carry their record range
+// (record_first, record_next), as reads do.
 func (e *Engine) Subscribe(ctx context.Context, req *streamv1.SubscribeRequest, send func(*streamv1.ReadResponse) error) error {
 	k := keyOf(req.GetRef())
 	if err := k.Validate(); err != nil {
@@ -139,12 +141,25 @@ func (e *Engine) Subscribe(ctx context.Context, req *streamv1.SubscribeRequest, 
 		return err
 	}
 	limit := e.limit(req.GetMaxBytes())
+	// rec is the JSON record ordinal at pos: looked up once, then counted
+	// along with the chunks (they are contiguous).
+	var rec uint64
+	if m.JSON && pos >= m.Retained {
+		if rec, err = e.recordAt(ctx, m, pos); err != nil {
+			return err
+		}
+	}
 	announced := false
 	for {
 		e.touch(m)
 		resp, err := e.readAt(ctx, m, pos, limit)
 		if err != nil {
 			return err
+		}
+		if m.JSON {
+			resp.RecordFirst = rec
+			rec += uint64(bytes.Count(resp.GetData(), []byte{'\n'}))
+			resp.RecordNext = rec
 		}
 		if len(resp.GetData()) > 0 || !announced || resp.GetClosed() {
 			if err := send(resp); err != nil {

@@ -33,9 +33,7 @@ func (e *Engine) recordStart(ctx context.Context, req *streamv1.ReadRequest, m s
 		n = m.RecordNext - min(req.GetTailRecords(), m.RecordNext-m.RecordFirst)
 	}
 	if n < m.RecordFirst {
-		return 0, fault.Errorf(fault.ErrOffsetTrimmed, "record %d is below the stream's first retained record %d", n, m.RecordFirst).
-			With(fault.DetailNextOffset, stream.FormatOffset(m.Retained)).
-			With(fault.DetailRecordNext, uintString(m.RecordNext))
+		return 0, recordTrimmed(m, n)
 	}
 	if n > m.RecordNext {
 		if !leader {
@@ -45,6 +43,14 @@ func (e *Engine) recordStart(ctx context.Context, req *streamv1.ReadRequest, m s
 			With(fault.DetailRecordNext, uintString(m.RecordNext))
 	}
 	return e.recordPos(ctx, m, n)
+}
+
+// recordTrimmed answers a record coordinate below the stream's first
+// retained record.
+func recordTrimmed(m stream.Meta, n uint64) error {
+	return fault.Errorf(fault.ErrOffsetTrimmed, "record %d is below the stream's first retained record %d", n, m.RecordFirst).
+		With(fault.DetailNextOffset, stream.FormatOffset(m.Retained)).
+		With(fault.DetailRecordNext, uintString(m.RecordNext))
 }
 
 // recordPos returns the position where JSON record n of m's view starts,

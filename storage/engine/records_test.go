@@ -149,6 +149,9 @@ func TestRecordReadsHotAndCold(t *testing.T) {
 
 	// Retention moves record_first; records below it are gone.
 	at := read(&streamv1.ReadRequest{Record: u64p(120), MaxRecords: 1})
+	if _, err := putSnap(t, e, "js", at.GetStartOffset(), "application/x", "state before record 120", ""); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.SetRetention(t.Context(), &streamv1.SetRetentionRequest{Ref: ref("js"), Offset: at.GetStartOffset()}); err != nil {
 		t.Fatal(err)
 	}
@@ -171,5 +174,127 @@ func TestRecordReadsHotAndCold(t *testing.T) {
 	resp, err := e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("fk"), Record: u64p(399), NoTouch: true})
 	if err != nil || string(resp.GetData()) != msgs[399]+"\n\"own\"\n" || resp.GetRecordFirst() != 399 {
 		t.Fatalf("fork read from record 399: %q %v", resp.GetData(), err)
+	}
+}
+
+// TestRecordSnapshotAndRetention covers the ?record=N forms of snapshot
+// publish and retention, and the retention's bounds: at or below the
+// current retention is a no-op, beyond the visible snapshot
+// SNAPSHOT_CONFLICT.
+func TestRecordSnapshotAndRetention(t *testing.T) {
+	e := startEngine(t, nil)
+	mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("js"), ContentType: "application/json"})
+	mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("bin"), ContentType: "application/octet-stream", HasBody: true, Body: []byte("xyz")})
+	const total = 10
+	for i := range total {
+		mustAppend(t, e, "js", "application/json", fmt.Sprintf(`{"n":%d}`, i))
+	}
+	startOf := func(n uint64) string {
+		t.Helper()
+		resp, err := e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("js"), Record: u64p(n), MaxRecords: 1, NoTouch: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStartOffset()
+	}
+	snapReq := func(name string, n uint64) *streamv1.PutSnapshotRequest {
+		return &streamv1.PutSnapshotRequest{Ref: ref(name), Record: u64p(n), ContentType: "application/x", Body: []byte(fmt.Sprintf("state@%d", n))}
+	}
+	retain := func(n uint64) (*streamv1.SetRetentionResponse, error) {
+		return e.SetRetention(t.Context(), &streamv1.SetRetentionRequest{Ref: ref("js"), Record: u64p(n)})
+	}
+
+	snap, err := e.PutSnapshot(t.Context(), snapReq("js", 6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.GetOffset() != startOf(6) || !snap.GetCreated() {
+		t.Fatalf("snapshot at record 6: %v, want offset %s", snap, startOf(6))
+	}
+	if again, err := e.PutSnapshot(t.Context(), snapReq("js", 6)); err != nil || again.GetCreated() || again.GetDigest() != snap.GetDigest() {
+		t.Fatalf("the same snapshot again: %v %v", again, err)
+	}
+	_, err = e.PutSnapshot(t.Context(), snapReq("js", total+1))
+	wantCode(t, "snapshot beyond the record tail", err, fault.ErrSnapshotConflict)
+	_, err = e.PutSnapshot(t.Context(), snapReq("bin", 0))
+	wantCode(t, "snapshot record of a binary stream", err, fault.ErrInvalidArgument)
+
+	_, err = retain(7)
+	wantCode(t, "retention beyond the snapshot", err, fault.ErrSnapshotConflict)
+	_, err = retain(total + 1)
+	wantCode(t, "retention beyond the record tail", err, fault.ErrOffsetOutOfRange)
+	_, err = e.SetRetention(t.Context(), &streamv1.SetRetentionRequest{Ref: ref("bin"), Record: u64p(0)})
+	wantCode(t, "retention record of a binary stream", err, fault.ErrInvalidArgument)
+
+	resp, err := retain(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetRetainedOffset() != startOf(4) || resp.GetRecordFirst() != 4 || !resp.GetJson() {
+		t.Fatalf("retention at record 4: %v, want %s", resp, startOf(4))
+	}
+	// At or below the current retention: the same answer, no entry.
+	before := e.machine(key("js")).Applied()
+	for _, n := range []uint64{0, 3, 4} {
+		resp, err := retain(n)
+		if err != nil || resp.GetRetainedOffset() != startOf(4) || resp.GetRecordFirst() != 4 {
+			t.Fatalf("retention at record %d below the current one: %v %v", n, resp, err)
+		}
+	}
+	if got := e.machine(key("js")).Applied(); got != before {
+		t.Fatalf("no-op retentions took %d log entries", got-before)
+	}
+	// Up to the snapshot itself.
+	if resp, err := retain(6); err != nil || resp.GetRetainedOffset() != snap.GetOffset() || resp.GetRecordFirst() != 6 {
+		t.Fatalf("retention at the snapshot: %v %v", resp, err)
+	}
+	_, err = e.PutSnapshot(t.Context(), snapReq("js", 5))
+	wantCode(t, "snapshot below the first retained record", err, fault.ErrOffsetTrimmed)
+}
+
+// TestSubscribeRecords: a subscription's chunks of a JSON stream carry
+// their record range, contiguous from the start position's ordinal, for
+// catch-up and live chunks alike (SSE control events report them).
+func TestSubscribeRecords(t *testing.T) {
+	e := startEngine(t, nil)
+	mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("js"), ContentType: "application/json"})
+	for i := range 5 {
+		mustAppend(t, e, "js", "application/json", fmt.Sprintf(`[%d, %d]`, 2*i, 2*i+1))
+	}
+	from, err := e.Read(t.Context(), &streamv1.ReadRequest{Ref: ref("js"), Record: u64p(3), MaxRecords: 1, NoTouch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type chunk struct{ first, next, lines uint64 }
+	var got []chunk
+	live := false
+	err = e.Subscribe(t.Context(), &streamv1.SubscribeRequest{Ref: ref("js"), Offset: from.GetStartOffset(), MaxBytes: 8}, func(r *streamv1.ReadResponse) error {
+		got = append(got, chunk{r.GetRecordFirst(), r.GetRecordNext(), uint64(strings.Count(string(r.GetData()), "\n"))})
+		if r.GetUpToDate() && !live {
+			live = true
+			go func() { // a live append, while the subscription waits
+				if _, err := e.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("js"), ContentType: "application/json", Body: []byte(`["a", "b"]`)}); err != nil {
+					t.Error(err)
+				}
+			}()
+			return nil
+		}
+		if r.GetRecordNext() == 12 {
+			return errStopSubscribe
+		}
+		return nil
+	})
+	if err != errStopSubscribe {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	next := uint64(3)
+	for i, c := range got {
+		if c.first != next || c.next != c.first+c.lines {
+			t.Fatalf("chunk %d: %+v after record %d (all %+v)", i, c, next, got)
+		}
+		next = c.next
+	}
+	if next != 12 || len(got) < 3 {
+		t.Fatalf("chunks %+v", got)
 	}
 }

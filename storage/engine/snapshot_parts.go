@@ -42,6 +42,32 @@ func (e *Engine) snapshotTarget(k stream.Key, raw string) (stream.Meta, uint64, 
 	return m, off.Pos, nil
 }
 
+// snapshotRecordTarget resolves a snapshot's JSON record coordinate
+// (?record=N) to the position where record n starts, with the checks of
+// snapshotTarget: beyond the record tail SNAPSHOT_CONFLICT, below the
+// first retained record OFFSET_TRIMMED.
+func (e *Engine) snapshotRecordTarget(ctx context.Context, k stream.Key, n uint64) (stream.Meta, uint64, error) {
+	m, err := e.live(k)
+	if err != nil {
+		return stream.Meta{}, 0, err
+	}
+	if !m.JSON {
+		return stream.Meta{}, 0, fault.Errorf(fault.ErrInvalidArgument, "record coordinates need an application/json stream")
+	}
+	if n > m.RecordNext {
+		return stream.Meta{}, 0, fault.Errorf(fault.ErrSnapshotConflict, "snapshot record %d is beyond the record tail %d", n, m.RecordNext).
+			With(fault.DetailRecordNext, uintString(m.RecordNext))
+	}
+	if n < m.RecordFirst {
+		return stream.Meta{}, 0, recordTrimmed(m, n)
+	}
+	pos, err := e.recordPos(ctx, m, n)
+	if err != nil {
+		return stream.Meta{}, 0, err
+	}
+	return m, pos, nil
+}
+
 // PutSnapshotPart stages part n of a snapshot at an offset in the cold
 // store (replacing any earlier upload of that part) and returns the part's
 // SHA-256. It runs on the group's leader; nothing is replicated.

@@ -30,7 +30,14 @@ func (e *Engine) PutSnapshot(ctx context.Context, req *streamv1.PutSnapshotReque
 	if len(body) > MaxSnapshotBytes {
 		return nil, fault.Errorf(fault.ErrPayloadTooLarge, "snapshot of %d bytes exceeds %d", len(body), MaxSnapshotBytes)
 	}
-	m, pos, err := e.snapshotTarget(k, req.GetOffset())
+	var m stream.Meta
+	var pos uint64
+	var err error
+	if req.Record != nil {
+		m, pos, err = e.snapshotRecordTarget(ctx, k, req.GetRecord())
+	} else {
+		m, pos, err = e.snapshotTarget(k, req.GetOffset())
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -103,6 +103,7 @@ func (m *Machine) applyColdFlush(now int64, c *storagev1.ColdFlush) *Result {
 	s.meta.ColdEnd = pos
 	s.meta.HotRecord = hotRecord
 	m.hotSize.Add(-int64(s.buf.TrimTo(pos)))
+	s.trimMarks()
 	i := sort.Search(len(s.records), func(i int) bool { return s.records[i] > pos })
 	s.records = append([]uint64(nil), s.records[i:]...)
 	if s.buf.Len() == 0 {

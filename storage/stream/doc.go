@@ -29,7 +29,13 @@
 // leader sets them on the chunks and pages it flushes, apply checks them
 // against the bytes it drops; a compaction's chunk takes the range of the
 // entries it replaces. A record is located by finding the one entry (or
-// the hot window) that holds it and counting '\n' inside it.
+// the hot window) that holds it and counting '\n' inside it, from the
+// nearest of the hot window's record checkpoints (derived on each replica,
+// never replicated: see records.go).
+//
+// A snapshot written before record numbering existed has no record
+// fields: installing it numbers each JSON stream that holds messages but
+// has a record tail of 0 from its hot window's start (numberLegacyRecords).
 //
 // An Append with frames is an append batch: the frames are appended as
 // one write, each its own append (record end), in one log entry.

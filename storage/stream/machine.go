@@ -43,7 +43,10 @@ type stream struct {
 	buf       *hot.Buffer
 	records   []uint64
 	producers map[string]*storagev1.ProducerState
-	signal    hot.Signal
+	// marks are the JSON record checkpoints of the hot window (see
+	// records.go): derived from the hot bytes, not replicated.
+	marks  []recordMark
+	signal hot.Signal
 	// readTouchMs is the last read that restarted the TTL on this replica.
 	// It is not replicated (the engine proposes Touch now and then).
 	readTouchMs atomic.Int64
@@ -492,10 +495,12 @@ func (s *stream) appendStored(now int64, body []byte, ext *storagev1.ColdRef, re
 		ref.Start, ref.End, ref.Kind = start, start+n, storagev1.ColdKind_COLD_KIND_EXTERNAL
 		s.addRecords(nil, ref)
 		s.buf.AppendHole(n, ref)
+		s.markRecords(start, nil)
 	} else {
 		s.addRecords(body, nil)
 		s.buf.Append(body)
 		hotSize.Add(int64(n))
+		s.markRecords(start, body)
 	}
 	if len(rel) == 0 {
 		s.records = append(s.records, start+n)

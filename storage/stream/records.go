@@ -2,6 +2,7 @@ package stream
 
 import (
 	"bytes"
+	"sort"
 	"strconv"
 
 	"google.golang.org/protobuf/proto"
@@ -20,6 +21,163 @@ import (
 // included), and an external payload in the hot window carries the same
 // pair in its reference. Locating a record (or the record at a position)
 // finds the one entry holding it and counts '\n' inside it.
+//
+// In the hot window that count is bounded by checkpoints (marks): each
+// replica keeps, for a JSON stream, the (position, ordinal) of a message
+// boundary at least every recordStep bytes, found by binary search. They
+// are derived from the hot bytes (set as appends apply, dropped with the
+// bytes a flush moves out, rebuilt when a snapshot is installed) and never
+// replicated, so no command or snapshot format changes and a release
+// without them applies the same log alike. Cold objects are indexed the
+// same way by the tier reader (storage/tier).
+
+// recordStep is the most hot bytes a record lookup counts '\n' in beyond
+// a checkpoint (plus one message, or one external payload, whose range its
+// reference carries).
+const recordStep = 64 << 10
+
+// recordMark is a record checkpoint: rec is the JSON record ordinal of the
+// message starting at pos (a message boundary of the hot window).
+type recordMark struct{ pos, rec uint64 }
+
+// lastMark is the newest checkpoint, or the hot window's start.
+func (s *stream) lastMark() recordMark {
+	if n := len(s.marks); n > 0 {
+		return s.marks[n-1]
+	}
+	return recordMark{s.buf.Base(), s.meta.GetHotRecord()}
+}
+
+// markRecords adds the checkpoints of an append that applied at start
+// (body, or an external payload when body is nil): at each message end
+// (or the payload's end) that is recordStep or more past the checkpoint
+// before it. The rule is rebuildMarks', so that a replica that applied the
+// appends and one that installed a snapshot keep the same checkpoints; a
+// body is walked only when its end is that far past the last checkpoint.
+func (s *stream) markRecords(start uint64, body []byte) {
+	if !s.meta.GetJson() {
+		return
+	}
+	end := s.buf.End()
+	last := s.lastMark().pos
+	if end-last < recordStep {
+		return
+	}
+	if body == nil {
+		s.marks = append(s.marks, recordMark{end, s.meta.GetRecordNext()})
+		return
+	}
+	rec := s.meta.GetRecordNext() - countRecords(body)
+	for p := 0; ; {
+		i := bytes.IndexByte(body[p:], '\n')
+		if i < 0 {
+			break
+		}
+		p += i + 1
+		rec++
+		if pos := start + uint64(p); pos-last >= recordStep {
+			s.marks = append(s.marks, recordMark{pos, rec})
+			last = pos
+		}
+	}
+}
+
+// trimMarks drops the checkpoints below the hot window after a flush.
+func (s *stream) trimMarks() {
+	i := sort.Search(len(s.marks), func(i int) bool { return s.marks[i].pos >= s.buf.Base() })
+	if i > 0 {
+		s.marks = append([]recordMark(nil), s.marks[i:]...)
+	}
+}
+
+// rebuildMarks derives the checkpoints of an installed hot window (a
+// restored or imported snapshot): one pass over its bytes.
+func (s *stream) rebuildMarks() {
+	s.marks = nil
+	if !s.meta.GetJson() {
+		return
+	}
+	last, rec := s.buf.Base(), s.meta.GetHotRecord()
+	from, to := s.buf.Base(), s.buf.End()
+	for from < to {
+		if _, he, tag, hole := s.buf.Hole(from); hole {
+			rec, from = tag.(*storagev1.ColdRef).GetNextRecord(), he
+		} else {
+			stop := s.buf.NextHole(from, to)
+			for _, seg := range s.buf.Segments(from, stop) {
+				for p := 0; ; {
+					i := bytes.IndexByte(seg[p:], '\n')
+					if i < 0 {
+						break
+					}
+					p += i + 1
+					rec++
+					if pos := from + uint64(p); pos-last >= recordStep {
+						s.marks = append(s.marks, recordMark{pos, rec})
+						last = pos
+					}
+				}
+				from += uint64(len(seg))
+			}
+			from = stop
+		}
+		if from-last >= recordStep {
+			s.marks = append(s.marks, recordMark{from, rec})
+			last = from
+		}
+	}
+}
+
+// markAt is the newest checkpoint at or below hot position pos.
+func (s *stream) markAt(pos uint64) recordMark {
+	i := sort.Search(len(s.marks), func(i int) bool { return s.marks[i].pos > pos })
+	if i == 0 {
+		return recordMark{s.buf.Base(), s.meta.GetHotRecord()}
+	}
+	return s.marks[i-1]
+}
+
+// markOf is the newest checkpoint whose record is at or below n.
+func (s *stream) markOf(n uint64) recordMark {
+	i := sort.Search(len(s.marks), func(i int) bool { return s.marks[i].rec > n })
+	if i == 0 {
+		return recordMark{s.buf.Base(), s.meta.GetHotRecord()}
+	}
+	return s.marks[i-1]
+}
+
+// numberLegacyRecords numbers the messages of a JSON stream restored from
+// a snapshot written before record numbering existed, whose record fields
+// were then absent: such a stream holds messages past its base, yet its
+// record tail is 0 (a numbered stream with bytes has a record tail of at
+// least 1). Left alone, its next message would take ordinal 0 while older
+// messages precede it, and lookups would count them in the hot window but
+// not in the tail. Its hot window is numbered from base_record (0 unless a
+// fork) at its start: a stream whose bytes are all hot (every stream
+// without a cold store) gets the ordinals it would have had from its first
+// message; the first retained record is the ordinal at the retention (at
+// the hot window's start when the retention lies below it). Messages that
+// older release had flushed to cold objects (their index entries carry no
+// record range) have no ordinal: record reads start at the hot window.
+//
+// The numbering depends on the snapshot alone, so every replica that
+// installs it numbers alike. Log entries the older release wrote and a
+// replica replays after such a snapshot are another matter (a cold flush
+// without record ranges is refused): docs/architecture.md describes the
+// upgrade (snapshot every group first).
+func (s *stream) numberLegacyRecords() {
+	m := s.meta
+	if !m.GetJson() || m.GetRecordNext() != 0 || s.buf.End() <= m.GetBase() {
+		return
+	}
+	first := m.GetBaseRecord()
+	m.HotRecord = first
+	m.RecordNext = first + s.hotRecords(s.buf.Base(), s.buf.End())
+	m.RecordFirst = first
+	if r := m.GetRetained(); r > s.buf.Base() {
+		m.RecordFirst = first + s.hotRecords(s.buf.Base(), min(r, s.buf.End()))
+	}
+}
 
 // FrameResult is the outcome of one frame of an append batch.
 type FrameResult struct {
@@ -171,8 +329,9 @@ func (m *Machine) RecordPos(key Key, inc uint64, n uint64) (pos uint64, ref *sto
 		}
 		return 0, nil, false
 	}
-	rec := s.meta.GetHotRecord()
-	from, to := s.buf.Base(), s.buf.End()
+	mk := s.markOf(n)
+	rec := mk.rec
+	from, to := mk.pos, s.buf.End()
 	for from < to {
 		if hs, he, tag, hole := s.buf.Hole(from); hole {
 			r := tag.(*storagev1.ColdRef)
@@ -231,8 +390,9 @@ func (m *Machine) RecordAt(key Key, inc uint64, pos uint64) (rec uint64, ref *st
 		}
 		return 0, r, true
 	}
-	if pos-s.buf.Base() <= s.buf.End()-pos {
-		return s.meta.GetHotRecord() + s.hotRecords(s.buf.Base(), pos), nil, true
+	mk := s.markAt(pos)
+	if pos-mk.pos <= s.buf.End()-pos {
+		return mk.rec + s.hotRecords(mk.pos, pos), nil, true
 	}
 	return s.meta.GetRecordNext() - s.hotRecords(pos, s.buf.End()), nil, true // nearer the tail
 }

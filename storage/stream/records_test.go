@@ -1,7 +1,13 @@
 package stream
 
 import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	"github.com/ursula/ursula/storage/fault"
@@ -215,5 +221,233 @@ func TestRecordsSurviveSwap(t *testing.T) {
 	}
 	if merged.GetNextRecord() != 0 {
 		t.Fatal("apply modified the command")
+	}
+}
+
+// TestRecordMarks: the hot window's record checkpoints answer every
+// lookup as a count from the window's start would, keep each lookup's
+// scan within recordStep plus one message, follow flushes, and are
+// rebuilt alike from a snapshot.
+func TestRecordMarks(t *testing.T) {
+	a := newJSONStream(t)
+	k := Key{"b", "s"}
+	var bounds []uint64 // bounds[n] is where record n starts
+	bounds = append(bounds, 0)
+	var pos uint64
+	var inc uint64
+	msg := func(i, size int) string {
+		return fmt.Sprintf(`"%0*d"`, size-3, i) + "\n" // size bytes with its newline
+	}
+	maxMsg := uint64(0)
+	add := func(body string) {
+		t.Helper()
+		r := a.apply(2, jsonAppend(body))
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		inc = r.Meta.Incarnation
+		for _, line := range strings.SplitAfter(body, "\n") {
+			if line != "" {
+				pos += uint64(len(line))
+				bounds = append(bounds, pos)
+				maxMsg = max(maxMsg, uint64(len(line)))
+			}
+		}
+	}
+	for i := range 3000 {
+		add(msg(i, 20+i%200)) // small appends
+	}
+	var big strings.Builder // one append of many messages, beyond recordStep
+	for i := range 4000 {
+		big.WriteString(msg(i, 50))
+	}
+	add(big.String())
+	// An external payload: its reference carries its 3 records.
+	r := a.apply(2, &storagev1.Append{Bucket: "b", Stream: "s", ContentType: jsonCT,
+		External: &storagev1.ColdRef{Key: "b/s/x/1", Size: 64, Crc32C: 7, End: 30, NextRecord: 3}})
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	extStart := pos
+	pos += 30
+	bounds = append(bounds, pos) // records inside it are located through its reference
+	for i := range 2000 {
+		add(msg(i, 30+i%100))
+	}
+	recAfterExt := uint64(3000 + 4000 + 3)
+
+	check := func(what string) {
+		t.Helper()
+		s := a.m.streams[k]
+		prev := s.buf.Base()
+		for i, mk := range s.marks {
+			if mk.pos <= prev && i > 0 || mk.pos > s.buf.End() {
+				t.Fatalf("%s: mark %d %+v out of order (window [%d, %d))", what, i, mk, s.buf.Base(), s.buf.End())
+			}
+			prev = mk.pos
+		}
+		for n, b := range bounds {
+			rec := uint64(n)
+			if n > 3000+4000 { // past the external payload
+				rec = recAfterExt + uint64(n-3000-4000-1)
+			}
+			if b < s.buf.Base() {
+				continue
+			}
+			got, ref, ok := a.m.RecordAt(k, inc, b)
+			if !ok || ref != nil || got != rec {
+				t.Fatalf("%s: RecordAt(%d) = %d %v %v, want %d", what, b, got, ref, ok, rec)
+			}
+			if gap := b - s.markAt(b).pos; gap > recordStep+maxMsg+30 {
+				t.Fatalf("%s: a lookup at %d counts %d bytes", what, b, gap)
+			}
+			if b == extStart {
+				continue // record 7000 is the external payload's first: located through its reference
+			}
+			if p, ref, ok := a.m.RecordPos(k, inc, rec); !ok || ref != nil || p != b {
+				t.Fatalf("%s: RecordPos(%d) = %d %v %v, want %d", what, rec, p, ref, ok, b)
+			}
+		}
+		if p, ref, ok := a.m.RecordPos(k, inc, 3000+4000+1); !ok || ref == nil || p != extStart {
+			t.Fatalf("%s: a record inside the external payload: %d %v %v", what, p, ref, ok)
+		}
+		if len(s.marks) < int((s.buf.End()-s.buf.Base())/(recordStep+maxMsg+30)) {
+			t.Fatalf("%s: %d marks for %d hot bytes", what, len(s.marks), s.buf.End()-s.buf.Base())
+		}
+	}
+	check("after appends")
+
+	// A snapshot installs the same marks.
+	snap, err := a.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored := NewMachine(0)
+	if err := restored.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := restored.streams[k].marks, a.m.streams[k].marks; !slices.Equal(got, want) {
+		t.Fatalf("restored marks differ: %d vs %d", len(got), len(want))
+	}
+
+	// A flush drops the marks below the window.
+	pieces, _, _ := a.m.FlushPlan(k, inc, 200<<10)
+	var chunks []*storagev1.ColdRef
+	for i, p := range pieces {
+		chunks = append(chunks, &storagev1.ColdRef{Start: p.Start, End: p.End, Key: fmt.Sprintf("c%d", i), Kind: storagev1.ColdKind_COLD_KIND_CHUNK,
+			Size: p.End - p.Start + 64, Records: uint32(len(p.Records)), FirstRecord: p.FirstRecord, NextRecord: p.NextRecord})
+	}
+	if r := a.apply(3, &storagev1.ColdFlush{Bucket: "b", Stream: "s", Incarnation: inc, Chunks: chunks}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if s := a.m.streams[k]; len(s.marks) == 0 || s.marks[0].pos < s.buf.Base() {
+		t.Fatalf("marks after the flush start at %v, window at %d", s.marks[:1], s.buf.Base())
+	}
+	check("after a flush")
+}
+
+// legacySnapshot is a's snapshot as a release before record numbering
+// wrote it: no record fields anywhere.
+func legacySnapshot(t *testing.T, a *applier) []byte {
+	t.Helper()
+	data, err := a.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap storagev1.Snapshot
+	if err := proto.Unmarshal(data, &snap); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range snap.GetStreams() {
+		st.RecordFirst, st.RecordNext, st.HotRecord, st.BaseRecord = 0, 0, 0, 0
+		for _, p := range st.GetProducers() {
+			p.RecordStart, p.RecordNext = 0, 0
+		}
+		for _, lv := range st.GetColdIndex() {
+			for _, e := range lv.GetEntries() {
+				e.FirstRecord, e.NextRecord = 0, 0
+			}
+		}
+	}
+	out, err := proto.MarshalOptions{Deterministic: true}.Marshal(&snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestLegacyStreamsNumbered: a JSON stream restored from a snapshot
+// written before record numbering gets ordinals for the messages it holds
+// hot (from its first message when every byte is hot), its next append
+// continues them, and restoring the numbered state again changes nothing.
+func TestLegacyStreamsNumbered(t *testing.T) {
+	k := Key{"b", "s"}
+	tests := []struct {
+		name string
+		// retain is the retention set before the snapshot (0: none);
+		// flush moves the first append to a cold chunk first.
+		retain uint64
+		flush  bool
+		// wantNext, wantFirst: the record tail and first retained record
+		// after the restore; wantAt: position → ordinal.
+		wantNext, wantFirst uint64
+		wantAt              map[uint64]uint64
+	}{
+		{name: "all hot", wantNext: 5, wantFirst: 0, wantAt: map[uint64]uint64{0: 0, 2: 1, 4: 2, 6: 3, 8: 4, 10: 5}},
+		{name: "retention in the hot window", retain: 4, wantNext: 5, wantFirst: 2, wantAt: map[uint64]uint64{4: 2, 8: 4}},
+		{name: "flushed before numbering", flush: true, wantNext: 3, wantFirst: 0, wantAt: map[uint64]uint64{4: 0, 6: 1, 10: 3}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newJSONStream(t)
+			a.apply(2, jsonAppend("a\nb\n"))      // [0, 4)
+			a.apply(3, jsonAppend("c\n"))         // [4, 6)
+			r := a.apply(4, jsonAppend("d\ne\n")) // [6, 10)
+			inc := r.Meta.Incarnation
+			if tc.flush {
+				chunk := &storagev1.ColdRef{Start: 0, End: 4, Key: "k1", Kind: storagev1.ColdKind_COLD_KIND_CHUNK, Size: 10, Records: 1, FirstRecord: 0, NextRecord: 2}
+				if r := a.apply(5, &storagev1.ColdFlush{Bucket: "b", Stream: "s", Incarnation: inc, Chunks: []*storagev1.ColdRef{chunk}}); r.Err != nil {
+					t.Fatal(r.Err)
+				}
+			}
+			if tc.retain > 0 {
+				if r := a.apply(6, &storagev1.SetRetention{Bucket: "b", Stream: "s", Incarnation: inc, Position: tc.retain}); r.Err != nil {
+					t.Fatal(r.Err)
+				}
+			}
+			b := newApplier(t)
+			if err := b.m.Restore(legacySnapshot(t, a)); err != nil {
+				t.Fatal(err)
+			}
+			m, _ := b.m.Lookup(k)
+			if m.RecordNext != tc.wantNext || m.RecordFirst != tc.wantFirst {
+				t.Fatalf("restored records [%d, %d), want [%d, %d)", m.RecordFirst, m.RecordNext, tc.wantFirst, tc.wantNext)
+			}
+			for pos, want := range tc.wantAt {
+				if got, ref, ok := b.m.RecordAt(k, inc, pos); !ok || ref != nil || got != want {
+					t.Fatalf("RecordAt(%d) = %d %v %v, want %d", pos, got, ref, ok, want)
+				}
+				if want < tc.wantNext {
+					if got, ref, ok := b.m.RecordPos(k, inc, want); !ok || ref != nil || got != pos {
+						t.Fatalf("RecordPos(%d) = %d %v %v, want %d", want, got, ref, ok, pos)
+					}
+				}
+			}
+			if r := b.apply(7, jsonAppend("f\n")); r.Err != nil || r.RecordStart != tc.wantNext || r.RecordNext != tc.wantNext+1 {
+				t.Fatalf("append after the restore: %v [%d, %d)", r.Err, r.RecordStart, r.RecordNext)
+			}
+			// Numbered state restores as it is.
+			again, err := b.m.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := newApplier(t)
+			if err := c.m.Restore(again); err != nil {
+				t.Fatal(err)
+			}
+			if twice, _ := c.m.Snapshot(); !bytes.Equal(twice, again) {
+				t.Fatal("restoring a numbered snapshot changed it")
+			}
+		})
 	}
 }

@@ -168,6 +168,8 @@ func decodeState(snap *storagev1.Snapshot) (*state, int64, error) {
 		}
 		st.Data, st.Records, st.Producers, st.HotExternal = nil, nil, nil, nil
 		s.meta = st
+		s.numberLegacyRecords()
+		s.rebuildMarks()
 		out.streams[Key{st.GetBucket(), st.GetStream()}] = s
 	}
 	return out, hotBytes, nil

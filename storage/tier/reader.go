@@ -19,6 +19,8 @@ import (
 // the object is served.
 type Reader struct {
 	cache *Cache
+	// records holds the record indexes of JSON leaves (records.go).
+	records recordIndexes
 }
 
 // NewReader returns a reader over a cache.

@@ -2,6 +2,8 @@ package tier
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -142,5 +144,56 @@ func TestCheckFormatEpochConcurrent(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// TestRecordIndex: record lookups in a JSON leaf larger than several
+// index steps answer as a count from the leaf's start would, with the
+// index built once and kept.
+func TestRecordIndex(t *testing.T) {
+	ctx := context.Background()
+	s := objstore.NewMemory()
+	r := NewReader(NewCache(s, 4096, 64<<20))
+	var appends []string
+	starts := []uint64{1000} // starts[k] is where the leaf's k-th message starts
+	pos := uint64(1000)
+	for i := range 300 {
+		var a strings.Builder
+		for j := range 1 + i%7 {
+			m := fmt.Sprintf(`{"i":%d,"j":%d,"pad":"%s"}`, i, j, strings.Repeat("x", (i*31+j*17)%400)) + "\n"
+			a.WriteString(m)
+			pos += uint64(len(m))
+			starts = append(starts, pos)
+		}
+		appends = append(appends, a.String())
+	}
+	leaf := putChunk(t, s, "b/c/json", 1000, appends...)
+	if leaf.GetEnd()-leaf.GetStart() < 3*recordStep {
+		t.Fatalf("leaf of %d bytes spans too few index steps", leaf.GetEnd()-leaf.GetStart())
+	}
+	const first = 50
+	leaf.FirstRecord, leaf.NextRecord = first, first+uint64(len(starts)-1)
+	for k, p := range starts {
+		got, err := r.RecordAt(ctx, leaf, p)
+		if err != nil || got != first+uint64(k) {
+			t.Fatalf("RecordAt(%d) = %d %v, want %d", p, got, err, first+k)
+		}
+		if k == len(starts)-1 {
+			break // the leaf's end: the next leaf's first record
+		}
+		at, err := r.RecordPos(ctx, leaf, first+uint64(k))
+		if err != nil || at != p {
+			t.Fatalf("RecordPos(%d) = %d %v, want %d", first+k, at, err, p)
+		}
+	}
+	if before := r.records.get(leaf.GetKey()); len(before) != int((leaf.GetEnd()-leaf.GetStart()+recordStep-1)/recordStep) || before[0] != 0 {
+		t.Fatalf("index %v", before)
+	}
+	// An index entry claiming other records than the leaf holds is
+	// corrupt.
+	bad := putChunk(t, s, "b/c/bad", 0, "1\n2\n")
+	bad.FirstRecord, bad.NextRecord = 0, 3
+	if _, err := r.RecordAt(ctx, bad, 2); !errors.Is(err, coldfmt.ErrCorrupt) {
+		t.Fatalf("a leaf with fewer records than its entry: %v", err)
 	}
 }

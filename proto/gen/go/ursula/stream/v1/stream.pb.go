@@ -1264,8 +1264,13 @@ func (*DeleteStreamResponse) Descriptor() ([]byte, []int) {
 type SetRetentionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ref   *StreamRef             `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
-	// offset is a stream offset at or below the tail.
-	Offset        string `protobuf:"bytes,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// offset is a stream offset at or below the tail and at or below the
+	// stream's visible snapshot (SNAPSHOT_CONFLICT otherwise); at or below
+	// the current retention it changes nothing.
+	Offset string `protobuf:"bytes,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// record, when set, places the retention at the start of this JSON
+	// record (application/json streams) instead of offset.
+	Record        *uint64 `protobuf:"varint,3,opt,name=record,proto3,oneof" json:"record,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1314,13 +1319,24 @@ func (x *SetRetentionRequest) GetOffset() string {
 	return ""
 }
 
+func (x *SetRetentionRequest) GetRecord() uint64 {
+	if x != nil && x.Record != nil {
+		return *x.Record
+	}
+	return 0
+}
+
 type SetRetentionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// retained_offset is the stream's retention after the call (it may be
 	// above the request's when retention was already higher).
 	RetainedOffset string `protobuf:"bytes,1,opt,name=retained_offset,json=retainedOffset,proto3" json:"retained_offset,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// record_first is the first retained JSON record after the call
+	// (application/json streams; json says whether it applies).
+	RecordFirst   uint64 `protobuf:"varint,2,opt,name=record_first,json=recordFirst,proto3" json:"record_first,omitempty"`
+	Json          bool   `protobuf:"varint,3,opt,name=json,proto3" json:"json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetRetentionResponse) Reset() {
@@ -1358,6 +1374,20 @@ func (x *SetRetentionResponse) GetRetainedOffset() string {
 		return x.RetainedOffset
 	}
 	return ""
+}
+
+func (x *SetRetentionResponse) GetRecordFirst() uint64 {
+	if x != nil {
+		return x.RecordFirst
+	}
+	return 0
+}
+
+func (x *SetRetentionResponse) GetJson() bool {
+	if x != nil {
+		return x.Json
+	}
+	return false
 }
 
 type SubscribeRequest struct {
@@ -1737,7 +1767,10 @@ type PutSnapshotRequest struct {
 	ContentType string `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	Body        []byte `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
 	// match, when not empty, is the digest the latest snapshot must have.
-	Match         string `protobuf:"bytes,5,opt,name=match,proto3" json:"match,omitempty"`
+	Match string `protobuf:"bytes,5,opt,name=match,proto3" json:"match,omitempty"`
+	// record, when set, places the snapshot at the start of this JSON record
+	// (application/json streams) instead of offset.
+	Record        *uint64 `protobuf:"varint,6,opt,name=record,proto3,oneof" json:"record,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1805,6 +1838,13 @@ func (x *PutSnapshotRequest) GetMatch() string {
 		return x.Match
 	}
 	return ""
+}
+
+func (x *PutSnapshotRequest) GetRecord() uint64 {
+	if x != nil && x.Record != nil {
+		return *x.Record
+	}
+	return 0
 }
 
 type PutSnapshotResponse struct {
@@ -3093,12 +3133,16 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"\x04info\x18\x01 \x01(\v2\x1c.ursula.stream.v1.StreamInfoR\x04info\"D\n" +
 	"\x13DeleteStreamRequest\x12-\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1b.ursula.stream.v1.StreamRefR\x03ref\"\x16\n" +
-	"\x14DeleteStreamResponse\"\\\n" +
+	"\x14DeleteStreamResponse\"\x84\x01\n" +
 	"\x13SetRetentionRequest\x12-\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1b.ursula.stream.v1.StreamRefR\x03ref\x12\x16\n" +
-	"\x06offset\x18\x02 \x01(\tR\x06offset\"?\n" +
+	"\x06offset\x18\x02 \x01(\tR\x06offset\x12\x1b\n" +
+	"\x06record\x18\x03 \x01(\x04H\x00R\x06record\x88\x01\x01B\t\n" +
+	"\a_record\"v\n" +
 	"\x14SetRetentionResponse\x12'\n" +
-	"\x0fretained_offset\x18\x01 \x01(\tR\x0eretainedOffset\"v\n" +
+	"\x0fretained_offset\x18\x01 \x01(\tR\x0eretainedOffset\x12!\n" +
+	"\frecord_first\x18\x02 \x01(\x04R\vrecordFirst\x12\x12\n" +
+	"\x04json\x18\x03 \x01(\bR\x04json\"v\n" +
 	"\x10SubscribeRequest\x12-\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1b.ursula.stream.v1.StreamRefR\x03ref\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\tR\x06offset\x12\x1b\n" +
@@ -3128,13 +3172,15 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"\x06closed\x18\x05 \x01(\bR\x06closed\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x06 \x01(\tR\terrorCode\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error\"\xa8\x01\n" +
+	"\x05error\x18\a \x01(\tR\x05error\"\xd0\x01\n" +
 	"\x12PutSnapshotRequest\x12-\n" +
 	"\x03ref\x18\x01 \x01(\v2\x1b.ursula.stream.v1.StreamRefR\x03ref\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\tR\x06offset\x12!\n" +
 	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12\x12\n" +
 	"\x04body\x18\x04 \x01(\fR\x04body\x12\x14\n" +
-	"\x05match\x18\x05 \x01(\tR\x05match\"_\n" +
+	"\x05match\x18\x05 \x01(\tR\x05match\x12\x1b\n" +
+	"\x06record\x18\x06 \x01(\x04H\x00R\x06record\x88\x01\x01B\t\n" +
+	"\a_record\"_\n" +
 	"\x13PutSnapshotResponse\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\tR\x06offset\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x18\n" +
@@ -3373,6 +3419,8 @@ func file_ursula_stream_v1_stream_proto_init() {
 	file_ursula_stream_v1_stream_proto_msgTypes[5].OneofWrappers = []any{}
 	file_ursula_stream_v1_stream_proto_msgTypes[8].OneofWrappers = []any{}
 	file_ursula_stream_v1_stream_proto_msgTypes[10].OneofWrappers = []any{}
+	file_ursula_stream_v1_stream_proto_msgTypes[16].OneofWrappers = []any{}
+	file_ursula_stream_v1_stream_proto_msgTypes[24].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
