@@ -249,3 +249,80 @@ func TestStreamIncarnationHeaders(t *testing.T) {
 		})
 	}
 }
+
+// TestListOneUpstreamCallPerPage: a listing page is one call to the node
+// tier, whatever the number of groups (the node that answers gathers
+// every group's streams); the gateway passes the cursor through and never
+// merges or re-pages.
+func TestListOneUpstreamCallPerPage(t *testing.T) {
+	all := []string{"a", "b", "c", "d", "e"}
+	tests := []struct {
+		name  string
+		query string // without after
+		pages [][]string
+	}{
+		{"one page", "", [][]string{all}},
+		{"pages of two", "limit=2", [][]string{{"a", "b"}, {"c", "d"}, {"e"}}},
+		{"pages of one with a prefix", "limit=1&prefix=d", [][]string{{"d"}}},
+		{"a page as large as the bucket", "limit=5", [][]string{all}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			f := &fakeClient{t: t, bucketFakes: bucketFakes{listStreams: func(in *streamv1.ListStreamsRequest) (*streamv1.ListStreamsResponse, error) {
+				calls++
+				limit := int(in.GetLimit())
+				if limit == 0 {
+					limit = 100
+				}
+				resp := &streamv1.ListStreamsResponse{}
+				for _, s := range all {
+					if s > in.GetAfter() && strings.HasPrefix(s, in.GetPrefix()) {
+						if len(resp.Streams) == limit {
+							resp.HasMore = true
+							break
+						}
+						resp.Streams = append(resp.Streams, &streamv1.StreamListing{StreamId: s, Status: "open"})
+					}
+				}
+				if resp.HasMore {
+					resp.NextCursor = resp.Streams[len(resp.Streams)-1].GetStreamId()
+				}
+				return resp, nil
+			}}}
+			g := newTestGateway(t, f, nil)
+			after := ""
+			for i, want := range tc.pages {
+				target := "/tenant/streams?" + tc.query
+				if after != "" {
+					target += "&after=" + after
+				}
+				rec := do(t, g, "GET", target, "", nil)
+				if rec.Code != 200 {
+					t.Fatalf("page %d: status %d: %s", i, rec.Code, rec.Body)
+				}
+				if calls != i+1 {
+					t.Fatalf("page %d took %d upstream calls in all, want %d", i, calls, i+1)
+				}
+				var page streamList
+				if err := json.Unmarshal(rec.Body.Bytes(), &page); err != nil {
+					t.Fatal(err)
+				}
+				var ids []string
+				for _, s := range page.Streams {
+					ids = append(ids, s.StreamID)
+				}
+				if strings.Join(ids, ",") != strings.Join(want, ",") {
+					t.Fatalf("page %d = %v, want %v", i, ids, want)
+				}
+				last := i == len(tc.pages)-1
+				if page.HasMore == last || (page.NextCursor == nil) != last {
+					t.Fatalf("page %d: has_more %v, cursor %v; last page %v", i, page.HasMore, page.NextCursor, last)
+				}
+				if !last {
+					after = *page.NextCursor
+				}
+			}
+		})
+	}
+}

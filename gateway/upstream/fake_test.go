@@ -196,6 +196,14 @@ func (n *fakeNode) CreateBucket(_ context.Context, _ *streamv1.CreateBucketReque
 	return &streamv1.CreateBucketResponse{Created: true}, nil
 }
 
+// ListStreams answers one page from this node, naming it in the cursor.
+func (n *fakeNode) ListStreams(_ context.Context, _ *streamv1.ListStreamsRequest) (*streamv1.ListStreamsResponse, error) {
+	if err := n.served(nil, "ListStreams", false); err != nil {
+		return nil, err
+	}
+	return &streamv1.ListStreamsResponse{NextCursor: n.by(), HasMore: true}, nil
+}
+
 func (n *fakeNode) CreateStream(_ context.Context, in *streamv1.CreateStreamRequest) (*streamv1.CreateStreamResponse, error) {
 	if err := n.served(in.GetRef(), "CreateStream", false); err != nil {
 		return nil, err

@@ -106,6 +106,10 @@ var calls = []call{
 			by = string(m.GetChunk().GetData())
 		}
 	}},
+	{"list streams", "ListStreams", func(ctx context.Context, r *Router, b, _ string) (string, error) {
+		resp, err := r.ListStreams(ctx, &streamv1.ListStreamsRequest{Bucket: b})
+		return resp.GetNextCursor(), err
+	}},
 }
 
 func TestRoutesToGroupLeader(t *testing.T) {
@@ -118,8 +122,8 @@ func TestRoutesToGroupLeader(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			for g := range uint32(6) {
 				s := c.streamInGroup("b", g)
-				if tc.method == "CreateBucket" {
-					g = 0
+				if tc.method == "CreateBucket" || tc.method == "ListStreams" {
+					g = 0 // the bucket group's leader; one call per listing page
 				}
 				want := c.leader(g)
 				before := c.node(want).count(tc.method)

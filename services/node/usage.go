@@ -3,6 +3,7 @@ package node
 import (
 	"net/http"
 	"sort"
+	"strings"
 
 	"github.com/ursula/ursula/storage/cold"
 	"github.com/ursula/ursula/storage/stream"
@@ -21,8 +22,9 @@ type usageDoc struct {
 	Buckets        map[string]bucketUsage `json:"buckets"`
 	RaftGroupCount int                    `json:"raft_group_count"`
 	// StagedSnapshotParts lists staged snapshot parts no commit has used
-	// yet, per group this node leads (from the leader's in-memory index;
-	// groups without staged parts are left out).
+	// yet, for every group this node leads (from the leader's in-memory
+	// index, counted in the background: counting_finished is false until
+	// the term's seed listing ended; a group without parts has no bytes).
 	StagedSnapshotParts []stagedParts `json:"staged_snapshot_parts"`
 }
 
@@ -41,7 +43,17 @@ type stagedParts struct {
 	Bytes            map[string]uint64 `json:"bytes"`
 }
 
-// buildUsage renders the usage document.
+// familyBucket is the built-in bucket that holds the Durable Streams
+// family's streams (gateway.BuiltinBucket): clients' data, counted like
+// any bucket's.
+const familyBucket = "__ds"
+
+// internalBucket reports a bucket the system keeps for itself (every
+// reserved "__" name but the family's, such as the subscriptions' state
+// in "__system"): no client wrote it, so the usage export leaves it out.
+func internalBucket(b string) bool { return strings.HasPrefix(b, "__") && b != familyBucket }
+
+// buildUsage renders the usage document, leaving internal buckets out.
 func buildUsage(nodeID uint64, groups int, usage map[string]stream.BucketUsage, staged []cold.StagedUsage) usageDoc {
 	doc := usageDoc{
 		Version: usageVersion, NodeID: nodeID, WriteUnitBytes: stream.WriteUnitBytes,
@@ -49,11 +61,19 @@ func buildUsage(nodeID uint64, groups int, usage map[string]stream.BucketUsage, 
 		StagedSnapshotParts: []stagedParts{},
 	}
 	for b, u := range usage {
-		doc.Buckets[b] = bucketUsage(u)
+		if !internalBucket(b) {
+			doc.Buckets[b] = bucketUsage(u)
+		}
 	}
 	for _, u := range staged {
+		bytes := make(map[string]uint64, len(u.Bytes))
+		for b, n := range u.Bytes {
+			if !internalBucket(b) {
+				bytes[b] = n
+			}
+		}
 		doc.StagedSnapshotParts = append(doc.StagedSnapshotParts, stagedParts{
-			RaftGroupID: u.GroupID, Term: u.Term, CountingFinished: u.CountingFinished, Bytes: u.Bytes,
+			RaftGroupID: u.GroupID, Term: u.Term, CountingFinished: u.CountingFinished, Bytes: bytes,
 		})
 	}
 	sort.Slice(doc.StagedSnapshotParts, func(i, j int) bool {

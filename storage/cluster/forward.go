@@ -21,7 +21,8 @@ const (
 // forwardRequest is cmd as a forwarded operation of group g, or nil when
 // its operation is not one a node forwards: the allow-list. A node issues
 // these on its own behalf in a group it may not lead (fork references,
-// bucket purges, cold-GC acknowledgements and compaction swaps); client
+// bucket purges, bucket-delete fences, cold-GC acknowledgements and
+// compaction swaps); client
 // commands are routed to the leader by the gateway instead, and expiry,
 // touches, flushes and the rest run only on the leader.
 func forwardRequest(g uint32, cmd *storagev1.Command) *raftv1.ForwardProposeRequest {
@@ -33,6 +34,8 @@ func forwardRequest(g uint32, cmd *storagev1.Command) *raftv1.ForwardProposeRequ
 		req.Op = &raftv1.ForwardProposeRequest_ReleaseForkRef{ReleaseForkRef: op.ReleaseForkRef}
 	case *storagev1.Command_PurgeBucket:
 		req.Op = &raftv1.ForwardProposeRequest_PurgeBucket{PurgeBucket: op.PurgeBucket}
+	case *storagev1.Command_FenceBucket:
+		req.Op = &raftv1.ForwardProposeRequest_FenceBucket{FenceBucket: op.FenceBucket}
 	case *storagev1.Command_GcAck:
 		req.Op = &raftv1.ForwardProposeRequest_GcAck{GcAck: op.GcAck}
 	case *storagev1.Command_ColdSwap:
@@ -70,6 +73,12 @@ func (c *Cluster) forwardedCommand(req *raftv1.ForwardProposeRequest) (*storagev
 			return nil, err
 		}
 		cmd.Op = &storagev1.Command_PurgeBucket{PurgeBucket: &storagev1.PurgeBucket{Bucket: b}}
+	case *raftv1.ForwardProposeRequest_FenceBucket:
+		f := op.FenceBucket
+		if err := (stream.Key{Bucket: f.GetBucket(), Stream: "-"}).Validate(); err != nil {
+			return nil, err
+		}
+		cmd.Op = &storagev1.Command_FenceBucket{FenceBucket: &storagev1.FenceBucket{Bucket: f.GetBucket(), Generation: f.GetGeneration(), Lift: f.GetLift()}}
 	case *raftv1.ForwardProposeRequest_GcAck:
 		seqs := op.GcAck.GetSeqs()
 		if len(seqs) == 0 || len(seqs) > maxForwardedGCAcks {

@@ -46,6 +46,9 @@ func TestForwardedCommand(t *testing.T) {
 		{"release with a control character", &raftv1.ForwardProposeRequest{GroupId: groupOf("b", "s\x01"), Op: &raftv1.ForwardProposeRequest_ReleaseForkRef{ReleaseForkRef: &storagev1.ReleaseForkRef{Bucket: "b", Stream: "s\x01"}}}, false},
 		{"purge", &raftv1.ForwardProposeRequest{GroupId: 5, Op: &raftv1.ForwardProposeRequest_PurgeBucket{PurgeBucket: &storagev1.PurgeBucket{Bucket: "b"}}}, true},
 		{"purge of no bucket", &raftv1.ForwardProposeRequest{GroupId: 5, Op: &raftv1.ForwardProposeRequest_PurgeBucket{PurgeBucket: &storagev1.PurgeBucket{}}}, false},
+		{"bucket-delete fence", &raftv1.ForwardProposeRequest{GroupId: 5, Op: &raftv1.ForwardProposeRequest_FenceBucket{FenceBucket: &storagev1.FenceBucket{Bucket: "b", Generation: 9}}}, true},
+		{"bucket-delete fence lifted", &raftv1.ForwardProposeRequest{GroupId: 5, Op: &raftv1.ForwardProposeRequest_FenceBucket{FenceBucket: &storagev1.FenceBucket{Bucket: "b", Generation: 9, Lift: true}}}, true},
+		{"bucket-delete fence of no bucket", &raftv1.ForwardProposeRequest{GroupId: 5, Op: &raftv1.ForwardProposeRequest_FenceBucket{FenceBucket: &storagev1.FenceBucket{Generation: 9}}}, false},
 		{"GC acknowledgement", &raftv1.ForwardProposeRequest{GroupId: 5, Op: &raftv1.ForwardProposeRequest_GcAck{GcAck: &storagev1.GCAck{Seqs: []uint64{1, 2}}}}, true},
 		{"empty GC acknowledgement", &raftv1.ForwardProposeRequest{GroupId: 5, Op: &raftv1.ForwardProposeRequest_GcAck{GcAck: &storagev1.GCAck{}}}, false},
 		{"huge GC acknowledgement", &raftv1.ForwardProposeRequest{GroupId: 5, Op: &raftv1.ForwardProposeRequest_GcAck{GcAck: &storagev1.GCAck{Seqs: make([]uint64, maxForwardedGCAcks+1)}}}, false},
@@ -124,7 +127,7 @@ func FuzzForwardedCommand(f *testing.F) {
 		}
 		var key *stream.Key
 		switch op := cmd.GetOp().(type) {
-		case *storagev1.Command_Barrier, *storagev1.Command_PurgeBucket, *storagev1.Command_GcAck:
+		case *storagev1.Command_Barrier, *storagev1.Command_PurgeBucket, *storagev1.Command_FenceBucket, *storagev1.Command_GcAck:
 		case *storagev1.Command_AddForkRef:
 			key = &stream.Key{Bucket: op.AddForkRef.GetBucket(), Stream: op.AddForkRef.GetStream()}
 		case *storagev1.Command_ReleaseForkRef:

@@ -19,12 +19,16 @@ import (
 // ColdFlush command.
 const flushPieces = 16
 
-// Run flushes the hot bytes of the groups this node leads until ctx ends.
+// Run flushes the hot bytes of the groups this node leads until ctx ends,
+// and runs the seed listings of their staged snapshot parts.
 func (t *Tier) Run(ctx context.Context) error {
 	if t.store == nil {
 		<-ctx.Done()
 		return nil
 	}
+	var seeding sync.WaitGroup
+	seeding.Go(func() { t.seedLoop(ctx) })
+	defer seeding.Wait()
 	c := t
 	tick := time.NewTicker(c.cfg.FlushInterval)
 	defer tick.Stop()
@@ -37,9 +41,12 @@ func (t *Tier) Run(ctx context.Context) error {
 		}
 		var wg sync.WaitGroup
 		for g := range c.groups.GroupCount() {
-			if !c.groups.Status(uint32(g)).IsLeader {
+			st := c.groups.Status(uint32(g))
+			if !st.IsLeader {
 				continue
 			}
+			// A term's staged-part totals start when the node finds it leads.
+			c.startCounting(uint32(g), st.Term)
 			for _, h := range c.flushCandidates(uint32(g)) {
 				if _, busy := c.flushing.LoadOrStore(h.Key, struct{}{}); busy {
 					continue

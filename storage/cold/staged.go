@@ -45,6 +45,10 @@ type stagedIndex struct {
 type stagedGroup struct {
 	term    uint64
 	streams map[string]*stagedStream // cold prefix → parts
+	// seeding is set once the term's seed listing of every stream's parts
+	// was handed to the seed loop (and cleared when it failed, so the next
+	// trigger runs it again); counted once it listed every stream.
+	seeding, counted bool
 }
 
 type stagedStream struct {
@@ -176,6 +180,7 @@ func (t *Tier) StagePart(ctx context.Context, g uint32, term uint64, k stream.Ke
 	if t.store == nil {
 		return "", errNoStore("staging snapshot parts")
 	}
+	t.startCounting(g, term)
 	prefix := coldfmt.StreamPrefix(k.Bucket, k.Stream, inc)
 	if err := t.listStaged(ctx, g, term, k, prefix); err != nil {
 		return "", err
@@ -248,6 +253,7 @@ func (t *Tier) BeginCommit(ctx context.Context, g uint32, term uint64, k stream.
 	if t.store == nil {
 		return nil, errNoStore("committing staged snapshot parts")
 	}
+	t.startCounting(g, term)
 	prefix := coldfmt.StreamPrefix(k.Bucket, k.Stream, inc)
 	if err := t.listStaged(ctx, g, term, k, prefix); err != nil {
 		return nil, err
@@ -373,8 +379,8 @@ func errCommitting(pos uint64) error {
 }
 
 // StagedUsage is the staged snapshot parts no commit has used yet in one
-// group this node leads, by bucket. CountingFinished is false when a
-// stream's listing failed (its parts are then missing from Bytes).
+// group this node leads, by bucket. CountingFinished is false until the
+// term's seed listing of the group's streams ended.
 type StagedUsage struct {
 	GroupID          uint32
 	Term             uint64
@@ -382,10 +388,15 @@ type StagedUsage struct {
 	Bytes            map[string]uint64
 }
 
-// StagedUsage reports, for each group this node leads, the bytes of its
-// staged snapshot parts per bucket, listing the streams it has not listed
-// in the current term first. Groups without staged parts are left out.
-func (t *Tier) StagedUsage(ctx context.Context) []StagedUsage {
+// StagedUsage reports, for each group this node leads, its term and the
+// bytes of its staged snapshot parts per bucket. It lists nothing itself:
+// a term's totals start at the node's first part, commit or discard in the
+// group, or when a report (or the flush loop) finds the node leading it,
+// and the seed loop then lists the group's streams in the background
+// (CountingFinished false until it is done). Every led group is reported,
+// with no bytes when it has none, so that a collector can tell a group
+// without parts from a group nobody reported.
+func (t *Tier) StagedUsage(context.Context) []StagedUsage {
 	if t.store == nil {
 		return nil
 	}
@@ -395,16 +406,13 @@ func (t *Tier) StagedUsage(ctx context.Context) []StagedUsage {
 		if !t.groups.Leads(g) {
 			continue
 		}
-		mach, st := t.groups.Machine(g), t.groups.Status(g)
-		u := StagedUsage{GroupID: g, Term: st.Term, CountingFinished: true, Bytes: map[string]uint64{}}
-		live := mach.CurrentPrefixes() // parts staged under an earlier incarnation can never be committed
-		for prefix, k := range live {
-			if err := t.listStaged(ctx, g, st.Term, k, prefix); err != nil {
-				u.CountingFinished = false
-			}
-		}
+		st := t.groups.Status(g)
+		t.startCounting(g, st.Term)
+		live := t.groups.Machine(g).CurrentPrefixes() // parts staged under an earlier incarnation can never be committed
+		u := StagedUsage{GroupID: g, Term: st.Term, Bytes: map[string]uint64{}}
 		t.staged.mu.Lock()
 		if sg := t.staged.group(g, st.Term); sg != nil {
+			u.CountingFinished = sg.counted
 			for prefix, ss := range sg.streams {
 				if _, ok := live[prefix]; !ok {
 					// The stream is gone: its prefix's GC took the parts.
@@ -417,9 +425,74 @@ func (t *Tier) StagedUsage(ctx context.Context) []StagedUsage {
 			}
 		}
 		t.staged.mu.Unlock()
-		if len(u.Bytes) > 0 || !u.CountingFinished {
-			out = append(out, u)
-		}
+		out = append(out, u)
 	}
 	return out
+}
+
+// startCounting starts group g's totals for term, and hands the seed
+// listing of its streams to the seed loop unless it runs or ran.
+func (t *Tier) startCounting(g uint32, term uint64) {
+	t.staged.mu.Lock()
+	sg := t.staged.group(g, term)
+	start := sg != nil && !sg.seeding && !sg.counted
+	if start {
+		sg.seeding = true
+	}
+	t.staged.mu.Unlock()
+	if !start {
+		return
+	}
+	select {
+	case t.seeds <- seed{g: g, term: term}:
+	default:
+		// The loop is behind on more groups than there are: a later
+		// trigger asks again.
+		t.staged.mu.Lock()
+		if sg := t.staged.group(g, term); sg != nil {
+			sg.seeding = false
+		}
+		t.staged.mu.Unlock()
+	}
+}
+
+// seed asks the seed loop to list group g's staged parts in term.
+type seed struct {
+	g    uint32
+	term uint64
+}
+
+// seedLoop runs the seed listings one at a time until ctx ends.
+func (t *Tier) seedLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-t.seeds:
+			t.seedGroup(ctx, s.g, s.term)
+		}
+	}
+}
+
+// seedGroup lists the staged parts of every current stream of group g
+// (listStaged skips streams already listed in the term) and marks the
+// term's totals counted; after a failed listing the next trigger tries
+// again.
+func (t *Tier) seedGroup(ctx context.Context, g uint32, term uint64) {
+	ok := true
+	for prefix, k := range t.groups.Machine(g).CurrentPrefixes() {
+		if err := t.listStaged(ctx, g, term, k, prefix); err != nil {
+			if ctx.Err() == nil {
+				t.logger.Warn("list staged snapshot parts", "group_id", g, "stream", k.Stream, "err", err)
+			}
+			ok = false
+			break
+		}
+	}
+	t.staged.mu.Lock()
+	defer t.staged.mu.Unlock()
+	if sg := t.staged.group(g, term); sg != nil {
+		sg.seeding = false
+		sg.counted = ok
+	}
 }

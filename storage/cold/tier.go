@@ -48,6 +48,7 @@ type Tier struct {
 	flushing sync.Map      // stream.Key → struct{}: one flush per stream at a time
 	kick     chan struct{} // wakes the flush loop (a write hit the cap)
 	staged   stagedIndex
+	seeds    chan seed // seed listings of staged parts (staged.go)
 	stats    Stats
 }
 
@@ -87,6 +88,7 @@ func New(cfg Config, store objstore.Store, groups Groups, now func() time.Time, 
 		cfg: cfg, store: store, groups: groups, logger: logger, now: now,
 		slots: make(chan struct{}, cfg.FlushConcurrency),
 		kick:  make(chan struct{}, 1),
+		seeds: make(chan seed, max(groups.GroupCount(), 1)),
 	}
 	if store != nil {
 		t.reader = tier.NewReader(tier.NewCache(store, int64(cfg.BlockBytes), int64(cfg.CacheBytes)))

@@ -3,6 +3,9 @@ package engine
 import (
 	"context"
 	"sort"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
@@ -38,18 +41,24 @@ func (e *Engine) GetBucket(ctx context.Context, req *streamv1.GetBucketRequest) 
 	return &streamv1.GetBucketResponse{Bucket: b, CreatedMs: created, StreamCount: n}, nil
 }
 
-// DeleteBucket removes an empty bucket. Every group is checked for streams
-// of the bucket after a read barrier (so each replica reflects every write
-// acknowledged before the check began), then DeleteBucket is proposed in
-// the bucket group, whose apply checks that group's streams again.
+// DeleteBucket removes an empty bucket, in two phases so that no stream
+// create in another group can race it (stream/buckets.go):
 //
-// Accepted race: a stream create in another group that passed its bucket
-// check before the delete committed, and commits after that group was
-// checked, survives the bucket. The stream stays readable, writable and
-// deletable by its name, a new create of the bucket shows it again in
-// listings, and a bucket purge removes it. Closing the race would need a
-// cross-group lock on every create; a delete of a bucket that is being
-// written to is a client error this does not try to make atomic.
+//  1. A deletion fence of the bucket record's generation is proposed in
+//     every group (at most maxParallelBarriers at a time). Once it applied
+//     in a group, a create of that record in the group either applied
+//     before it or is refused.
+//  2. After a read barrier of every group, every group is checked for
+//     streams of the bucket. None, and DeleteBucket is proposed in the
+//     bucket group, whose apply checks that group's streams again; the
+//     fences stay (they refuse only creates of the deleted record). Some,
+//     and the fences are lifted and the delete answers BUCKET_NOT_EMPTY.
+//
+// A create refused by a fence while the delete runs answers UNAVAILABLE
+// with a retry-after when the delete then fails, BUCKET_NOT_FOUND when it
+// succeeded. A delete that stops between the phases (its node fails)
+// leaves fences that refuse creates in the bucket, answered UNAVAILABLE,
+// until a DELETE is retried: it fences again and completes or lifts them.
 func (e *Engine) DeleteBucket(ctx context.Context, req *streamv1.DeleteBucketRequest) (*streamv1.DeleteBucketResponse, error) {
 	b := req.GetBucket()
 	if err := validBucketName(b); err != nil {
@@ -58,18 +67,73 @@ func (e *Engine) DeleteBucket(ctx context.Context, req *streamv1.DeleteBucketReq
 	if err := e.readBarrierAll(ctx); err != nil {
 		return nil, err
 	}
-	if !e.hasBucket(b) {
+	gen, ok := e.groups.Machine(bucketGroup).BucketGeneration(b)
+	if !ok {
 		return nil, bucketNotFound(b)
 	}
-	for g := range e.groups.GroupCount() {
-		if n := e.groups.Machine(uint32(g)).CountStreams(b); n > 0 {
-			return nil, fault.Errorf(fault.ErrBucketExists, "bucket %s is not empty", b)
+	// A bucket already holding streams needs no fence to fail.
+	if e.bucketStreams(b) {
+		return nil, bucketNotEmpty(b)
+	}
+	fence := &storagev1.FenceBucket{Bucket: b, Generation: gen}
+	if err := e.proposeAll(ctx, &storagev1.Command{Op: &storagev1.Command_FenceBucket{FenceBucket: fence}}); err != nil {
+		return nil, err // fences that applied are lifted by a retried delete
+	}
+	if err := e.readBarrierAll(ctx); err != nil {
+		return nil, err
+	}
+	if e.bucketStreams(b) {
+		lift := &storagev1.FenceBucket{Bucket: b, Generation: gen, Lift: true}
+		if err := e.proposeAll(context.WithoutCancel(ctx), &storagev1.Command{Op: &storagev1.Command_FenceBucket{FenceBucket: lift}}); err != nil {
+			e.logger.Warn("lift bucket-delete fences", "bucket", b, "err", err)
 		}
+		return nil, bucketNotEmpty(b)
 	}
 	if _, err := e.propose(ctx, bucketGroup, &storagev1.Command{Op: &storagev1.Command_DeleteBucket{DeleteBucket: &storagev1.DeleteBucket{Bucket: b}}}); err != nil {
 		return nil, err
 	}
 	return &streamv1.DeleteBucketResponse{}, nil
+}
+
+// bucketStreams reports whether any group's replica on this node holds a
+// stream of bucket b.
+func (e *Engine) bucketStreams(b string) bool {
+	for g := range e.groups.GroupCount() {
+		if e.groups.Machine(uint32(g)).CountStreams(b) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func bucketNotEmpty(b string) error {
+	return fault.Errorf(fault.ErrBucketExists, "bucket %s is not empty", b)
+}
+
+// proposeAll proposes cmd in every group (forwarded to each group's
+// leader), at most maxParallelBarriers at a time; it returns the first
+// failure.
+func (e *Engine) proposeAll(ctx context.Context, cmd *storagev1.Command) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	n := e.groups.GroupCount()
+	errs := make(chan error, n)
+	sem := make(chan struct{}, maxParallelBarriers)
+	var wg sync.WaitGroup
+	for g := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			// Propose stamps the command with the time: one copy each.
+			if _, err := e.propose(ctx, uint32(g), proto.CloneOf(cmd)); err != nil {
+				errs <- err
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
 
 // ListStreams lists a bucket's streams in id order: those whose id starts

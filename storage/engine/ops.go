@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -70,22 +71,53 @@ func validBucketName(b string) error {
 	return nil
 }
 
-// checkBucket is a write's check that its bucket exists. A bucket this
-// node's replica holds is taken as it is (a concurrent delete is the
-// accepted race of DeleteBucket); one it does not hold may have just been
-// created on the bucket group's leader, so it looks again after a read
-// barrier before answering BUCKET_NOT_FOUND.
-func (e *Engine) checkBucket(ctx context.Context, b string) error {
-	if e.hasBucket(b) {
-		return nil
+// checkBucket is a create's check that its bucket exists; it returns the
+// generation of the bucket record it found, which the CreateStream
+// command carries (a deletion fence of that generation refuses it, see
+// stream/buckets.go). A bucket this node's replica holds is taken as it
+// is: were it being deleted, the fence answers. One it does not hold may
+// have just been created on the bucket group's leader, so it looks again
+// after a read barrier before answering BUCKET_NOT_FOUND.
+func (e *Engine) checkBucket(ctx context.Context, b string) (uint64, error) {
+	if gen, ok := e.bucketGeneration(b); ok {
+		return gen, nil
 	}
 	if err := e.groups.ReadBarrier(ctx, bucketGroup); err != nil {
-		return err
+		return 0, err
 	}
-	if e.hasBucket(b) {
-		return nil
+	if gen, ok := e.bucketGeneration(b); ok {
+		return gen, nil
 	}
-	return bucketNotFound(b)
+	return 0, bucketNotFound(b)
+}
+
+// bucketGeneration is a bucket's record generation on this node's replica
+// of the bucket group (built-in buckets are generation 0).
+func (e *Engine) bucketGeneration(b string) (uint64, bool) {
+	if builtinBucket(b) {
+		return 0, true
+	}
+	return e.groups.Machine(bucketGroup).BucketGeneration(b)
+}
+
+// fencedCreate answers a create that a deletion fence refused (checked
+// generation gen): after a read barrier of the bucket group, a newer
+// record of the bucket (deleted and created again since the replica
+// looked) is worth another try with its generation; the record the fence
+// names, still there, is a delete in progress (retry later); no record is
+// BUCKET_NOT_FOUND.
+func (e *Engine) fencedCreate(ctx context.Context, b string, gen uint64) (retryGen uint64, err error) {
+	if err := e.groups.ReadBarrier(ctx, bucketGroup); err != nil {
+		return 0, err
+	}
+	now, ok := e.bucketGeneration(b)
+	switch {
+	case !ok:
+		return 0, bucketNotFound(b)
+	case now > gen:
+		return now, nil
+	}
+	return 0, fault.Errorf(fault.ErrUnavailable, "bucket %s is being deleted", b).With(fault.DetailRetryAfterMS, "200")
 }
 
 // hasBucket reports a bucket on this node's replica of the bucket group.
@@ -124,9 +156,11 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 		}
 		c.ExpiresAt, c.ExpiresAtMs = at, ms
 	}
-	if err := e.checkBucket(ctx, k.Bucket); err != nil {
+	gen, err := e.checkBucket(ctx, k.Bucket)
+	if err != nil {
 		return nil, err
 	}
+	c.BucketGeneration = gen
 	if err := e.settle(k); err != nil {
 		return nil, err
 	}
@@ -166,7 +200,7 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 			}}}); err != nil {
 				return nil, err
 			}
-			res, err := e.propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_CreateStream{CreateStream: c}})
+			res, err := e.proposeCreate(ctx, g, c)
 			if err != nil || !res.Created {
 				e.release(ctx, []*storagev1.ForkOrigin{c.Fork})
 			}
@@ -176,11 +210,29 @@ func (e *Engine) CreateStream(ctx context.Context, req *streamv1.CreateStreamReq
 			return &streamv1.CreateStreamResponse{Created: res.Created, Info: info(res.Meta)}, nil
 		}
 	}
-	res, err := e.propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_CreateStream{CreateStream: c}})
+	res, err := e.proposeCreate(ctx, g, c)
 	if err != nil {
 		return nil, err
 	}
 	return &streamv1.CreateStreamResponse{Created: res.Created, Info: info(res.Meta)}, nil
+}
+
+// proposeCreate proposes a CreateStream in group g. A refusal by a
+// deletion fence is looked into (fencedCreate): when the bucket was
+// created again since the check, the create runs once more with the new
+// record's generation.
+func (e *Engine) proposeCreate(ctx context.Context, g uint32, c *storagev1.CreateStream) (*stream.Result, error) {
+	for retried := false; ; retried = true {
+		res, err := e.propose(ctx, g, &storagev1.Command{Op: &storagev1.Command_CreateStream{CreateStream: c}})
+		if retried || !errors.Is(err, fault.ErrBucketNotFound) || builtinBucket(c.GetBucket()) {
+			return res, err
+		}
+		gen, ferr := e.fencedCreate(ctx, c.GetBucket(), c.GetBucketGeneration())
+		if ferr != nil {
+			return res, ferr
+		}
+		c.BucketGeneration = gen
+	}
 }
 
 // validTTL refuses a TTL longer than stream.MaxTTLSeconds (100 years).

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/ursula/ursula/storage/fault"
 	"github.com/ursula/ursula/storage/objstore"
 	"github.com/ursula/ursula/storage/stream"
+	"github.com/ursula/ursula/tests/await"
 )
 
 func sha(b []byte) string {
@@ -70,16 +72,80 @@ func stagedKeys(tb testing.TB, e *testEngine, store objstore.Store, name string)
 	return keys
 }
 
+// stagedBytes is testBucket's staged bytes over every group, once every
+// group has finished counting (the seed listing runs in the background).
 func stagedBytes(tb testing.TB, e *testEngine) uint64 {
 	tb.Helper()
 	var n uint64
-	for _, u := range e.StagedUsage(tb.Context()) {
-		if !u.CountingFinished {
-			tb.Fatalf("staged usage of group %d has not finished counting", u.GroupID)
+	await.True(tb, "staged usage counted in every group", func() bool {
+		n = 0
+		for _, u := range e.StagedUsage(tb.Context()) {
+			if !u.CountingFinished {
+				return false
+			}
+			n += u.Bytes[testBucket]
 		}
-		n += u.Bytes[testBucket]
-	}
+		return true
+	})
 	return n
+}
+
+// listGate is a cold store whose listings of staged parts wait until the
+// gate opens: a seed listing that has not ended yet, without timing.
+type listGate struct {
+	objstore.Store
+	open chan struct{}
+}
+
+func (s *listGate) List(ctx context.Context, prefix string, fn func(objstore.Info) error) error {
+	if strings.HasSuffix(prefix, "sp/") {
+		select {
+		case <-s.open:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return s.Store.List(ctx, prefix, fn)
+}
+
+// TestStagedUsageCountsInBackground: the usage report lists nothing in
+// the request. After a restart (a new term) every group the node leads is
+// reported at once, the stream's group not finished counting while its
+// seed listing waits (a group without streams has nothing to list), then
+// with the parts' bytes once it ended.
+func TestStagedUsageCountsInBackground(t *testing.T) {
+	store := objstore.NewMemory()
+	cfg := coldTestConfig(t.TempDir())
+	e := startColdEngine(t, cfg, store)
+	mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("s"), HasBody: true, Body: []byte("0123456789")})
+	if _, err := putPart(t, e, "s", off(4), 1, []byte("part")); err != nil {
+		t.Fatal(err)
+	}
+	if n := stagedBytes(t, e); n != 4 {
+		t.Fatalf("staged bytes %d, want 4", n)
+	}
+	e.stop(t)
+	gate := &listGate{Store: store, open: make(chan struct{})}
+	e = openEngine(t, cfg, Deps{ColdStore: gate})
+	e.run(t)
+	e.waitReady(t)
+	got := e.StagedUsage(t.Context()) // answers with the listing blocked
+	if len(got) != e.GroupCount() {
+		t.Fatalf("staged usage names %d groups, want every one of the %d this node leads", len(got), e.GroupCount())
+	}
+	g := e.GroupOf(key("s"))
+	for _, u := range got {
+		if u.GroupID == g && u.CountingFinished {
+			t.Fatalf("group %d finished counting while its seed listing waits", u.GroupID)
+		}
+		if u.Term != e.status(u.GroupID).Term {
+			t.Fatalf("group %d reported term %d, want %d", u.GroupID, u.Term, e.status(u.GroupID).Term)
+		}
+	}
+	close(gate.open)
+	if n := stagedBytes(t, e); n != 4 {
+		t.Fatalf("staged bytes after the seed listing %d, want 4", n)
+	}
 }
 
 func TestSnapshotStagedParts(t *testing.T) {

@@ -256,6 +256,8 @@ func (m *Machine) applyPurgeBucket(now int64, c *storagev1.PurgeBucket) *Result 
 	m.fenced[b] = struct{}{}
 	delete(m.buckets, b)
 	delete(m.bucketCreated, b) // usage counters stay
+	delete(m.bucketGen, b)
+	delete(m.bucketFences, b) // the purge fence refuses every create
 	var keys []Key
 	for k := range m.streams {
 		if k.Bucket == b {

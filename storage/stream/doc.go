@@ -164,6 +164,16 @@
 // holds, the node hands out none of the group's GC queue and answers the
 // orphan sweep UNAVAILABLE (storage/cold).
 //
+// # Bucket deletes
+//
+// A bucket record has a generation, the index its CreateBucket applied at
+// (0 for records from before generations). FenceBucket{bucket, generation}
+// records a deletion fence in a group (a fence only rises; with lift it
+// removes the fence of exactly that generation); a CreateStream carries
+// bucket_generation, and apply refuses it with BUCKET_NOT_FOUND when the
+// group's fence of the bucket is at or above it, and drops the fence when
+// it is below. buckets.go describes the two-phase delete built on it.
+//
 // # Snapshot encoding
 //
 // Snapshot() is storagev1.Snapshot marshalled with deterministic protobuf
@@ -175,8 +185,10 @@
 // unit they were counted in (write_unit_bytes; a snapshot with another
 // unit is refused), the buckets' creation times, the latest history event
 // (absent in snapshots from before it existed: no history), the
-// incarnation offset, the import record and the GC holds. The same state
-// always yields the same bytes. Format 1 (no cold tier: data
+// incarnation offset, the import record, the GC holds, the bucket records'
+// generations (bucket_generations, group 0) and the bucket-delete fences
+// (bucket_fences; both absent in snapshots from before them: generation 0
+// and no fence). The same state always yields the same bytes. Format 1 (no cold tier: data
 // from base) is still restored.
 //
 // # Cold tier

@@ -83,6 +83,10 @@ type state struct {
 	// bucketCreated when each bucket was created (group 0).
 	usage         map[string]*storagev1.BucketUsage
 	bucketCreated map[string]int64
+	// bucketGen is each bucket record's generation (group 0; absent: 0),
+	// bucketFences the deletion fences of this group (buckets.go).
+	bucketGen    map[string]uint64
+	bucketFences map[string]uint64
 	// history is the group's latest history event (nil: none).
 	history *storagev1.HistoryRecord
 	// incarnationOffset is added to the log index that names a new
@@ -98,7 +102,8 @@ type state struct {
 func NewMachine(group uint32) *Machine {
 	return &Machine{group: group, state: state{buckets: map[string]struct{}{}, streams: map[Key]*stream{},
 		fenced: map[string]struct{}{}, gcNextSeq: 1, gcReclaimed: map[string]uint64{},
-		usage: map[string]*storagev1.BucketUsage{}, bucketCreated: map[string]int64{}, gcHolds: map[string]int64{}}}
+		usage: map[string]*storagev1.BucketUsage{}, bucketCreated: map[string]int64{}, gcHolds: map[string]int64{},
+		bucketGen: map[string]uint64{}, bucketFences: map[string]uint64{}}}
 }
 
 // Group is the group this machine belongs to.
@@ -187,7 +192,7 @@ func (m *Machine) apply(index uint64, cmd *storagev1.Command) *Result {
 	now := cmd.GetNowMs()
 	switch op := cmd.GetOp().(type) {
 	case *storagev1.Command_CreateBucket:
-		return m.applyCreateBucket(now, op.CreateBucket)
+		return m.applyCreateBucket(index, now, op.CreateBucket)
 	case *storagev1.Command_CreateStream:
 		return m.applyCreate(index, now, op.CreateStream)
 	case *storagev1.Command_Append:
@@ -206,6 +211,8 @@ func (m *Machine) apply(index uint64, cmd *storagev1.Command) *Result {
 		return m.applySetAttrs(op.SetAttrs)
 	case *storagev1.Command_DeleteBucket:
 		return m.applyDeleteBucket(op.DeleteBucket)
+	case *storagev1.Command_FenceBucket:
+		return m.applyFenceBucket(op.FenceBucket)
 	case *storagev1.Command_AddForkRef:
 		return m.applyAddForkRef(op.AddForkRef)
 	case *storagev1.Command_ReleaseForkRef:
@@ -243,7 +250,7 @@ func (m *Machine) apply(index uint64, cmd *storagev1.Command) *Result {
 	}
 }
 
-func (m *Machine) applyCreateBucket(now int64, c *storagev1.CreateBucket) *Result {
+func (m *Machine) applyCreateBucket(index uint64, now int64, c *storagev1.CreateBucket) *Result {
 	if _, ok := m.fenced[c.GetBucket()]; ok {
 		return &Result{Err: fault.Errorf(fault.ErrBucketNotFound, "bucket %s was purged", c.GetBucket())}
 	}
@@ -252,6 +259,9 @@ func (m *Machine) applyCreateBucket(now int64, c *storagev1.CreateBucket) *Resul
 	}
 	m.buckets[c.GetBucket()] = struct{}{}
 	m.bucketCreated[c.GetBucket()] = now
+	// The index is above every generation the bucket had before, so a
+	// deletion fence of an earlier record never refuses this one's streams.
+	m.bucketGen[c.GetBucket()] = index
 	return &Result{Created: true}
 }
 
@@ -259,6 +269,9 @@ func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream
 	key := Key{c.GetBucket(), c.GetStream()}
 	if _, ok := m.fenced[key.Bucket]; ok {
 		return &Result{Err: fault.Errorf(fault.ErrBucketNotFound, "bucket %s was purged", key.Bucket)}
+	}
+	if r := m.checkBucketFence(key.Bucket, c.GetBucketGeneration()); r != nil {
+		return r
 	}
 	var release []*storagev1.ForkOrigin
 	if s := m.streams[key]; s != nil {

@@ -49,6 +49,10 @@ func (a *applier) apply(now int64, op any) *Result {
 		cmd.Op = &storagev1.Command_PurgeBucket{PurgeBucket: o}
 	case *storagev1.CreateBucket:
 		cmd.Op = &storagev1.Command_CreateBucket{CreateBucket: o}
+	case *storagev1.DeleteBucket:
+		cmd.Op = &storagev1.Command_DeleteBucket{DeleteBucket: o}
+	case *storagev1.FenceBucket:
+		cmd.Op = &storagev1.Command_FenceBucket{FenceBucket: o}
 	default:
 		a.t.Fatalf("unsupported op %T", op)
 	}

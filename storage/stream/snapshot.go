@@ -45,6 +45,12 @@ func (m *Machine) CaptureSnapshotAt() (encode func() ([]byte, error), applied ui
 		snap.FencedBuckets = append(snap.FencedBuckets, b)
 	}
 	sort.Strings(snap.FencedBuckets)
+	if len(m.bucketGen) > 0 {
+		snap.BucketGenerations = maps.Clone(m.bucketGen)
+	}
+	if len(m.bucketFences) > 0 {
+		snap.BucketFences = maps.Clone(m.bucketFences)
+	}
 	// The queue is filtered in place by acknowledgements: copy the slice
 	// (its entries are never modified).
 	snap.GcQueue = slices.Clone(m.gc)
@@ -147,6 +153,14 @@ func decodeState(snap *storagev1.Snapshot) (*state, int64, error) {
 	}
 	if out.gcHolds == nil {
 		out.gcHolds = map[string]int64{}
+	}
+	// Both are absent in a snapshot from before bucket generations.
+	out.bucketGen, out.bucketFences = snap.GetBucketGenerations(), snap.GetBucketFences()
+	if out.bucketGen == nil {
+		out.bucketGen = map[string]uint64{}
+	}
+	if out.bucketFences == nil {
+		out.bucketFences = map[string]uint64{}
 	}
 	for _, b := range snap.GetBuckets() {
 		out.buckets[b] = struct{}{}

@@ -266,6 +266,7 @@ type ForwardProposeRequest struct {
 	//	*ForwardProposeRequest_PurgeBucket
 	//	*ForwardProposeRequest_GcAck
 	//	*ForwardProposeRequest_ColdSwap
+	//	*ForwardProposeRequest_FenceBucket
 	Op            isForwardProposeRequest_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -369,6 +370,15 @@ func (x *ForwardProposeRequest) GetColdSwap() *v1.ColdSwap {
 	return nil
 }
 
+func (x *ForwardProposeRequest) GetFenceBucket() *v1.FenceBucket {
+	if x != nil {
+		if x, ok := x.Op.(*ForwardProposeRequest_FenceBucket); ok {
+			return x.FenceBucket
+		}
+	}
+	return nil
+}
+
 type isForwardProposeRequest_Op interface {
 	isForwardProposeRequest_Op()
 }
@@ -397,6 +407,10 @@ type ForwardProposeRequest_ColdSwap struct {
 	ColdSwap *v1.ColdSwap `protobuf:"bytes,15,opt,name=cold_swap,json=coldSwap,proto3,oneof"`
 }
 
+type ForwardProposeRequest_FenceBucket struct {
+	FenceBucket *v1.FenceBucket `protobuf:"bytes,31,opt,name=fence_bucket,json=fenceBucket,proto3,oneof"`
+}
+
 func (*ForwardProposeRequest_Barrier) isForwardProposeRequest_Op() {}
 
 func (*ForwardProposeRequest_AddForkRef) isForwardProposeRequest_Op() {}
@@ -408,6 +422,8 @@ func (*ForwardProposeRequest_PurgeBucket) isForwardProposeRequest_Op() {}
 func (*ForwardProposeRequest_GcAck) isForwardProposeRequest_Op() {}
 
 func (*ForwardProposeRequest_ColdSwap) isForwardProposeRequest_Op() {}
+
+func (*ForwardProposeRequest_FenceBucket) isForwardProposeRequest_Op() {}
 
 type ForwardProposeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -548,7 +564,7 @@ const file_ursula_raft_v1_forward_proto_rawDesc = "" +
 	"last_index\x18\x03 \x01(\x04R\tlastIndex\"`\n" +
 	"\x16RequestRebuildResponse\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\bR\x04done\x122\n" +
-	"\x05error\x18\x02 \x01(\v2\x1c.ursula.raft.v1.ForwardErrorR\x05error\"\xc5\x03\n" +
+	"\x05error\x18\x02 \x01(\v2\x1c.ursula.raft.v1.ForwardErrorR\x05error\"\x8a\x04\n" +
 	"\x15ForwardProposeRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\rR\agroupId\x126\n" +
 	"\abarrier\x18\n" +
@@ -558,7 +574,8 @@ const file_ursula_raft_v1_forward_proto_rawDesc = "" +
 	"\x10release_fork_ref\x18\f \x01(\v2!.ursula.storage.v1.ReleaseForkRefH\x00R\x0ereleaseForkRef\x12C\n" +
 	"\fpurge_bucket\x18\r \x01(\v2\x1e.ursula.storage.v1.PurgeBucketH\x00R\vpurgeBucket\x121\n" +
 	"\x06gc_ack\x18\x0e \x01(\v2\x18.ursula.storage.v1.GCAckH\x00R\x05gcAck\x12:\n" +
-	"\tcold_swap\x18\x0f \x01(\v2\x1b.ursula.storage.v1.ColdSwapH\x00R\bcoldSwapB\x04\n" +
+	"\tcold_swap\x18\x0f \x01(\v2\x1b.ursula.storage.v1.ColdSwapH\x00R\bcoldSwap\x12C\n" +
+	"\ffence_bucket\x18\x1f \x01(\v2\x1e.ursula.storage.v1.FenceBucketH\x00R\vfenceBucketB\x04\n" +
 	"\x02opJ\x04\b\x02\x10\x03R\acommand\"d\n" +
 	"\x16ForwardProposeResponse\x12\x16\n" +
 	"\x06result\x18\x01 \x01(\fR\x06result\x122\n" +
@@ -604,6 +621,7 @@ var file_ursula_raft_v1_forward_proto_goTypes = []any{
 	(*v1.PurgeBucket)(nil),         // 11: ursula.storage.v1.PurgeBucket
 	(*v1.GCAck)(nil),               // 12: ursula.storage.v1.GCAck
 	(*v1.ColdSwap)(nil),            // 13: ursula.storage.v1.ColdSwap
+	(*v1.FenceBucket)(nil),         // 14: ursula.storage.v1.FenceBucket
 }
 var file_ursula_raft_v1_forward_proto_depIdxs = []int32{
 	6,  // 0: ursula.raft.v1.ReadIndexResponse.error:type_name -> ursula.raft.v1.ForwardError
@@ -614,19 +632,20 @@ var file_ursula_raft_v1_forward_proto_depIdxs = []int32{
 	11, // 5: ursula.raft.v1.ForwardProposeRequest.purge_bucket:type_name -> ursula.storage.v1.PurgeBucket
 	12, // 6: ursula.raft.v1.ForwardProposeRequest.gc_ack:type_name -> ursula.storage.v1.GCAck
 	13, // 7: ursula.raft.v1.ForwardProposeRequest.cold_swap:type_name -> ursula.storage.v1.ColdSwap
-	6,  // 8: ursula.raft.v1.ForwardProposeResponse.error:type_name -> ursula.raft.v1.ForwardError
-	7,  // 9: ursula.raft.v1.ForwardError.details:type_name -> ursula.raft.v1.ForwardError.DetailsEntry
-	4,  // 10: ursula.raft.v1.ForwardService.Propose:input_type -> ursula.raft.v1.ForwardProposeRequest
-	2,  // 11: ursula.raft.v1.ForwardService.RequestRebuild:input_type -> ursula.raft.v1.RequestRebuildRequest
-	0,  // 12: ursula.raft.v1.ForwardService.ReadIndex:input_type -> ursula.raft.v1.ReadIndexRequest
-	5,  // 13: ursula.raft.v1.ForwardService.Propose:output_type -> ursula.raft.v1.ForwardProposeResponse
-	3,  // 14: ursula.raft.v1.ForwardService.RequestRebuild:output_type -> ursula.raft.v1.RequestRebuildResponse
-	1,  // 15: ursula.raft.v1.ForwardService.ReadIndex:output_type -> ursula.raft.v1.ReadIndexResponse
-	13, // [13:16] is the sub-list for method output_type
-	10, // [10:13] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	14, // 8: ursula.raft.v1.ForwardProposeRequest.fence_bucket:type_name -> ursula.storage.v1.FenceBucket
+	6,  // 9: ursula.raft.v1.ForwardProposeResponse.error:type_name -> ursula.raft.v1.ForwardError
+	7,  // 10: ursula.raft.v1.ForwardError.details:type_name -> ursula.raft.v1.ForwardError.DetailsEntry
+	4,  // 11: ursula.raft.v1.ForwardService.Propose:input_type -> ursula.raft.v1.ForwardProposeRequest
+	2,  // 12: ursula.raft.v1.ForwardService.RequestRebuild:input_type -> ursula.raft.v1.RequestRebuildRequest
+	0,  // 13: ursula.raft.v1.ForwardService.ReadIndex:input_type -> ursula.raft.v1.ReadIndexRequest
+	5,  // 14: ursula.raft.v1.ForwardService.Propose:output_type -> ursula.raft.v1.ForwardProposeResponse
+	3,  // 15: ursula.raft.v1.ForwardService.RequestRebuild:output_type -> ursula.raft.v1.RequestRebuildResponse
+	1,  // 16: ursula.raft.v1.ForwardService.ReadIndex:output_type -> ursula.raft.v1.ReadIndexResponse
+	14, // [14:17] is the sub-list for method output_type
+	11, // [11:14] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_ursula_raft_v1_forward_proto_init() }
@@ -641,6 +660,7 @@ func file_ursula_raft_v1_forward_proto_init() {
 		(*ForwardProposeRequest_PurgeBucket)(nil),
 		(*ForwardProposeRequest_GcAck)(nil),
 		(*ForwardProposeRequest_ColdSwap)(nil),
+		(*ForwardProposeRequest_FenceBucket)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -162,6 +162,7 @@ type Command struct {
 	//	*Command_StartHistory
 	//	*Command_ImportGroup
 	//	*Command_HoldColdGc
+	//	*Command_FenceBucket
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -400,6 +401,15 @@ func (x *Command) GetHoldColdGc() *HoldColdGC {
 	return nil
 }
 
+func (x *Command) GetFenceBucket() *FenceBucket {
+	if x != nil {
+		if x, ok := x.Op.(*Command_FenceBucket); ok {
+			return x.FenceBucket
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -488,6 +498,10 @@ type Command_HoldColdGc struct {
 	HoldColdGc *HoldColdGC `protobuf:"bytes,30,opt,name=hold_cold_gc,json=holdColdGc,proto3,oneof"`
 }
 
+type Command_FenceBucket struct {
+	FenceBucket *FenceBucket `protobuf:"bytes,31,opt,name=fence_bucket,json=fenceBucket,proto3,oneof"`
+}
+
 func (*Command_CreateBucket) isCommand_Op() {}
 
 func (*Command_CreateStream) isCommand_Op() {}
@@ -529,6 +543,8 @@ func (*Command_StartHistory) isCommand_Op() {}
 func (*Command_ImportGroup) isCommand_Op() {}
 
 func (*Command_HoldColdGc) isCommand_Op() {}
+
+func (*Command_FenceBucket) isCommand_Op() {}
 
 // Barrier changes nothing; once it applies, everything before it has
 // applied (a new leader uses it before it reports ready).
@@ -721,9 +737,14 @@ type CreateStream struct {
 	ReplaceIncarnation uint64 `protobuf:"varint,13,opt,name=replace_incarnation,json=replaceIncarnation,proto3" json:"replace_incarnation,omitempty"`
 	// base_record is the JSON record ordinal at a fork's base (the number of
 	// messages it inherits).
-	BaseRecord    uint64 `protobuf:"varint,50,opt,name=base_record,json=baseRecord,proto3" json:"base_record,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BaseRecord uint64 `protobuf:"varint,50,opt,name=base_record,json=baseRecord,proto3" json:"base_record,omitempty"`
+	// bucket_generation is the generation of the bucket record the proposer
+	// checked (group 0's bucket_generations; 0 for a bucket recorded before
+	// generations, and for built-in buckets). Apply refuses the create when
+	// the group holds a deletion fence of that generation or a later one.
+	BucketGeneration uint64 `protobuf:"varint,51,opt,name=bucket_generation,json=bucketGeneration,proto3" json:"bucket_generation,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CreateStream) Reset() {
@@ -850,6 +871,13 @@ func (x *CreateStream) GetReplaceIncarnation() uint64 {
 func (x *CreateStream) GetBaseRecord() uint64 {
 	if x != nil {
 		return x.BaseRecord
+	}
+	return 0
+}
+
+func (x *CreateStream) GetBucketGeneration() uint64 {
+	if x != nil {
+		return x.BucketGeneration
 	}
 	return 0
 }
@@ -2116,6 +2144,71 @@ func (x *DeleteBucket) GetBucket() string {
 	return ""
 }
 
+// FenceBucket is the first phase of a bucket delete, proposed in every
+// group: apply records a deletion fence of the bucket's generation, so a
+// CreateStream of that generation applied after it is refused. With lift
+// set (the delete found a stream and failed), apply removes the fence if
+// it is still of that generation.
+type FenceBucket struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Lift          bool                   `protobuf:"varint,3,opt,name=lift,proto3" json:"lift,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FenceBucket) Reset() {
+	*x = FenceBucket{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceBucket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceBucket) ProtoMessage() {}
+
+func (x *FenceBucket) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceBucket.ProtoReflect.Descriptor instead.
+func (*FenceBucket) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *FenceBucket) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *FenceBucket) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *FenceBucket) GetLift() bool {
+	if x != nil {
+		return x.Lift
+	}
+	return false
+}
+
 // BucketUsage is a bucket's committed usage counters in one group: they
 // only grow, and survive deletes and purges.
 type BucketUsage struct {
@@ -2130,7 +2223,7 @@ type BucketUsage struct {
 
 func (x *BucketUsage) Reset() {
 	*x = BucketUsage{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2142,7 +2235,7 @@ func (x *BucketUsage) String() string {
 func (*BucketUsage) ProtoMessage() {}
 
 func (x *BucketUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2155,7 +2248,7 @@ func (x *BucketUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketUsage.ProtoReflect.Descriptor instead.
 func (*BucketUsage) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{22}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BucketUsage) GetBucket() string {
@@ -2199,7 +2292,7 @@ type Touch struct {
 
 func (x *Touch) Reset() {
 	*x = Touch{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2304,7 @@ func (x *Touch) String() string {
 func (*Touch) ProtoMessage() {}
 
 func (x *Touch) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2317,7 @@ func (x *Touch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Touch.ProtoReflect.Descriptor instead.
 func (*Touch) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{23}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Touch) GetBucket() string {
@@ -2287,14 +2380,21 @@ type Snapshot struct {
 	Imported *ImportRecord `protobuf:"bytes,14,opt,name=imported,proto3" json:"imported,omitempty"`
 	// gc_holds maps holders to when their hold on the cold GC ends (the
 	// leader's clock, ms).
-	GcHolds       map[string]int64 `protobuf:"bytes,15,rep,name=gc_holds,json=gcHolds,proto3" json:"gc_holds,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	GcHolds map[string]int64 `protobuf:"bytes,15,rep,name=gc_holds,json=gcHolds,proto3" json:"gc_holds,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// bucket_generations is each bucket record's generation: the log index
+	// its CreateBucket applied at (group 0; absent for buckets created
+	// before generations, which are generation 0).
+	BucketGenerations map[string]uint64 `protobuf:"bytes,18,rep,name=bucket_generations,json=bucketGenerations,proto3" json:"bucket_generations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// bucket_fences maps buckets with a deletion fence in this group to the
+	// fenced generation (FenceBucket).
+	BucketFences  map[string]uint64 `protobuf:"bytes,19,rep,name=bucket_fences,json=bucketFences,proto3" json:"bucket_fences,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2306,7 +2406,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2319,7 +2419,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{24}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Snapshot) GetFormat() uint32 {
@@ -2427,6 +2527,20 @@ func (x *Snapshot) GetGcHolds() map[string]int64 {
 	return nil
 }
 
+func (x *Snapshot) GetBucketGenerations() map[string]uint64 {
+	if x != nil {
+		return x.BucketGenerations
+	}
+	return nil
+}
+
+func (x *Snapshot) GetBucketFences() map[string]uint64 {
+	if x != nil {
+		return x.BucketFences
+	}
+	return nil
+}
+
 // ColdRef locates stream bytes [start, end) in one object (for a page: the
 // range its entries cover).
 type ColdRef struct {
@@ -2462,7 +2576,7 @@ type ColdRef struct {
 
 func (x *ColdRef) Reset() {
 	*x = ColdRef{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2588,7 @@ func (x *ColdRef) String() string {
 func (*ColdRef) ProtoMessage() {}
 
 func (x *ColdRef) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2601,7 @@ func (x *ColdRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdRef.ProtoReflect.Descriptor instead.
 func (*ColdRef) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{25}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ColdRef) GetStart() uint64 {
@@ -2570,7 +2684,7 @@ type ColdPage struct {
 
 func (x *ColdPage) Reset() {
 	*x = ColdPage{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2696,7 @@ func (x *ColdPage) String() string {
 func (*ColdPage) ProtoMessage() {}
 
 func (x *ColdPage) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2709,7 @@ func (x *ColdPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdPage.ProtoReflect.Descriptor instead.
 func (*ColdPage) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{26}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ColdPage) GetEntries() []*ColdRef {
@@ -2615,7 +2729,7 @@ type ColdLevel struct {
 
 func (x *ColdLevel) Reset() {
 	*x = ColdLevel{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2741,7 @@ func (x *ColdLevel) String() string {
 func (*ColdLevel) ProtoMessage() {}
 
 func (x *ColdLevel) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2754,7 @@ func (x *ColdLevel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdLevel.ProtoReflect.Descriptor instead.
 func (*ColdLevel) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{27}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ColdLevel) GetEntries() []*ColdRef {
@@ -2661,7 +2775,7 @@ type HotExternal struct {
 
 func (x *HotExternal) Reset() {
 	*x = HotExternal{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[28]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2673,7 +2787,7 @@ func (x *HotExternal) String() string {
 func (*HotExternal) ProtoMessage() {}
 
 func (x *HotExternal) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[28]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2686,7 +2800,7 @@ func (x *HotExternal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotExternal.ProtoReflect.Descriptor instead.
 func (*HotExternal) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{28}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HotExternal) GetRef() *ColdRef {
@@ -2712,7 +2826,7 @@ type ColdSeal struct {
 
 func (x *ColdSeal) Reset() {
 	*x = ColdSeal{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[29]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2724,7 +2838,7 @@ func (x *ColdSeal) String() string {
 func (*ColdSeal) ProtoMessage() {}
 
 func (x *ColdSeal) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[29]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2737,7 +2851,7 @@ func (x *ColdSeal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdSeal.ProtoReflect.Descriptor instead.
 func (*ColdSeal) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{29}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ColdSeal) GetLevel() uint32 {
@@ -2793,7 +2907,7 @@ type ColdFlush struct {
 
 func (x *ColdFlush) Reset() {
 	*x = ColdFlush{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[30]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2805,7 +2919,7 @@ func (x *ColdFlush) String() string {
 func (*ColdFlush) ProtoMessage() {}
 
 func (x *ColdFlush) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[30]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2818,7 +2932,7 @@ func (x *ColdFlush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdFlush.ProtoReflect.Descriptor instead.
 func (*ColdFlush) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{30}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ColdFlush) GetBucket() string {
@@ -2880,7 +2994,7 @@ type SetRetention struct {
 
 func (x *SetRetention) Reset() {
 	*x = SetRetention{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[31]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2892,7 +3006,7 @@ func (x *SetRetention) String() string {
 func (*SetRetention) ProtoMessage() {}
 
 func (x *SetRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[31]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2905,7 +3019,7 @@ func (x *SetRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetention.ProtoReflect.Descriptor instead.
 func (*SetRetention) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{31}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetRetention) GetBucket() string {
@@ -2957,7 +3071,7 @@ type ColdRetire struct {
 
 func (x *ColdRetire) Reset() {
 	*x = ColdRetire{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[32]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2969,7 +3083,7 @@ func (x *ColdRetire) String() string {
 func (*ColdRetire) ProtoMessage() {}
 
 func (x *ColdRetire) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[32]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2982,7 +3096,7 @@ func (x *ColdRetire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdRetire.ProtoReflect.Descriptor instead.
 func (*ColdRetire) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{32}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ColdRetire) GetBucket() string {
@@ -3029,7 +3143,7 @@ type ColdSwap struct {
 
 func (x *ColdSwap) Reset() {
 	*x = ColdSwap{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[33]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3041,7 +3155,7 @@ func (x *ColdSwap) String() string {
 func (*ColdSwap) ProtoMessage() {}
 
 func (x *ColdSwap) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[33]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3054,7 +3168,7 @@ func (x *ColdSwap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdSwap.ProtoReflect.Descriptor instead.
 func (*ColdSwap) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{33}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ColdSwap) GetBucket() string {
@@ -3116,7 +3230,7 @@ type GCEntry struct {
 
 func (x *GCEntry) Reset() {
 	*x = GCEntry{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[34]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3128,7 +3242,7 @@ func (x *GCEntry) String() string {
 func (*GCEntry) ProtoMessage() {}
 
 func (x *GCEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[34]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3141,7 +3255,7 @@ func (x *GCEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCEntry.ProtoReflect.Descriptor instead.
 func (*GCEntry) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{34}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GCEntry) GetSeq() uint64 {
@@ -3196,7 +3310,7 @@ type GCAck struct {
 
 func (x *GCAck) Reset() {
 	*x = GCAck{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[35]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3208,7 +3322,7 @@ func (x *GCAck) String() string {
 func (*GCAck) ProtoMessage() {}
 
 func (x *GCAck) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[35]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3221,7 +3335,7 @@ func (x *GCAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCAck.ProtoReflect.Descriptor instead.
 func (*GCAck) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{35}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GCAck) GetSeqs() []uint64 {
@@ -3241,7 +3355,7 @@ type PurgeBucket struct {
 
 func (x *PurgeBucket) Reset() {
 	*x = PurgeBucket{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[36]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3253,7 +3367,7 @@ func (x *PurgeBucket) String() string {
 func (*PurgeBucket) ProtoMessage() {}
 
 func (x *PurgeBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[36]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3266,7 +3380,7 @@ func (x *PurgeBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeBucket.ProtoReflect.Descriptor instead.
 func (*PurgeBucket) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{36}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PurgeBucket) GetBucket() string {
@@ -3296,7 +3410,7 @@ type ProducerState struct {
 
 func (x *ProducerState) Reset() {
 	*x = ProducerState{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[37]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3308,7 +3422,7 @@ func (x *ProducerState) String() string {
 func (*ProducerState) ProtoMessage() {}
 
 func (x *ProducerState) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[37]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3321,7 +3435,7 @@ func (x *ProducerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
 func (*ProducerState) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{37}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ProducerState) GetId() string {
@@ -3438,7 +3552,7 @@ type StreamState struct {
 
 func (x *StreamState) Reset() {
 	*x = StreamState{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[38]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3450,7 +3564,7 @@ func (x *StreamState) String() string {
 func (*StreamState) ProtoMessage() {}
 
 func (x *StreamState) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[38]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3463,7 +3577,7 @@ func (x *StreamState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamState.ProtoReflect.Descriptor instead.
 func (*StreamState) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{38}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StreamState) GetBucket() string {
@@ -3760,7 +3874,7 @@ type ApplyResult struct {
 
 func (x *ApplyResult) Reset() {
 	*x = ApplyResult{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[39]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3772,7 +3886,7 @@ func (x *ApplyResult) String() string {
 func (*ApplyResult) ProtoMessage() {}
 
 func (x *ApplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[39]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3785,7 +3899,7 @@ func (x *ApplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResult.ProtoReflect.Descriptor instead.
 func (*ApplyResult) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{39}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ApplyResult) GetErrorCode() string {
@@ -3890,7 +4004,7 @@ var File_ursula_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"\x1fursula/storage/v1/storage.proto\x12\x11ursula.storage.v1\"\x86\v\n" +
+	"\x1fursula/storage/v1/storage.proto\x12\x11ursula.storage.v1\"\xcb\v\n" +
 	"\aCommand\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12F\n" +
 	"\rcreate_bucket\x18\n" +
@@ -3918,7 +4032,8 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\rstart_history\x18\x1c \x01(\v2\x1f.ursula.storage.v1.StartHistoryH\x00R\fstartHistory\x12C\n" +
 	"\fimport_group\x18\x1d \x01(\v2\x1e.ursula.storage.v1.ImportGroupH\x00R\vimportGroup\x12A\n" +
 	"\fhold_cold_gc\x18\x1e \x01(\v2\x1d.ursula.storage.v1.HoldColdGCH\x00R\n" +
-	"holdColdGcB\x04\n" +
+	"holdColdGc\x12C\n" +
+	"\ffence_bucket\x18\x1f \x01(\v2\x1e.ursula.storage.v1.FenceBucketH\x00R\vfenceBucketB\x04\n" +
 	"\x02op\"\t\n" +
 	"\aBarrier\"&\n" +
 	"\fCreateBucket\x12\x16\n" +
@@ -3932,7 +4047,7 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
 	"offset_raw\x18\x05 \x01(\tR\toffsetRaw\x12\x1d\n" +
 	"\n" +
-	"sub_offset\x18\x06 \x01(\x04R\tsubOffset\"\xc6\x03\n" +
+	"sub_offset\x18\x06 \x01(\x04R\tsubOffset\"\xf3\x03\n" +
 	"\fCreateStream\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12!\n" +
@@ -3951,7 +4066,8 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x04fork\x18\f \x01(\v2\x1d.ursula.storage.v1.ForkOriginR\x04fork\x12/\n" +
 	"\x13replace_incarnation\x18\r \x01(\x04R\x12replaceIncarnation\x12\x1f\n" +
 	"\vbase_record\x182 \x01(\x04R\n" +
-	"baseRecord\"E\n" +
+	"baseRecord\x12+\n" +
+	"\x11bucket_generation\x183 \x01(\x04R\x10bucketGeneration\"E\n" +
 	"\vProducerRef\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x10\n" +
@@ -4049,7 +4165,13 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x19\n" +
 	"\buntil_ms\x18\x02 \x01(\x03R\auntilMs\"&\n" +
 	"\fDeleteBucket\x12\x16\n" +
-	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"\xbc\x01\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"Y\n" +
+	"\vFenceBucket\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\x12\x12\n" +
+	"\x04lift\x18\x03 \x01(\bR\x04lift\"\xbc\x01\n" +
 	"\vBucketUsage\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x124\n" +
 	"\x16committed_append_bytes\x18\x02 \x01(\x04R\x14committedAppendBytes\x12+\n" +
@@ -4060,7 +4182,8 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12\x1d\n" +
 	"\n" +
-	"touched_ms\x18\x04 \x01(\x03R\ttouchedMs\"\xd5\a\n" +
+	"touched_ms\x18\x04 \x01(\x03R\ttouchedMs\"\x93\n" +
+	"\n" +
 	"\bSnapshot\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12\x18\n" +
@@ -4077,7 +4200,9 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\ahistory\x18\f \x01(\v2 .ursula.storage.v1.HistoryRecordR\ahistory\x12-\n" +
 	"\x12incarnation_offset\x18\r \x01(\x04R\x11incarnationOffset\x12;\n" +
 	"\bimported\x18\x0e \x01(\v2\x1f.ursula.storage.v1.ImportRecordR\bimported\x12C\n" +
-	"\bgc_holds\x18\x0f \x03(\v2(.ursula.storage.v1.Snapshot.GcHoldsEntryR\agcHolds\x1a>\n" +
+	"\bgc_holds\x18\x0f \x03(\v2(.ursula.storage.v1.Snapshot.GcHoldsEntryR\agcHolds\x12a\n" +
+	"\x12bucket_generations\x18\x12 \x03(\v22.ursula.storage.v1.Snapshot.BucketGenerationsEntryR\x11bucketGenerations\x12R\n" +
+	"\rbucket_fences\x18\x13 \x03(\v2-.ursula.storage.v1.Snapshot.BucketFencesEntryR\fbucketFences\x1a>\n" +
 	"\x10GcReclaimedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1aB\n" +
@@ -4086,7 +4211,13 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a:\n" +
 	"\fGcHoldsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x94\x02\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aD\n" +
+	"\x16BucketGenerationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1a?\n" +
+	"\x11BucketFencesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x94\x02\n" +
 	"\aColdRef\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x10\n" +
@@ -4255,7 +4386,7 @@ func file_ursula_storage_v1_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_ursula_storage_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ursula_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_ursula_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_ursula_storage_v1_storage_proto_goTypes = []any{
 	(ColdKind)(0),              // 0: ursula.storage.v1.ColdKind
 	(GCKind)(0),                // 1: ursula.storage.v1.GCKind
@@ -4281,28 +4412,31 @@ var file_ursula_storage_v1_storage_proto_goTypes = []any{
 	(*ImportRecord)(nil),       // 21: ursula.storage.v1.ImportRecord
 	(*HoldColdGC)(nil),         // 22: ursula.storage.v1.HoldColdGC
 	(*DeleteBucket)(nil),       // 23: ursula.storage.v1.DeleteBucket
-	(*BucketUsage)(nil),        // 24: ursula.storage.v1.BucketUsage
-	(*Touch)(nil),              // 25: ursula.storage.v1.Touch
-	(*Snapshot)(nil),           // 26: ursula.storage.v1.Snapshot
-	(*ColdRef)(nil),            // 27: ursula.storage.v1.ColdRef
-	(*ColdPage)(nil),           // 28: ursula.storage.v1.ColdPage
-	(*ColdLevel)(nil),          // 29: ursula.storage.v1.ColdLevel
-	(*HotExternal)(nil),        // 30: ursula.storage.v1.HotExternal
-	(*ColdSeal)(nil),           // 31: ursula.storage.v1.ColdSeal
-	(*ColdFlush)(nil),          // 32: ursula.storage.v1.ColdFlush
-	(*SetRetention)(nil),       // 33: ursula.storage.v1.SetRetention
-	(*ColdRetire)(nil),         // 34: ursula.storage.v1.ColdRetire
-	(*ColdSwap)(nil),           // 35: ursula.storage.v1.ColdSwap
-	(*GCEntry)(nil),            // 36: ursula.storage.v1.GCEntry
-	(*GCAck)(nil),              // 37: ursula.storage.v1.GCAck
-	(*PurgeBucket)(nil),        // 38: ursula.storage.v1.PurgeBucket
-	(*ProducerState)(nil),      // 39: ursula.storage.v1.ProducerState
-	(*StreamState)(nil),        // 40: ursula.storage.v1.StreamState
-	(*ApplyResult)(nil),        // 41: ursula.storage.v1.ApplyResult
-	nil,                        // 42: ursula.storage.v1.Snapshot.GcReclaimedEntry
-	nil,                        // 43: ursula.storage.v1.Snapshot.BucketCreatedMsEntry
-	nil,                        // 44: ursula.storage.v1.Snapshot.GcHoldsEntry
-	nil,                        // 45: ursula.storage.v1.ApplyResult.ErrorMetadataEntry
+	(*FenceBucket)(nil),        // 24: ursula.storage.v1.FenceBucket
+	(*BucketUsage)(nil),        // 25: ursula.storage.v1.BucketUsage
+	(*Touch)(nil),              // 26: ursula.storage.v1.Touch
+	(*Snapshot)(nil),           // 27: ursula.storage.v1.Snapshot
+	(*ColdRef)(nil),            // 28: ursula.storage.v1.ColdRef
+	(*ColdPage)(nil),           // 29: ursula.storage.v1.ColdPage
+	(*ColdLevel)(nil),          // 30: ursula.storage.v1.ColdLevel
+	(*HotExternal)(nil),        // 31: ursula.storage.v1.HotExternal
+	(*ColdSeal)(nil),           // 32: ursula.storage.v1.ColdSeal
+	(*ColdFlush)(nil),          // 33: ursula.storage.v1.ColdFlush
+	(*SetRetention)(nil),       // 34: ursula.storage.v1.SetRetention
+	(*ColdRetire)(nil),         // 35: ursula.storage.v1.ColdRetire
+	(*ColdSwap)(nil),           // 36: ursula.storage.v1.ColdSwap
+	(*GCEntry)(nil),            // 37: ursula.storage.v1.GCEntry
+	(*GCAck)(nil),              // 38: ursula.storage.v1.GCAck
+	(*PurgeBucket)(nil),        // 39: ursula.storage.v1.PurgeBucket
+	(*ProducerState)(nil),      // 40: ursula.storage.v1.ProducerState
+	(*StreamState)(nil),        // 41: ursula.storage.v1.StreamState
+	(*ApplyResult)(nil),        // 42: ursula.storage.v1.ApplyResult
+	nil,                        // 43: ursula.storage.v1.Snapshot.GcReclaimedEntry
+	nil,                        // 44: ursula.storage.v1.Snapshot.BucketCreatedMsEntry
+	nil,                        // 45: ursula.storage.v1.Snapshot.GcHoldsEntry
+	nil,                        // 46: ursula.storage.v1.Snapshot.BucketGenerationsEntry
+	nil,                        // 47: ursula.storage.v1.Snapshot.BucketFencesEntry
+	nil,                        // 48: ursula.storage.v1.ApplyResult.ErrorMetadataEntry
 }
 var file_ursula_storage_v1_storage_proto_depIdxs = []int32{
 	4,  // 0: ursula.storage.v1.Command.create_bucket:type_name -> ursula.storage.v1.CreateBucket
@@ -4312,58 +4446,61 @@ var file_ursula_storage_v1_storage_proto_depIdxs = []int32{
 	10, // 4: ursula.storage.v1.Command.add_fork_ref:type_name -> ursula.storage.v1.AddForkRef
 	11, // 5: ursula.storage.v1.Command.release_fork_ref:type_name -> ursula.storage.v1.ReleaseForkRef
 	12, // 6: ursula.storage.v1.Command.expire:type_name -> ursula.storage.v1.Expire
-	25, // 7: ursula.storage.v1.Command.touch:type_name -> ursula.storage.v1.Touch
+	26, // 7: ursula.storage.v1.Command.touch:type_name -> ursula.storage.v1.Touch
 	3,  // 8: ursula.storage.v1.Command.barrier:type_name -> ursula.storage.v1.Barrier
-	32, // 9: ursula.storage.v1.Command.cold_flush:type_name -> ursula.storage.v1.ColdFlush
-	33, // 10: ursula.storage.v1.Command.set_retention:type_name -> ursula.storage.v1.SetRetention
-	34, // 11: ursula.storage.v1.Command.cold_retire:type_name -> ursula.storage.v1.ColdRetire
-	35, // 12: ursula.storage.v1.Command.cold_swap:type_name -> ursula.storage.v1.ColdSwap
-	37, // 13: ursula.storage.v1.Command.gc_ack:type_name -> ursula.storage.v1.GCAck
-	38, // 14: ursula.storage.v1.Command.purge_bucket:type_name -> ursula.storage.v1.PurgeBucket
+	33, // 9: ursula.storage.v1.Command.cold_flush:type_name -> ursula.storage.v1.ColdFlush
+	34, // 10: ursula.storage.v1.Command.set_retention:type_name -> ursula.storage.v1.SetRetention
+	35, // 11: ursula.storage.v1.Command.cold_retire:type_name -> ursula.storage.v1.ColdRetire
+	36, // 12: ursula.storage.v1.Command.cold_swap:type_name -> ursula.storage.v1.ColdSwap
+	38, // 13: ursula.storage.v1.Command.gc_ack:type_name -> ursula.storage.v1.GCAck
+	39, // 14: ursula.storage.v1.Command.purge_bucket:type_name -> ursula.storage.v1.PurgeBucket
 	15, // 15: ursula.storage.v1.Command.publish_snapshot:type_name -> ursula.storage.v1.PublishSnapshot
 	16, // 16: ursula.storage.v1.Command.set_attrs:type_name -> ursula.storage.v1.SetAttrs
 	23, // 17: ursula.storage.v1.Command.delete_bucket:type_name -> ursula.storage.v1.DeleteBucket
 	17, // 18: ursula.storage.v1.Command.start_history:type_name -> ursula.storage.v1.StartHistory
 	20, // 19: ursula.storage.v1.Command.import_group:type_name -> ursula.storage.v1.ImportGroup
 	22, // 20: ursula.storage.v1.Command.hold_cold_gc:type_name -> ursula.storage.v1.HoldColdGC
-	5,  // 21: ursula.storage.v1.CreateStream.fork:type_name -> ursula.storage.v1.ForkOrigin
-	7,  // 22: ursula.storage.v1.Append.producer:type_name -> ursula.storage.v1.ProducerRef
-	27, // 23: ursula.storage.v1.Append.external:type_name -> ursula.storage.v1.ColdRef
-	13, // 24: ursula.storage.v1.Expire.more:type_name -> ursula.storage.v1.StreamKey
-	14, // 25: ursula.storage.v1.PublishSnapshot.snapshot:type_name -> ursula.storage.v1.SnapshotRef
-	18, // 26: ursula.storage.v1.HistoryRecord.previous:type_name -> ursula.storage.v1.HistoryRecord
-	40, // 27: ursula.storage.v1.Snapshot.streams:type_name -> ursula.storage.v1.StreamState
-	36, // 28: ursula.storage.v1.Snapshot.gc_queue:type_name -> ursula.storage.v1.GCEntry
-	42, // 29: ursula.storage.v1.Snapshot.gc_reclaimed:type_name -> ursula.storage.v1.Snapshot.GcReclaimedEntry
-	24, // 30: ursula.storage.v1.Snapshot.usage:type_name -> ursula.storage.v1.BucketUsage
-	43, // 31: ursula.storage.v1.Snapshot.bucket_created_ms:type_name -> ursula.storage.v1.Snapshot.BucketCreatedMsEntry
-	18, // 32: ursula.storage.v1.Snapshot.history:type_name -> ursula.storage.v1.HistoryRecord
-	21, // 33: ursula.storage.v1.Snapshot.imported:type_name -> ursula.storage.v1.ImportRecord
-	44, // 34: ursula.storage.v1.Snapshot.gc_holds:type_name -> ursula.storage.v1.Snapshot.GcHoldsEntry
-	0,  // 35: ursula.storage.v1.ColdRef.kind:type_name -> ursula.storage.v1.ColdKind
-	27, // 36: ursula.storage.v1.ColdPage.entries:type_name -> ursula.storage.v1.ColdRef
-	27, // 37: ursula.storage.v1.ColdLevel.entries:type_name -> ursula.storage.v1.ColdRef
-	27, // 38: ursula.storage.v1.HotExternal.ref:type_name -> ursula.storage.v1.ColdRef
-	27, // 39: ursula.storage.v1.ColdFlush.chunks:type_name -> ursula.storage.v1.ColdRef
-	31, // 40: ursula.storage.v1.ColdFlush.seals:type_name -> ursula.storage.v1.ColdSeal
-	27, // 41: ursula.storage.v1.ColdSwap.replaced:type_name -> ursula.storage.v1.ColdRef
-	27, // 42: ursula.storage.v1.ColdSwap.chunk:type_name -> ursula.storage.v1.ColdRef
-	1,  // 43: ursula.storage.v1.GCEntry.kind:type_name -> ursula.storage.v1.GCKind
-	7,  // 44: ursula.storage.v1.StreamState.closed_by:type_name -> ursula.storage.v1.ProducerRef
-	39, // 45: ursula.storage.v1.StreamState.producers:type_name -> ursula.storage.v1.ProducerState
-	5,  // 46: ursula.storage.v1.StreamState.fork:type_name -> ursula.storage.v1.ForkOrigin
-	29, // 47: ursula.storage.v1.StreamState.cold_index:type_name -> ursula.storage.v1.ColdLevel
-	30, // 48: ursula.storage.v1.StreamState.hot_external:type_name -> ursula.storage.v1.HotExternal
-	14, // 49: ursula.storage.v1.StreamState.snapshot:type_name -> ursula.storage.v1.SnapshotRef
-	19, // 50: ursula.storage.v1.StreamState.earlier:type_name -> ursula.storage.v1.EarlierIncarnation
-	45, // 51: ursula.storage.v1.ApplyResult.error_metadata:type_name -> ursula.storage.v1.ApplyResult.ErrorMetadataEntry
-	40, // 52: ursula.storage.v1.ApplyResult.meta:type_name -> ursula.storage.v1.StreamState
-	5,  // 53: ursula.storage.v1.ApplyResult.release:type_name -> ursula.storage.v1.ForkOrigin
-	54, // [54:54] is the sub-list for method output_type
-	54, // [54:54] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	24, // 21: ursula.storage.v1.Command.fence_bucket:type_name -> ursula.storage.v1.FenceBucket
+	5,  // 22: ursula.storage.v1.CreateStream.fork:type_name -> ursula.storage.v1.ForkOrigin
+	7,  // 23: ursula.storage.v1.Append.producer:type_name -> ursula.storage.v1.ProducerRef
+	28, // 24: ursula.storage.v1.Append.external:type_name -> ursula.storage.v1.ColdRef
+	13, // 25: ursula.storage.v1.Expire.more:type_name -> ursula.storage.v1.StreamKey
+	14, // 26: ursula.storage.v1.PublishSnapshot.snapshot:type_name -> ursula.storage.v1.SnapshotRef
+	18, // 27: ursula.storage.v1.HistoryRecord.previous:type_name -> ursula.storage.v1.HistoryRecord
+	41, // 28: ursula.storage.v1.Snapshot.streams:type_name -> ursula.storage.v1.StreamState
+	37, // 29: ursula.storage.v1.Snapshot.gc_queue:type_name -> ursula.storage.v1.GCEntry
+	43, // 30: ursula.storage.v1.Snapshot.gc_reclaimed:type_name -> ursula.storage.v1.Snapshot.GcReclaimedEntry
+	25, // 31: ursula.storage.v1.Snapshot.usage:type_name -> ursula.storage.v1.BucketUsage
+	44, // 32: ursula.storage.v1.Snapshot.bucket_created_ms:type_name -> ursula.storage.v1.Snapshot.BucketCreatedMsEntry
+	18, // 33: ursula.storage.v1.Snapshot.history:type_name -> ursula.storage.v1.HistoryRecord
+	21, // 34: ursula.storage.v1.Snapshot.imported:type_name -> ursula.storage.v1.ImportRecord
+	45, // 35: ursula.storage.v1.Snapshot.gc_holds:type_name -> ursula.storage.v1.Snapshot.GcHoldsEntry
+	46, // 36: ursula.storage.v1.Snapshot.bucket_generations:type_name -> ursula.storage.v1.Snapshot.BucketGenerationsEntry
+	47, // 37: ursula.storage.v1.Snapshot.bucket_fences:type_name -> ursula.storage.v1.Snapshot.BucketFencesEntry
+	0,  // 38: ursula.storage.v1.ColdRef.kind:type_name -> ursula.storage.v1.ColdKind
+	28, // 39: ursula.storage.v1.ColdPage.entries:type_name -> ursula.storage.v1.ColdRef
+	28, // 40: ursula.storage.v1.ColdLevel.entries:type_name -> ursula.storage.v1.ColdRef
+	28, // 41: ursula.storage.v1.HotExternal.ref:type_name -> ursula.storage.v1.ColdRef
+	28, // 42: ursula.storage.v1.ColdFlush.chunks:type_name -> ursula.storage.v1.ColdRef
+	32, // 43: ursula.storage.v1.ColdFlush.seals:type_name -> ursula.storage.v1.ColdSeal
+	28, // 44: ursula.storage.v1.ColdSwap.replaced:type_name -> ursula.storage.v1.ColdRef
+	28, // 45: ursula.storage.v1.ColdSwap.chunk:type_name -> ursula.storage.v1.ColdRef
+	1,  // 46: ursula.storage.v1.GCEntry.kind:type_name -> ursula.storage.v1.GCKind
+	7,  // 47: ursula.storage.v1.StreamState.closed_by:type_name -> ursula.storage.v1.ProducerRef
+	40, // 48: ursula.storage.v1.StreamState.producers:type_name -> ursula.storage.v1.ProducerState
+	5,  // 49: ursula.storage.v1.StreamState.fork:type_name -> ursula.storage.v1.ForkOrigin
+	30, // 50: ursula.storage.v1.StreamState.cold_index:type_name -> ursula.storage.v1.ColdLevel
+	31, // 51: ursula.storage.v1.StreamState.hot_external:type_name -> ursula.storage.v1.HotExternal
+	14, // 52: ursula.storage.v1.StreamState.snapshot:type_name -> ursula.storage.v1.SnapshotRef
+	19, // 53: ursula.storage.v1.StreamState.earlier:type_name -> ursula.storage.v1.EarlierIncarnation
+	48, // 54: ursula.storage.v1.ApplyResult.error_metadata:type_name -> ursula.storage.v1.ApplyResult.ErrorMetadataEntry
+	41, // 55: ursula.storage.v1.ApplyResult.meta:type_name -> ursula.storage.v1.StreamState
+	5,  // 56: ursula.storage.v1.ApplyResult.release:type_name -> ursula.storage.v1.ForkOrigin
+	57, // [57:57] is the sub-list for method output_type
+	57, // [57:57] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_ursula_storage_v1_storage_proto_init() }
@@ -4393,6 +4530,7 @@ func file_ursula_storage_v1_storage_proto_init() {
 		(*Command_StartHistory)(nil),
 		(*Command_ImportGroup)(nil),
 		(*Command_HoldColdGc)(nil),
+		(*Command_FenceBucket)(nil),
 	}
 	file_ursula_storage_v1_storage_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
@@ -4401,7 +4539,7 @@ func file_ursula_storage_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_storage_v1_storage_proto_rawDesc), len(file_ursula_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   44,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
