@@ -58,6 +58,8 @@ type NodeConfig struct {
 	ColdTuning string
 	// Extra is appended to the file verbatim (further keys or sections).
 	Extra string
+	// RaftTuning is added to the [raft] section ("key = value" lines).
+	RaftTuning string
 	// ClusterTLS is the node's cluster-plane certificate set; zero with
 	// InsecurePlaintext runs the plane plaintext.
 	ClusterTLS        pki.Files
@@ -92,8 +94,8 @@ func (c NodeConfig) TOML() string {
 	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "[runtime]\ncore_count = %d\n\n", c.CoreCount)
-	fmt.Fprintf(&b, "[raft]\nnode_id = %d\ndata_dir = %s\ngroup_count = %d\nfsync = %s\n\n",
-		c.NodeID, q(c.DataDir), c.GroupCount, q(c.Fsync))
+	fmt.Fprintf(&b, "[raft]\nnode_id = %d\ndata_dir = %s\ngroup_count = %d\nfsync = %s\n%s\n",
+		c.NodeID, q(c.DataDir), c.GroupCount, q(c.Fsync), c.RaftTuning)
 	for _, p := range c.Peers {
 		fmt.Fprintf(&b, "[[raft.peers]]\nid = %d\ncluster_url = %s\nclient_url = %s\n\n", p.ID, q(p.ClusterURL), q(p.ClientURL))
 	}
@@ -142,8 +144,10 @@ type ClusterOptions struct {
 	// ColdTuning.
 	Cold       string
 	ColdTuning string
-	// Extra is appended to every node's configuration file.
-	Extra string
+	// Extra is appended to every node's configuration file, and
+	// RaftTuning to its [raft] section.
+	Extra      string
+	RaftTuning string
 	// ReadyTimeout bounds the wait for readiness at start; zero means 120 s.
 	ReadyTimeout time.Duration
 	// Plaintext runs the cluster plane without TLS (loopback only);
@@ -311,6 +315,7 @@ func NewCluster(tb testing.TB, opts ClusterOptions) *Cluster {
 			LogLevel:      opts.LogLevel,
 			Cold:          opts.Cold,
 			ColdTuning:    opts.ColdTuning,
+			RaftTuning:    opts.RaftTuning,
 			ColdDir:       filepath.Join(c.Dir, "cold"),
 			Extra:         opts.Extra,
 		}

@@ -946,6 +946,11 @@ type purgeReport struct {
 	ColdGCComplete         bool     `json:"cold_gc_complete"`
 	ColdGCError            *string  `json:"cold_gc_error"`
 	BucketPrefixAbsent     bool     `json:"bucket_prefix_absent"`
+	// The deleted-data bound's part: the answering node's replicas.
+	RaftDeletedDataMaxAgeMs  uint64   `json:"raft_deleted_data_max_age_ms"`
+	RaftErasurePendingGroups []uint32 `json:"raft_erasure_pending_groups"`
+	RaftErasureDueBy         *string  `json:"raft_erasure_due_by"`
+	RaftErasureComplete      bool     `json:"raft_erasure_complete"`
 }
 
 // checkPurgeReport checks a 200 purge answer of tenant-a: exactly the
@@ -964,7 +969,8 @@ func checkPurgeReport(t *testing.T, what string, resp *Response, removed uint64)
 		return nil
 	}
 	want := []string{"bucket", "removed_streams", "groups_with_streams", "cold_gc_entries_reclaimed",
-		"cold_gc_pending_entries", "cold_gc_complete", "cold_gc_error", "bucket_prefix_absent"}
+		"cold_gc_pending_entries", "cold_gc_complete", "cold_gc_error", "bucket_prefix_absent",
+		"raft_deleted_data_max_age_ms", "raft_erasure_pending_groups", "raft_erasure_due_by", "raft_erasure_complete"}
 	for _, k := range want {
 		if _, ok := fields[k]; !ok {
 			t.Errorf("%s: report has no %q: %s", what, k, resp.Body)
@@ -986,6 +992,15 @@ func checkPurgeReport(t *testing.T, what string, resp *Response, removed uint64)
 	}
 	if removed == 0 && len(rep.GroupsWithStreams) != 0 {
 		t.Errorf("%s: nothing removed, but groups_with_streams %v", what, rep.GroupsWithStreams)
+	}
+	if rep.RaftDeletedDataMaxAgeMs == 0 || rep.RaftErasureComplete != (len(rep.RaftErasurePendingGroups) == 0) ||
+		(rep.RaftErasureDueBy == nil) != rep.RaftErasureComplete {
+		t.Errorf("%s: the erasure part of the report does not hold together: %s", what, bytes.TrimSpace(resp.Body))
+	}
+	for _, g := range rep.RaftErasurePendingGroups {
+		if !slices.Contains(rep.GroupsWithStreams, g) && removed > 0 {
+			t.Errorf("%s: raft_erasure_pending_groups names group %d, which had none of the bucket's streams", what, g)
+		}
 	}
 	return &rep
 }

@@ -84,35 +84,7 @@ func TestColdGCWorkerOnCluster(t *testing.T) {
 	}
 	t.Logf("%d and %d cold objects of gc-gone and gc-kept after the appends", nGone, nKept)
 
-	cfg := filepath.Join(c.Dir, "coldgc.toml")
-	toml := fmt.Sprintf("[upstream]\nnodes = [%q]\n"+c.ClientPlaneTOML(pki.RoleColdGC)+"\n[cold]\nbackend = \"fs\"\ndir = %q\n\n[coldgc]\ninterval = \"100ms\"\ncompact_interval = \"200ms\"\nsmall_chunk_bytes = 4096\nmax_chunk_bytes = 65536\n",
-		c.Nodes[1].ClientAddr(), coldDir)
-	if err := os.WriteFile(cfg, []byte(toml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin, err := Binary("ursula-coldgc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(c.Dir, "coldgc.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd := exec.Command(bin, "-config", cfg)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			out, _ := os.ReadFile(logPath)
-			t.Logf("ursula-coldgc log:\n%s", out)
-		}
-	}()
+	cmd := c.StartColdGC(t, coldDir, "compact_interval = \"200ms\"\nsmall_chunk_bytes = 4096\nmax_chunk_bytes = 65536")
 
 	if resp, err := client.Do(ctx, "DELETE", "gc-gone", nil, nil, nil); err != nil || resp.Status/100 != 2 {
 		t.Fatalf("delete: %v %v", resp, err)
@@ -138,4 +110,41 @@ func TestColdGCWorkerOnCluster(t *testing.T) {
 	if cmd.ProcessState != nil {
 		t.Fatalf("ursula-coldgc exited: %v", cmd.ProcessState)
 	}
+}
+
+// StartColdGC runs ursula-coldgc beside the cluster on the fs cold store
+// in coldDir, passing every 100 ms, with tuning added to its [coldgc]
+// section; it is killed when the test ends (its log printed on failure).
+func (c *Cluster) StartColdGC(t *testing.T, coldDir, tuning string) *exec.Cmd {
+	t.Helper()
+	cfg := filepath.Join(c.Dir, "coldgc.toml")
+	toml := fmt.Sprintf("[upstream]\nnodes = [%q]\n"+c.ClientPlaneTOML(pki.RoleColdGC)+"\n[cold]\nbackend = \"fs\"\ndir = %q\n\n[coldgc]\ninterval = \"100ms\"\n%s\n",
+		c.Nodes[1].ClientAddr(), coldDir, tuning)
+	if err := os.WriteFile(cfg, []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := Binary("ursula-coldgc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(c.Dir, "coldgc.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-config", cfg)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = logf.Close()
+		if t.Failed() {
+			out, _ := os.ReadFile(logPath)
+			t.Logf("ursula-coldgc log:\n%s", out)
+		}
+	})
+	return cmd
 }
