@@ -45,7 +45,9 @@ var haltEntry = []byte("raises the group past this build")
 
 type haltError struct{ index uint64 }
 
-func (e *haltError) Error() string   { return fmt.Sprintf("counter: entry %d is past this build", e.index) }
+func (e *haltError) Error() string {
+	return fmt.Sprintf("counter: entry %d is past this build", e.index)
+}
 func (e *haltError) HaltGroup() bool { return true }
 
 func (c *counter) Apply(index uint64, data []byte) (any, error) {
