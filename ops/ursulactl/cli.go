@@ -157,6 +157,7 @@ func newRootCommand(env *Env, made func(*Controller)) *cobra.Command {
 		certCommand(env),
 		auditCommand(ctl),
 		recoverCommand(ctl, o),
+		clusterCommand(ctl),
 	)
 	root.AddCommand(backupCommands(ctl, env, o)...)
 	return root

@@ -41,6 +41,7 @@ func TestAdminIncarnationRule(t *testing.T) {
 		{http.MethodPost, "/__ursula/raft/0/purge?upto=1000"},
 		{http.MethodPost, "/__ursula/flush-cold/demo/hello"},
 		{http.MethodDelete, "/__ursula/purge/demo"},
+		{http.MethodPost, "/__ursula/feature-level"},
 	}
 	headers := []struct {
 		name     string

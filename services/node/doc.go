@@ -48,6 +48,10 @@
 //	GET    /__ursula/backup/group/{group}/export?min_applied_index=N
 //	POST   /__ursula/backup/group/{group}/cold-check  (body: a group object)
 //	POST   /__ursula/backup/group/{group}/import      (body: a group object)
+//	GET    /__ursula/feature-level                    (features.go: levels of this node and every member)
+//	POST   /__ursula/feature-level                    (body {"level": N}: raise every group; 409
+//	                                                   FEATURE_LEVEL_UNSUPPORTED names the members that do not know N)
+//	GET|POST /__ursula/featuretest/probe              (only in a build made with -tags featuretest)
 //	GET    /debug/pprof/...
 //
 // Answers are JSON with the proto field names, every field present (an

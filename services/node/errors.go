@@ -47,6 +47,7 @@ var storageCodes = map[*fault.Kind]errcode.Code{
 	fault.ErrGroupNotEmpty:             errcode.GroupNotEmpty,
 	fault.ErrBackupMismatch:            errcode.BackupMismatch,
 	fault.ErrColdGCHeld:                errcode.ColdGCHeld,
+	fault.ErrFeatureLevelUnsupported:   errcode.FeatureLevelUnsupported,
 }
 
 // domainError converts an error of the storage engine into the contract's

@@ -30,6 +30,7 @@ import (
 	"github.com/ursula/ursula/storage/cluster"
 	"github.com/ursula/ursula/storage/engine"
 	"github.com/ursula/ursula/storage/multiraft"
+	"github.com/ursula/ursula/storage/stream"
 	"github.com/ursula/ursula/storage/transport"
 )
 
@@ -393,6 +394,11 @@ const (
 	// ReasonRecoveryStalled: a gated group has had no barrier and applied
 	// nothing for 30 s: only an operator can recover it.
 	ReasonRecoveryStalled = "recovery_stalled"
+	// ReasonFeatureLevelUnsupported: some group was raised to a feature
+	// level this build does not know; the node stopped applying it (the
+	// ready document's unsupported_feature_level and detail name the
+	// level and the group). Run a release that knows the level.
+	ReasonFeatureLevelUnsupported = "feature_level_unsupported"
 )
 
 func (s *Server) readiness() *adminv1.GetReadyResponse {
@@ -410,11 +416,16 @@ func (s *Server) readiness() *adminv1.GetReadyResponse {
 
 // notReadyReason returns why the node does not serve, or "".
 func (s *Server) notReadyReason(started bool) string {
+	return readinessReason(s.stopping.Load(), started, len(s.n.Cluster.RejoinPending()), s.n.Cluster.GateStates(), s.groupStatuses(), s.n.Config().NodeID, time.Now())
+}
+
+// groupStatuses is every group's status on this node.
+func (s *Server) groupStatuses() []multiraft.GroupStatus {
 	groups := make([]multiraft.GroupStatus, s.n.Cluster.GroupCount())
 	for g := range groups {
 		groups[g] = s.n.Cluster.Status(uint32(g))
 	}
-	return readinessReason(s.stopping.Load(), started, len(s.n.Cluster.RejoinPending()), s.n.Cluster.GateStates(), groups, s.n.Config().NodeID, time.Now())
+	return groups
 }
 
 // gateLists lists the gated groups, and those of them stalled (JSON
@@ -442,6 +453,11 @@ func (s *Server) gateLists() (closed, stalled []any) {
 func readinessReason(stopping, started bool, rejoinPending int, gates map[uint32]cluster.GateState, groups []multiraft.GroupStatus, self uint64, now time.Time) string {
 	if stopping {
 		return ReasonShuttingDown
+	}
+	// A halted group never applies again in this run: nothing else this
+	// node could report would change that.
+	if _, _, _, halted := haltedLevel(groups); halted {
+		return ReasonFeatureLevelUnsupported
 	}
 	// A gated node may never see a leader (a majority lost its tail): the
 	// gate says why, before "starting" would.
@@ -504,6 +520,10 @@ func (s *Server) metricsSnapshot() map[string]any {
 	}
 	m["wal_recovery"] = s.n.WALRecovery()
 	m["leadership_shed_state"] = s.n.Cluster.ShedState().GetState()
+	fl := s.n.Cluster.LocalFeatureLevel()
+	m["feature_level"] = float64(minLevel(fl.GroupLevels))
+	m["feature_level_max_supported"] = float64(fl.MaxLevel)
+	m["feature_level_halted_groups"] = float64(len(fl.HaltedGroups))
 	if s.plane != nil {
 		// The transport's counters carry their metric names as JSON tags.
 		if raw, err := json.Marshal(s.plane.Transport().Stats()); err == nil {
@@ -540,14 +560,20 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 		code = http.StatusServiceUnavailable
 	}
 	_, stalled := s.gateLists()
-	writeJSON(w, code, map[string]any{
+	doc := map[string]any{
 		"ready":                   r.GetReady(),
 		"reason":                  r.GetReason(),
 		"recovery_stalled_groups": stalled,
 		"cluster_id":              r.GetClusterId(),
 		"peer_cluster_mismatches": s.mismatchList(),
 		"process_incarnation":     r.GetProcessIncarnation(),
-	})
+	}
+	if r.GetReason() == ReasonFeatureLevelUnsupported {
+		if g, level, detail, ok := haltedLevel(s.groupStatuses()); ok {
+			doc["unsupported_feature_level"], doc["max_feature_level"], doc["halted_group"], doc["detail"] = level, stream.MaxFeatureLevel, g, detail
+		}
+	}
+	writeJSON(w, code, doc)
 }
 
 // adminHandler serves the admin plane: the REST surface of AdminService
@@ -568,6 +594,9 @@ func (s *Server) adminHandler(ctx context.Context) (http.Handler, error) {
 	mux.Handle("GET /__ursula/usage", small(s.serveUsage))
 	mux.Handle("GET /__ursula/audit", small(s.serveAudit))
 	mux.Handle("POST /__ursula/raft/{group}/recovery/accept-unsynced-loss", small(s.serveAcceptUnsyncedLoss))
+	mux.Handle("GET /__ursula/feature-level", small(s.serveFeatureLevel))
+	mux.Handle("POST /__ursula/feature-level", small(s.serveRaiseFeatureLevel))
+	s.featureTestRoutes(mux, small)
 	s.backupRoutes(mux)
 	if s.cfg.AdminPprof {
 		// Profiles cost CPU and reveal memory: only when asked for, and

@@ -21,8 +21,8 @@ const (
 // forwardRequest is cmd as a forwarded operation of group g, or nil when
 // its operation is not one a node forwards: the allow-list. A node issues
 // these on its own behalf in a group it may not lead (fork references,
-// bucket purges, bucket-delete fences, cold-GC acknowledgements and
-// compaction swaps); client
+// bucket purges, bucket-delete fences, cold-GC acknowledgements,
+// compaction swaps and an operator's feature-level raise); client
 // commands are routed to the leader by the gateway instead, and expiry,
 // touches, flushes and the rest run only on the leader.
 func forwardRequest(g uint32, cmd *storagev1.Command) *raftv1.ForwardProposeRequest {
@@ -40,6 +40,8 @@ func forwardRequest(g uint32, cmd *storagev1.Command) *raftv1.ForwardProposeRequ
 		req.Op = &raftv1.ForwardProposeRequest_GcAck{GcAck: op.GcAck}
 	case *storagev1.Command_ColdSwap:
 		req.Op = &raftv1.ForwardProposeRequest_ColdSwap{ColdSwap: op.ColdSwap}
+	case *storagev1.Command_SetFeatureLevel:
+		req.Op = &raftv1.ForwardProposeRequest_SetFeatureLevel{SetFeatureLevel: op.SetFeatureLevel}
 	default:
 		return nil
 	}
@@ -92,6 +94,14 @@ func (c *Cluster) forwardedCommand(req *raftv1.ForwardProposeRequest) (*storagev
 			return nil, err
 		}
 		cmd.Op = &storagev1.Command_ColdSwap{ColdSwap: proto.CloneOf(sw)}
+	case *raftv1.ForwardProposeRequest_SetFeatureLevel:
+		// The leader never proposes a level its own build does not know:
+		// it would stop applying the group itself.
+		l := op.SetFeatureLevel.GetLevel()
+		if l < stream.BaselineFeatureLevel || l > stream.MaxFeatureLevel {
+			return nil, fault.Errorf(fault.ErrFeatureLevelUnsupported, "node %d, the leader of group %d, knows feature levels %d to %d, not %d", c.cfg.NodeID, g, stream.BaselineFeatureLevel, stream.MaxFeatureLevel, l)
+		}
+		cmd.Op = &storagev1.Command_SetFeatureLevel{SetFeatureLevel: &storagev1.SetFeatureLevel{Level: l}}
 	default:
 		return nil, fault.Errorf(fault.ErrInvalidArgument, "a forwarded proposal must name one of the operations nodes forward")
 	}

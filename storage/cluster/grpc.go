@@ -16,6 +16,7 @@ import (
 	raftv1 "github.com/ursula/ursula/proto/gen/go/ursula/raft/v1"
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	"github.com/ursula/ursula/storage/fault"
+	"github.com/ursula/ursula/storage/stream"
 	"github.com/ursula/ursula/storage/transport"
 )
 
@@ -155,6 +156,23 @@ func (n *GRPC) RequestRebuild(ctx context.Context, leader uint64, g uint32, node
 	return resp.GetDone(), nil
 }
 
+// FeatureLevel implements Network. A peer that does not know the call
+// runs a release before feature levels: it knows the baseline only.
+func (n *GRPC) FeatureLevel(ctx context.Context, peer uint64) (*raftv1.GetFeatureLevelResponse, error) {
+	cc, err := n.conn(peer)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := raftv1.NewForwardServiceClient(cc).GetFeatureLevel(ctx, &raftv1.GetFeatureLevelRequest{})
+	if status.Code(err) == codes.Unimplemented {
+		return &raftv1.GetFeatureLevelResponse{MaxLevel: stream.BaselineFeatureLevel}, nil
+	}
+	if err != nil {
+		return nil, callError(peer, err)
+	}
+	return resp, nil
+}
+
 func (n *GRPC) conn(id uint64) (*grpc.ClientConn, error) {
 	cc, err := n.tr.Conn(id)
 	if errors.Is(err, transport.ErrUnknownPeer) {
@@ -215,6 +233,10 @@ func (f *forwardServer) Propose(ctx context.Context, req *raftv1.ForwardProposeR
 		return &raftv1.ForwardProposeResponse{Error: encodeError(fault.Errorf(fault.ErrInternal, "encode the result: %v", err))}, nil
 	}
 	return &raftv1.ForwardProposeResponse{Result: out}, nil
+}
+
+func (f *forwardServer) GetFeatureLevel(context.Context, *raftv1.GetFeatureLevelRequest) (*raftv1.GetFeatureLevelResponse, error) {
+	return f.n.local.FeatureLevelAnswer(), nil
 }
 
 func (f *forwardServer) ReadIndex(ctx context.Context, req *raftv1.ReadIndexRequest) (*raftv1.ReadIndexResponse, error) {

@@ -35,6 +35,10 @@ type Network interface {
 	// leadership: it answers, belongs to this cluster, is not draining and
 	// its replica of g is not behind the recovery gate.
 	AcceptsTransfers(ctx context.Context, peer uint64, g uint32) bool
+	// FeatureLevel asks a peer which feature levels its build knows and
+	// where its replicas are (ForwardService); a peer of a release before
+	// feature levels answers the baseline.
+	FeatureLevel(ctx context.Context, peer uint64) (*raftv1.GetFeatureLevelResponse, error)
 	// Attach connects the network's receiving side to this node. New calls
 	// it once, before Run.
 	Attach(local Local)
@@ -62,4 +66,6 @@ type Local interface {
 	RequestRebuild(ctx context.Context, from uint64, groupID uint32, node, lastIndex uint64) (bool, error)
 	// ShedState is this node's leadership-shed state.
 	ShedState() *raftv1.ShedState
+	// FeatureLevelAnswer is this node's answer to a peer's FeatureLevel.
+	FeatureLevelAnswer() *raftv1.GetFeatureLevelResponse
 }

@@ -126,6 +126,14 @@ func (n *memNet) AcceptsTransfers(_ context.Context, peer uint64, g uint32) bool
 	return ok && p.local.ShedState().GetShouldAcceptTransfer() && !slices.Contains(p.local.ShedState().GetGatedGroups(), g)
 }
 
+func (n *memNet) FeatureLevel(_ context.Context, peer uint64) (*raftv1.GetFeatureLevelResponse, error) {
+	p, ok := n.c.net(peer)
+	if !ok {
+		return nil, fault.Errorf(fault.ErrUnavailable, "no peer %d", peer)
+	}
+	return p.local.FeatureLevelAnswer(), nil
+}
+
 func (c *memCluster) deliver(id uint64) {
 	defer c.wg.Done()
 	for {

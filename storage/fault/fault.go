@@ -84,6 +84,10 @@ var (
 	// ErrColdGCHeld: a backup holds the cold GC; nothing deletes cold
 	// objects until the hold ends (DetailRetryAfterMS).
 	ErrColdGCHeld = newKind("COLD_GC_HELD", "cold GC held by a backup")
+	// ErrFeatureLevelUnsupported: a feature level some node does not know
+	// (a raise a voter cannot take), or a gated operation in a group whose
+	// level is below the one it needs.
+	ErrFeatureLevelUnsupported = newKind("FEATURE_LEVEL_UNSUPPORTED", "feature level unsupported")
 )
 
 // Detail keys. They are the contract's metadata keys (errors.proto), so

@@ -43,6 +43,13 @@
 // and stops again at every restart, rather than skip the entry and diverge
 // from the other replicas; an fsync is never retried.
 //
+// One exception: an Apply or Restore error with a HaltGroup() method that
+// returns true (a feature level this build does not know, storage/stream)
+// halts that group on this node instead (halt.go): nothing more of it is
+// applied and it takes no message, proposal, read or tick, while the node
+// and its other groups go on; GroupStatus.Halted says why. A restart halts
+// it again at the same point, or applies past it with a build that can.
+//
 // # Proposal envelope
 //
 // Every normal entry proposed through Host.Propose carries a 17-byte header

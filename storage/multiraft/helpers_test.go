@@ -39,9 +39,23 @@ var unknownEntry = []byte("from a newer release")
 
 var errUnknownEntry = errors.New("counter: entry from a newer release")
 
+// haltEntry is an entry the counter refuses with an error that halts its
+// group (as a state machine refuses a feature level it does not know).
+var haltEntry = []byte("raises the group past this build")
+
+type haltError struct{ index uint64 }
+
+func (e *haltError) Error() string {
+	return fmt.Sprintf("counter: entry %d is past this build", e.index)
+}
+func (e *haltError) HaltGroup() bool { return true }
+
 func (c *counter) Apply(index uint64, data []byte) (any, error) {
 	if bytes.Equal(data, unknownEntry) {
 		return nil, errUnknownEntry
+	}
+	if bytes.Equal(data, haltEntry) {
+		return nil, &haltError{index: index}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -141,6 +141,9 @@ type GroupStatus struct {
 	// LeaderHeard is when this replica last took an append, heartbeat or
 	// snapshot of the leader it follows (zero: never in this run).
 	LeaderHeard time.Time
+	// Halted is why this node stopped applying the group (nil: it did
+	// not; halt.go). A halted replica reports no leader.
+	Halted error
 }
 
 const (
@@ -310,7 +313,13 @@ func (h *Host) newGroup(id uint32, st *wal.GroupState, s *shard) (*group, error)
 	g.sm = h.newSM(id)
 	var applied uint64
 	if snap != nil {
-		if err := g.sm.Restore(snap.GetData()); err != nil {
+		if err := g.sm.Restore(snap.GetData()); haltsGroup(err) {
+			// Halted before it starts (halt.go): the state machine stays
+			// empty and nothing of the group is ever applied in this run.
+			g.halted = fmt.Errorf("restore snapshot %d: %w", snap.GetMetadata().GetIndex(), err)
+			logger.Error("stopped applying the group: this build cannot apply what the group committed; the node stays up, unready, and the other replicas go on (restart it with a build that knows it)",
+				"err", g.halted)
+		} else if err != nil {
 			return nil, fmt.Errorf("multiraft: group %d: restore snapshot %d: %w", id, snap.GetMetadata().GetIndex(), err)
 		}
 		applied = snap.GetMetadata().GetIndex()

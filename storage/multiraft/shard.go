@@ -207,7 +207,7 @@ func (s *shard) run(ctx context.Context) error {
 				// their leadership has moved away.
 				// A gated replica or one that follows a plan never
 				// campaigns either; a plan's leader does.
-				if (shedding || g.gated && !g.campaignsUnderPlan() || g.plan != nil && g.plan.Role == PlanFollow) && !g.isLeader {
+				if (shedding || g.gated && !g.campaignsUnderPlan() || g.plan != nil && g.plan.Role == PlanFollow) && !g.isLeader || g.halted != nil {
 					continue
 				}
 				g.rn.Tick()
@@ -254,6 +254,11 @@ func (s *shard) drain() error {
 			s.lastDrained++
 		}
 		g := o.g
+		if g != nil && g.halted != nil && o.kind != opSnapshotDone {
+			refuseHalted(o)
+			*o = op{}
+			continue
+		}
 		switch o.kind {
 		case opPropose:
 			s.stats.proposals.Add(1)
@@ -377,6 +382,9 @@ func (s *shard) processReady() error {
 	for {
 		s.readies = s.readies[:0]
 		for _, g := range s.groups {
+			if g.halted != nil {
+				continue
+			}
 			g.startReadRound()
 			if g.rn.HasReady() {
 				s.readies = append(s.readies, groupReady{g: g, rd: g.rn.Ready()})
@@ -471,6 +479,14 @@ func (s *shard) processReady() error {
 			s.stats.applyNs.Add(uint64(time.Since(applyStart)))
 			s.stats.appliedEntries.Add(uint64(len(rd.CommittedEntries)))
 			g.appliedWaits.trigger(g.applied)
+			if g.halted != nil {
+				// Frozen (halt.go): the Ready is done with, nothing more
+				// of the group runs.
+				g.rn.Advance(*rd)
+				g.updateStatus()
+				s.readies[i] = groupReady{}
+				continue
+			}
 			g.rn.Advance(*rd)
 			g.readsAfterReady(rd)
 			for _, to := range g.staleSnapTo {
@@ -520,7 +536,7 @@ func (s *shard) onTick() error {
 		slices.Sort(groups)
 		for _, id := range groups {
 			g := s.h.groups[id]
-			if g.applied > g.snapIndex && !g.snapshotting {
+			if g.applied > g.snapIndex && !g.snapshotting && g.halted == nil {
 				g.logger.Debug("snapshotting group pinning an old wal segment", "applied", g.applied, "pinned_index", pins[id])
 				if err := s.startSnapshot(g); err != nil {
 					return err
@@ -590,6 +606,9 @@ type group struct {
 	// committedOverwrite is set once the replica refused appends that would
 	// replace its committed entries (gate.go).
 	committedOverwrite bool
+	// halted is why the group stopped applying on this node (halt.go);
+	// nil while it applies.
+	halted error
 	// appliedWaits releases WaitApplied callers (safe for any goroutine).
 	appliedWaits appliedWaits
 	// snapshotting is set while a capture of the group is with the
@@ -613,7 +632,10 @@ func (g *group) apply(rd *raft.Ready) error {
 	h := g.shard.h
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		md := rd.Snapshot.GetMetadata()
-		if err := g.sm.Restore(rd.Snapshot.GetData()); err != nil {
+		if err := g.sm.Restore(rd.Snapshot.GetData()); haltsGroup(err) {
+			g.halt(fmt.Errorf("restore snapshot %d: %w", md.GetIndex(), err))
+			return nil
+		} else if err != nil {
 			return fmt.Errorf("%w: group %d: restore snapshot %d: %v", ErrApply, g.id, md.GetIndex(), err)
 		}
 		g.cs = pb.EnsureConfState(proto.Clone(md.GetConfState()).(*pb.ConfState))
@@ -637,6 +659,10 @@ func (g *group) apply(rd *raft.Ready) error {
 				return fmt.Errorf("%w: group %d: entry %d has no proposal header", ErrApply, g.id, idx)
 			}
 			v, err := g.sm.Apply(idx, data[headerSize:])
+			if haltsGroup(err) {
+				g.halt(err)
+				return nil
+			}
 			if err != nil {
 				return fmt.Errorf("%w: group %d: entry %d: %w", ErrApply, g.id, idx, err)
 			}
@@ -694,6 +720,10 @@ func (g *group) failPending(err error) {
 // (instead of waiting for an election timeout) once its membership is applied.
 // It clears wantCampaign once decided and reports whether it campaigned.
 func (g *group) maybeCampaign(self uint64) bool {
+	if g.halted != nil {
+		g.wantCampaign = false
+		return false
+	}
 	bs := g.rn.BasicStatus()
 	voters := g.cs.GetVoters()
 	if len(voters) == 0 || bs.Applied < bs.GetCommit() {
@@ -750,6 +780,12 @@ func (g *group) updateStatus() {
 	st.CommitTerm, _ = g.st.Term(st.Commit)
 	st.Vote = bs.GetVote()
 	st.LeaderHeard = g.heardLeader
+	if g.halted != nil {
+		if st.Halted == nil && !changed {
+			defer g.shard.h.statusChanged.notify()
+		}
+		st.Halted, st.IsLeader, st.LeaderID = g.halted, false, 0
+	}
 	if bs.Lead != 0 {
 		g.noteTermLeader(bs.GetTerm(), bs.Lead)
 	}

@@ -129,6 +129,12 @@ func (m *Machine) applyImportGroup(index uint64, now int64, c *storagev1.ImportG
 	if err := backupfmt.ValidateSnapshot(&snap); err != nil {
 		return &Result{Err: fault.Errorf(fault.ErrInvalidArgument, "the imported snapshot is not valid: %v", err)}
 	}
+	// An import never raises the group's feature level: the snapshot may
+	// hold state of behaviours some voter does not know. The operator
+	// raises the target first (every voter is checked then).
+	if l, have := effectiveLevel(snap.GetFeatureLevel()), effectiveLevel(m.featureLevel); l > have {
+		return &Result{Err: fault.Errorf(fault.ErrFeatureLevelUnsupported, "the imported snapshot is at feature level %d; group %d is at %d: raise the cluster's feature level first", l, m.group, have)}
+	}
 	// Above every incarnation the source issued (validated: none exceeds
 	// its applied index plus its offset) and every one this group did.
 	offset, carry := bits.Add64(snap.GetAppliedIndex(), snap.GetIncarnationOffset(), 0)
@@ -160,6 +166,9 @@ func (m *Machine) applyImportGroup(index uint64, now int64, c *storagev1.ImportG
 		}
 	}
 	st.incarnationOffset = max(offset, m.incarnationOffset)
+	if st.featureLevel = max(st.featureLevel, m.featureLevel); st.featureLevel <= BaselineFeatureLevel {
+		st.featureLevel = 0 // the baseline is stored as 0, as in a group never raised
+	}
 	// The restore event continues this group's history: its plan term is
 	// the one of the group's latest event (0: none), so that a plan of
 	// this cluster, whose term is above every term it saw, still starts a

@@ -174,6 +174,24 @@
 // group's fence of the bucket is at or above it, and drops the fence when
 // it is below. buckets.go describes the two-phase delete built on it.
 //
+// # Feature levels
+//
+// A group has a feature level (features.go): the replicated behaviours its
+// leader may use. It starts at BaselineFeatureLevel (1, stored as 0) and
+// only goes up: SetFeatureLevel raises it, answers the same level as a
+// duplicate and refuses a lower one (FEATURE_LEVEL_UNSUPPORTED) or 0
+// (INVALID_ARGUMENT). A gated command is refused in apply below its level
+// (RequireFeatureLevel is the leader's check before proposing). A
+// SetFeatureLevel above MaxFeatureLevel, or a snapshot whose feature_level
+// is above it, is not applied at all: Apply and Restore return a
+// *FeatureLevelError (errors.Is ErrFeatureLevelUnsupported) whose
+// HaltGroup makes the Raft host stop applying the group on this node
+// instead of stopping the node. ImportGroup refuses a snapshot above the
+// group's level and keeps the group's level. FeatureProbe (Command field
+// 40, counted in Snapshot.feature_probes) exists only in a build made with
+// -tags featuretest, at level 2; a release build does not know it
+// (ErrUnknownCommand).
+//
 // # Snapshot encoding
 //
 // Snapshot() is storagev1.Snapshot marshalled with deterministic protobuf
@@ -186,9 +204,10 @@
 // unit is refused), the buckets' creation times, the latest history event
 // (absent in snapshots from before it existed: no history), the
 // incarnation offset, the import record, the GC holds, the bucket records'
-// generations (bucket_generations, group 0) and the bucket-delete fences
+// generations (bucket_generations, group 0), the bucket-delete fences
 // (bucket_fences; both absent in snapshots from before them: generation 0
-// and no fence). The same state always yields the same bytes. Format 1 (no cold tier: data
+// and no fence), and the feature level and probe count (both absent, 0, in
+// a group never raised). The same state always yields the same bytes. Format 1 (no cold tier: data
 // from base) is still restored.
 //
 // # Cold tier

@@ -96,6 +96,10 @@ type state struct {
 	// maps backup holds on the cold GC to when they end (backup.go).
 	imported *storagev1.ImportRecord
 	gcHolds  map[string]int64
+	// featureLevel is the group's feature level (features.go; 0: the
+	// baseline); featureProbes counts the test-only FeatureProbe commands.
+	featureLevel  uint32
+	featureProbes uint64
 }
 
 // NewMachine returns an empty state machine for a group.
@@ -167,12 +171,17 @@ var ErrUnknownCommand = errors.New("stream: command this build cannot apply")
 
 // Apply applies one committed command and returns its *Result; a command
 // the state machine rejects is a Result with Err, and changes nothing. A
-// command it cannot apply at all returns ErrUnknownCommand, changes
-// nothing, and leaves the applied index where it was.
+// command it cannot apply at all returns ErrUnknownCommand, and one that
+// raises the group to a feature level this build does not know a
+// *FeatureLevelError; either changes nothing and leaves the applied index
+// where it was.
 func (m *Machine) Apply(index uint64, data []byte) (any, error) {
 	var cmd storagev1.Command
 	if err := proto.Unmarshal(data, &cmd); err != nil {
 		return nil, fmt.Errorf("%w: index %d: %v", ErrUnknownCommand, index, err)
+	}
+	if err := m.checkFeatureLevel(index, &cmd); err != nil {
+		return nil, err
 	}
 	r := m.apply(index, &cmd)
 	if r == nil {
@@ -239,6 +248,10 @@ func (m *Machine) apply(index uint64, cmd *storagev1.Command) *Result {
 		return m.applyImportGroup(index, now, op.ImportGroup)
 	case *storagev1.Command_HoldColdGc:
 		return m.applyHoldColdGC(now, op.HoldColdGc)
+	case *storagev1.Command_SetFeatureLevel:
+		return m.applySetFeatureLevel(op.SetFeatureLevel)
+	case *storagev1.Command_FeatureProbe:
+		return m.applyFeatureProbe(op.FeatureProbe)
 	case *storagev1.Command_Touch:
 		c := op.Touch
 		if s := m.streams[Key{c.GetBucket(), c.GetStream()}]; s != nil && s.meta.GetIncarnation() == c.GetIncarnation() && c.GetTouchedMs() > s.meta.GetTouchedMs() {

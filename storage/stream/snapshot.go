@@ -33,7 +33,7 @@ func (m *Machine) CaptureSnapshotAt() (encode func() ([]byte, error), applied ui
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	snap := &storagev1.Snapshot{Format: snapshotFormat, AppliedIndex: m.applied, GcNextSeq: m.gcNextSeq, History: m.history,
-		IncarnationOffset: m.incarnationOffset, Imported: m.imported}
+		IncarnationOffset: m.incarnationOffset, Imported: m.imported, FeatureLevel: m.featureLevel, FeatureProbes: m.featureProbes}
 	if len(m.gcHolds) > 0 {
 		snap.GcHolds = maps.Clone(m.gcHolds)
 	}
@@ -108,7 +108,8 @@ func join(segs [][]byte) []byte {
 }
 
 // Restore replaces the state with a snapshot's encoding. On error the
-// machine is unchanged.
+// machine is unchanged; a snapshot of a group at a feature level this
+// build does not know is a *FeatureLevelError.
 func (m *Machine) Restore(data []byte) error {
 	var snap storagev1.Snapshot
 	if err := proto.Unmarshal(data, &snap); err != nil {
@@ -116,6 +117,9 @@ func (m *Machine) Restore(data []byte) error {
 	}
 	if f := snap.GetFormat(); f != snapshotFormat && f != 1 {
 		return fmt.Errorf("stream: snapshot of group %d has format %d, want %d", m.group, f, snapshotFormat)
+	}
+	if l := snap.GetFeatureLevel(); l > MaxFeatureLevel {
+		return &FeatureLevelError{Group: m.group, Level: l}
 	}
 	st, hotBytes, err := decodeState(&snap)
 	if err != nil {
@@ -146,6 +150,8 @@ func decodeState(snap *storagev1.Snapshot) (*state, int64, error) {
 		incarnationOffset: snap.GetIncarnationOffset(),
 		imported:          snap.GetImported(),
 		gcHolds:           snap.GetGcHolds(),
+		featureLevel:      snap.GetFeatureLevel(),
+		featureProbes:     snap.GetFeatureProbes(),
 	}
 	var hotBytes int64
 	if out.gcReclaimed == nil {

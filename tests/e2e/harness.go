@@ -117,6 +117,42 @@ func Binary(name string) (string, error) {
 	return out, nil
 }
 
+// TaggedBinary builds the named binary with build tags (go build -tags
+// tags ./services/cmd/<name>), once per process, and returns its path: a
+// second build of the node that a test mixes with the current one (the
+// feature-level upgrade test's featuretest build). The environment's
+// prebuilt binaries never stand for it.
+func TaggedBinary(name, tags string) (string, error) {
+	built.mu.Lock()
+	defer built.mu.Unlock()
+	key := name + " -tags " + tags
+	if p, ok := built.paths[key]; ok {
+		return p, nil
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	if built.dir == "" {
+		if built.dir, err = os.MkdirTemp("", "ursula-e2e-bin-"); err != nil {
+			return "", err
+		}
+		built.paths = map[string]string{}
+	}
+	dir := filepath.Join(built.dir, "tags-"+strings.ReplaceAll(tags, ",", "-"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-tags", tags, "-o", out, "./services/cmd/"+name)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build -tags %s ./services/cmd/%s: %v\n%s", tags, name, err, b)
+	}
+	built.paths[key] = out
+	return out, nil
+}
+
 func existing(p, from string) (string, error) {
 	abs, err := filepath.Abs(p)
 	if err != nil {

@@ -69,6 +69,7 @@ const (
 	GroupNotEmpty             = errorsv1.Code_CODE_GROUP_NOT_EMPTY
 	BackupMismatch            = errorsv1.Code_CODE_BACKUP_MISMATCH
 	ColdGCHeld                = errorsv1.Code_CODE_COLD_GC_HELD
+	FeatureLevelUnsupported   = errorsv1.Code_CODE_FEATURE_LEVEL_UNSUPPORTED
 )
 
 // Metadata keys carried next to a code (errors.proto lists them).

@@ -152,6 +152,10 @@ const (
 	// A backup holds the cold GC (HoldColdGC): nothing deletes cold objects
 	// until the hold ends. Retry after retry_after_ms.
 	Code_CODE_COLD_GC_HELD Code = 82
+	// A feature level that a node does not know: an operator's raise while a
+	// voter's build does not support the level (or cannot be asked), or a
+	// gated operation in a group whose level is below the one it needs.
+	Code_CODE_FEATURE_LEVEL_UNSUPPORTED Code = 90
 )
 
 // Enum value maps for Code.
@@ -211,6 +215,7 @@ var (
 		80: "CODE_GROUP_NOT_EMPTY",
 		81: "CODE_BACKUP_MISMATCH",
 		82: "CODE_COLD_GC_HELD",
+		90: "CODE_FEATURE_LEVEL_UNSUPPORTED",
 	}
 	Code_value = map[string]int32{
 		"CODE_UNSPECIFIED":                  0,
@@ -267,6 +272,7 @@ var (
 		"CODE_GROUP_NOT_EMPTY":              80,
 		"CODE_BACKUP_MISMATCH":              81,
 		"CODE_COLD_GC_HELD":                 82,
+		"CODE_FEATURE_LEVEL_UNSUPPORTED":    90,
 	}
 )
 
@@ -332,7 +338,7 @@ var File_ursula_errors_v1_errors_proto protoreflect.FileDescriptor
 
 const file_ursula_errors_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x1dursula/errors/v1/errors.proto\x12\x10ursula.errors.v1\x1a google/protobuf/descriptor.proto*\xf9\x0f\n" +
+	"\x1dursula/errors/v1/errors.proto\x12\x10ursula.errors.v1\x1a google/protobuf/descriptor.proto*\xa8\x10\n" +
 	"\x04Code\x12\x1f\n" +
 	"\x10CODE_UNSPECIFIED\x10\x00\x1a\t\xa8\xbb\x18\xf4\x03\xb0\xbb\x18\x02\x12$\n" +
 	"\x15CODE_INVALID_ARGUMENT\x10\x01\x1a\t\xa8\xbb\x18\x90\x03\xb0\xbb\x18\x03\x12$\n" +
@@ -392,7 +398,8 @@ const file_ursula_errors_v1_errors_proto_rawDesc = "" +
 	"!CODE_TRANSFER_TARGET_NOT_ELIGIBLE\x10F\x1a\t\xa8\xbb\x18\x99\x03\xb0\xbb\x18\t\x12#\n" +
 	"\x14CODE_GROUP_NOT_EMPTY\x10P\x1a\t\xa8\xbb\x18\x99\x03\xb0\xbb\x18\t\x12#\n" +
 	"\x14CODE_BACKUP_MISMATCH\x10Q\x1a\t\xa8\xbb\x18\x90\x03\xb0\xbb\x18\t\x12 \n" +
-	"\x11CODE_COLD_GC_HELD\x10R\x1a\t\xa8\xbb\x18\xf7\x03\xb0\xbb\x18\x0e:D\n" +
+	"\x11CODE_COLD_GC_HELD\x10R\x1a\t\xa8\xbb\x18\xf7\x03\xb0\xbb\x18\x0e\x12-\n" +
+	"\x1eCODE_FEATURE_LEVEL_UNSUPPORTED\x10Z\x1a\t\xa8\xbb\x18\x99\x03\xb0\xbb\x18\t:D\n" +
 	"\vhttp_status\x12!.google.protobuf.EnumValueOptions\x18\xb5\x87\x03 \x01(\rR\n" +
 	"httpStatus:@\n" +
 	"\tgrpc_code\x12!.google.protobuf.EnumValueOptions\x18\xb6\x87\x03 \x01(\rR\bgrpcCodeB\xc6\x01\n" +

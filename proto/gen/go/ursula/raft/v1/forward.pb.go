@@ -22,6 +22,106 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type GetFeatureLevelRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFeatureLevelRequest) Reset() {
+	*x = GetFeatureLevelRequest{}
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFeatureLevelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFeatureLevelRequest) ProtoMessage() {}
+
+func (x *GetFeatureLevelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFeatureLevelRequest.ProtoReflect.Descriptor instead.
+func (*GetFeatureLevelRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{0}
+}
+
+type GetFeatureLevelResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// max_level is the highest feature level the peer's build knows.
+	MaxLevel uint32 `protobuf:"varint,1,opt,name=max_level,json=maxLevel,proto3" json:"max_level,omitempty"`
+	// group_levels[g] is the level group g's replica on the peer applied.
+	GroupLevels []uint32 `protobuf:"varint,2,rep,packed,name=group_levels,json=groupLevels,proto3" json:"group_levels,omitempty"`
+	// halted_groups are groups the peer stopped applying: they reached a
+	// level its build does not know.
+	HaltedGroups  []uint32 `protobuf:"varint,3,rep,packed,name=halted_groups,json=haltedGroups,proto3" json:"halted_groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFeatureLevelResponse) Reset() {
+	*x = GetFeatureLevelResponse{}
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFeatureLevelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFeatureLevelResponse) ProtoMessage() {}
+
+func (x *GetFeatureLevelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFeatureLevelResponse.ProtoReflect.Descriptor instead.
+func (*GetFeatureLevelResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetFeatureLevelResponse) GetMaxLevel() uint32 {
+	if x != nil {
+		return x.MaxLevel
+	}
+	return 0
+}
+
+func (x *GetFeatureLevelResponse) GetGroupLevels() []uint32 {
+	if x != nil {
+		return x.GroupLevels
+	}
+	return nil
+}
+
+func (x *GetFeatureLevelResponse) GetHaltedGroups() []uint32 {
+	if x != nil {
+		return x.HaltedGroups
+	}
+	return nil
+}
+
 type ReadIndexRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	GroupId       uint32                 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
@@ -31,7 +131,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[0]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -43,7 +143,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[0]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -56,7 +156,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{0}
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ReadIndexRequest) GetGroupId() uint32 {
@@ -83,7 +183,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[1]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -95,7 +195,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[1]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -108,7 +208,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{1}
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -145,7 +245,7 @@ type RequestRebuildRequest struct {
 
 func (x *RequestRebuildRequest) Reset() {
 	*x = RequestRebuildRequest{}
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[2]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -157,7 +257,7 @@ func (x *RequestRebuildRequest) String() string {
 func (*RequestRebuildRequest) ProtoMessage() {}
 
 func (x *RequestRebuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[2]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -170,7 +270,7 @@ func (x *RequestRebuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRebuildRequest.ProtoReflect.Descriptor instead.
 func (*RequestRebuildRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{2}
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RequestRebuildRequest) GetGroupId() uint32 {
@@ -208,7 +308,7 @@ type RequestRebuildResponse struct {
 
 func (x *RequestRebuildResponse) Reset() {
 	*x = RequestRebuildResponse{}
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[3]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -220,7 +320,7 @@ func (x *RequestRebuildResponse) String() string {
 func (*RequestRebuildResponse) ProtoMessage() {}
 
 func (x *RequestRebuildResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[3]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -233,7 +333,7 @@ func (x *RequestRebuildResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRebuildResponse.ProtoReflect.Descriptor instead.
 func (*RequestRebuildResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{3}
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RequestRebuildResponse) GetDone() bool {
@@ -266,6 +366,7 @@ type ForwardProposeRequest struct {
 	//	*ForwardProposeRequest_PurgeBucket
 	//	*ForwardProposeRequest_GcAck
 	//	*ForwardProposeRequest_ColdSwap
+	//	*ForwardProposeRequest_SetFeatureLevel
 	//	*ForwardProposeRequest_FenceBucket
 	Op            isForwardProposeRequest_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
@@ -274,7 +375,7 @@ type ForwardProposeRequest struct {
 
 func (x *ForwardProposeRequest) Reset() {
 	*x = ForwardProposeRequest{}
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[4]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -286,7 +387,7 @@ func (x *ForwardProposeRequest) String() string {
 func (*ForwardProposeRequest) ProtoMessage() {}
 
 func (x *ForwardProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[4]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -299,7 +400,7 @@ func (x *ForwardProposeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardProposeRequest.ProtoReflect.Descriptor instead.
 func (*ForwardProposeRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{4}
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ForwardProposeRequest) GetGroupId() uint32 {
@@ -370,6 +471,15 @@ func (x *ForwardProposeRequest) GetColdSwap() *v1.ColdSwap {
 	return nil
 }
 
+func (x *ForwardProposeRequest) GetSetFeatureLevel() *v1.SetFeatureLevel {
+	if x != nil {
+		if x, ok := x.Op.(*ForwardProposeRequest_SetFeatureLevel); ok {
+			return x.SetFeatureLevel
+		}
+	}
+	return nil
+}
+
 func (x *ForwardProposeRequest) GetFenceBucket() *v1.FenceBucket {
 	if x != nil {
 		if x, ok := x.Op.(*ForwardProposeRequest_FenceBucket); ok {
@@ -407,6 +517,10 @@ type ForwardProposeRequest_ColdSwap struct {
 	ColdSwap *v1.ColdSwap `protobuf:"bytes,15,opt,name=cold_swap,json=coldSwap,proto3,oneof"`
 }
 
+type ForwardProposeRequest_SetFeatureLevel struct {
+	SetFeatureLevel *v1.SetFeatureLevel `protobuf:"bytes,16,opt,name=set_feature_level,json=setFeatureLevel,proto3,oneof"`
+}
+
 type ForwardProposeRequest_FenceBucket struct {
 	FenceBucket *v1.FenceBucket `protobuf:"bytes,31,opt,name=fence_bucket,json=fenceBucket,proto3,oneof"`
 }
@@ -422,6 +536,8 @@ func (*ForwardProposeRequest_PurgeBucket) isForwardProposeRequest_Op() {}
 func (*ForwardProposeRequest_GcAck) isForwardProposeRequest_Op() {}
 
 func (*ForwardProposeRequest_ColdSwap) isForwardProposeRequest_Op() {}
+
+func (*ForwardProposeRequest_SetFeatureLevel) isForwardProposeRequest_Op() {}
 
 func (*ForwardProposeRequest_FenceBucket) isForwardProposeRequest_Op() {}
 
@@ -439,7 +555,7 @@ type ForwardProposeResponse struct {
 
 func (x *ForwardProposeResponse) Reset() {
 	*x = ForwardProposeResponse{}
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[5]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -451,7 +567,7 @@ func (x *ForwardProposeResponse) String() string {
 func (*ForwardProposeResponse) ProtoMessage() {}
 
 func (x *ForwardProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[5]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -464,7 +580,7 @@ func (x *ForwardProposeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardProposeResponse.ProtoReflect.Descriptor instead.
 func (*ForwardProposeResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{5}
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ForwardProposeResponse) GetResult() []byte {
@@ -496,7 +612,7 @@ type ForwardError struct {
 
 func (x *ForwardError) Reset() {
 	*x = ForwardError{}
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[6]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +624,7 @@ func (x *ForwardError) String() string {
 func (*ForwardError) ProtoMessage() {}
 
 func (x *ForwardError) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_raft_v1_forward_proto_msgTypes[6]
+	mi := &file_ursula_raft_v1_forward_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +637,7 @@ func (x *ForwardError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardError.ProtoReflect.Descriptor instead.
 func (*ForwardError) Descriptor() ([]byte, []int) {
-	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{6}
+	return file_ursula_raft_v1_forward_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ForwardError) GetKind() string {
@@ -549,7 +665,12 @@ var File_ursula_raft_v1_forward_proto protoreflect.FileDescriptor
 
 const file_ursula_raft_v1_forward_proto_rawDesc = "" +
 	"\n" +
-	"\x1cursula/raft/v1/forward.proto\x12\x0eursula.raft.v1\x1a\x1fursula/storage/v1/storage.proto\"-\n" +
+	"\x1cursula/raft/v1/forward.proto\x12\x0eursula.raft.v1\x1a\x1fursula/storage/v1/storage.proto\"\x18\n" +
+	"\x16GetFeatureLevelRequest\"~\n" +
+	"\x17GetFeatureLevelResponse\x12\x1b\n" +
+	"\tmax_level\x18\x01 \x01(\rR\bmaxLevel\x12!\n" +
+	"\fgroup_levels\x18\x02 \x03(\rR\vgroupLevels\x12#\n" +
+	"\rhalted_groups\x18\x03 \x03(\rR\fhaltedGroups\"-\n" +
 	"\x10ReadIndexRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\rR\agroupId\"|\n" +
 	"\x11ReadIndexResponse\x12\x14\n" +
@@ -564,7 +685,7 @@ const file_ursula_raft_v1_forward_proto_rawDesc = "" +
 	"last_index\x18\x03 \x01(\x04R\tlastIndex\"`\n" +
 	"\x16RequestRebuildResponse\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\bR\x04done\x122\n" +
-	"\x05error\x18\x02 \x01(\v2\x1c.ursula.raft.v1.ForwardErrorR\x05error\"\x8a\x04\n" +
+	"\x05error\x18\x02 \x01(\v2\x1c.ursula.raft.v1.ForwardErrorR\x05error\"\xdc\x04\n" +
 	"\x15ForwardProposeRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\rR\agroupId\x126\n" +
 	"\abarrier\x18\n" +
@@ -574,7 +695,8 @@ const file_ursula_raft_v1_forward_proto_rawDesc = "" +
 	"\x10release_fork_ref\x18\f \x01(\v2!.ursula.storage.v1.ReleaseForkRefH\x00R\x0ereleaseForkRef\x12C\n" +
 	"\fpurge_bucket\x18\r \x01(\v2\x1e.ursula.storage.v1.PurgeBucketH\x00R\vpurgeBucket\x121\n" +
 	"\x06gc_ack\x18\x0e \x01(\v2\x18.ursula.storage.v1.GCAckH\x00R\x05gcAck\x12:\n" +
-	"\tcold_swap\x18\x0f \x01(\v2\x1b.ursula.storage.v1.ColdSwapH\x00R\bcoldSwap\x12C\n" +
+	"\tcold_swap\x18\x0f \x01(\v2\x1b.ursula.storage.v1.ColdSwapH\x00R\bcoldSwap\x12P\n" +
+	"\x11set_feature_level\x18\x10 \x01(\v2\".ursula.storage.v1.SetFeatureLevelH\x00R\x0fsetFeatureLevel\x12C\n" +
 	"\ffence_bucket\x18\x1f \x01(\v2\x1e.ursula.storage.v1.FenceBucketH\x00R\vfenceBucketB\x04\n" +
 	"\x02opJ\x04\b\x02\x10\x03R\acommand\"d\n" +
 	"\x16ForwardProposeResponse\x12\x16\n" +
@@ -586,11 +708,12 @@ const file_ursula_raft_v1_forward_proto_rawDesc = "" +
 	"\adetails\x18\x03 \x03(\v2).ursula.raft.v1.ForwardError.DetailsEntryR\adetails\x1a:\n" +
 	"\fDetailsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\x9d\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\x81\x03\n" +
 	"\x0eForwardService\x12X\n" +
 	"\aPropose\x12%.ursula.raft.v1.ForwardProposeRequest\x1a&.ursula.raft.v1.ForwardProposeResponse\x12_\n" +
 	"\x0eRequestRebuild\x12%.ursula.raft.v1.RequestRebuildRequest\x1a&.ursula.raft.v1.RequestRebuildResponse\x12P\n" +
-	"\tReadIndex\x12 .ursula.raft.v1.ReadIndexRequest\x1a!.ursula.raft.v1.ReadIndexResponseB\xb9\x01\n" +
+	"\tReadIndex\x12 .ursula.raft.v1.ReadIndexRequest\x1a!.ursula.raft.v1.ReadIndexResponse\x12b\n" +
+	"\x0fGetFeatureLevel\x12&.ursula.raft.v1.GetFeatureLevelRequest\x1a'.ursula.raft.v1.GetFeatureLevelResponseB\xb9\x01\n" +
 	"\x12com.ursula.raft.v1B\fForwardProtoP\x01Z;github.com/ursula/ursula/proto/gen/go/ursula/raft/v1;raftv1\xa2\x02\x03URX\xaa\x02\x0eUrsula.Raft.V1\xca\x02\x0eUrsula\\Raft\\V1\xe2\x02\x1aUrsula\\Raft\\V1\\GPBMetadata\xea\x02\x10Ursula::Raft::V1b\x06proto3"
 
 var (
@@ -605,47 +728,53 @@ func file_ursula_raft_v1_forward_proto_rawDescGZIP() []byte {
 	return file_ursula_raft_v1_forward_proto_rawDescData
 }
 
-var file_ursula_raft_v1_forward_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_ursula_raft_v1_forward_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_ursula_raft_v1_forward_proto_goTypes = []any{
-	(*ReadIndexRequest)(nil),       // 0: ursula.raft.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),      // 1: ursula.raft.v1.ReadIndexResponse
-	(*RequestRebuildRequest)(nil),  // 2: ursula.raft.v1.RequestRebuildRequest
-	(*RequestRebuildResponse)(nil), // 3: ursula.raft.v1.RequestRebuildResponse
-	(*ForwardProposeRequest)(nil),  // 4: ursula.raft.v1.ForwardProposeRequest
-	(*ForwardProposeResponse)(nil), // 5: ursula.raft.v1.ForwardProposeResponse
-	(*ForwardError)(nil),           // 6: ursula.raft.v1.ForwardError
-	nil,                            // 7: ursula.raft.v1.ForwardError.DetailsEntry
-	(*v1.Barrier)(nil),             // 8: ursula.storage.v1.Barrier
-	(*v1.AddForkRef)(nil),          // 9: ursula.storage.v1.AddForkRef
-	(*v1.ReleaseForkRef)(nil),      // 10: ursula.storage.v1.ReleaseForkRef
-	(*v1.PurgeBucket)(nil),         // 11: ursula.storage.v1.PurgeBucket
-	(*v1.GCAck)(nil),               // 12: ursula.storage.v1.GCAck
-	(*v1.ColdSwap)(nil),            // 13: ursula.storage.v1.ColdSwap
-	(*v1.FenceBucket)(nil),         // 14: ursula.storage.v1.FenceBucket
+	(*GetFeatureLevelRequest)(nil),  // 0: ursula.raft.v1.GetFeatureLevelRequest
+	(*GetFeatureLevelResponse)(nil), // 1: ursula.raft.v1.GetFeatureLevelResponse
+	(*ReadIndexRequest)(nil),        // 2: ursula.raft.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),       // 3: ursula.raft.v1.ReadIndexResponse
+	(*RequestRebuildRequest)(nil),   // 4: ursula.raft.v1.RequestRebuildRequest
+	(*RequestRebuildResponse)(nil),  // 5: ursula.raft.v1.RequestRebuildResponse
+	(*ForwardProposeRequest)(nil),   // 6: ursula.raft.v1.ForwardProposeRequest
+	(*ForwardProposeResponse)(nil),  // 7: ursula.raft.v1.ForwardProposeResponse
+	(*ForwardError)(nil),            // 8: ursula.raft.v1.ForwardError
+	nil,                             // 9: ursula.raft.v1.ForwardError.DetailsEntry
+	(*v1.Barrier)(nil),              // 10: ursula.storage.v1.Barrier
+	(*v1.AddForkRef)(nil),           // 11: ursula.storage.v1.AddForkRef
+	(*v1.ReleaseForkRef)(nil),       // 12: ursula.storage.v1.ReleaseForkRef
+	(*v1.PurgeBucket)(nil),          // 13: ursula.storage.v1.PurgeBucket
+	(*v1.GCAck)(nil),                // 14: ursula.storage.v1.GCAck
+	(*v1.ColdSwap)(nil),             // 15: ursula.storage.v1.ColdSwap
+	(*v1.SetFeatureLevel)(nil),      // 16: ursula.storage.v1.SetFeatureLevel
+	(*v1.FenceBucket)(nil),          // 17: ursula.storage.v1.FenceBucket
 }
 var file_ursula_raft_v1_forward_proto_depIdxs = []int32{
-	6,  // 0: ursula.raft.v1.ReadIndexResponse.error:type_name -> ursula.raft.v1.ForwardError
-	6,  // 1: ursula.raft.v1.RequestRebuildResponse.error:type_name -> ursula.raft.v1.ForwardError
-	8,  // 2: ursula.raft.v1.ForwardProposeRequest.barrier:type_name -> ursula.storage.v1.Barrier
-	9,  // 3: ursula.raft.v1.ForwardProposeRequest.add_fork_ref:type_name -> ursula.storage.v1.AddForkRef
-	10, // 4: ursula.raft.v1.ForwardProposeRequest.release_fork_ref:type_name -> ursula.storage.v1.ReleaseForkRef
-	11, // 5: ursula.raft.v1.ForwardProposeRequest.purge_bucket:type_name -> ursula.storage.v1.PurgeBucket
-	12, // 6: ursula.raft.v1.ForwardProposeRequest.gc_ack:type_name -> ursula.storage.v1.GCAck
-	13, // 7: ursula.raft.v1.ForwardProposeRequest.cold_swap:type_name -> ursula.storage.v1.ColdSwap
-	14, // 8: ursula.raft.v1.ForwardProposeRequest.fence_bucket:type_name -> ursula.storage.v1.FenceBucket
-	6,  // 9: ursula.raft.v1.ForwardProposeResponse.error:type_name -> ursula.raft.v1.ForwardError
-	7,  // 10: ursula.raft.v1.ForwardError.details:type_name -> ursula.raft.v1.ForwardError.DetailsEntry
-	4,  // 11: ursula.raft.v1.ForwardService.Propose:input_type -> ursula.raft.v1.ForwardProposeRequest
-	2,  // 12: ursula.raft.v1.ForwardService.RequestRebuild:input_type -> ursula.raft.v1.RequestRebuildRequest
-	0,  // 13: ursula.raft.v1.ForwardService.ReadIndex:input_type -> ursula.raft.v1.ReadIndexRequest
-	5,  // 14: ursula.raft.v1.ForwardService.Propose:output_type -> ursula.raft.v1.ForwardProposeResponse
-	3,  // 15: ursula.raft.v1.ForwardService.RequestRebuild:output_type -> ursula.raft.v1.RequestRebuildResponse
-	1,  // 16: ursula.raft.v1.ForwardService.ReadIndex:output_type -> ursula.raft.v1.ReadIndexResponse
-	14, // [14:17] is the sub-list for method output_type
-	11, // [11:14] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	8,  // 0: ursula.raft.v1.ReadIndexResponse.error:type_name -> ursula.raft.v1.ForwardError
+	8,  // 1: ursula.raft.v1.RequestRebuildResponse.error:type_name -> ursula.raft.v1.ForwardError
+	10, // 2: ursula.raft.v1.ForwardProposeRequest.barrier:type_name -> ursula.storage.v1.Barrier
+	11, // 3: ursula.raft.v1.ForwardProposeRequest.add_fork_ref:type_name -> ursula.storage.v1.AddForkRef
+	12, // 4: ursula.raft.v1.ForwardProposeRequest.release_fork_ref:type_name -> ursula.storage.v1.ReleaseForkRef
+	13, // 5: ursula.raft.v1.ForwardProposeRequest.purge_bucket:type_name -> ursula.storage.v1.PurgeBucket
+	14, // 6: ursula.raft.v1.ForwardProposeRequest.gc_ack:type_name -> ursula.storage.v1.GCAck
+	15, // 7: ursula.raft.v1.ForwardProposeRequest.cold_swap:type_name -> ursula.storage.v1.ColdSwap
+	16, // 8: ursula.raft.v1.ForwardProposeRequest.set_feature_level:type_name -> ursula.storage.v1.SetFeatureLevel
+	17, // 9: ursula.raft.v1.ForwardProposeRequest.fence_bucket:type_name -> ursula.storage.v1.FenceBucket
+	8,  // 10: ursula.raft.v1.ForwardProposeResponse.error:type_name -> ursula.raft.v1.ForwardError
+	9,  // 11: ursula.raft.v1.ForwardError.details:type_name -> ursula.raft.v1.ForwardError.DetailsEntry
+	6,  // 12: ursula.raft.v1.ForwardService.Propose:input_type -> ursula.raft.v1.ForwardProposeRequest
+	4,  // 13: ursula.raft.v1.ForwardService.RequestRebuild:input_type -> ursula.raft.v1.RequestRebuildRequest
+	2,  // 14: ursula.raft.v1.ForwardService.ReadIndex:input_type -> ursula.raft.v1.ReadIndexRequest
+	0,  // 15: ursula.raft.v1.ForwardService.GetFeatureLevel:input_type -> ursula.raft.v1.GetFeatureLevelRequest
+	7,  // 16: ursula.raft.v1.ForwardService.Propose:output_type -> ursula.raft.v1.ForwardProposeResponse
+	5,  // 17: ursula.raft.v1.ForwardService.RequestRebuild:output_type -> ursula.raft.v1.RequestRebuildResponse
+	3,  // 18: ursula.raft.v1.ForwardService.ReadIndex:output_type -> ursula.raft.v1.ReadIndexResponse
+	1,  // 19: ursula.raft.v1.ForwardService.GetFeatureLevel:output_type -> ursula.raft.v1.GetFeatureLevelResponse
+	16, // [16:20] is the sub-list for method output_type
+	12, // [12:16] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_ursula_raft_v1_forward_proto_init() }
@@ -653,13 +782,14 @@ func file_ursula_raft_v1_forward_proto_init() {
 	if File_ursula_raft_v1_forward_proto != nil {
 		return
 	}
-	file_ursula_raft_v1_forward_proto_msgTypes[4].OneofWrappers = []any{
+	file_ursula_raft_v1_forward_proto_msgTypes[6].OneofWrappers = []any{
 		(*ForwardProposeRequest_Barrier)(nil),
 		(*ForwardProposeRequest_AddForkRef)(nil),
 		(*ForwardProposeRequest_ReleaseForkRef)(nil),
 		(*ForwardProposeRequest_PurgeBucket)(nil),
 		(*ForwardProposeRequest_GcAck)(nil),
 		(*ForwardProposeRequest_ColdSwap)(nil),
+		(*ForwardProposeRequest_SetFeatureLevel)(nil),
 		(*ForwardProposeRequest_FenceBucket)(nil),
 	}
 	type x struct{}
@@ -668,7 +798,7 @@ func file_ursula_raft_v1_forward_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_raft_v1_forward_proto_rawDesc), len(file_ursula_raft_v1_forward_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,9 +19,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ForwardService_Propose_FullMethodName        = "/ursula.raft.v1.ForwardService/Propose"
-	ForwardService_RequestRebuild_FullMethodName = "/ursula.raft.v1.ForwardService/RequestRebuild"
-	ForwardService_ReadIndex_FullMethodName      = "/ursula.raft.v1.ForwardService/ReadIndex"
+	ForwardService_Propose_FullMethodName         = "/ursula.raft.v1.ForwardService/Propose"
+	ForwardService_RequestRebuild_FullMethodName  = "/ursula.raft.v1.ForwardService/RequestRebuild"
+	ForwardService_ReadIndex_FullMethodName       = "/ursula.raft.v1.ForwardService/ReadIndex"
+	ForwardService_GetFeatureLevel_FullMethodName = "/ursula.raft.v1.ForwardService/GetFeatureLevel"
 )
 
 // ForwardServiceClient is the client API for ForwardService service.
@@ -48,6 +49,12 @@ type ForwardServiceClient interface {
 	// every write acknowledged before the call (follower reads), and a
 	// replica behind the recovery gate opens it once it applied last_index.
 	ReadIndex(ctx context.Context, in *ReadIndexRequest, opts ...grpc.CallOption) (*ReadIndexResponse, error)
+	// GetFeatureLevel reports the feature levels the peer's build supports
+	// and the level of each group's replica on it, so that a node asked to
+	// raise the cluster's level can check every voter first. A release
+	// before feature levels answers Unimplemented: it supports the baseline
+	// (1) only.
+	GetFeatureLevel(ctx context.Context, in *GetFeatureLevelRequest, opts ...grpc.CallOption) (*GetFeatureLevelResponse, error)
 }
 
 type forwardServiceClient struct {
@@ -88,6 +95,16 @@ func (c *forwardServiceClient) ReadIndex(ctx context.Context, in *ReadIndexReque
 	return out, nil
 }
 
+func (c *forwardServiceClient) GetFeatureLevel(ctx context.Context, in *GetFeatureLevelRequest, opts ...grpc.CallOption) (*GetFeatureLevelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetFeatureLevelResponse)
+	err := c.cc.Invoke(ctx, ForwardService_GetFeatureLevel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ForwardServiceServer is the server API for ForwardService service.
 // All implementations must embed UnimplementedForwardServiceServer
 // for forward compatibility.
@@ -112,6 +129,12 @@ type ForwardServiceServer interface {
 	// every write acknowledged before the call (follower reads), and a
 	// replica behind the recovery gate opens it once it applied last_index.
 	ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error)
+	// GetFeatureLevel reports the feature levels the peer's build supports
+	// and the level of each group's replica on it, so that a node asked to
+	// raise the cluster's level can check every voter first. A release
+	// before feature levels answers Unimplemented: it supports the baseline
+	// (1) only.
+	GetFeatureLevel(context.Context, *GetFeatureLevelRequest) (*GetFeatureLevelResponse, error)
 	mustEmbedUnimplementedForwardServiceServer()
 }
 
@@ -130,6 +153,9 @@ func (UnimplementedForwardServiceServer) RequestRebuild(context.Context, *Reques
 }
 func (UnimplementedForwardServiceServer) ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadIndex not implemented")
+}
+func (UnimplementedForwardServiceServer) GetFeatureLevel(context.Context, *GetFeatureLevelRequest) (*GetFeatureLevelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetFeatureLevel not implemented")
 }
 func (UnimplementedForwardServiceServer) mustEmbedUnimplementedForwardServiceServer() {}
 func (UnimplementedForwardServiceServer) testEmbeddedByValue()                        {}
@@ -206,6 +232,24 @@ func _ForwardService_ReadIndex_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ForwardService_GetFeatureLevel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetFeatureLevelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ForwardServiceServer).GetFeatureLevel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ForwardService_GetFeatureLevel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ForwardServiceServer).GetFeatureLevel(ctx, req.(*GetFeatureLevelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ForwardService_ServiceDesc is the grpc.ServiceDesc for ForwardService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -224,6 +268,10 @@ var ForwardService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReadIndex",
 			Handler:    _ForwardService_ReadIndex_Handler,
+		},
+		{
+			MethodName: "GetFeatureLevel",
+			Handler:    _ForwardService_GetFeatureLevel_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

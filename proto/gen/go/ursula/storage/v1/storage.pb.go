@@ -163,6 +163,8 @@ type Command struct {
 	//	*Command_ImportGroup
 	//	*Command_HoldColdGc
 	//	*Command_FenceBucket
+	//	*Command_FeatureProbe
+	//	*Command_SetFeatureLevel
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -410,6 +412,24 @@ func (x *Command) GetFenceBucket() *FenceBucket {
 	return nil
 }
 
+func (x *Command) GetFeatureProbe() *FeatureProbe {
+	if x != nil {
+		if x, ok := x.Op.(*Command_FeatureProbe); ok {
+			return x.FeatureProbe
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetFeatureLevel() *SetFeatureLevel {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetFeatureLevel); ok {
+			return x.SetFeatureLevel
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -502,6 +522,18 @@ type Command_FenceBucket struct {
 	FenceBucket *FenceBucket `protobuf:"bytes,31,opt,name=fence_bucket,json=fenceBucket,proto3,oneof"`
 }
 
+type Command_FeatureProbe struct {
+	// 32..39 are kept for other commands.
+	// feature_probe exists only for the feature-level upgrade test: a build
+	// made with -tags featuretest knows it (at feature level 2); every other
+	// build does not, as a release knows no command of a later one.
+	FeatureProbe *FeatureProbe `protobuf:"bytes,40,opt,name=feature_probe,json=featureProbe,proto3,oneof"`
+}
+
+type Command_SetFeatureLevel struct {
+	SetFeatureLevel *SetFeatureLevel `protobuf:"bytes,41,opt,name=set_feature_level,json=setFeatureLevel,proto3,oneof"`
+}
+
 func (*Command_CreateBucket) isCommand_Op() {}
 
 func (*Command_CreateStream) isCommand_Op() {}
@@ -546,6 +578,104 @@ func (*Command_HoldColdGc) isCommand_Op() {}
 
 func (*Command_FenceBucket) isCommand_Op() {}
 
+func (*Command_FeatureProbe) isCommand_Op() {}
+
+func (*Command_SetFeatureLevel) isCommand_Op() {}
+
+// SetFeatureLevel raises the group's feature level: the replicated
+// behaviours (commands, snapshot fields) a leader may use in the group.
+// It never lowers it. A replica whose build does not know level stops
+// applying the group (storage/stream doc.go, "Feature levels").
+type SetFeatureLevel struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Level         uint32                 `protobuf:"varint,1,opt,name=level,proto3" json:"level,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetFeatureLevel) Reset() {
+	*x = SetFeatureLevel{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetFeatureLevel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetFeatureLevel) ProtoMessage() {}
+
+func (x *SetFeatureLevel) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetFeatureLevel.ProtoReflect.Descriptor instead.
+func (*SetFeatureLevel) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SetFeatureLevel) GetLevel() uint32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+// FeatureProbe is the test-only gated command (see Command.feature_probe):
+// applying it counts it in the group's state.
+type FeatureProbe struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Note          string                 `protobuf:"bytes,1,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FeatureProbe) Reset() {
+	*x = FeatureProbe{}
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FeatureProbe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FeatureProbe) ProtoMessage() {}
+
+func (x *FeatureProbe) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FeatureProbe.ProtoReflect.Descriptor instead.
+func (*FeatureProbe) Descriptor() ([]byte, []int) {
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *FeatureProbe) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
 // Barrier changes nothing; once it applies, everything before it has
 // applied (a new leader uses it before it reports ready).
 type Barrier struct {
@@ -556,7 +686,7 @@ type Barrier struct {
 
 func (x *Barrier) Reset() {
 	*x = Barrier{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[1]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -568,7 +698,7 @@ func (x *Barrier) String() string {
 func (*Barrier) ProtoMessage() {}
 
 func (x *Barrier) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[1]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -581,7 +711,7 @@ func (x *Barrier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Barrier.ProtoReflect.Descriptor instead.
 func (*Barrier) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{1}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{3}
 }
 
 type CreateBucket struct {
@@ -593,7 +723,7 @@ type CreateBucket struct {
 
 func (x *CreateBucket) Reset() {
 	*x = CreateBucket{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[2]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -605,7 +735,7 @@ func (x *CreateBucket) String() string {
 func (*CreateBucket) ProtoMessage() {}
 
 func (x *CreateBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[2]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -618,7 +748,7 @@ func (x *CreateBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBucket.ProtoReflect.Descriptor instead.
 func (*CreateBucket) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{2}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateBucket) GetBucket() string {
@@ -646,7 +776,7 @@ type ForkOrigin struct {
 
 func (x *ForkOrigin) Reset() {
 	*x = ForkOrigin{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[3]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +788,7 @@ func (x *ForkOrigin) String() string {
 func (*ForkOrigin) ProtoMessage() {}
 
 func (x *ForkOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[3]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +801,7 @@ func (x *ForkOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkOrigin.ProtoReflect.Descriptor instead.
 func (*ForkOrigin) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{3}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ForkOrigin) GetSourceBucket() string {
@@ -749,7 +879,7 @@ type CreateStream struct {
 
 func (x *CreateStream) Reset() {
 	*x = CreateStream{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[4]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -761,7 +891,7 @@ func (x *CreateStream) String() string {
 func (*CreateStream) ProtoMessage() {}
 
 func (x *CreateStream) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[4]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -774,7 +904,7 @@ func (x *CreateStream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateStream.ProtoReflect.Descriptor instead.
 func (*CreateStream) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{4}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateStream) GetBucket() string {
@@ -893,7 +1023,7 @@ type ProducerRef struct {
 
 func (x *ProducerRef) Reset() {
 	*x = ProducerRef{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[5]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +1035,7 @@ func (x *ProducerRef) String() string {
 func (*ProducerRef) ProtoMessage() {}
 
 func (x *ProducerRef) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[5]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1048,7 @@ func (x *ProducerRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerRef.ProtoReflect.Descriptor instead.
 func (*ProducerRef) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{5}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ProducerRef) GetId() string {
@@ -972,7 +1102,7 @@ type Append struct {
 
 func (x *Append) Reset() {
 	*x = Append{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[6]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1114,7 @@ func (x *Append) String() string {
 func (*Append) ProtoMessage() {}
 
 func (x *Append) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[6]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1127,7 @@ func (x *Append) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Append.ProtoReflect.Descriptor instead.
 func (*Append) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{6}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Append) GetBucket() string {
@@ -1095,7 +1225,7 @@ type DeleteStream struct {
 
 func (x *DeleteStream) Reset() {
 	*x = DeleteStream{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[7]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1237,7 @@ func (x *DeleteStream) String() string {
 func (*DeleteStream) ProtoMessage() {}
 
 func (x *DeleteStream) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[7]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1250,7 @@ func (x *DeleteStream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteStream.ProtoReflect.Descriptor instead.
 func (*DeleteStream) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{7}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeleteStream) GetBucket() string {
@@ -1157,7 +1287,7 @@ type AddForkRef struct {
 
 func (x *AddForkRef) Reset() {
 	*x = AddForkRef{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[8]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +1299,7 @@ func (x *AddForkRef) String() string {
 func (*AddForkRef) ProtoMessage() {}
 
 func (x *AddForkRef) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[8]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +1312,7 @@ func (x *AddForkRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddForkRef.ProtoReflect.Descriptor instead.
 func (*AddForkRef) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{8}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AddForkRef) GetBucket() string {
@@ -1226,7 +1356,7 @@ type ReleaseForkRef struct {
 
 func (x *ReleaseForkRef) Reset() {
 	*x = ReleaseForkRef{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[9]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1368,7 @@ func (x *ReleaseForkRef) String() string {
 func (*ReleaseForkRef) ProtoMessage() {}
 
 func (x *ReleaseForkRef) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[9]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1381,7 @@ func (x *ReleaseForkRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseForkRef.ProtoReflect.Descriptor instead.
 func (*ReleaseForkRef) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{9}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReleaseForkRef) GetBucket() string {
@@ -1290,7 +1420,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[10]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1432,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[10]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1445,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{10}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Expire) GetBucket() string {
@@ -1358,7 +1488,7 @@ type StreamKey struct {
 
 func (x *StreamKey) Reset() {
 	*x = StreamKey{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[11]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1500,7 @@ func (x *StreamKey) String() string {
 func (*StreamKey) ProtoMessage() {}
 
 func (x *StreamKey) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[11]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1513,7 @@ func (x *StreamKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamKey.ProtoReflect.Descriptor instead.
 func (*StreamKey) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{11}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StreamKey) GetBucket() string {
@@ -1430,7 +1560,7 @@ type SnapshotRef struct {
 
 func (x *SnapshotRef) Reset() {
 	*x = SnapshotRef{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[12]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1572,7 @@ func (x *SnapshotRef) String() string {
 func (*SnapshotRef) ProtoMessage() {}
 
 func (x *SnapshotRef) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[12]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1585,7 @@ func (x *SnapshotRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRef.ProtoReflect.Descriptor instead.
 func (*SnapshotRef) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{12}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SnapshotRef) GetPosition() uint64 {
@@ -1538,7 +1668,7 @@ type PublishSnapshot struct {
 
 func (x *PublishSnapshot) Reset() {
 	*x = PublishSnapshot{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[13]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1680,7 @@ func (x *PublishSnapshot) String() string {
 func (*PublishSnapshot) ProtoMessage() {}
 
 func (x *PublishSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[13]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1693,7 @@ func (x *PublishSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishSnapshot.ProtoReflect.Descriptor instead.
 func (*PublishSnapshot) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{13}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PublishSnapshot) GetBucket() string {
@@ -1622,7 +1752,7 @@ type SetAttrs struct {
 
 func (x *SetAttrs) Reset() {
 	*x = SetAttrs{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[14]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1764,7 @@ func (x *SetAttrs) String() string {
 func (*SetAttrs) ProtoMessage() {}
 
 func (x *SetAttrs) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[14]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1777,7 @@ func (x *SetAttrs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAttrs.ProtoReflect.Descriptor instead.
 func (*SetAttrs) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{14}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetAttrs) GetBucket() string {
@@ -1705,7 +1835,7 @@ type StartHistory struct {
 
 func (x *StartHistory) Reset() {
 	*x = StartHistory{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[15]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1847,7 @@ func (x *StartHistory) String() string {
 func (*StartHistory) ProtoMessage() {}
 
 func (x *StartHistory) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[15]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +1860,7 @@ func (x *StartHistory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartHistory.ProtoReflect.Descriptor instead.
 func (*StartHistory) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{15}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StartHistory) GetPlanTerm() uint64 {
@@ -1774,7 +1904,7 @@ type HistoryRecord struct {
 
 func (x *HistoryRecord) Reset() {
 	*x = HistoryRecord{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[16]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +1916,7 @@ func (x *HistoryRecord) String() string {
 func (*HistoryRecord) ProtoMessage() {}
 
 func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[16]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +1929,7 @@ func (x *HistoryRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRecord.ProtoReflect.Descriptor instead.
 func (*HistoryRecord) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{16}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HistoryRecord) GetEventIndex() uint64 {
@@ -1865,7 +1995,7 @@ type EarlierIncarnation struct {
 
 func (x *EarlierIncarnation) Reset() {
 	*x = EarlierIncarnation{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[17]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1877,7 +2007,7 @@ func (x *EarlierIncarnation) String() string {
 func (*EarlierIncarnation) ProtoMessage() {}
 
 func (x *EarlierIncarnation) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[17]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1890,7 +2020,7 @@ func (x *EarlierIncarnation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EarlierIncarnation.ProtoReflect.Descriptor instead.
 func (*EarlierIncarnation) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{17}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *EarlierIncarnation) GetIncarnation() uint64 {
@@ -1924,7 +2054,7 @@ type ImportGroup struct {
 
 func (x *ImportGroup) Reset() {
 	*x = ImportGroup{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[18]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +2066,7 @@ func (x *ImportGroup) String() string {
 func (*ImportGroup) ProtoMessage() {}
 
 func (x *ImportGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[18]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2079,7 @@ func (x *ImportGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportGroup.ProtoReflect.Descriptor instead.
 func (*ImportGroup) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{18}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ImportGroup) GetSnapshot() []byte {
@@ -1982,7 +2112,7 @@ type ImportRecord struct {
 
 func (x *ImportRecord) Reset() {
 	*x = ImportRecord{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[19]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +2124,7 @@ func (x *ImportRecord) String() string {
 func (*ImportRecord) ProtoMessage() {}
 
 func (x *ImportRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[19]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +2137,7 @@ func (x *ImportRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportRecord.ProtoReflect.Descriptor instead.
 func (*ImportRecord) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{19}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ImportRecord) GetBlake3() string {
@@ -2057,7 +2187,7 @@ type HoldColdGC struct {
 
 func (x *HoldColdGC) Reset() {
 	*x = HoldColdGC{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[20]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2199,7 @@ func (x *HoldColdGC) String() string {
 func (*HoldColdGC) ProtoMessage() {}
 
 func (x *HoldColdGC) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[20]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2212,7 @@ func (x *HoldColdGC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldColdGC.ProtoReflect.Descriptor instead.
 func (*HoldColdGC) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{20}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HoldColdGC) GetHolder() string {
@@ -2109,7 +2239,7 @@ type DeleteBucket struct {
 
 func (x *DeleteBucket) Reset() {
 	*x = DeleteBucket{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[21]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2121,7 +2251,7 @@ func (x *DeleteBucket) String() string {
 func (*DeleteBucket) ProtoMessage() {}
 
 func (x *DeleteBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[21]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2134,7 +2264,7 @@ func (x *DeleteBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBucket.ProtoReflect.Descriptor instead.
 func (*DeleteBucket) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{21}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteBucket) GetBucket() string {
@@ -2160,7 +2290,7 @@ type FenceBucket struct {
 
 func (x *FenceBucket) Reset() {
 	*x = FenceBucket{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2302,7 @@ func (x *FenceBucket) String() string {
 func (*FenceBucket) ProtoMessage() {}
 
 func (x *FenceBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[22]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2315,7 @@ func (x *FenceBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceBucket.ProtoReflect.Descriptor instead.
 func (*FenceBucket) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{22}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FenceBucket) GetBucket() string {
@@ -2223,7 +2353,7 @@ type BucketUsage struct {
 
 func (x *BucketUsage) Reset() {
 	*x = BucketUsage{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2235,7 +2365,7 @@ func (x *BucketUsage) String() string {
 func (*BucketUsage) ProtoMessage() {}
 
 func (x *BucketUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[23]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2248,7 +2378,7 @@ func (x *BucketUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketUsage.ProtoReflect.Descriptor instead.
 func (*BucketUsage) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{23}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BucketUsage) GetBucket() string {
@@ -2292,7 +2422,7 @@ type Touch struct {
 
 func (x *Touch) Reset() {
 	*x = Touch{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2434,7 @@ func (x *Touch) String() string {
 func (*Touch) ProtoMessage() {}
 
 func (x *Touch) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[24]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2447,7 @@ func (x *Touch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Touch.ProtoReflect.Descriptor instead.
 func (*Touch) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{24}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Touch) GetBucket() string {
@@ -2387,14 +2517,22 @@ type Snapshot struct {
 	BucketGenerations map[string]uint64 `protobuf:"bytes,18,rep,name=bucket_generations,json=bucketGenerations,proto3" json:"bucket_generations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// bucket_fences maps buckets with a deletion fence in this group to the
 	// fenced generation (FenceBucket).
-	BucketFences  map[string]uint64 `protobuf:"bytes,19,rep,name=bucket_fences,json=bucketFences,proto3" json:"bucket_fences,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	BucketFences map[string]uint64 `protobuf:"bytes,19,rep,name=bucket_fences,json=bucketFences,proto3" json:"bucket_fences,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// 16..17 are kept for other fields.
+	// feature_level is the group's feature level; 0 (every snapshot written
+	// before levels existed, and every group never raised) means the
+	// baseline, 1.
+	FeatureLevel uint32 `protobuf:"varint,20,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	// feature_probes counts the FeatureProbe commands applied (the
+	// feature-level test's command; 0 in every other build).
+	FeatureProbes uint64 `protobuf:"varint,21,opt,name=feature_probes,json=featureProbes,proto3" json:"feature_probes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2406,7 +2544,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[25]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2419,7 +2557,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{25}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Snapshot) GetFormat() uint32 {
@@ -2541,6 +2679,20 @@ func (x *Snapshot) GetBucketFences() map[string]uint64 {
 	return nil
 }
 
+func (x *Snapshot) GetFeatureLevel() uint32 {
+	if x != nil {
+		return x.FeatureLevel
+	}
+	return 0
+}
+
+func (x *Snapshot) GetFeatureProbes() uint64 {
+	if x != nil {
+		return x.FeatureProbes
+	}
+	return 0
+}
+
 // ColdRef locates stream bytes [start, end) in one object (for a page: the
 // range its entries cover).
 type ColdRef struct {
@@ -2576,7 +2728,7 @@ type ColdRef struct {
 
 func (x *ColdRef) Reset() {
 	*x = ColdRef{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2740,7 @@ func (x *ColdRef) String() string {
 func (*ColdRef) ProtoMessage() {}
 
 func (x *ColdRef) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[26]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2753,7 @@ func (x *ColdRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdRef.ProtoReflect.Descriptor instead.
 func (*ColdRef) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{26}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ColdRef) GetStart() uint64 {
@@ -2684,7 +2836,7 @@ type ColdPage struct {
 
 func (x *ColdPage) Reset() {
 	*x = ColdPage{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2696,7 +2848,7 @@ func (x *ColdPage) String() string {
 func (*ColdPage) ProtoMessage() {}
 
 func (x *ColdPage) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[27]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2709,7 +2861,7 @@ func (x *ColdPage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdPage.ProtoReflect.Descriptor instead.
 func (*ColdPage) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{27}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ColdPage) GetEntries() []*ColdRef {
@@ -2729,7 +2881,7 @@ type ColdLevel struct {
 
 func (x *ColdLevel) Reset() {
 	*x = ColdLevel{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[28]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2741,7 +2893,7 @@ func (x *ColdLevel) String() string {
 func (*ColdLevel) ProtoMessage() {}
 
 func (x *ColdLevel) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[28]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2754,7 +2906,7 @@ func (x *ColdLevel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdLevel.ProtoReflect.Descriptor instead.
 func (*ColdLevel) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{28}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ColdLevel) GetEntries() []*ColdRef {
@@ -2775,7 +2927,7 @@ type HotExternal struct {
 
 func (x *HotExternal) Reset() {
 	*x = HotExternal{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[29]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2787,7 +2939,7 @@ func (x *HotExternal) String() string {
 func (*HotExternal) ProtoMessage() {}
 
 func (x *HotExternal) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[29]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2800,7 +2952,7 @@ func (x *HotExternal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotExternal.ProtoReflect.Descriptor instead.
 func (*HotExternal) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{29}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *HotExternal) GetRef() *ColdRef {
@@ -2826,7 +2978,7 @@ type ColdSeal struct {
 
 func (x *ColdSeal) Reset() {
 	*x = ColdSeal{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[30]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2838,7 +2990,7 @@ func (x *ColdSeal) String() string {
 func (*ColdSeal) ProtoMessage() {}
 
 func (x *ColdSeal) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[30]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2851,7 +3003,7 @@ func (x *ColdSeal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdSeal.ProtoReflect.Descriptor instead.
 func (*ColdSeal) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{30}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ColdSeal) GetLevel() uint32 {
@@ -2907,7 +3059,7 @@ type ColdFlush struct {
 
 func (x *ColdFlush) Reset() {
 	*x = ColdFlush{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[31]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2919,7 +3071,7 @@ func (x *ColdFlush) String() string {
 func (*ColdFlush) ProtoMessage() {}
 
 func (x *ColdFlush) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[31]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2932,7 +3084,7 @@ func (x *ColdFlush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdFlush.ProtoReflect.Descriptor instead.
 func (*ColdFlush) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{31}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ColdFlush) GetBucket() string {
@@ -2994,7 +3146,7 @@ type SetRetention struct {
 
 func (x *SetRetention) Reset() {
 	*x = SetRetention{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[32]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3158,7 @@ func (x *SetRetention) String() string {
 func (*SetRetention) ProtoMessage() {}
 
 func (x *SetRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[32]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3171,7 @@ func (x *SetRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRetention.ProtoReflect.Descriptor instead.
 func (*SetRetention) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{32}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetRetention) GetBucket() string {
@@ -3071,7 +3223,7 @@ type ColdRetire struct {
 
 func (x *ColdRetire) Reset() {
 	*x = ColdRetire{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[33]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3083,7 +3235,7 @@ func (x *ColdRetire) String() string {
 func (*ColdRetire) ProtoMessage() {}
 
 func (x *ColdRetire) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[33]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3096,7 +3248,7 @@ func (x *ColdRetire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdRetire.ProtoReflect.Descriptor instead.
 func (*ColdRetire) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{33}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ColdRetire) GetBucket() string {
@@ -3143,7 +3295,7 @@ type ColdSwap struct {
 
 func (x *ColdSwap) Reset() {
 	*x = ColdSwap{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[34]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3307,7 @@ func (x *ColdSwap) String() string {
 func (*ColdSwap) ProtoMessage() {}
 
 func (x *ColdSwap) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[34]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3320,7 @@ func (x *ColdSwap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdSwap.ProtoReflect.Descriptor instead.
 func (*ColdSwap) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{34}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ColdSwap) GetBucket() string {
@@ -3230,7 +3382,7 @@ type GCEntry struct {
 
 func (x *GCEntry) Reset() {
 	*x = GCEntry{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[35]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3242,7 +3394,7 @@ func (x *GCEntry) String() string {
 func (*GCEntry) ProtoMessage() {}
 
 func (x *GCEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[35]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3255,7 +3407,7 @@ func (x *GCEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCEntry.ProtoReflect.Descriptor instead.
 func (*GCEntry) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{35}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GCEntry) GetSeq() uint64 {
@@ -3310,7 +3462,7 @@ type GCAck struct {
 
 func (x *GCAck) Reset() {
 	*x = GCAck{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[36]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3322,7 +3474,7 @@ func (x *GCAck) String() string {
 func (*GCAck) ProtoMessage() {}
 
 func (x *GCAck) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[36]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3335,7 +3487,7 @@ func (x *GCAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCAck.ProtoReflect.Descriptor instead.
 func (*GCAck) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{36}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GCAck) GetSeqs() []uint64 {
@@ -3355,7 +3507,7 @@ type PurgeBucket struct {
 
 func (x *PurgeBucket) Reset() {
 	*x = PurgeBucket{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[37]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3367,7 +3519,7 @@ func (x *PurgeBucket) String() string {
 func (*PurgeBucket) ProtoMessage() {}
 
 func (x *PurgeBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[37]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3380,7 +3532,7 @@ func (x *PurgeBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeBucket.ProtoReflect.Descriptor instead.
 func (*PurgeBucket) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{37}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PurgeBucket) GetBucket() string {
@@ -3410,7 +3562,7 @@ type ProducerState struct {
 
 func (x *ProducerState) Reset() {
 	*x = ProducerState{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[38]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3422,7 +3574,7 @@ func (x *ProducerState) String() string {
 func (*ProducerState) ProtoMessage() {}
 
 func (x *ProducerState) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[38]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3435,7 +3587,7 @@ func (x *ProducerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
 func (*ProducerState) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{38}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ProducerState) GetId() string {
@@ -3552,7 +3704,7 @@ type StreamState struct {
 
 func (x *StreamState) Reset() {
 	*x = StreamState{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[39]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3564,7 +3716,7 @@ func (x *StreamState) String() string {
 func (*StreamState) ProtoMessage() {}
 
 func (x *StreamState) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[39]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3577,7 +3729,7 @@ func (x *StreamState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamState.ProtoReflect.Descriptor instead.
 func (*StreamState) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{39}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StreamState) GetBucket() string {
@@ -3874,7 +4026,7 @@ type ApplyResult struct {
 
 func (x *ApplyResult) Reset() {
 	*x = ApplyResult{}
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[40]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3886,7 +4038,7 @@ func (x *ApplyResult) String() string {
 func (*ApplyResult) ProtoMessage() {}
 
 func (x *ApplyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_storage_v1_storage_proto_msgTypes[40]
+	mi := &file_ursula_storage_v1_storage_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3899,7 +4051,7 @@ func (x *ApplyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResult.ProtoReflect.Descriptor instead.
 func (*ApplyResult) Descriptor() ([]byte, []int) {
-	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{40}
+	return file_ursula_storage_v1_storage_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ApplyResult) GetErrorCode() string {
@@ -4004,7 +4156,7 @@ var File_ursula_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"\x1fursula/storage/v1/storage.proto\x12\x11ursula.storage.v1\"\xcb\v\n" +
+	"\x1fursula/storage/v1/storage.proto\x12\x11ursula.storage.v1\"\xe5\f\n" +
 	"\aCommand\x12\x15\n" +
 	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12F\n" +
 	"\rcreate_bucket\x18\n" +
@@ -4033,8 +4185,14 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\fimport_group\x18\x1d \x01(\v2\x1e.ursula.storage.v1.ImportGroupH\x00R\vimportGroup\x12A\n" +
 	"\fhold_cold_gc\x18\x1e \x01(\v2\x1d.ursula.storage.v1.HoldColdGCH\x00R\n" +
 	"holdColdGc\x12C\n" +
-	"\ffence_bucket\x18\x1f \x01(\v2\x1e.ursula.storage.v1.FenceBucketH\x00R\vfenceBucketB\x04\n" +
-	"\x02op\"\t\n" +
+	"\ffence_bucket\x18\x1f \x01(\v2\x1e.ursula.storage.v1.FenceBucketH\x00R\vfenceBucket\x12F\n" +
+	"\rfeature_probe\x18( \x01(\v2\x1f.ursula.storage.v1.FeatureProbeH\x00R\ffeatureProbe\x12P\n" +
+	"\x11set_feature_level\x18) \x01(\v2\".ursula.storage.v1.SetFeatureLevelH\x00R\x0fsetFeatureLevelB\x04\n" +
+	"\x02op\"'\n" +
+	"\x0fSetFeatureLevel\x12\x14\n" +
+	"\x05level\x18\x01 \x01(\rR\x05level\"\"\n" +
+	"\fFeatureProbe\x12\x12\n" +
+	"\x04note\x18\x01 \x01(\tR\x04note\"\t\n" +
 	"\aBarrier\"&\n" +
 	"\fCreateBucket\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\"\xdf\x01\n" +
@@ -4182,7 +4340,7 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12\x1d\n" +
 	"\n" +
-	"touched_ms\x18\x04 \x01(\x03R\ttouchedMs\"\x93\n" +
+	"touched_ms\x18\x04 \x01(\x03R\ttouchedMs\"\xdf\n" +
 	"\n" +
 	"\bSnapshot\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12#\n" +
@@ -4202,7 +4360,9 @@ const file_ursula_storage_v1_storage_proto_rawDesc = "" +
 	"\bimported\x18\x0e \x01(\v2\x1f.ursula.storage.v1.ImportRecordR\bimported\x12C\n" +
 	"\bgc_holds\x18\x0f \x03(\v2(.ursula.storage.v1.Snapshot.GcHoldsEntryR\agcHolds\x12a\n" +
 	"\x12bucket_generations\x18\x12 \x03(\v22.ursula.storage.v1.Snapshot.BucketGenerationsEntryR\x11bucketGenerations\x12R\n" +
-	"\rbucket_fences\x18\x13 \x03(\v2-.ursula.storage.v1.Snapshot.BucketFencesEntryR\fbucketFences\x1a>\n" +
+	"\rbucket_fences\x18\x13 \x03(\v2-.ursula.storage.v1.Snapshot.BucketFencesEntryR\fbucketFences\x12#\n" +
+	"\rfeature_level\x18\x14 \x01(\rR\ffeatureLevel\x12%\n" +
+	"\x0efeature_probes\x18\x15 \x01(\x04R\rfeatureProbes\x1a>\n" +
 	"\x10GcReclaimedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1aB\n" +
@@ -4386,121 +4546,125 @@ func file_ursula_storage_v1_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_ursula_storage_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ursula_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_ursula_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_ursula_storage_v1_storage_proto_goTypes = []any{
 	(ColdKind)(0),              // 0: ursula.storage.v1.ColdKind
 	(GCKind)(0),                // 1: ursula.storage.v1.GCKind
 	(*Command)(nil),            // 2: ursula.storage.v1.Command
-	(*Barrier)(nil),            // 3: ursula.storage.v1.Barrier
-	(*CreateBucket)(nil),       // 4: ursula.storage.v1.CreateBucket
-	(*ForkOrigin)(nil),         // 5: ursula.storage.v1.ForkOrigin
-	(*CreateStream)(nil),       // 6: ursula.storage.v1.CreateStream
-	(*ProducerRef)(nil),        // 7: ursula.storage.v1.ProducerRef
-	(*Append)(nil),             // 8: ursula.storage.v1.Append
-	(*DeleteStream)(nil),       // 9: ursula.storage.v1.DeleteStream
-	(*AddForkRef)(nil),         // 10: ursula.storage.v1.AddForkRef
-	(*ReleaseForkRef)(nil),     // 11: ursula.storage.v1.ReleaseForkRef
-	(*Expire)(nil),             // 12: ursula.storage.v1.Expire
-	(*StreamKey)(nil),          // 13: ursula.storage.v1.StreamKey
-	(*SnapshotRef)(nil),        // 14: ursula.storage.v1.SnapshotRef
-	(*PublishSnapshot)(nil),    // 15: ursula.storage.v1.PublishSnapshot
-	(*SetAttrs)(nil),           // 16: ursula.storage.v1.SetAttrs
-	(*StartHistory)(nil),       // 17: ursula.storage.v1.StartHistory
-	(*HistoryRecord)(nil),      // 18: ursula.storage.v1.HistoryRecord
-	(*EarlierIncarnation)(nil), // 19: ursula.storage.v1.EarlierIncarnation
-	(*ImportGroup)(nil),        // 20: ursula.storage.v1.ImportGroup
-	(*ImportRecord)(nil),       // 21: ursula.storage.v1.ImportRecord
-	(*HoldColdGC)(nil),         // 22: ursula.storage.v1.HoldColdGC
-	(*DeleteBucket)(nil),       // 23: ursula.storage.v1.DeleteBucket
-	(*FenceBucket)(nil),        // 24: ursula.storage.v1.FenceBucket
-	(*BucketUsage)(nil),        // 25: ursula.storage.v1.BucketUsage
-	(*Touch)(nil),              // 26: ursula.storage.v1.Touch
-	(*Snapshot)(nil),           // 27: ursula.storage.v1.Snapshot
-	(*ColdRef)(nil),            // 28: ursula.storage.v1.ColdRef
-	(*ColdPage)(nil),           // 29: ursula.storage.v1.ColdPage
-	(*ColdLevel)(nil),          // 30: ursula.storage.v1.ColdLevel
-	(*HotExternal)(nil),        // 31: ursula.storage.v1.HotExternal
-	(*ColdSeal)(nil),           // 32: ursula.storage.v1.ColdSeal
-	(*ColdFlush)(nil),          // 33: ursula.storage.v1.ColdFlush
-	(*SetRetention)(nil),       // 34: ursula.storage.v1.SetRetention
-	(*ColdRetire)(nil),         // 35: ursula.storage.v1.ColdRetire
-	(*ColdSwap)(nil),           // 36: ursula.storage.v1.ColdSwap
-	(*GCEntry)(nil),            // 37: ursula.storage.v1.GCEntry
-	(*GCAck)(nil),              // 38: ursula.storage.v1.GCAck
-	(*PurgeBucket)(nil),        // 39: ursula.storage.v1.PurgeBucket
-	(*ProducerState)(nil),      // 40: ursula.storage.v1.ProducerState
-	(*StreamState)(nil),        // 41: ursula.storage.v1.StreamState
-	(*ApplyResult)(nil),        // 42: ursula.storage.v1.ApplyResult
-	nil,                        // 43: ursula.storage.v1.Snapshot.GcReclaimedEntry
-	nil,                        // 44: ursula.storage.v1.Snapshot.BucketCreatedMsEntry
-	nil,                        // 45: ursula.storage.v1.Snapshot.GcHoldsEntry
-	nil,                        // 46: ursula.storage.v1.Snapshot.BucketGenerationsEntry
-	nil,                        // 47: ursula.storage.v1.Snapshot.BucketFencesEntry
-	nil,                        // 48: ursula.storage.v1.ApplyResult.ErrorMetadataEntry
+	(*SetFeatureLevel)(nil),    // 3: ursula.storage.v1.SetFeatureLevel
+	(*FeatureProbe)(nil),       // 4: ursula.storage.v1.FeatureProbe
+	(*Barrier)(nil),            // 5: ursula.storage.v1.Barrier
+	(*CreateBucket)(nil),       // 6: ursula.storage.v1.CreateBucket
+	(*ForkOrigin)(nil),         // 7: ursula.storage.v1.ForkOrigin
+	(*CreateStream)(nil),       // 8: ursula.storage.v1.CreateStream
+	(*ProducerRef)(nil),        // 9: ursula.storage.v1.ProducerRef
+	(*Append)(nil),             // 10: ursula.storage.v1.Append
+	(*DeleteStream)(nil),       // 11: ursula.storage.v1.DeleteStream
+	(*AddForkRef)(nil),         // 12: ursula.storage.v1.AddForkRef
+	(*ReleaseForkRef)(nil),     // 13: ursula.storage.v1.ReleaseForkRef
+	(*Expire)(nil),             // 14: ursula.storage.v1.Expire
+	(*StreamKey)(nil),          // 15: ursula.storage.v1.StreamKey
+	(*SnapshotRef)(nil),        // 16: ursula.storage.v1.SnapshotRef
+	(*PublishSnapshot)(nil),    // 17: ursula.storage.v1.PublishSnapshot
+	(*SetAttrs)(nil),           // 18: ursula.storage.v1.SetAttrs
+	(*StartHistory)(nil),       // 19: ursula.storage.v1.StartHistory
+	(*HistoryRecord)(nil),      // 20: ursula.storage.v1.HistoryRecord
+	(*EarlierIncarnation)(nil), // 21: ursula.storage.v1.EarlierIncarnation
+	(*ImportGroup)(nil),        // 22: ursula.storage.v1.ImportGroup
+	(*ImportRecord)(nil),       // 23: ursula.storage.v1.ImportRecord
+	(*HoldColdGC)(nil),         // 24: ursula.storage.v1.HoldColdGC
+	(*DeleteBucket)(nil),       // 25: ursula.storage.v1.DeleteBucket
+	(*FenceBucket)(nil),        // 26: ursula.storage.v1.FenceBucket
+	(*BucketUsage)(nil),        // 27: ursula.storage.v1.BucketUsage
+	(*Touch)(nil),              // 28: ursula.storage.v1.Touch
+	(*Snapshot)(nil),           // 29: ursula.storage.v1.Snapshot
+	(*ColdRef)(nil),            // 30: ursula.storage.v1.ColdRef
+	(*ColdPage)(nil),           // 31: ursula.storage.v1.ColdPage
+	(*ColdLevel)(nil),          // 32: ursula.storage.v1.ColdLevel
+	(*HotExternal)(nil),        // 33: ursula.storage.v1.HotExternal
+	(*ColdSeal)(nil),           // 34: ursula.storage.v1.ColdSeal
+	(*ColdFlush)(nil),          // 35: ursula.storage.v1.ColdFlush
+	(*SetRetention)(nil),       // 36: ursula.storage.v1.SetRetention
+	(*ColdRetire)(nil),         // 37: ursula.storage.v1.ColdRetire
+	(*ColdSwap)(nil),           // 38: ursula.storage.v1.ColdSwap
+	(*GCEntry)(nil),            // 39: ursula.storage.v1.GCEntry
+	(*GCAck)(nil),              // 40: ursula.storage.v1.GCAck
+	(*PurgeBucket)(nil),        // 41: ursula.storage.v1.PurgeBucket
+	(*ProducerState)(nil),      // 42: ursula.storage.v1.ProducerState
+	(*StreamState)(nil),        // 43: ursula.storage.v1.StreamState
+	(*ApplyResult)(nil),        // 44: ursula.storage.v1.ApplyResult
+	nil,                        // 45: ursula.storage.v1.Snapshot.GcReclaimedEntry
+	nil,                        // 46: ursula.storage.v1.Snapshot.BucketCreatedMsEntry
+	nil,                        // 47: ursula.storage.v1.Snapshot.GcHoldsEntry
+	nil,                        // 48: ursula.storage.v1.Snapshot.BucketGenerationsEntry
+	nil,                        // 49: ursula.storage.v1.Snapshot.BucketFencesEntry
+	nil,                        // 50: ursula.storage.v1.ApplyResult.ErrorMetadataEntry
 }
 var file_ursula_storage_v1_storage_proto_depIdxs = []int32{
-	4,  // 0: ursula.storage.v1.Command.create_bucket:type_name -> ursula.storage.v1.CreateBucket
-	6,  // 1: ursula.storage.v1.Command.create_stream:type_name -> ursula.storage.v1.CreateStream
-	8,  // 2: ursula.storage.v1.Command.append:type_name -> ursula.storage.v1.Append
-	9,  // 3: ursula.storage.v1.Command.delete_stream:type_name -> ursula.storage.v1.DeleteStream
-	10, // 4: ursula.storage.v1.Command.add_fork_ref:type_name -> ursula.storage.v1.AddForkRef
-	11, // 5: ursula.storage.v1.Command.release_fork_ref:type_name -> ursula.storage.v1.ReleaseForkRef
-	12, // 6: ursula.storage.v1.Command.expire:type_name -> ursula.storage.v1.Expire
-	26, // 7: ursula.storage.v1.Command.touch:type_name -> ursula.storage.v1.Touch
-	3,  // 8: ursula.storage.v1.Command.barrier:type_name -> ursula.storage.v1.Barrier
-	33, // 9: ursula.storage.v1.Command.cold_flush:type_name -> ursula.storage.v1.ColdFlush
-	34, // 10: ursula.storage.v1.Command.set_retention:type_name -> ursula.storage.v1.SetRetention
-	35, // 11: ursula.storage.v1.Command.cold_retire:type_name -> ursula.storage.v1.ColdRetire
-	36, // 12: ursula.storage.v1.Command.cold_swap:type_name -> ursula.storage.v1.ColdSwap
-	38, // 13: ursula.storage.v1.Command.gc_ack:type_name -> ursula.storage.v1.GCAck
-	39, // 14: ursula.storage.v1.Command.purge_bucket:type_name -> ursula.storage.v1.PurgeBucket
-	15, // 15: ursula.storage.v1.Command.publish_snapshot:type_name -> ursula.storage.v1.PublishSnapshot
-	16, // 16: ursula.storage.v1.Command.set_attrs:type_name -> ursula.storage.v1.SetAttrs
-	23, // 17: ursula.storage.v1.Command.delete_bucket:type_name -> ursula.storage.v1.DeleteBucket
-	17, // 18: ursula.storage.v1.Command.start_history:type_name -> ursula.storage.v1.StartHistory
-	20, // 19: ursula.storage.v1.Command.import_group:type_name -> ursula.storage.v1.ImportGroup
-	22, // 20: ursula.storage.v1.Command.hold_cold_gc:type_name -> ursula.storage.v1.HoldColdGC
-	24, // 21: ursula.storage.v1.Command.fence_bucket:type_name -> ursula.storage.v1.FenceBucket
-	5,  // 22: ursula.storage.v1.CreateStream.fork:type_name -> ursula.storage.v1.ForkOrigin
-	7,  // 23: ursula.storage.v1.Append.producer:type_name -> ursula.storage.v1.ProducerRef
-	28, // 24: ursula.storage.v1.Append.external:type_name -> ursula.storage.v1.ColdRef
-	13, // 25: ursula.storage.v1.Expire.more:type_name -> ursula.storage.v1.StreamKey
-	14, // 26: ursula.storage.v1.PublishSnapshot.snapshot:type_name -> ursula.storage.v1.SnapshotRef
-	18, // 27: ursula.storage.v1.HistoryRecord.previous:type_name -> ursula.storage.v1.HistoryRecord
-	41, // 28: ursula.storage.v1.Snapshot.streams:type_name -> ursula.storage.v1.StreamState
-	37, // 29: ursula.storage.v1.Snapshot.gc_queue:type_name -> ursula.storage.v1.GCEntry
-	43, // 30: ursula.storage.v1.Snapshot.gc_reclaimed:type_name -> ursula.storage.v1.Snapshot.GcReclaimedEntry
-	25, // 31: ursula.storage.v1.Snapshot.usage:type_name -> ursula.storage.v1.BucketUsage
-	44, // 32: ursula.storage.v1.Snapshot.bucket_created_ms:type_name -> ursula.storage.v1.Snapshot.BucketCreatedMsEntry
-	18, // 33: ursula.storage.v1.Snapshot.history:type_name -> ursula.storage.v1.HistoryRecord
-	21, // 34: ursula.storage.v1.Snapshot.imported:type_name -> ursula.storage.v1.ImportRecord
-	45, // 35: ursula.storage.v1.Snapshot.gc_holds:type_name -> ursula.storage.v1.Snapshot.GcHoldsEntry
-	46, // 36: ursula.storage.v1.Snapshot.bucket_generations:type_name -> ursula.storage.v1.Snapshot.BucketGenerationsEntry
-	47, // 37: ursula.storage.v1.Snapshot.bucket_fences:type_name -> ursula.storage.v1.Snapshot.BucketFencesEntry
-	0,  // 38: ursula.storage.v1.ColdRef.kind:type_name -> ursula.storage.v1.ColdKind
-	28, // 39: ursula.storage.v1.ColdPage.entries:type_name -> ursula.storage.v1.ColdRef
-	28, // 40: ursula.storage.v1.ColdLevel.entries:type_name -> ursula.storage.v1.ColdRef
-	28, // 41: ursula.storage.v1.HotExternal.ref:type_name -> ursula.storage.v1.ColdRef
-	28, // 42: ursula.storage.v1.ColdFlush.chunks:type_name -> ursula.storage.v1.ColdRef
-	32, // 43: ursula.storage.v1.ColdFlush.seals:type_name -> ursula.storage.v1.ColdSeal
-	28, // 44: ursula.storage.v1.ColdSwap.replaced:type_name -> ursula.storage.v1.ColdRef
-	28, // 45: ursula.storage.v1.ColdSwap.chunk:type_name -> ursula.storage.v1.ColdRef
-	1,  // 46: ursula.storage.v1.GCEntry.kind:type_name -> ursula.storage.v1.GCKind
-	7,  // 47: ursula.storage.v1.StreamState.closed_by:type_name -> ursula.storage.v1.ProducerRef
-	40, // 48: ursula.storage.v1.StreamState.producers:type_name -> ursula.storage.v1.ProducerState
-	5,  // 49: ursula.storage.v1.StreamState.fork:type_name -> ursula.storage.v1.ForkOrigin
-	30, // 50: ursula.storage.v1.StreamState.cold_index:type_name -> ursula.storage.v1.ColdLevel
-	31, // 51: ursula.storage.v1.StreamState.hot_external:type_name -> ursula.storage.v1.HotExternal
-	14, // 52: ursula.storage.v1.StreamState.snapshot:type_name -> ursula.storage.v1.SnapshotRef
-	19, // 53: ursula.storage.v1.StreamState.earlier:type_name -> ursula.storage.v1.EarlierIncarnation
-	48, // 54: ursula.storage.v1.ApplyResult.error_metadata:type_name -> ursula.storage.v1.ApplyResult.ErrorMetadataEntry
-	41, // 55: ursula.storage.v1.ApplyResult.meta:type_name -> ursula.storage.v1.StreamState
-	5,  // 56: ursula.storage.v1.ApplyResult.release:type_name -> ursula.storage.v1.ForkOrigin
-	57, // [57:57] is the sub-list for method output_type
-	57, // [57:57] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	6,  // 0: ursula.storage.v1.Command.create_bucket:type_name -> ursula.storage.v1.CreateBucket
+	8,  // 1: ursula.storage.v1.Command.create_stream:type_name -> ursula.storage.v1.CreateStream
+	10, // 2: ursula.storage.v1.Command.append:type_name -> ursula.storage.v1.Append
+	11, // 3: ursula.storage.v1.Command.delete_stream:type_name -> ursula.storage.v1.DeleteStream
+	12, // 4: ursula.storage.v1.Command.add_fork_ref:type_name -> ursula.storage.v1.AddForkRef
+	13, // 5: ursula.storage.v1.Command.release_fork_ref:type_name -> ursula.storage.v1.ReleaseForkRef
+	14, // 6: ursula.storage.v1.Command.expire:type_name -> ursula.storage.v1.Expire
+	28, // 7: ursula.storage.v1.Command.touch:type_name -> ursula.storage.v1.Touch
+	5,  // 8: ursula.storage.v1.Command.barrier:type_name -> ursula.storage.v1.Barrier
+	35, // 9: ursula.storage.v1.Command.cold_flush:type_name -> ursula.storage.v1.ColdFlush
+	36, // 10: ursula.storage.v1.Command.set_retention:type_name -> ursula.storage.v1.SetRetention
+	37, // 11: ursula.storage.v1.Command.cold_retire:type_name -> ursula.storage.v1.ColdRetire
+	38, // 12: ursula.storage.v1.Command.cold_swap:type_name -> ursula.storage.v1.ColdSwap
+	40, // 13: ursula.storage.v1.Command.gc_ack:type_name -> ursula.storage.v1.GCAck
+	41, // 14: ursula.storage.v1.Command.purge_bucket:type_name -> ursula.storage.v1.PurgeBucket
+	17, // 15: ursula.storage.v1.Command.publish_snapshot:type_name -> ursula.storage.v1.PublishSnapshot
+	18, // 16: ursula.storage.v1.Command.set_attrs:type_name -> ursula.storage.v1.SetAttrs
+	25, // 17: ursula.storage.v1.Command.delete_bucket:type_name -> ursula.storage.v1.DeleteBucket
+	19, // 18: ursula.storage.v1.Command.start_history:type_name -> ursula.storage.v1.StartHistory
+	22, // 19: ursula.storage.v1.Command.import_group:type_name -> ursula.storage.v1.ImportGroup
+	24, // 20: ursula.storage.v1.Command.hold_cold_gc:type_name -> ursula.storage.v1.HoldColdGC
+	26, // 21: ursula.storage.v1.Command.fence_bucket:type_name -> ursula.storage.v1.FenceBucket
+	4,  // 22: ursula.storage.v1.Command.feature_probe:type_name -> ursula.storage.v1.FeatureProbe
+	3,  // 23: ursula.storage.v1.Command.set_feature_level:type_name -> ursula.storage.v1.SetFeatureLevel
+	7,  // 24: ursula.storage.v1.CreateStream.fork:type_name -> ursula.storage.v1.ForkOrigin
+	9,  // 25: ursula.storage.v1.Append.producer:type_name -> ursula.storage.v1.ProducerRef
+	30, // 26: ursula.storage.v1.Append.external:type_name -> ursula.storage.v1.ColdRef
+	15, // 27: ursula.storage.v1.Expire.more:type_name -> ursula.storage.v1.StreamKey
+	16, // 28: ursula.storage.v1.PublishSnapshot.snapshot:type_name -> ursula.storage.v1.SnapshotRef
+	20, // 29: ursula.storage.v1.HistoryRecord.previous:type_name -> ursula.storage.v1.HistoryRecord
+	43, // 30: ursula.storage.v1.Snapshot.streams:type_name -> ursula.storage.v1.StreamState
+	39, // 31: ursula.storage.v1.Snapshot.gc_queue:type_name -> ursula.storage.v1.GCEntry
+	45, // 32: ursula.storage.v1.Snapshot.gc_reclaimed:type_name -> ursula.storage.v1.Snapshot.GcReclaimedEntry
+	27, // 33: ursula.storage.v1.Snapshot.usage:type_name -> ursula.storage.v1.BucketUsage
+	46, // 34: ursula.storage.v1.Snapshot.bucket_created_ms:type_name -> ursula.storage.v1.Snapshot.BucketCreatedMsEntry
+	20, // 35: ursula.storage.v1.Snapshot.history:type_name -> ursula.storage.v1.HistoryRecord
+	23, // 36: ursula.storage.v1.Snapshot.imported:type_name -> ursula.storage.v1.ImportRecord
+	47, // 37: ursula.storage.v1.Snapshot.gc_holds:type_name -> ursula.storage.v1.Snapshot.GcHoldsEntry
+	48, // 38: ursula.storage.v1.Snapshot.bucket_generations:type_name -> ursula.storage.v1.Snapshot.BucketGenerationsEntry
+	49, // 39: ursula.storage.v1.Snapshot.bucket_fences:type_name -> ursula.storage.v1.Snapshot.BucketFencesEntry
+	0,  // 40: ursula.storage.v1.ColdRef.kind:type_name -> ursula.storage.v1.ColdKind
+	30, // 41: ursula.storage.v1.ColdPage.entries:type_name -> ursula.storage.v1.ColdRef
+	30, // 42: ursula.storage.v1.ColdLevel.entries:type_name -> ursula.storage.v1.ColdRef
+	30, // 43: ursula.storage.v1.HotExternal.ref:type_name -> ursula.storage.v1.ColdRef
+	30, // 44: ursula.storage.v1.ColdFlush.chunks:type_name -> ursula.storage.v1.ColdRef
+	34, // 45: ursula.storage.v1.ColdFlush.seals:type_name -> ursula.storage.v1.ColdSeal
+	30, // 46: ursula.storage.v1.ColdSwap.replaced:type_name -> ursula.storage.v1.ColdRef
+	30, // 47: ursula.storage.v1.ColdSwap.chunk:type_name -> ursula.storage.v1.ColdRef
+	1,  // 48: ursula.storage.v1.GCEntry.kind:type_name -> ursula.storage.v1.GCKind
+	9,  // 49: ursula.storage.v1.StreamState.closed_by:type_name -> ursula.storage.v1.ProducerRef
+	42, // 50: ursula.storage.v1.StreamState.producers:type_name -> ursula.storage.v1.ProducerState
+	7,  // 51: ursula.storage.v1.StreamState.fork:type_name -> ursula.storage.v1.ForkOrigin
+	32, // 52: ursula.storage.v1.StreamState.cold_index:type_name -> ursula.storage.v1.ColdLevel
+	33, // 53: ursula.storage.v1.StreamState.hot_external:type_name -> ursula.storage.v1.HotExternal
+	16, // 54: ursula.storage.v1.StreamState.snapshot:type_name -> ursula.storage.v1.SnapshotRef
+	21, // 55: ursula.storage.v1.StreamState.earlier:type_name -> ursula.storage.v1.EarlierIncarnation
+	50, // 56: ursula.storage.v1.ApplyResult.error_metadata:type_name -> ursula.storage.v1.ApplyResult.ErrorMetadataEntry
+	43, // 57: ursula.storage.v1.ApplyResult.meta:type_name -> ursula.storage.v1.StreamState
+	7,  // 58: ursula.storage.v1.ApplyResult.release:type_name -> ursula.storage.v1.ForkOrigin
+	59, // [59:59] is the sub-list for method output_type
+	59, // [59:59] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_ursula_storage_v1_storage_proto_init() }
@@ -4531,15 +4695,17 @@ func file_ursula_storage_v1_storage_proto_init() {
 		(*Command_ImportGroup)(nil),
 		(*Command_HoldColdGc)(nil),
 		(*Command_FenceBucket)(nil),
+		(*Command_FeatureProbe)(nil),
+		(*Command_SetFeatureLevel)(nil),
 	}
-	file_ursula_storage_v1_storage_proto_msgTypes[6].OneofWrappers = []any{}
+	file_ursula_storage_v1_storage_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_storage_v1_storage_proto_rawDesc), len(file_ursula_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   47,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
