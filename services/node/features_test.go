@@ -41,15 +41,16 @@ func post(tb testing.TB, client *http.Client, url string, header http.Header, bo
 	return resp.StatusCode, doc
 }
 
-// TestFeatureLevelRoutes: GET reports this node's view; POST is an admin
-// mutation (token, incarnation) that takes {"level": N}, refuses a level
-// some member does not know with 409 naming the node, and raises every
-// group otherwise (a repeat raises none).
+// TestFeatureLevelRoutes: GET reports this node's view (a fresh install is
+// at the release's level); POST is an admin mutation (token, incarnation)
+// that takes {"level": N}, refuses a level some member does not know with
+// 409 naming the node, and raises every group otherwise (a repeat raises
+// none).
 func TestFeatureLevelRoutes(t *testing.T) {
 	s, eng, ts := adminServer(t)
 	url := ts.URL + "/__ursula/feature-level"
 	code, doc := do(t, ts.Client(), http.MethodGet, url, nil)
-	if code != http.StatusOK || doc["max_level"] != float64(stream.MaxFeatureLevel) || doc["cluster_level"] != float64(stream.BaselineFeatureLevel) ||
+	if code != http.StatusOK || doc["max_level"] != float64(stream.MaxFeatureLevel) || doc["cluster_level"] != float64(stream.ReleaseFeatureLevel) ||
 		doc["raisable_to"] != float64(stream.MaxFeatureLevel) {
 		t.Fatalf("GET: %d %v", code, doc)
 	}
@@ -58,6 +59,7 @@ func TestFeatureLevelRoutes(t *testing.T) {
 	}
 
 	unknown := stream.MaxFeatureLevel + 1
+	current := fmt.Sprintf(`{"level":%d}`, stream.ReleaseFeatureLevel)
 	for _, tc := range []struct {
 		name     string
 		header   http.Header
@@ -72,14 +74,15 @@ func TestFeatureLevelRoutes(t *testing.T) {
 		{"no level", authed(s, s.Incarnation()), `{}`, http.StatusBadRequest, "INVALID_ARGUMENT"},
 		{"level 0", authed(s, s.Incarnation()), `{"level":0}`, http.StatusBadRequest, "INVALID_ARGUMENT"},
 		{"unknown level", authed(s, s.Incarnation()), fmt.Sprintf(`{"level":%d}`, unknown), http.StatusConflict, "FEATURE_LEVEL_UNSUPPORTED"},
-		{"baseline", authed(s, s.Incarnation()), `{"level":1}`, http.StatusOK, ""},
+		{"a raise down", authed(s, s.Incarnation()), `{"level":1}`, http.StatusConflict, "FEATURE_LEVEL_UNSUPPORTED"},
+		{"the current level", authed(s, s.Incarnation()), current, http.StatusOK, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, doc := post(t, ts.Client(), url, tc.header, tc.body)
 			if code != tc.wantCode || (tc.want != "" && doc["code"] != tc.want) {
 				t.Fatalf("answer %d %v, want %d %s", code, doc, tc.wantCode, tc.want)
 			}
-			if got := eng.Cluster.Machine(0).FeatureLevel(); got != stream.BaselineFeatureLevel {
+			if got := eng.Cluster.Machine(0).FeatureLevel(); got != stream.ReleaseFeatureLevel {
 				t.Fatalf("group 0 at level %d after %s", got, tc.name)
 			}
 			switch tc.name {
@@ -88,15 +91,15 @@ func TestFeatureLevelRoutes(t *testing.T) {
 				if len(nodes) != 1 || nodes[0].(map[string]any)["node_id"] != float64(1) || !strings.Contains(doc["message"].(string), "node 1 knows levels up to") {
 					t.Fatalf("the refusal does not name node 1: %v", doc)
 				}
-			case "baseline":
+			case "the current level":
 				if raised, _ := doc["groups_raised"].([]any); len(raised) != 0 {
-					t.Fatalf("a raise to the baseline raised %v", raised)
+					t.Fatalf("a raise to the current level raised %v", raised)
 				}
 			}
 		})
 	}
 
-	if stream.MaxFeatureLevel == stream.BaselineFeatureLevel {
+	if stream.MaxFeatureLevel == stream.ReleaseFeatureLevel {
 		return // the raise itself runs in the featuretest build
 	}
 	code, doc = post(t, ts.Client(), url, authed(s, s.Incarnation()), fmt.Sprintf(`{"level":%d}`, stream.MaxFeatureLevel))
@@ -108,7 +111,7 @@ func TestFeatureLevelRoutes(t *testing.T) {
 			t.Fatalf("group %d at level %d after the raise", g, got)
 		}
 	}
-	if code, doc = post(t, ts.Client(), url, authed(s, s.Incarnation()), `{"level":1}`); code != http.StatusConflict || doc["code"] != "FEATURE_LEVEL_UNSUPPORTED" {
+	if code, doc = post(t, ts.Client(), url, authed(s, s.Incarnation()), current); code != http.StatusConflict || doc["code"] != "FEATURE_LEVEL_UNSUPPORTED" {
 		t.Fatalf("a raise down: %d %v, want 409", code, doc)
 	}
 }

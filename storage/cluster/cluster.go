@@ -40,6 +40,9 @@ type Cluster struct {
 	commitStalls atomic.Uint64
 	// gates runs the openers of the recovery gates (gate.go).
 	gates gates
+	// installRaised is closed once a fresh install's groups are at the
+	// release's feature level, or no raise is due (init.go).
+	installRaised chan struct{}
 }
 
 // New builds the cluster side of a node over its Raft host and state
@@ -53,7 +56,7 @@ func New(cfg Config, host *multiraft.Host, machines []*stream.Machine, net Netwo
 	if now == nil {
 		now = time.Now
 	}
-	c := &Cluster{cfg: cfg, host: host, machines: machines, net: net, logger: logger, now: now}
+	c := &Cluster{cfg: cfg, host: host, machines: machines, net: net, logger: logger, now: now, installRaised: make(chan struct{})}
 	if cfg.DataDir != "" {
 		c.restoreMaintenanceDrain()
 	}
@@ -84,9 +87,16 @@ func (c *Cluster) Run(ctx context.Context) error {
 		})
 	}
 	wg.Go(func() {
-		if err := c.initializeGroups(ctx); err != nil && ctx.Err() == nil {
+		fresh, err := c.initializeGroups(ctx)
+		fresh = fresh || c.host.BootstrappedAll()
+		switch {
+		case err != nil && ctx.Err() == nil:
 			c.logger.Error("group initializer stopped", "err", err)
+		case fresh:
+			c.raiseAtInstall(ctx)
+			return
 		}
+		close(c.installRaised)
 	})
 	wg.Go(func() { c.leadershipLoop(ctx) })
 	<-ctx.Done()
@@ -188,12 +198,18 @@ func (c *Cluster) Propose(ctx context.Context, g uint32, cmd *storagev1.Command)
 	return res, nil
 }
 
-// WaitReady blocks until every group has a leader and every group this
-// node leads has applied its whole log: a barrier entry proposed in the
-// leader's term applies only after every entry before it.
+// WaitReady blocks until every group has a leader, a fresh install's
+// feature level is raised (init.go), and every group this node leads has
+// applied its whole log: a barrier entry proposed in the leader's term
+// applies only after every entry before it.
 func (c *Cluster) WaitReady(ctx context.Context) error {
 	if err := c.host.WaitReady(ctx); err != nil {
 		return err
+	}
+	select {
+	case <-c.installRaised:
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	for g := range c.machines {
 		for c.host.Status(uint32(g)).IsLeader {

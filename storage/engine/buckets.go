@@ -75,6 +75,12 @@ func (e *Engine) DeleteBucket(ctx context.Context, req *streamv1.DeleteBucketReq
 	if e.bucketStreams(b) {
 		return nil, bucketNotEmpty(b)
 	}
+	if !e.fencesAllowed() {
+		// Below the fences' feature level (an upgraded cluster not raised
+		// yet) a create racing the delete in another group may land in
+		// the deleted bucket.
+		return e.deleteBucketRecord(ctx, b)
+	}
 	fence := &storagev1.FenceBucket{Bucket: b, Generation: gen}
 	if err := e.proposeAll(ctx, &storagev1.Command{Op: &storagev1.Command_FenceBucket{FenceBucket: fence}}); err != nil {
 		return nil, err // fences that applied are lifted by a retried delete
@@ -89,10 +95,26 @@ func (e *Engine) DeleteBucket(ctx context.Context, req *streamv1.DeleteBucketReq
 		}
 		return nil, bucketNotEmpty(b)
 	}
+	return e.deleteBucketRecord(ctx, b)
+}
+
+func (e *Engine) deleteBucketRecord(ctx context.Context, b string) (*streamv1.DeleteBucketResponse, error) {
 	if _, err := e.propose(ctx, bucketGroup, &storagev1.Command{Op: &storagev1.Command_DeleteBucket{DeleteBucket: &storagev1.DeleteBucket{Bucket: b}}}); err != nil {
 		return nil, err
 	}
 	return &streamv1.DeleteBucketResponse{}, nil
+}
+
+// fencesAllowed reports whether every group is at the feature level of
+// the bucket-delete fences (on this node's replicas, after the delete's
+// read barrier: levels never go down).
+func (e *Engine) fencesAllowed() bool {
+	for g := range e.groups.GroupCount() {
+		if e.groups.Machine(uint32(g)).FeatureLevel() < stream.BucketFenceLevel {
+			return false
+		}
+	}
+	return true
 }
 
 // bucketStreams reports whether any group's replica on this node holds a

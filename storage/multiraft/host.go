@@ -180,6 +180,9 @@ type Host struct {
 	shedding atomic.Bool
 	// cleanStart: the previous run recorded a clean shutdown.
 	cleanStart bool
+	// bootstrapped counts the groups New initialized (no state, and not
+	// DeferBootstrap).
+	bootstrapped int
 	// gated are the groups behind the recovery gate (see gate.go), as
 	// recorded in the gate file.
 	gateMu sync.Mutex
@@ -354,6 +357,7 @@ func (h *Host) newGroup(id uint32, st *wal.GroupState, s *shard) (*group, error)
 			return nil, fmt.Errorf("multiraft: group %d: bootstrap: %w", id, err)
 		}
 		logger.Debug("bootstrapped group", "voters", h.cfg.Voters)
+		h.bootstrapped++
 	}
 	g.wantCampaign = true
 	s.campaigning++
@@ -427,6 +431,10 @@ func (h *Host) Close() error {
 // CleanStart reports whether the previous run recorded a clean shutdown
 // (the journals were then held to it, see wal.ReadCleanShutdown).
 func (h *Host) CleanStart() bool { return h.cleanStart }
+
+// BootstrappedAll reports whether New initialized every group: a fresh
+// install of a node that does not defer bootstrapping (a single voter).
+func (h *Host) BootstrappedAll() bool { return h.bootstrapped == len(h.groups) }
 
 // RecordCleanShutdown records, once the host has stopped with every
 // journal flushed, synced and closed without an error, the run state that

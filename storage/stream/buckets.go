@@ -36,6 +36,9 @@ import (
 // fence only rises: a lift removes the fence of its own generation only,
 // and a fence of an earlier generation never replaces a later one.
 func (m *Machine) applyFenceBucket(c *storagev1.FenceBucket) *Result {
+	if err := m.requireLevel(BucketFenceLevel, "a bucket-delete fence"); err != nil {
+		return &Result{Err: err}
+	}
 	b, gen := c.GetBucket(), c.GetGeneration()
 	have, ok := m.bucketFences[b]
 	switch {

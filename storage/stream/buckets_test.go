@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"errors"
 	"testing"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
@@ -12,6 +13,10 @@ import (
 // which holds the bucket record as well).
 func TestBucketDeletionFences(t *testing.T) {
 	a := newApplier(t)
+	if r := a.apply(1, &storagev1.FenceBucket{Bucket: "b"}); !errors.Is(r.Err, fault.ErrFeatureLevelUnsupported) {
+		t.Fatalf("a fence below the fences' feature level: %v, want FEATURE_LEVEL_UNSUPPORTED", r.Err)
+	}
+	a.apply(1, &storagev1.SetFeatureLevel{Level: BucketFenceLevel})
 	create := func(s string, gen uint64) *Result {
 		t.Helper()
 		return a.apply(1, &storagev1.CreateStream{Bucket: "b", Stream: s, ContentType: "text/plain", BucketGeneration: gen})
@@ -73,6 +78,7 @@ func TestBucketDeletionFences(t *testing.T) {
 // and restore.
 func TestBucketFencesInSnapshots(t *testing.T) {
 	a := newApplier(t)
+	a.apply(1, &storagev1.SetFeatureLevel{Level: BucketFenceLevel})
 	a.apply(1, &storagev1.CreateBucket{Bucket: "b"})
 	genB, _ := a.m.BucketGeneration("b")
 	a.apply(1, &storagev1.CreateBucket{Bucket: "c"})

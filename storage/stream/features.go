@@ -21,8 +21,17 @@ const (
 	BaselineFeatureLevel uint32 = 1
 	// releaseFeatureLevel is the highest level this release defines. A
 	// new gated behaviour bumps it (docs/architecture.md, "Feature
-	// levels").
-	releaseFeatureLevel uint32 = 1
+	// levels"). A fresh install starts its groups there (package
+	// cluster, init.go); an upgraded cluster stays where it was until an
+	// operator raises it.
+	releaseFeatureLevel uint32 = 2
+	// ReleaseFeatureLevel is releaseFeatureLevel, for the install.
+	ReleaseFeatureLevel = releaseFeatureLevel
+	// BucketFenceLevel turns on the bucket-delete fences (FenceBucket,
+	// CreateStream.bucket_generation; buckets.go). Below it a bucket
+	// delete checks the groups without fencing them, and a create racing
+	// it in another group can land in the deleted bucket.
+	BucketFenceLevel uint32 = 2
 	// MaxFeatureLevel is the highest level this build knows: the
 	// release's, plus the test-only level of a build made with
 	// -tags featuretest (featuretest.go).

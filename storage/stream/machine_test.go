@@ -53,6 +53,8 @@ func (a *applier) apply(now int64, op any) *Result {
 		cmd.Op = &storagev1.Command_DeleteBucket{DeleteBucket: o}
 	case *storagev1.FenceBucket:
 		cmd.Op = &storagev1.Command_FenceBucket{FenceBucket: o}
+	case *storagev1.SetFeatureLevel:
+		cmd.Op = &storagev1.Command_SetFeatureLevel{SetFeatureLevel: o}
 	default:
 		a.t.Fatalf("unsupported op %T", op)
 	}

@@ -13,24 +13,26 @@ import (
 	"time"
 
 	"github.com/ursula/ursula/ops/ursulactl"
+	"github.com/ursula/ursula/storage/stream"
 	"github.com/ursula/ursula/tests/await"
 )
 
 // TestFeatureLevelRollingUpgrade mixes two builds of ursula-node in one
-// 3-node cluster: A, the current build (feature levels up to 1), and B, the
-// same source built with -tags featuretest, which knows level 2 and its
+// 3-node cluster: A, the current build (feature levels up to the
+// release's, base, where a fresh install starts), and B, the same source
+// built with -tags featuretest, which knows one level more (next) and its
 // test-only command FeatureProbe. It proves the upgrade contract of
 // ops/README.md ("Upgrading"):
 //
 //   - a rolling upgrade A→B and a rolling downgrade B→A work while writes
-//     flow through the gateway, because the level stays 1 and B never
+//     flow through the gateway, because the level stays base and B never
 //     proposes the probe (its gate answers 409);
-//   - a raise to 2 is refused, naming the node, while a voter runs A;
+//   - a raise to next is refused, naming the node, while a voter runs A;
 //   - once every voter runs B the raise succeeds, and B's probe is then
 //     proposed and applied on every replica;
 //   - an A node started into the raised cluster refuses the level: it
 //     stays up, applies nothing of the raised groups and answers
-//     /__ursula/ready 503 feature_level_unsupported naming level 2, while
+//     /__ursula/ready 503 feature_level_unsupported naming the level, while
 //     the others keep serving; started as B again, it catches up.
 func TestFeatureLevelRollingUpgrade(t *testing.T) {
 	binB, err := TaggedBinary("ursula-node", "featuretest")
@@ -38,6 +40,8 @@ func TestFeatureLevelRollingUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	const groups = 4
+	base, next := stream.ReleaseFeatureLevel, stream.ReleaseFeatureLevel+1
+	raiseBody := fmt.Sprintf(`{"level":%d}`, next)
 	c := StartCluster(t, ClusterOptions{Nodes: 3, GroupCount: groups, Gateway: true})
 	binA := c.Nodes[0].Bin
 	m := writeCtlManifest(t, c)
@@ -92,11 +96,11 @@ func TestFeatureLevelRollingUpgrade(t *testing.T) {
 		flowing(fmt.Sprintf("after node %d became B", n.ID))
 	}
 	for _, n := range c.Nodes {
-		if doc := featureLevel(t, n); doc.ClusterLevel != 1 || doc.MaxLevel != 2 {
-			t.Fatalf("node %d (B) before any raise: %+v, want level 1 of max 2", n.ID, doc)
+		if doc := featureLevel(t, n); doc.ClusterLevel != base || doc.MaxLevel != next {
+			t.Fatalf("node %d (B) before any raise: %+v, want level %d of max %d", n.ID, doc, base, next)
 		}
 	}
-	// B knows the probe but its gate keeps it off at level 1: no node
+	// B knows the probe but its gate keeps it off at level base: no node
 	// proposes it, every node that leads a group is refused.
 	refused := 0
 	for _, n := range c.Nodes {
@@ -106,32 +110,32 @@ func TestFeatureLevelRollingUpgrade(t *testing.T) {
 			refused++
 		case code == http.StatusOK && len(doc["probed_groups"].([]any)) == 0:
 		default:
-			t.Fatalf("probe on node %d at level 1: %d %v, want 409 FEATURE_LEVEL_UNSUPPORTED", n.ID, code, doc)
+			t.Fatalf("probe on node %d at level %d: %d %v, want 409 FEATURE_LEVEL_UNSUPPORTED", n.ID, base, code, doc)
 		}
 	}
 	if refused == 0 {
-		t.Fatal("no node refused a probe at level 1 (none leads a group?)")
+		t.Fatal("no node refused a probe at the base level (none leads a group?)")
 	}
 	requireProbes(t, c.Nodes, groups, 0)
 
-	// Rolling downgrade of one node: the level is still 1, so B wrote
+	// Rolling downgrade of one node: the level is still base, so B wrote
 	// nothing A cannot apply.
 	n3 := c.Node(3)
 	roll(n3, binA, "A")
 	flowing("after node 3 went back to A")
 
 	// A raise while node 3 runs A is refused, naming it; nothing changes.
-	r := runCtl(t, m, ursulactl.Env{}, "cluster", "enable-feature", "--level", "2")
+	r := runCtl(t, m, ursulactl.Env{}, "cluster", "enable-feature", "--level", fmt.Sprint(next))
 	r.want(t, ursulactl.ExitError, "FEATURE_LEVEL_UNSUPPORTED")
-	if !strings.Contains(r.stderr, "node 3 knows levels up to 1") || strings.Contains(r.stderr, "node 1 knows") || strings.Contains(r.stderr, "node 2 knows") {
+	if !strings.Contains(r.stderr, fmt.Sprintf("node 3 knows levels up to %d", base)) || strings.Contains(r.stderr, "node 1 knows") || strings.Contains(r.stderr, "node 2 knows") {
 		t.Fatalf("the refusal does not name node 3 alone: %s", r.stderr)
 	}
-	code, doc := adminPost(t, c.Node(2), "/__ursula/feature-level", `{"level":2}`)
+	code, doc := adminPost(t, c.Node(2), "/__ursula/feature-level", raiseBody)
 	if code != http.StatusConflict || doc["code"] != "FEATURE_LEVEL_UNSUPPORTED" || !strings.Contains(fmt.Sprint(doc["nodes"]), "node_id:3") {
 		t.Fatalf("raise through node 2 with node 3 on A: %d %v, want 409 naming node 3", code, doc)
 	}
 	for _, n := range c.Nodes {
-		if doc := featureLevel(t, n); doc.ClusterLevel != 1 {
+		if doc := featureLevel(t, n); doc.ClusterLevel != base {
 			t.Fatalf("node %d after a refused raise: level %d", n.ID, doc.ClusterLevel)
 		}
 	}
@@ -139,11 +143,11 @@ func TestFeatureLevelRollingUpgrade(t *testing.T) {
 	// Every voter on B: the raise succeeds, and every replica applies it.
 	roll(n3, binB, "B")
 	flowing("after node 3 became B again")
-	r = runCtl(t, m, ursulactl.Env{}, "cluster", "enable-feature", "--level", "2")
+	r = runCtl(t, m, ursulactl.Env{}, "cluster", "enable-feature", "--level", fmt.Sprint(next))
 	r.want(t, 0, "")
-	await.True(t, "every replica at feature level 2", func() bool {
+	await.True(t, "every replica at feature level next", func() bool {
 		for _, n := range c.Nodes {
-			if doc := featureLevel(t, n); doc.ClusterLevel != 2 {
+			if doc := featureLevel(t, n); doc.ClusterLevel != next {
 				return false
 			}
 		}
@@ -151,7 +155,7 @@ func TestFeatureLevelRollingUpgrade(t *testing.T) {
 	})
 	r = runCtl(t, m, ursulactl.Env{}, "cluster", "feature-level")
 	r.want(t, 0, "")
-	if !strings.Contains(r.stdout, `"cluster_level": 2`) {
+	if !strings.Contains(r.stdout, fmt.Sprintf(`"cluster_level": %d`, next)) {
 		t.Fatalf("ursulactl cluster feature-level: %s", r.stdout)
 	}
 	flowing("after the raise")
@@ -184,7 +188,7 @@ func TestFeatureLevelRollingUpgrade(t *testing.T) {
 		}
 	}
 
-	// Node 3 started as A into the raised cluster: it refuses level 2,
+	// Node 3 started as A into the raised cluster: it refuses level next,
 	// stays up and unready, and names the level.
 	if err := n3.Terminate(60 * time.Second); err != nil {
 		t.Fatal(err)
@@ -198,11 +202,11 @@ func TestFeatureLevelRollingUpgrade(t *testing.T) {
 		ready = readiness(t, n3)
 		return ready.Reason == "feature_level_unsupported"
 	})
-	if ready.Status != http.StatusServiceUnavailable || ready.UnsupportedLevel != 2 || ready.MaxLevel != 1 || !strings.Contains(ready.Detail, "feature level 2") {
-		t.Fatalf("node 3 (A) readiness: %+v, want 503 naming level 2", ready)
+	if ready.Status != http.StatusServiceUnavailable || ready.UnsupportedLevel != next || ready.MaxLevel != base || !strings.Contains(ready.Detail, fmt.Sprintf("feature level %d", next)) {
+		t.Fatalf("node 3 (A) readiness: %+v, want 503 naming level %d", ready, next)
 	}
-	if doc := featureLevel(t, n3); doc.MaxLevel != 1 || len(doc.HaltedGroups) == 0 {
-		t.Fatalf("node 3 (A) feature level: %+v, want max 1 and halted groups", doc)
+	if doc := featureLevel(t, n3); doc.MaxLevel != base || len(doc.HaltedGroups) == 0 {
+		t.Fatalf("node 3 (A) feature level: %+v, want max %d and halted groups", doc, base)
 	}
 	// The others keep serving; node 3 is still up (it did not crash-loop)
 	// and still says why.
