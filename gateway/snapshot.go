@@ -59,17 +59,28 @@ func (g *Gateway) serveSnapshot(w http.ResponseWriter, r *http.Request, t target
 	}
 }
 
-// putSnapshot serves PUT …/snapshot/{offset} and, for JSON streams,
-// PUT …/snapshot?record=N (offset empty): 204 with the snapshot's offset
-// and digest (also for the same snapshot again).
-func (g *Gateway) putSnapshot(w http.ResponseWriter, r *http.Request, t target, offset string) {
+// recordOrPath reads the ?record=N that may stand for an offset in the
+// path (empty then); it answers 400 and reports false for a malformed
+// record or both.
+func recordOrPath(w http.ResponseWriter, r *http.Request, offset string) (*uint64, bool) {
 	record, err := recordQuery(r.URL.RawQuery)
 	switch {
 	case err != nil:
 		badRequest(w, err)
-		return
+		return nil, false
 	case record != nil && offset != "":
 		badRequest(w, ErrRecordAndPath)
+		return nil, false
+	}
+	return record, true
+}
+
+// putSnapshot serves PUT …/snapshot/{offset} and, for JSON streams,
+// PUT …/snapshot?record=N (offset empty): 204 with the snapshot's offset
+// and digest (also for the same snapshot again).
+func (g *Gateway) putSnapshot(w http.ResponseWriter, r *http.Request, t target, offset string) {
+	record, ok := recordOrPath(w, r, offset)
+	if !ok {
 		return
 	}
 	ct, _ := headerValue(r.Header, hContentType)

@@ -523,13 +523,8 @@ func (g *Gateway) longPoll(w http.ResponseWriter, r *http.Request, t target, p r
 // Stream-Retained-Offset and, for JSON streams, its first retained record
 // as Stream-Record-First.
 func (g *Gateway) setRetention(w http.ResponseWriter, r *http.Request, t target, offset string) {
-	record, err := recordQuery(r.URL.RawQuery)
-	switch {
-	case err != nil:
-		badRequest(w, err)
-		return
-	case record != nil && offset != "":
-		badRequest(w, ErrRecordAndPath)
+	record, ok := recordOrPath(w, r, offset)
+	if !ok {
 		return
 	}
 	resp, err := g.client.SetRetention(r.Context(), &streamv1.SetRetentionRequest{Ref: t.ref, Offset: offset, Record: record})

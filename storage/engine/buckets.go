@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"sort"
-	"sync"
 
 	"google.golang.org/protobuf/proto"
 
@@ -136,26 +135,11 @@ func bucketNotEmpty(b string) error {
 // leader), at most maxParallelBarriers at a time; it returns the first
 // failure.
 func (e *Engine) proposeAll(ctx context.Context, cmd *storagev1.Command) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	n := e.groups.GroupCount()
-	errs := make(chan error, n)
-	sem := make(chan struct{}, maxParallelBarriers)
-	var wg sync.WaitGroup
-	for g := range n {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			// Propose stamps the command with the time: one copy each.
-			if _, err := e.propose(ctx, uint32(g), proto.CloneOf(cmd)); err != nil {
-				errs <- err
-				cancel()
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
+	return e.eachGroup(ctx, func(ctx context.Context, g uint32) error {
+		// Propose stamps the command with the time: one copy each.
+		_, err := e.propose(ctx, g, proto.CloneOf(cmd))
+		return err
+	})
 }
 
 // ListStreams lists a bucket's streams in id order: those whose id starts

@@ -235,6 +235,12 @@ func (e *Engine) readLive(ctx context.Context, k stream.Key) (stream.Meta, error
 // maxParallelBarriers at a time, for a read that looks at all of them;
 // it returns the first failure.
 func (e *Engine) readBarrierAll(ctx context.Context) error {
+	return e.eachGroup(ctx, e.groups.ReadBarrier)
+}
+
+// eachGroup runs fn for every group, at most maxParallelBarriers at a
+// time; the first failure stops the others and is the answer.
+func (e *Engine) eachGroup(ctx context.Context, fn func(context.Context, uint32) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	n := e.groups.GroupCount()
@@ -245,9 +251,9 @@ func (e *Engine) readBarrierAll(ctx context.Context) error {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := e.groups.ReadBarrier(ctx, uint32(g)); err != nil {
+			if err := fn(ctx, uint32(g)); err != nil {
 				errs <- err
-				cancel() // the first failure is the answer: stop the others
+				cancel()
 			}
 		})
 	}

@@ -67,11 +67,18 @@ func (s *stream) markRecords(start uint64, body []byte) {
 		s.marks = append(s.marks, recordMark{end, s.meta.GetRecordNext()})
 		return
 	}
-	rec := s.meta.GetRecordNext() - countRecords(body)
+	s.markMessages(body, start, s.meta.GetRecordNext()-countRecords(body), last)
+}
+
+// markMessages adds a checkpoint at each message end in seg (which starts
+// at position start, after record rec) that is recordStep or more past
+// the checkpoint before it (at last), and returns the record and the last
+// checkpoint after seg: the one rule of markRecords and rebuildMarks.
+func (s *stream) markMessages(seg []byte, start, rec, last uint64) (uint64, uint64) {
 	for p := 0; ; {
-		i := bytes.IndexByte(body[p:], '\n')
+		i := bytes.IndexByte(seg[p:], '\n')
 		if i < 0 {
-			break
+			return rec, last
 		}
 		p += i + 1
 		rec++
@@ -105,18 +112,7 @@ func (s *stream) rebuildMarks() {
 		} else {
 			stop := s.buf.NextHole(from, to)
 			for _, seg := range s.buf.Segments(from, stop) {
-				for p := 0; ; {
-					i := bytes.IndexByte(seg[p:], '\n')
-					if i < 0 {
-						break
-					}
-					p += i + 1
-					rec++
-					if pos := from + uint64(p); pos-last >= recordStep {
-						s.marks = append(s.marks, recordMark{pos, rec})
-						last = pos
-					}
-				}
+				rec, last = s.markMessages(seg, from, rec, last)
 				from += uint64(len(seg))
 			}
 			from = stop
