@@ -216,6 +216,7 @@ func TestClusterBuckets(t *testing.T) {
 	if _, err := c.engines[lead0].CreateBucket(ctx, &streamv1.CreateBucketRequest{Bucket: b}); err != nil {
 		t.Fatal(err)
 	}
+	c.spreadLeaders(t)
 	// Streams in groups led by every node: each created on its leader.
 	leaders := map[uint64]bool{}
 	var names []string

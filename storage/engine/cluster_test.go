@@ -268,6 +268,40 @@ func (c *memCluster) waitLeader(tb testing.TB, g uint32) uint64 {
 	return lead
 }
 
+// spreadLeaders makes every node lead at least one group, moving
+// leaderships off nodes that lead several (elections on a loaded machine
+// may leave them all on one node).
+func (c *memCluster) spreadLeaders(tb testing.TB) {
+	tb.Helper()
+	ctx := tb.Context()
+	groups := uint32(c.engines[1].GroupCount())
+	for id := range c.engines {
+		led := map[uint64][]uint32{}
+		for g := range groups {
+			l := c.waitLeader(tb, g)
+			led[l] = append(led[l], g)
+		}
+		if len(led[id]) > 0 {
+			continue
+		}
+		var from uint64
+		for l, gs := range led {
+			if len(gs) > len(led[from]) {
+				from = l
+			}
+		}
+		g := led[from][len(led[from])-1]
+		await.True(tb, fmt.Sprintf("node %d leading group %d", id, g), func() bool {
+			if l := c.leaderOf(g); l == id {
+				return true
+			} else if l != 0 {
+				_ = c.engines[l].node.Cluster.TransferLeader(ctx, g, id)
+			}
+			return false
+		})
+	}
+}
+
 // streamWhere finds a stream name in testBucket whose group satisfies ok.
 func (c *memCluster) streamWhere(tb testing.TB, prefix string, ok func(g uint32, leader uint64) bool) string {
 	tb.Helper()

@@ -194,3 +194,48 @@ func TestDeletedDataLeavesEveryFile(t *testing.T) {
 		}
 	}
 }
+
+// TestDeletedDataReplayedIsDueAtOnce: a removal the replica applies again
+// while it replays its log at startup may have been applied before the
+// restart, so the restart must not extend the bound: it is due at once,
+// not a quarter of the bound later.
+func TestDeletedDataReplayedIsDueAtOnce(t *testing.T) {
+	clock := newFakeClock(ttlEpoch)
+	cfg := erasureConfig(t.TempDir())
+	e := startEngineAt(t, cfg, clock)
+	ctx := t.Context()
+	mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref("gone"), ContentType: "application/octet-stream"})
+	content := randomBody(t, 8<<10)
+	if _, err := e.Append(ctx, &streamv1.AppendRequest{Ref: ref("gone"), ContentType: "application/octet-stream", Body: content}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.DeleteStream(ctx, &streamv1.DeleteStreamRequest{Ref: ref("gone")}); err != nil {
+		t.Fatal(err)
+	}
+	g := e.GroupOf(key("gone"))
+	if st := e.node.Cluster.Erasure(); len(st.Groups) != 1 || st.Groups[0].Group != g || st.Groups[0].State != multiraft.ErasureOwed {
+		t.Fatalf("after the delete: %+v, want group %d owed", st.Groups, g)
+	}
+	e = restart(t, e, clock)
+	st := e.node.Cluster.Erasure()
+	if len(st.Groups) != 1 || st.Groups[0].State != multiraft.ErasureReplayed {
+		t.Fatalf("after the restart: %+v, want group %d replayed", st.Groups, g)
+	}
+	// One step of the drive interval, far below a quarter of the bound,
+	// snapshots the group.
+	st = driveStep(t, e, clock, cfg.SnapshotDriveInterval)
+	await.True(t, "a snapshot covering the replayed removal", func() bool {
+		return e.status(g).SnapshotIndex > 0
+	})
+	for range 8 {
+		if st = driveStep(t, e, clock, cfg.SnapshotDriveInterval); len(st.Groups) == 0 || st.Groups[0].State == multiraft.ErasurePurging {
+			break
+		}
+	}
+	if len(st.Groups) != 0 && st.Groups[0].State != multiraft.ErasurePurging {
+		t.Fatalf("the replayed removal is still owed after several passes: %+v", st.Groups)
+	}
+	if hits := filesHolding(t, filepath.Join(cfg.DataDir, "snapshots"), probes(content)); len(hits) > 0 {
+		t.Fatalf("snapshot files still hold the deleted stream: %v", hits)
+	}
+}
