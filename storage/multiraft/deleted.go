@@ -175,7 +175,7 @@ func (s *shard) drive(now time.Time) error {
 			e.purgeIndex = g.snapIndex
 		}
 		if e.purgeIndex == 0 {
-			if (e.replayed || now.Sub(e.since) >= quarter) && !g.snapshotting {
+			if (e.replayed || now.Sub(e.since) >= quarter) && !g.snapshotting && g.halted == nil {
 				g.logger.Debug("snapshotting a group that owes a removal", "removal_index", e.index, "bytes", e.bytes)
 				if err := s.startSnapshot(g); err != nil {
 					return err
@@ -219,7 +219,8 @@ func (s *shard) freeSegments(cutoff time.Time) (int, error) {
 		ents, size := g.st.LiveEntries()
 		if size > segBytes/4 {
 			lagging++
-			if g.applied > g.snapIndex {
+			// A halted group stays as it is: its live log is copied.
+			if g.applied > g.snapIndex && g.halted == nil {
 				if !g.snapshotting {
 					g.logger.Debug("snapshotting a group whose live log keeps old wal segments", "live_bytes", size)
 					if err := s.startSnapshot(g); err != nil {

@@ -24,6 +24,9 @@ type Metrics struct {
 	ClusterID          string         `json:"cluster_id"`
 	ProcessIncarnation string         `json:"process_incarnation"`
 	RaftGroups         []GroupMetrics `json:"raft_groups"`
+	// WALRewrittenBytes counts the live entries the journals copied
+	// forward to free segments (the deleted-data bound).
+	WALRewrittenBytes float64 `json:"wal_rewritten_bytes"`
 	// PeerClusterRefusals counts Raft RPCs refused because of another
 	// cluster id, both the ones this node refused and the ones refused to
 	// it.
