@@ -94,7 +94,9 @@ type ErasureStats struct {
 	OldestAgeMs   int64
 	OverdueGroups int
 	// LaggingGroups are the groups whose live log in segments due to be
-	// freed is over a quarter of a segment, as the latest passes found.
+	// freed is over a quarter of a segment, as the latest pass that found
+	// any did, within the last quarter of the bound (a pass lasts
+	// milliseconds: the gauge holds long enough for a scrape to see it).
 	LaggingGroups int
 	// DriverPasses counts the driver's passes over every shard.
 	DriverPasses uint64
@@ -103,10 +105,11 @@ type ErasureStats struct {
 // erasureView is a shard's view of its erasures, published by the driver
 // for metrics.
 type erasureView struct {
-	mu      sync.Mutex
-	groups  []DeletedData
-	lagging int
-	passes  uint64
+	mu        sync.Mutex
+	groups    []DeletedData
+	lagging   int
+	laggingAt time.Time
+	passes    uint64
 }
 
 // Erasure returns the deleted-data gauges, ages as of now.
@@ -193,7 +196,9 @@ func (s *shard) drive(now time.Time) error {
 		return err
 	}
 	s.erasures.mu.Lock()
-	s.erasures.lagging = lagging
+	if v := &s.erasures; lagging > 0 || now.Sub(v.laggingAt) >= quarter {
+		v.lagging, v.laggingAt = lagging, now
+	}
 	s.erasures.passes++
 	s.erasures.mu.Unlock()
 	s.publishErasures()

@@ -34,6 +34,7 @@ func (g *group) halt(cause error) {
 	g.halted = cause
 	g.isLeader, g.leader = false, 0
 	g.failPending(ErrOutcomeUnknown)
+	g.failHeld(ErrOutcomeUnknown)
 	g.failReads(fmt.Errorf("%w: %v", ErrGroupHalted, cause))
 	g.logger.Error("stopped applying the group: this build cannot apply what the group committed; the node stays up, unready, and the other replicas go on (restart it with a build that knows it)",
 		"applied", g.applied, "err", cause)

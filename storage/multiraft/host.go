@@ -474,6 +474,7 @@ func (h *Host) stop() error {
 	for _, g := range h.groups {
 		// The shard workers have returned: their state is ours now.
 		g.failPending(ErrStopped)
+		g.failHeld(ErrStopped)
 		g.failReads(ErrStopped)
 		g.finishSnapshotWaiters(0, ErrStopped)
 	}

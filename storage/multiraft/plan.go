@@ -387,6 +387,7 @@ func (g *group) restartRaft() error {
 		return fmt.Errorf("multiraft: group %d: restart raft: %w", g.id, err)
 	}
 	g.failPending(ErrProposalDropped)
+	g.failHeld(ErrProposalDropped)
 	g.rn = rn
 	g.isLeader, g.leader = false, 0
 	return nil

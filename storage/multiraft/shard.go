@@ -122,6 +122,9 @@ type shard struct {
 	// retain lists groups whose older snapshot files may go once the
 	// journal is synced (snapshot.go).
 	retain []*group
+	// holding lists groups holding proposals during a leadership
+	// transfer (transfer.go).
+	holding []*group
 	// lastDrive is when the snapshot driver last ran (deleted.go), and
 	// erasures what it found.
 	lastDrive time.Time
@@ -224,6 +227,11 @@ func (s *shard) run(ctx context.Context) error {
 		if err := s.processReady(); err != nil {
 			return err
 		}
+		if s.releaseHeld() {
+			if err := s.processReady(); err != nil {
+				return err
+			}
+		}
 	}
 }
 
@@ -266,8 +274,14 @@ func (s *shard) drain() error {
 				o.p.finish(nil, &NotLeaderError{LeaderID: g.leader})
 				break
 			}
+			if len(g.held) > 0 && len(g.held) < maxHeldProposals {
+				g.held = append(g.held, o.p) // behind the held ones, in order
+				break
+			}
 			if err := g.rn.Propose(o.p.data); err != nil {
-				o.p.finish(nil, fmt.Errorf("%w: %v", ErrProposalDropped, err))
+				if !g.holdDuringTransfer(o.p) {
+					o.p.finish(nil, fmt.Errorf("%w: %v", ErrProposalDropped, err))
+				}
 				break
 			}
 			g.pending[o.p.id] = o.p
@@ -617,6 +631,10 @@ type group struct {
 	snapshotting  bool
 	snapWaiters   []*logRequest
 	retainPending bool
+	// held are proposals raft refused while this leader hands its
+	// leadership over, since heldSince (transfer.go).
+	held      []*proposal
+	heldSince time.Time
 	// owed is the deleted data this replica still holds (deleted.go), and
 	// replayThrough the commit index recovered at startup.
 	owed          *erasure
