@@ -35,7 +35,9 @@
 // Propose returns *NotLeaderError (with the known leader, 0 if none) when this
 // node does not lead the group, ErrOutcomeUnknown when the node lost
 // leadership after the entry was appended, ErrProposalDropped when raft
-// refused the entry (nothing was appended), and ErrStopped once the host is
+// refused the entry (nothing was appended; while the leader hands its
+// leadership over the worker holds the proposal instead and answers it when
+// the transfer is over, transfer.go), and ErrStopped once the host is
 // stopping. A failed journal write or fsync, a failed snapshot write or
 // restore, and a committed entry the state machine cannot apply (it does
 // not decode, or names an operation this build does not know: Apply
