@@ -137,6 +137,16 @@
 // # Purge
 //
 // A sealed segment may be deleted once, for every group, all the entries it
-// holds are at or below that group's latest snapshot index. Only the oldest
-// segments are deleted (the remaining segments stay contiguous).
+// holds are at or below that group's latest snapshot index, or the group's
+// whole live log was copied into a later segment (RewriteEntries: an
+// ordinary entries record starting at the group's first live entry, which
+// recovery reads as replacing every earlier entry of the group). Only the
+// oldest segments are deleted (the remaining segments stay contiguous).
+//
+// A segment is dirty from when it first holds an entry at or below its
+// group's snapshot (a purged entry) until it is deleted; after a restart
+// its age is read from the file's modification time. The deleted-data
+// bound (package multiraft, deleted.go) frees segments dirty for a quarter
+// of the bound: DueThrough, SealThrough, LiveThrough, RewriteEntries, then
+// Purge. The format is unchanged by it.
 package wal

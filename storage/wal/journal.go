@@ -46,7 +46,7 @@ type Options struct {
 	// repairing it, and refuses an active segment that is not exactly the
 	// recorded one.
 	CleanShutdown *SegmentTail
-	// Now is the clock that ages purged entries (see Dirty); nil means
+	// Now is the clock that ages purged entries (DueThrough); nil means
 	// time.Now.
 	Now func() time.Time
 }
@@ -389,13 +389,13 @@ func (j *Journal) recover() (map[uint32]*GroupState, error) {
 				ErrMissingEntries, g, j.dir, snap, st.Entries[0].GetIndex())
 		}
 	}
-	for _, seg := range segs {
-		snapIndex := func(g uint32) uint64 {
-			if st := states[g]; st != nil {
-				return st.Snapshot.Index
-			}
-			return 0
+	snapIndex := func(g uint32) uint64 {
+		if st := states[g]; st != nil {
+			return st.Snapshot.Index
 		}
+		return 0
+	}
+	for _, seg := range segs {
 		if !seg.holdsPurged(snapIndex) {
 			seg.dirtySince = time.Time{}
 		} else if seg.dirtySince.IsZero() {
