@@ -91,30 +91,7 @@ func Binary(name string) (string, error) {
 	if d := os.Getenv(EnvBinDir); d != "" {
 		return existing(filepath.Join(d, name), EnvBinDir)
 	}
-	built.mu.Lock()
-	defer built.mu.Unlock()
-	if p, ok := built.paths[name]; ok {
-		return p, nil
-	}
-	root, err := ModuleRoot()
-	if err != nil {
-		return "", err
-	}
-	if built.dir == "" {
-		if built.dir, err = os.MkdirTemp("", "ursula-e2e-bin-"); err != nil {
-			return "", err
-		}
-		built.paths = map[string]string{}
-	}
-	out := filepath.Join(built.dir, name)
-	cmd := exec.Command("go", "build", "-o", out, "./services/cmd/"+name)
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./services/cmd/%s (set %s or %s to use a prebuilt binary): %v\n%s",
-			name, EnvBin, EnvBinDir, err, b)
-	}
-	built.paths[name] = out
-	return out, nil
+	return build(name, "")
 }
 
 // TaggedBinary builds the named binary with build tags (go build -tags
@@ -122,7 +99,11 @@ func Binary(name string) (string, error) {
 // second build of the node that a test mixes with the current one (the
 // feature-level upgrade test's featuretest build). The environment's
 // prebuilt binaries never stand for it.
-func TaggedBinary(name, tags string) (string, error) {
+func TaggedBinary(name, tags string) (string, error) { return build(name, tags) }
+
+// build runs go build of ./services/cmd/<name> (with tags, if any) once
+// per process and returns the binary's path.
+func build(name, tags string) (string, error) {
 	built.mu.Lock()
 	defer built.mu.Unlock()
 	key := name + " -tags " + tags
@@ -139,15 +120,19 @@ func TaggedBinary(name, tags string) (string, error) {
 		}
 		built.paths = map[string]string{}
 	}
-	dir := filepath.Join(built.dir, "tags-"+strings.ReplaceAll(tags, ",", "-"))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
+	dir := built.dir
+	if tags != "" {
+		dir = filepath.Join(built.dir, "tags-"+strings.ReplaceAll(tags, ",", "-"))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", err
+		}
 	}
 	out := filepath.Join(dir, name)
 	cmd := exec.Command("go", "build", "-tags", tags, "-o", out, "./services/cmd/"+name)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build -tags %s ./services/cmd/%s: %v\n%s", tags, name, err, b)
+		return "", fmt.Errorf("go build -tags %q ./services/cmd/%s (without tags, set %s or %s to use a prebuilt binary): %v\n%s",
+			tags, name, EnvBin, EnvBinDir, err, b)
 	}
 	built.paths[key] = out
 	return out, nil
