@@ -137,9 +137,10 @@ func (h *Host) Erasure() ErasureStats {
 	return st
 }
 
-// noteRemovals records what g's state machine removed in the batch it
-// just applied (the log replayed through replayThrough at startup).
-func (g *group) noteRemovals(now time.Time) {
+// noteRemovals records what g's state machine removed in the entry it
+// just applied at index (the log replayed through replayThrough at
+// startup).
+func (g *group) noteRemovals(index uint64) {
 	r, ok := g.sm.(Remover)
 	if !ok {
 		return
@@ -150,12 +151,12 @@ func (g *group) noteRemovals(now time.Time) {
 	}
 	// Removed bytes leave the next snapshot smaller: they count toward it.
 	g.sinceSnapBytes += bytes
-	replayed := g.applied <= g.replayThrough
+	replayed := index <= g.replayThrough
 	if g.owed == nil {
-		g.owed = &erasure{since: now}
+		g.owed = &erasure{since: g.shard.h.cfg.Now()}
 	}
 	e := g.owed
-	e.index = g.applied
+	e.index = index
 	e.bytes += bytes
 	e.replayed = e.replayed || replayed
 	e.purgeIndex = 0 // a snapshot must cover the new removal too

@@ -487,9 +487,6 @@ func (s *shard) processReady() error {
 			if err := g.apply(rd); err != nil {
 				return err
 			}
-			if len(rd.CommittedEntries) > 0 {
-				g.noteRemovals(h.cfg.Now())
-			}
 			s.stats.applyNs.Add(uint64(time.Since(applyStart)))
 			s.stats.appliedEntries.Add(uint64(len(rd.CommittedEntries)))
 			g.appliedWaits.trigger(g.applied)
@@ -684,6 +681,9 @@ func (g *group) apply(rd *raft.Ready) error {
 			if err != nil {
 				return fmt.Errorf("%w: group %d: entry %d: %w", ErrApply, g.id, idx, err)
 			}
+			// Before the proposer hears of it: a purge's report reads the
+			// erasure right after.
+			g.noteRemovals(idx)
 			if binary.LittleEndian.Uint64(data[1:]) == h.cfg.NodeID {
 				id := binary.LittleEndian.Uint64(data[9:])
 				if p := g.pending[id]; p != nil {
