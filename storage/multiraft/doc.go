@@ -80,6 +80,16 @@
 // old segment alive is snapshotted early. One group's snapshot thus never
 // stalls the other groups of its shard on a disk.
 //
+// # Deleted data
+//
+// A state machine that removes data (Remover) reports it as each entry
+// applies; the snapshot driver (deleted.go, at most once per
+// DriveInterval on each shard worker) snapshots a group a quarter of
+// DeletedDataMaxAge after a removal (at once for one replayed at startup)
+// and frees journal segments that have held purged entries for a quarter
+// of it, copying the live logs that keep them forward at most an eighth of
+// a segment per pass; Host.Erasure reports what each group still holds.
+//
 // # Waiting
 //
 // WaitApplied returns once this node's replica of a group applied an index
