@@ -3,10 +3,13 @@ package multiraft
 import (
 	"fmt"
 	"time"
+
+	"go.etcd.io/raft/v3"
 )
 
 // While a leader hands its leadership over (an operator's transfer, the
-// balancer, a drain), raft refuses every proposal: before, a client write
+// balancer, a drain), and once it stepped down before its worker noticed,
+// raft refuses every proposal: before, a client write
 // that arrived then failed with ErrProposalDropped (503), although the
 // group was healthy and a leader was only milliseconds away. The worker
 // holds such proposals instead, and once the transfer is over proposes
@@ -18,10 +21,15 @@ import (
 const maxHeldProposals = 4096
 
 // holdDuringTransfer keeps p, which raft refused, when the refusal is a
-// leadership transfer in progress; false otherwise (the caller answers
-// ErrProposalDropped).
+// leadership transfer in progress, or one that has just completed (raft
+// stepped down on a message the worker handled earlier in the same batch,
+// before this replica's leadership flag caught up); false otherwise (the
+// caller answers ErrProposalDropped).
 func (g *group) holdDuringTransfer(p *proposal) bool {
-	if len(g.held) >= maxHeldProposals || g.rn.BasicStatus().LeadTransferee == 0 {
+	if len(g.held) >= maxHeldProposals {
+		return false
+	}
+	if bs := g.rn.BasicStatus(); bs.LeadTransferee == 0 && bs.RaftState == raft.StateLeader {
 		return false
 	}
 	if len(g.held) == 0 {
