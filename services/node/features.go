@@ -108,11 +108,7 @@ func (s *Server) serveRaiseFeatureLevel(w http.ResponseWriter, r *http.Request) 
 		writeJSON(w, errcode.HTTPStatus(errcode.FeatureLevelUnsupported), map[string]any{
 			"code": errcode.Reason(errcode.FeatureLevelUnsupported), "message": refusal.Error(), "level": refusal.Level, "nodes": nodes})
 	case err != nil:
-		var de *errcode.Error
-		if !errors.As(domainError(err), &de) {
-			de = errcode.New(errcode.Internal, "%v", err)
-		}
-		writeAdminError(w, de)
+		adminFail(w, err)
 	default:
 		writeJSON(w, http.StatusOK, map[string]any{"level": *req.Level, "groups_raised": nonNil(raised)})
 	}

@@ -6,7 +6,6 @@ import (
 	"net/http"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
-	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/storage/stream"
 )
 
@@ -37,11 +36,7 @@ func (s *Server) serveFeatureProbe(w http.ResponseWriter, r *http.Request) {
 			_, err = c.Propose(r.Context(), g, &storagev1.Command{Op: &storagev1.Command_FeatureProbe{FeatureProbe: &storagev1.FeatureProbe{Note: "e2e"}}})
 		}
 		if err != nil {
-			de, ok := domainError(err).(*errcode.Error)
-			if !ok {
-				de = errcode.New(errcode.Internal, "%v", err)
-			}
-			writeAdminError(w, de)
+			adminFail(w, err)
 			return
 		}
 		probed = append(probed, g)

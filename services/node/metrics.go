@@ -177,12 +177,12 @@ func erasureMetrics(st multiraft.ErasureStats, out map[string]any) {
 	out["deleted_data"] = groups
 	out["raft_deleted_data_oldest_age_ms"] = float64(st.OldestAgeMs)
 	out["raft_deleted_data_overdue_groups"] = float64(st.OverdueGroups)
-	out["raft_deleted_data_max_age_ms"] = float64(st.MaxAge.Milliseconds())
+	out["raft_deleted_data_max_age_ms"] = float64(0) // not enforced
+	if st.Enforced {
+		out["raft_deleted_data_max_age_ms"] = float64(st.MaxAge.Milliseconds())
+	}
 	out["wal_lagging_groups"] = float64(st.LaggingGroups)
 	out["snapshot_driver_passes"] = float64(st.DriverPasses)
-	if !st.Enforced {
-		out["raft_deleted_data_max_age_ms"] = float64(0)
-	}
 }
 
 // shardMetrics adds each shard worker's mailbox depth, counters and

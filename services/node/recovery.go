@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/storage/multiraft"
 )
 
@@ -97,11 +96,7 @@ func (s *Server) serveAcceptUnsyncedLoss(w http.ResponseWriter, r *http.Request)
 	case errors.As(err, &refusal):
 		answer(http.StatusConflict, refusalDoc(refusal))
 	case err != nil:
-		var de *errcode.Error
-		if !errors.As(domainError(err), &de) {
-			de = errcode.New(errcode.Internal, "%v", err)
-		}
-		writeAdminError(w, de)
+		adminFail(w, err)
 	case req.Lead:
 		answer(http.StatusOK, map[string]any{"outcome": "leads", "leader_term": term})
 	default:

@@ -209,10 +209,20 @@ func TestDeletedDataReplayedIsDueAtOnce(t *testing.T) {
 	if _, err := e.Append(ctx, &streamv1.AppendRequest{Ref: ref("gone"), ContentType: "application/octet-stream", Body: content}); err != nil {
 		t.Fatal(err)
 	}
+	// A snapshot file holds the stream before its removal: the erasure
+	// must replace it.
+	g := e.GroupOf(key("gone"))
+	before, err := e.node.Cluster.Snapshot(ctx, g, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapDir := filepath.Join(cfg.DataDir, "snapshots")
+	if hits := filesHolding(t, snapDir, probes(content)); len(hits) == 0 {
+		t.Fatal("no snapshot file holds the stream before its removal: the scan proves nothing")
+	}
 	if _, err := e.DeleteStream(ctx, &streamv1.DeleteStreamRequest{Ref: ref("gone")}); err != nil {
 		t.Fatal(err)
 	}
-	g := e.GroupOf(key("gone"))
 	if st := e.node.Cluster.Erasure(); len(st.Groups) != 1 || st.Groups[0].Group != g || st.Groups[0].State != multiraft.ErasureOwed {
 		t.Fatalf("after the delete: %+v, want group %d owed", st.Groups, g)
 	}
@@ -225,7 +235,7 @@ func TestDeletedDataReplayedIsDueAtOnce(t *testing.T) {
 	// snapshots the group.
 	st = driveStep(t, e, clock, cfg.SnapshotDriveInterval)
 	await.True(t, "a snapshot covering the replayed removal", func() bool {
-		return e.status(g).SnapshotIndex > 0
+		return e.status(g).SnapshotIndex > before
 	})
 	for range 8 {
 		if st = driveStep(t, e, clock, cfg.SnapshotDriveInterval); len(st.Groups) == 0 || st.Groups[0].State == multiraft.ErasurePurging {
@@ -235,7 +245,7 @@ func TestDeletedDataReplayedIsDueAtOnce(t *testing.T) {
 	if len(st.Groups) != 0 && st.Groups[0].State != multiraft.ErasurePurging {
 		t.Fatalf("the replayed removal is still owed after several passes: %+v", st.Groups)
 	}
-	if hits := filesHolding(t, filepath.Join(cfg.DataDir, "snapshots"), probes(content)); len(hits) > 0 {
+	if hits := filesHolding(t, snapDir, probes(content)); len(hits) > 0 {
 		t.Fatalf("snapshot files still hold the deleted stream: %v", hits)
 	}
 }

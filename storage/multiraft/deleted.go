@@ -141,11 +141,10 @@ func (h *Host) Erasure() ErasureStats {
 // just applied at index (the log replayed through replayThrough at
 // startup).
 func (g *group) noteRemovals(index uint64) {
-	r, ok := g.sm.(Remover)
-	if !ok {
+	if g.remover == nil {
 		return
 	}
-	n, bytes := r.TakeRemoved()
+	n, bytes := g.remover.TakeRemoved()
 	if n == 0 {
 		return
 	}

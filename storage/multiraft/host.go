@@ -314,6 +314,7 @@ func (h *Host) newGroup(id uint32, st *wal.GroupState, s *shard) (*group, error)
 		cs:      pb.EnsureConfState(nil),
 	}
 	g.sm = h.newSM(id)
+	g.remover, _ = g.sm.(Remover)
 	var applied uint64
 	if snap != nil {
 		if err := g.sm.Restore(snap.GetData()); haltsGroup(err) {

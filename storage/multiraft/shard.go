@@ -632,8 +632,10 @@ type group struct {
 	// leadership over, since heldSince (transfer.go).
 	held      []*proposal
 	heldSince time.Time
-	// owed is the deleted data this replica still holds (deleted.go), and
-	// replayThrough the commit index recovered at startup.
+	// owed is the deleted data this replica still holds (deleted.go),
+	// replayThrough the commit index recovered at startup, and remover
+	// sm when it reports removals (asked after every applied entry).
+	remover       Remover
 	owed          *erasure
 	replayThrough uint64
 	// reads are the readers waiting for a read index (readindex.go).

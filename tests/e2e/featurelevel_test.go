@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -55,12 +54,7 @@ func TestFeatureLevelRollingUpgrade(t *testing.T) {
 			t.Fatalf("create %s: %v %v", writers[i].stream, resp, err)
 		}
 	}
-	stop := make(chan struct{})
-	var wwg sync.WaitGroup
-	for i, w := range writers {
-		wwg.Go(func() { w.run(ctx, client, i, stop) })
-	}
-	stopWriters := sync.OnceFunc(func() { close(stop); wwg.Wait() })
+	stopWriters := startWriters(ctx, client, writers)
 	defer stopWriters()
 	flowing := func(what string) {
 		t.Helper()

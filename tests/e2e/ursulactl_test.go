@@ -533,6 +533,17 @@ const (
 	rollSteady = 25
 )
 
+// startWriters runs every writer until the returned function (which
+// waits for them, and may be called more than once) stops them.
+func startWriters(ctx context.Context, client *Client, writers []*rollWriter) func() {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, w := range writers {
+		wg.Go(func() { w.run(ctx, client, i, stop) })
+	}
+	return sync.OnceFunc(func() { close(stop); wg.Wait() })
+}
+
 // rollWriter appends records to its own stream as one idempotent producer.
 type rollWriter struct {
 	stream string
@@ -770,12 +781,7 @@ func TestUrsulactlRollout(t *testing.T) {
 		readers[i] = &sseReader{stream: writers[i].stream}
 		rwg.Go(func() { readers[i].run(rctx, c.GatewayURL()) })
 	}
-	stop := make(chan struct{})
-	var wwg sync.WaitGroup
-	for i, w := range writers {
-		wwg.Go(func() { w.run(ctx, client, i, stop) })
-	}
-	stopWriters := sync.OnceFunc(func() { close(stop); wwg.Wait() })
+	stopWriters := startWriters(ctx, client, writers)
 	defer stopWriters()
 	// Load before the first drain: a while, and at least rollSteady
 	// appends per writer however slow the machine is.
