@@ -56,6 +56,14 @@ func (n *memNetwork) release() {
 	}
 }
 
+// discard stops holding messages and drops those held (a link that lost
+// them).
+func (n *memNetwork) discard() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.hold, n.held = nil, nil
+}
+
 func newMemNetwork() *memNetwork {
 	return &memNetwork{hosts: map[uint64]*Host{}, down: map[uint64]bool{}}
 }
