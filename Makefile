@@ -16,6 +16,9 @@ MODULE := github.com/ursula/ursula
 BIN := $(CURDIR)/bin
 TOOLS := -modfile=tests/tools/go.mod
 TEST_TIMEOUT ?= 20m
+# The release version stamped into every binary (internal/buildinfo).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X $(MODULE)/internal/buildinfo.version=$(VERSION)
 
 # Every binary: each directory under services/cmd and ops/cmd with a main.go.
 CMDS := $(patsubst %/main.go,./%,$(sort $(wildcard services/cmd/*/main.go ops/cmd/*/main.go)))
@@ -55,7 +58,7 @@ help: ## Show this help
 
 build: ## Build every binary (ursula, ursula-node, ursula-gateway, ...) into bin/
 	@if [ -z "$(CMDS)" ]; then echo "build: no main packages under services/cmd or ops/cmd" >&2; exit 1; fi
-	$(GO) build -o $(BIN)/ $(CMDS)
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(CMDS)
 
 run: build ## Build, then run bin/ursula (all roles, one node, ./data, gateway on 127.0.0.1:4437)
 	$(BIN)/ursula $(ARGS)
