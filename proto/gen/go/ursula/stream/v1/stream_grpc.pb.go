@@ -45,9 +45,10 @@ const (
 //
 // StreamService is the data API of a storage node. The gateway and
 // service-to-service callers use it; every Durable Streams operation maps
-// onto one of these calls. Errors are gRPC statuses with an ErrorInfo detail
-// whose reason is the domain code (see services/platform/errmap) and whose
-// metadata carries the protocol fields (next_offset, closed, ...).
+// onto one of these calls. Errors are gRPC statuses with a google.rpc.ErrorInfo
+// detail (domain "ursula") whose reason is the contract code of
+// ursula/errors/v1/errors.proto and whose metadata carries the protocol
+// fields (next_offset, closed, ...); docs/grpc.md lists them per call.
 type StreamServiceClient interface {
 	// CreateBucket creates a bucket; creating an existing bucket succeeds with created=false.
 	CreateBucket(ctx context.Context, in *CreateBucketRequest, opts ...grpc.CallOption) (*CreateBucketResponse, error)
@@ -297,9 +298,10 @@ func (c *streamServiceClient) GetClusterInfo(ctx context.Context, in *GetCluster
 //
 // StreamService is the data API of a storage node. The gateway and
 // service-to-service callers use it; every Durable Streams operation maps
-// onto one of these calls. Errors are gRPC statuses with an ErrorInfo detail
-// whose reason is the domain code (see services/platform/errmap) and whose
-// metadata carries the protocol fields (next_offset, closed, ...).
+// onto one of these calls. Errors are gRPC statuses with a google.rpc.ErrorInfo
+// detail (domain "ursula") whose reason is the contract code of
+// ursula/errors/v1/errors.proto and whose metadata carries the protocol
+// fields (next_offset, closed, ...); docs/grpc.md lists them per call.
 type StreamServiceServer interface {
 	// CreateBucket creates a bucket; creating an existing bucket succeeds with created=false.
 	CreateBucket(context.Context, *CreateBucketRequest) (*CreateBucketResponse, error)
