@@ -98,7 +98,12 @@ func (s *Server) setUpAdmin(dataDir string) error {
 // one. A page of another site that a DNS rebinding points at the loopback
 // address sends its own name, and is refused.
 func (s *Server) adminHostAllowed(r *http.Request) bool {
-	host := r.Host
+	return s.adminAuthorityAllowed(r.Host)
+}
+
+// adminAuthorityAllowed is adminHostAllowed for a Host or :authority
+// value.
+func (s *Server) adminAuthorityAllowed(host string) bool {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}

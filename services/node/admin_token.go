@@ -75,7 +75,14 @@ func ensureAdminToken(path string) (created bool, err error) {
 // allows reports whether r carries the token as "Authorization: Bearer
 // <token>". The digests are compared in constant time.
 func (t *adminToken) allows(r *http.Request) bool {
-	scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	return t.allowsCredential(r.Header.Get("Authorization"))
+}
+
+// allowsCredential reports whether an Authorization value (an HTTP
+// header, or the authorization metadata of a gRPC call) is "Bearer
+// <token>".
+func (t *adminToken) allowsCredential(authorization string) bool {
+	scheme, cred, ok := strings.Cut(authorization, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}

@@ -63,6 +63,14 @@ var (
 // A caller that proves nothing is refused (UNAUTHENTICATED) when client
 // authentication is configured, and otherwise, or with
 // allow_anonymous_clients, is a client.
+//
+// Two services are not the data's: server reflection
+// (server.grpc_reflection) answers any caller with a role, whichever it
+// is, and refuses the others as the data services do; grpc.health.v1
+// needs no credentials (it says only whether the node is ready, for load
+// balancers and kubelet probes, which carry none), but credentials a
+// caller presents are checked there too: a bad token is refused, not
+// taken for anonymity.
 type clientAuth struct {
 	tokens *tokenFile // nil without server.client_token_file
 	// local is the digest of the token this process's own gateway sends
@@ -126,7 +134,11 @@ func (a *clientAuth) caller(ctx context.Context) (role, how string) {
 // authorize decides a call to method (its full name) with first request
 // req (nil for a stream whose first message is not read yet).
 func (a *clientAuth) authorize(ctx context.Context, method string, req any) error {
+	service, _, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
 	role, how := a.caller(ctx)
+	if service == healthServiceName && how != "bad_token" {
+		return nil
+	}
 	if role == "" {
 		a.refused(ctx, method, how, "")
 		if how == "bad_token" {
@@ -134,10 +146,11 @@ func (a *clientAuth) authorize(ctx context.Context, method string, req any) erro
 		}
 		return grpcerr.ToStatus(errcode.New(errcode.Unauthenticated, "the client plane requires a client certificate or a bearer token"))
 	}
-	service, _, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
 	var allowed bool
-	switch service {
-	case streamServiceName:
+	switch {
+	case isReflection(service):
+		allowed = true
+	case service == streamServiceName:
 		switch role {
 		case pki.RoleGateway:
 			allowed = true
@@ -148,9 +161,9 @@ func (a *clientAuth) authorize(ctx context.Context, method string, req any) erro
 			}
 			allowed = true
 		}
-	case coldGCServiceName:
+	case service == coldGCServiceName:
 		allowed = role == pki.RoleColdGC
-	case backupServiceName:
+	case service == backupServiceName:
 		allowed = role == pki.RoleBackup
 	}
 	if !allowed {

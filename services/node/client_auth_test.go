@@ -53,6 +53,9 @@ func TestClientAuthorization(t *testing.T) {
 	ack := "/" + coldGCServiceName + "/AckGC"
 	importGroup := "/" + backupServiceName + "/ImportGroup"
 	export := "/" + backupServiceName + "/ExportGroup"
+	reflect := "/" + reflectionV1Name + "/ServerReflectionInfo"
+	reflectAlpha := "/" + reflectionV1AlphaName + "/ServerReflectionInfo"
+	healthCheck := "/" + healthServiceName + "/Check"
 	user := &streamv1.CreateStreamRequest{Ref: &streamv1.StreamRef{Bucket: "tenant", Stream: "s"}}
 	reserved := &streamv1.CreateStreamRequest{Ref: &streamv1.StreamRef{Bucket: "__system", Stream: "s"}}
 	forkOfReserved := &streamv1.CreateStreamRequest{Ref: &streamv1.StreamRef{Bucket: "tenant", Stream: "f"},
@@ -82,7 +85,17 @@ func TestClientAuthorization(t *testing.T) {
 		{"client, backup service", clientToken, export, &backupv1.ExportGroupRequest{}, codes.PermissionDenied},
 		{"coldgc, backup service", coldgcToken, export, &backupv1.ExportGroupRequest{}, codes.PermissionDenied},
 		{"nobody, backup service", "", export, &backupv1.ExportGroupRequest{}, codes.Unauthenticated},
-		{"an unknown service", gatewayToken, "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", nil, codes.PermissionDenied},
+		{"the admin service", gatewayToken, "/ursula.admin.v1.AdminService/GetReady", nil, codes.PermissionDenied},
+		{"an unknown service", gatewayToken, "/no.such.Service/Call", nil, codes.PermissionDenied},
+		// Reflection asks for what the plane asks for: some role.
+		{"reflection without credentials", "", reflect, nil, codes.Unauthenticated},
+		{"reflection with a wrong token", strings.Repeat("x", 40), reflect, nil, codes.Unauthenticated},
+		{"reflection, client", clientToken, reflect, nil, codes.OK},
+		{"reflection v1alpha, coldgc", coldgcToken, reflectAlpha, nil, codes.OK},
+		// Health needs no credentials, and checks those it is given.
+		{"health without credentials", "", healthCheck, nil, codes.OK},
+		{"health with a wrong token", strings.Repeat("x", 40), healthCheck, nil, codes.Unauthenticated},
+		{"health, backup", backupToken, healthCheck, nil, codes.OK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := status.Code(a.authorize(withToken(tc.token), tc.method, tc.req)); got != tc.want {

@@ -50,6 +50,14 @@ type Config struct {
 	// admin plane answers besides localhost, loopback addresses and the
 	// listener's own host: any other Host is refused (DNS rebinding).
 	AdminAllowedHosts []string `toml:"admin_allowed_hosts"`
+	// GRPCReflection serves gRPC server reflection (grpc.reflection.v1 and
+	// v1alpha) on the client and admin planes, so that grpcurl and other
+	// tools list and call their services without the .proto files:
+	// "loopback" (the default; empty means it) serves it on a plane whose
+	// listener is a loopback address, "on" on every plane, "off" on none.
+	// Reflection asks for what the plane asks for: a caller the plane
+	// would refuse is refused (docs/grpc.md).
+	GRPCReflection string `toml:"grpc_reflection"`
 	// AdminPprof serves the Go profiles (/debug/pprof/) on the admin
 	// plane, behind the token.
 	AdminPprof bool `toml:"admin_pprof"`
@@ -107,6 +115,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultListen, defaultClusterLi
 	fs.StringVar(&c.AdminTLS.CAFile, "admin.tls.ca-file", "", "admin plane: PEM bundle of the CA of operator client certificates")
 	fs.StringVar(&c.AdminTLS.CertFile, "admin.tls.cert-file", "", "admin plane: PEM certificate (serves TLS; required on a non-loopback address)")
 	fs.StringVar(&c.AdminTLS.KeyFile, "admin.tls.key-file", "", "admin plane: PEM key (mode 600)")
+	fs.StringVar(&c.GRPCReflection, "server.grpc-reflection", ReflectionLoopback, "gRPC server reflection on the client and admin planes: loopback (on a loopback listener), on or off")
 	fs.BoolVar(&c.AdminPprof, "admin.pprof", false, "serve /debug/pprof/ on the admin plane (behind the token)")
 	fs.StringVar(&c.ClientTLS.CAFile, "node.tls.ca-file", "", "client plane: PEM bundle of the CA of client certificates")
 	fs.StringVar(&c.ClientTLS.CertFile, "node.tls.cert-file", "", "client plane: this node's PEM certificate (serves TLS)")
@@ -163,6 +172,11 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("server.listen %q is not a loopback address and the client plane authenticates nobody: "+
 			"configure server.client_tls and/or server.client_token_file, or set allow_anonymous_clients = true", c.Listen))
 	}
+	switch c.GRPCReflection {
+	case "", ReflectionLoopback, ReflectionOn, ReflectionOff:
+	default:
+		errs = append(errs, fmt.Errorf("server.grpc_reflection %q: want %q, %q or %q", c.GRPCReflection, ReflectionLoopback, ReflectionOn, ReflectionOff))
+	}
 	if c.ClusterID == "" {
 		errs = append(errs, errors.New("server.cluster_id is empty"))
 	}
@@ -202,6 +216,25 @@ func (c *Config) ValidateClusterPlane(peerClusterURLs []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Values of server.grpc_reflection.
+const (
+	ReflectionLoopback = "loopback"
+	ReflectionOn       = "on"
+	ReflectionOff      = "off"
+)
+
+// reflectionOn reports whether a plane listening on addr serves reflection.
+func (c Config) reflectionOn(addr string) bool {
+	switch c.GRPCReflection {
+	case ReflectionOn:
+		return true
+	case ReflectionOff:
+		return false
+	}
+	host, _, err := net.SplitHostPort(addr)
+	return err == nil && isLoopback(host)
 }
 
 // InflightBodySize is HTTPInflightBodySize with the default for zero.

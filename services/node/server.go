@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/ursula/ursula/internal/pki"
@@ -67,6 +68,11 @@ type Server struct {
 	clientAuth *clientAuth
 
 	grpcServer *grpc.Server
+	// health is the client plane's grpc.health.v1, following readiness.
+	health *nodeHealth
+	// adminGRPC serves AdminService on the admin listener (nil without an
+	// admin plane).
+	adminGRPC *grpc.Server
 	// local serves the same services in-process (Conn).
 	local   *inproc.Server
 	streams *streamService
@@ -171,8 +177,18 @@ func New(cfg Config, n *engine.Node, deps Deps, logger *slog.Logger) (*Server, e
 		coldgcv1.RegisterColdGCServiceServer(r, s.coldgc)
 		backupv1.RegisterBackupServiceServer(r, s.backup)
 	}
-	// AdminService is served on the loopback admin plane only (its REST
+	// Health and reflection are the network server's only: the roles of
+	// this process know the node's state without asking.
+	s.health = newNodeHealth(s.streams.draining)
+	healthv1.RegisterHealthServer(s.grpcServer, s.health)
+	if cfg.reflectionOn(cfg.Listen) {
+		registerReflection(s.grpcServer)
+	}
+	// AdminService is served on the admin plane only (gRPC and its REST
 	// mapping, adminHandler), never on the client plane.
+	if cfg.AdminListen != "" {
+		s.adminGRPC = s.newAdminGRPC()
+	}
 	return s, nil
 }
 
@@ -215,7 +231,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	errorLog := slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn)
 	clientHTTP := s.cfg.HTTP.Server(http.MaxBytesHandler(s.httpHandler(), maxHTTPBodyBytes), errorLog)
-	var adminHTTP *http.Server
+	var (
+		adminHTTP *http.Server
+		adminMux  *listenmux.Mux
+	)
 	if adminLn != nil {
 		h, err := s.adminHandler(ctx)
 		if err != nil {
@@ -223,13 +242,18 @@ func (s *Server) Run(ctx context.Context) error {
 			_ = adminLn.Close()
 			return err
 		}
-		adminHTTP = s.cfg.HTTP.Server(h, errorLog) // bodies bounded per route (adminHandler)
+		adminHTTP = s.cfg.HTTP.Server(withAdminTLS(h), errorLog) // bodies bounded per route (adminHandler)
+		adminHTTP.ConnContext = adminConnContext
+		// gRPC (AdminService, reflection) and HTTP share the admin
+		// listener, TLS terminated before they are told apart.
 		if s.adminTLS != nil {
-			adminLn = tls.NewListener(adminLn, s.adminTLS.ServerConfig(tls.VerifyClientCertIfGiven))
+			adminMux = listenmux.NewTLS(adminLn, s.adminTLS.ServerConfig(tls.VerifyClientCertIfGiven), s.adminHandshakeRefused)
+		} else {
+			adminMux = listenmux.New(adminLn)
 		}
 	}
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
+	errc := make(chan error, 16)
 	run := func(f func() error) {
 		wg.Add(1)
 		go func() {
@@ -243,7 +267,9 @@ func (s *Server) Run(ctx context.Context) error {
 	run(func() error { return s.grpcServer.Serve(mux.GRPC()) })
 	run(func() error { return clientHTTP.Serve(mux.HTTP()) })
 	if adminHTTP != nil {
-		run(func() error { return adminHTTP.Serve(adminLn) })
+		run(adminMux.Serve)
+		run(func() error { return adminHTTP.Serve(adminMux.HTTP()) })
+		run(func() error { return s.adminGRPC.Serve(adminMux.GRPC()) })
 	}
 	var (
 		clusterGRPC *grpc.Server
@@ -266,12 +292,20 @@ func (s *Server) Run(ctx context.Context) error {
 		run(func() error { return clusterGRPC.Serve(clusterMux.GRPC()) })
 		run(func() error { return clusterHTTP.Serve(clusterMux.HTTP()) })
 	}
-	s.logger.Info("node listening", "client", clientLn.Addr().String(), "admin", s.cfg.AdminListen, "cluster", s.cfg.ClusterListen)
+	s.logger.Info("node listening", "client", clientLn.Addr().String(), "admin", s.cfg.AdminListen, "cluster", s.cfg.ClusterListen,
+		"client_grpc_reflection", s.cfg.reflectionOn(s.cfg.Listen), "admin_grpc_reflection", adminLn != nil && s.cfg.reflectionOn(s.cfg.AdminListen))
 	go func() {
 		if err := s.n.WaitReady(ctx); err == nil {
 			s.setReady(true)
 			s.logger.Info("node ready")
 		}
+	}()
+	healthCtx, stopHealth := context.WithCancel(ctx)
+	defer stopHealth()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.watchHealth(healthCtx)
 	}()
 
 	var runErr error
@@ -281,6 +315,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.stopping.Store(true)
 	s.setReady(false)
+	stopHealth()
 	if s.plane != nil {
 		s.handOff()
 	}
@@ -298,7 +333,15 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	_ = clientHTTP.Shutdown(shutdownCtx)
 	if adminHTTP != nil {
+		adminStopped := make(chan struct{})
+		go func() { s.adminGRPC.GracefulStop(); close(adminStopped) }()
+		select {
+		case <-adminStopped:
+		case <-shutdownCtx.Done():
+			s.adminGRPC.Stop()
+		}
 		_ = adminHTTP.Shutdown(shutdownCtx)
+		_ = adminMux.Close()
 	}
 	_ = mux.Close()
 	if clusterGRPC != nil {
@@ -362,6 +405,7 @@ func (s *Server) setReady(v bool) {
 	s.readyMu.Lock()
 	s.ready = v
 	s.readyMu.Unlock()
+	s.refreshHealth()
 }
 
 // leaderlessGrace is how long a group this node saw led may go without a
