@@ -104,6 +104,10 @@ bin/versitygw: tests/tools/go.mod tests/tools/go.sum
 bin/gojq: tests/tools/go.mod tests/tools/go.sum
 	$(GO) build $(TOOLS) -o $@ github.com/itchyny/gojq/cmd/gojq
 
+# grpcurl for the gRPC e2e test (tests/e2e TestGRPCurlFreshNode) and docs/grpc.md.
+bin/grpcurl: tests/tools/go.mod tests/tools/go.sum
+	$(GO) build $(TOOLS) -o $@ github.com/fullstorydev/grpcurl/cmd/grpcurl
+
 generate: bin/buf ## Regenerate proto/gen from proto/ (offline: buf and the protoc plugins are pinned Go tools)
 	bin/buf generate
 	bin/buf generate --template buf.gen.admin.yaml --path proto/ursula/admin
@@ -153,7 +157,7 @@ test-integration: bin/versitygw ## In-process cluster tests (tests/integration),
 		echo "test-integration: tests/integration does not exist yet: no integration tests to run"; \
 	fi
 
-test-e2e: build bin/versitygw bin/gojq ## Spawned-binary tests (tests/e2e): durability under SIGKILL/SIGTERM, a wiped node rejoining, peers of another cluster, a rolling upgrade across two builds (the test builds ursula-node -tags featuretest itself)
+test-e2e: build bin/versitygw bin/gojq bin/grpcurl ## Spawned-binary tests (tests/e2e): durability under SIGKILL/SIGTERM, a wiped node rejoining, peers of another cluster, a rolling upgrade across two builds (the test builds ursula-node -tags featuretest itself)
 	URSULA_BIN=$(BIN)/ursula URSULA_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout $(TEST_TIMEOUT) ./tests/e2e/...
 
 test-chaos-short: build bin/versitygw ## Short chaos run (about 90 s, part of make test): 3-node cluster, kills, power losses of one node and partitions, history checked

@@ -175,6 +175,9 @@ func TestGRPCReflection(t *testing.T) {
 			{client, "client", "ursula.stream.v1.AppendRequest", true},
 			{client, "client", "ursula.admin.v1.AdminService", false},
 			{client, "client", "ursula.raft.v1.RaftService", false},
+			{client, "client", "google.rpc.ErrorInfo", true},
+			{client, "client", "ursula.errors.v1.Code", true},
+			{admin, "admin", "google.rpc.ErrorInfo", true},
 			{admin, "admin", "ursula.admin.v1.AdminService", true},
 			{admin, "admin", "ursula.stream.v1.StreamService", false},
 		} {

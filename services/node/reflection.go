@@ -3,12 +3,15 @@ package node
 import (
 	"sync"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
 	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+
+	errorsv1 "github.com/ursula/ursula/proto/gen/go/ursula/errors/v1"
 )
 
 // Service names of the gRPC reflection and health services, for the
@@ -24,11 +27,12 @@ func isReflection(service string) bool {
 }
 
 // registerReflection serves gRPC server reflection (v1 and v1alpha) on
-// srv. It answers for the services registered on srv and the files they
-// are defined in (with their imports), nothing else: not the other
-// protocols linked into the binary (the cluster plane's Raft service, the
-// admin service on the client plane), and no extensions. Register it after
-// every other service of srv.
+// srv. It answers for the services registered on srv, the files they are
+// defined in (with their imports) and the error model every plane shares
+// (errorFiles), nothing else: not the other protocols linked into the
+// binary (the cluster plane's Raft service, the admin service on the
+// client plane), and no extensions. Register it after every other service
+// of srv.
 func registerReflection(srv *grpc.Server) {
 	files := &planeFiles{srv: srv}
 	opts := reflection.ServerOptions{Services: srv, DescriptorResolver: files, ExtensionResolver: &protoregistry.Types{}}
@@ -60,8 +64,16 @@ func (p *planeFiles) FindDescriptorByName(name protoreflect.FullName) (protorefl
 	return p.get().FindDescriptorByName(name)
 }
 
+// errorFiles define what a failed call carries: the google.rpc.ErrorInfo
+// detail (a client such as grpcurl asks reflection for it to print the
+// detail) and the contract's codes, whose names are its reasons.
+var errorFiles = []protoreflect.FileDescriptor{
+	errdetails.File_google_rpc_error_details_proto,
+	errorsv1.File_ursula_errors_v1_errors_proto,
+}
+
 // serviceFiles collects the files defining services (looked up in the
-// process's registry) and their imports.
+// process's registry) and their imports, and errorFiles.
 func serviceFiles(services map[string]grpc.ServiceInfo) *protoregistry.Files {
 	files := &protoregistry.Files{}
 	var add func(fd protoreflect.FileDescriptor)
@@ -85,6 +97,9 @@ func serviceFiles(services map[string]grpc.ServiceInfo) *protoregistry.Files {
 			continue
 		}
 		add(d.ParentFile())
+	}
+	for _, fd := range errorFiles {
+		add(fd)
 	}
 	return files
 }
