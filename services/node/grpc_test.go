@@ -511,3 +511,55 @@ func TestAdminGRPCMethodsMatchREST(t *testing.T) {
 		t.Errorf("AdminService has streaming methods, which the admin plane does not serve")
 	}
 }
+
+// fakeWatch is a Watch stream that reports what it is sent.
+type fakeWatch struct {
+	grpc.ServerStream
+	ctx  context.Context
+	sent chan healthv1.HealthCheckResponse_ServingStatus
+}
+
+func (f *fakeWatch) Context() context.Context { return f.ctx }
+
+func (f *fakeWatch) Send(r *healthv1.HealthCheckResponse) error {
+	f.sent <- r.GetStatus()
+	return nil
+}
+
+// TestHealthWatchBounds: Watch calls are bounded (health takes no
+// credentials), and the node's drain ends those open.
+func TestHealthWatchBounds(t *testing.T) {
+	draining := make(chan struct{})
+	h := newNodeHealth(draining, 1)
+	watch := func(ctx context.Context) (*fakeWatch, chan error) {
+		f := &fakeWatch{ctx: ctx, sent: make(chan healthv1.HealthCheckResponse_ServingStatus, 4)}
+		done := make(chan error, 1)
+		go func() { done <- h.Watch(&healthv1.HealthCheckRequest{}, f) }()
+		return f, done
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	first, firstDone := watch(ctx)
+	if st := <-first.sent; st != healthv1.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("first status %v, want NOT_SERVING", st)
+	}
+	_, secondDone := watch(t.Context())
+	if err := <-secondDone; status.Code(err) != codes.ResourceExhausted || errorReason(status.Convert(err)) != "LIMIT_EXCEEDED" {
+		t.Fatalf("a watcher beyond the bound: %v, want LIMIT_EXCEEDED", err)
+	}
+	h.set(true)
+	if st := <-first.sent; st != healthv1.HealthCheckResponse_SERVING {
+		t.Fatalf("after set(true): %v, want SERVING", st)
+	}
+	cancel()
+	if err := <-firstDone; status.Code(err) != codes.Canceled {
+		t.Fatalf("first Watch after its caller left: %v", err)
+	}
+	third, thirdDone := watch(t.Context())
+	if st := <-third.sent; st != healthv1.HealthCheckResponse_SERVING {
+		t.Fatalf("a watcher admitted once the first left: %v", st)
+	}
+	close(draining)
+	if err := <-thirdDone; err == nil {
+		t.Fatal("Watch went on after the drain")
+	}
+}

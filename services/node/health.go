@@ -6,6 +6,9 @@ import (
 
 	"google.golang.org/grpc/health"
 	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/ursula/ursula/services/platform/errcode"
+	"github.com/ursula/ursula/services/platform/grpcerr"
 )
 
 // healthServiceName is grpc.health.v1.Health, which needs no credentials
@@ -18,18 +21,25 @@ var healthServiceName = healthv1.Health_ServiceDesc.ServiceName
 // gates, which change on their own.
 const healthRefreshInterval = time.Second
 
+// maxHealthWatchers bounds the Watch calls open at once: health needs no
+// credentials, so its long-lived calls are bounded apart from the
+// authenticated ones.
+const maxHealthWatchers = 1024
+
 // nodeHealth is the client plane's grpc.health.v1 service: the overall
 // service ("") and ursula.stream.v1.StreamService are SERVING exactly
 // when the node is ready (the readiness of GET /__ursula/ready), and
 // NOT_SERVING otherwise; a caller's Watch sees each change. Watch calls
-// end when the node drains, so that they do not hold its graceful stop.
+// end when the node drains, so that they do not hold its graceful stop;
+// at most maxWatchers are open at once (more answer LIMIT_EXCEEDED).
 type nodeHealth struct {
 	*health.Server
 	draining <-chan struct{}
+	watchers chan struct{} // one token per open Watch
 }
 
-func newNodeHealth(draining <-chan struct{}) *nodeHealth {
-	h := &nodeHealth{Server: health.NewServer(), draining: draining}
+func newNodeHealth(draining <-chan struct{}, maxWatchers int) *nodeHealth {
+	h := &nodeHealth{Server: health.NewServer(), draining: draining, watchers: make(chan struct{}, maxWatchers)}
 	h.set(false)
 	return h
 }
@@ -47,6 +57,12 @@ func (h *nodeHealth) set(ready bool) {
 // Watch implements grpc.health.v1.Health, ending the call when the node
 // drains.
 func (h *nodeHealth) Watch(req *healthv1.HealthCheckRequest, stream healthv1.Health_WatchServer) error {
+	select {
+	case h.watchers <- struct{}{}:
+		defer func() { <-h.watchers }()
+	default:
+		return grpcerr.ToStatus(errcode.New(errcode.LimitExceeded, "%d health watchers are open, the most this node serves: use Check", cap(h.watchers)))
+	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	go func() {

@@ -179,7 +179,7 @@ func New(cfg Config, n *engine.Node, deps Deps, logger *slog.Logger) (*Server, e
 	}
 	// Health and reflection are the network server's only: the roles of
 	// this process know the node's state without asking.
-	s.health = newNodeHealth(s.streams.draining)
+	s.health = newNodeHealth(s.streams.draining, maxHealthWatchers)
 	healthv1.RegisterHealthServer(s.grpcServer, s.health)
 	if cfg.reflectionOn(cfg.Listen) {
 		registerReflection(s.grpcServer)
