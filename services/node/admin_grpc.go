@@ -56,9 +56,7 @@ func (s *Server) newAdminGRPC() *grpc.Server {
 	}
 	srv := grpc.NewServer(opts...)
 	adminv1.RegisterAdminServiceServer(srv, &adminService{srv: s})
-	if s.cfg.reflectionOn(s.cfg.AdminListen) {
-		registerReflection(srv)
-	}
+	registerReflection(srv, s.cfg.reflection(s.cfg.AdminListen))
 	return srv
 }
 

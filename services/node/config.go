@@ -53,8 +53,10 @@ type Config struct {
 	// GRPCReflection serves gRPC server reflection (grpc.reflection.v1 and
 	// v1alpha) on the client and admin planes, so that grpcurl and other
 	// tools list and call their services without the .proto files:
-	// "loopback" (the default; empty means it) serves it on a plane whose
-	// listener is a loopback address, "on" on every plane, "off" on none.
+	// "loopback" (the default; empty means it) serves it to callers
+	// connected over a loopback address (every caller of a loopback
+	// listener, those reaching a listener of every address such as ":4437"
+	// through 127.0.0.1 or ::1), "on" to every caller, "off" to none.
 	// Reflection asks for what the plane asks for: a caller the plane
 	// would refuse is refused (docs/grpc.md).
 	GRPCReflection string `toml:"grpc_reflection"`
@@ -225,16 +227,51 @@ const (
 	ReflectionOff      = "off"
 )
 
-// reflectionOn reports whether a plane listening on addr serves reflection.
-func (c Config) reflectionOn(addr string) bool {
+// reflectionScope says to whom a plane serves gRPC reflection.
+type reflectionScope int
+
+const (
+	// reflectionNone: to nobody (the service is not registered).
+	reflectionNone reflectionScope = iota
+	// reflectionLoopbackCallers: to callers connected over a loopback
+	// address, on a listener of every address (":4437", "0.0.0.0:4437");
+	// others are answered UNIMPLEMENTED, as if it were not served.
+	reflectionLoopbackCallers
+	// reflectionAll: to every caller the plane authenticates.
+	reflectionAll
+)
+
+func (r reflectionScope) String() string {
+	switch r {
+	case reflectionLoopbackCallers:
+		return "loopback_callers"
+	case reflectionAll:
+		return "on"
+	}
+	return "off"
+}
+
+// reflection is the reflection scope of a plane listening on addr:
+// "loopback" (or empty) serves it to loopback callers, so to everyone on
+// a loopback listener, to those connecting through 127.0.0.1 or ::1 on a
+// listener of every address, to nobody on another address.
+func (c Config) reflection(addr string) reflectionScope {
 	switch c.GRPCReflection {
 	case ReflectionOn:
-		return true
+		return reflectionAll
 	case ReflectionOff:
-		return false
+		return reflectionNone
 	}
 	host, _, err := net.SplitHostPort(addr)
-	return err == nil && isLoopback(host)
+	switch {
+	case err != nil:
+		return reflectionNone
+	case isLoopback(host):
+		return reflectionAll
+	case host == "" || net.ParseIP(host).IsUnspecified():
+		return reflectionLoopbackCallers
+	}
+	return reflectionNone
 }
 
 // InflightBodySize is HTTPInflightBodySize with the default for zero.

@@ -40,7 +40,9 @@
 //
 // Both planes' gRPC servers serve server reflection (grpc.reflection.v1
 // and v1alpha) when server.grpc_reflection allows it ("loopback", the
-// default: on a loopback listener; "on"; "off"). It answers only for the
+// default: to callers connected over a loopback address, so to all of a
+// loopback listener's and to those of a wildcard listener coming through
+// 127.0.0.1 or ::1; "on"; "off"). It answers only for the
 // services of its own server and the files defining them, and asks for
 // what its plane asks for (clientAuth, adminGRPCGuard). The client plane
 // serves grpc.health.v1 (health.go): "" and ursula.stream.v1.StreamService

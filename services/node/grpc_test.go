@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	"google.golang.org/grpc/status"
@@ -31,12 +33,15 @@ import (
 	"github.com/ursula/ursula/tests/await"
 )
 
-// runNode serves a node on loopback ports with cfg's settings until the
-// test ends; it returns once both planes accept connections.
-func runNode(t *testing.T, cfg Config) *Server {
+// runNode serves a node on free loopback ports (then changed by mutate)
+// with cfg's other settings until the test ends.
+func runNode(t *testing.T, cfg Config, mutate ...func(*Config)) *Server {
 	t.Helper()
 	eng := startEngine(t)
 	cfg.Listen, cfg.AdminListen = freeAddr(t), freeAddr(t)
+	for _, m := range mutate {
+		m(&cfg)
+	}
 	s, err := New(cfg, eng, Deps{}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -118,20 +123,41 @@ func symbolKnown(ctx context.Context, conn *grpc.ClientConn, symbol string) erro
 func TestReflectionSetting(t *testing.T) {
 	for _, tc := range []struct {
 		setting, addr string
-		want          bool
+		want          reflectionScope
 	}{
-		{"", "127.0.0.1:4437", true},
-		{"loopback", "[::1]:4437", true},
-		{"loopback", "localhost:4437", true},
-		{"", "0.0.0.0:4437", false},
-		{"loopback", "10.0.0.7:4437", false},
-		{"on", "0.0.0.0:4437", true},
-		{"off", "127.0.0.1:4437", false},
+		{"", "127.0.0.1:4437", reflectionAll},
+		{"loopback", "[::1]:4437", reflectionAll},
+		{"loopback", "localhost:4437", reflectionAll},
+		{"", "0.0.0.0:4437", reflectionLoopbackCallers},
+		{"loopback", ":4437", reflectionLoopbackCallers},
+		{"loopback", "[::]:4437", reflectionLoopbackCallers},
+		{"loopback", "10.0.0.7:4437", reflectionNone},
+		{"loopback", "node1.example:4437", reflectionNone},
+		{"on", "0.0.0.0:4437", reflectionAll},
+		{"on", "10.0.0.7:4437", reflectionAll},
+		{"off", "127.0.0.1:4437", reflectionNone},
 	} {
 		cfg := Config{GRPCReflection: tc.setting}
-		if got := cfg.reflectionOn(tc.addr); got != tc.want {
+		if got := cfg.reflection(tc.addr); got != tc.want {
 			t.Errorf("server.grpc_reflection=%q on %s: %v, want %v", tc.setting, tc.addr, got, tc.want)
 		}
+	}
+	for _, tc := range []struct {
+		addr net.Addr
+		want codes.Code
+	}{
+		{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}, codes.OK},
+		{&net.TCPAddr{IP: net.IPv6loopback, Port: 1}, codes.OK},
+		{&net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1}, codes.Unimplemented},
+		{&net.UnixAddr{Name: "/tmp/x", Net: "unix"}, codes.Unimplemented},
+	} {
+		ctx := peer.NewContext(t.Context(), &peer.Peer{Addr: tc.addr})
+		if got := status.Code(loopbackCaller(ctx)); got != tc.want {
+			t.Errorf("reflection for a caller at %v: %v, want %v", tc.addr, got, tc.want)
+		}
+	}
+	if got := status.Code(loopbackCaller(t.Context())); got != codes.Unimplemented {
+		t.Errorf("reflection for a caller of unknown address: %v", got)
 	}
 	cfg := testConfig("127.0.0.1:0", "127.0.0.1:0")
 	cfg.GRPCReflection = "yes"
@@ -201,6 +227,27 @@ func TestGRPCReflection(t *testing.T) {
 			if status.Code(err) != codes.Unimplemented {
 				t.Errorf("reflection on %s with server.grpc_reflection=off: %v, want Unimplemented", addr, err)
 			}
+		}
+	})
+	t.Run("a listener of every address", func(t *testing.T) {
+		// Loopback callers of a wildcard listener get reflection by default
+		// (TestReflectionSetting: others get UNIMPLEMENTED).
+		cfg := testConfig("", "")
+		cfg.AllowAnonymousClients = true
+		s := runNode(t, cfg, func(c *Config) {
+			_, port, _ := net.SplitHostPort(c.Listen)
+			c.Listen = ":" + port
+		})
+		_, port, _ := net.SplitHostPort(s.cfg.Listen)
+		conn := dial(t, net.JoinHostPort("127.0.0.1", port))
+		var got []string
+		await.True(t, "reflection over loopback", func() bool {
+			var err error
+			got, err = listServices(t.Context(), conn)
+			return err == nil
+		})
+		if !slices.Contains(got, streamServiceName) {
+			t.Errorf("lists %v", got)
 		}
 	})
 	t.Run("behind client authentication", func(t *testing.T) {

@@ -1,13 +1,18 @@
 package node
 
 import (
+	"context"
+	"net"
 	"sync"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
@@ -27,17 +32,59 @@ func isReflection(service string) bool {
 }
 
 // registerReflection serves gRPC server reflection (v1 and v1alpha) on
-// srv. It answers for the services registered on srv, the files they are
-// defined in (with their imports) and the error model every plane shares
-// (errorFiles), nothing else: not the other protocols linked into the
-// binary (the cluster plane's Raft service, the admin service on the
-// client plane), and no extensions. Register it after every other service
-// of srv.
-func registerReflection(srv *grpc.Server) {
+// srv to the callers scope names (none: it registers nothing). It answers
+// for the services registered on srv, the files they are defined in (with
+// their imports) and the error model every plane shares (errorFiles),
+// nothing else: not the other protocols linked into the binary (the
+// cluster plane's Raft service, the admin service on the client plane),
+// and no extensions. Register it after every other service of srv.
+func registerReflection(srv *grpc.Server, scope reflectionScope) {
+	if scope == reflectionNone {
+		return
+	}
 	files := &planeFiles{srv: srv}
 	opts := reflection.ServerOptions{Services: srv, DescriptorResolver: files, ExtensionResolver: &protoregistry.Types{}}
-	reflectionv1.RegisterServerReflectionServer(srv, reflection.NewServerV1(opts))
-	reflectionv1alpha.RegisterServerReflectionServer(srv, reflection.NewServer(opts))
+	v1, v1alpha := reflection.NewServerV1(opts), reflection.NewServer(opts)
+	if scope == reflectionLoopbackCallers {
+		v1, v1alpha = loopbackV1{v1}, loopbackV1Alpha{v1alpha}
+	}
+	reflectionv1.RegisterServerReflectionServer(srv, v1)
+	reflectionv1alpha.RegisterServerReflectionServer(srv, v1alpha)
+}
+
+// loopbackCaller refuses a caller not connected over a loopback address
+// as a server without reflection would (UNIMPLEMENTED).
+func loopbackCaller(ctx context.Context) error {
+	if p, ok := peer.FromContext(ctx); ok {
+		if a, ok := p.Addr.(*net.TCPAddr); ok && a.IP.IsLoopback() {
+			return nil
+		}
+	}
+	return status.Error(codes.Unimplemented, "server reflection is served to loopback callers only (server.grpc_reflection)")
+}
+
+// loopbackV1 and loopbackV1Alpha serve reflection to loopback callers.
+type (
+	loopbackV1 struct {
+		reflectionv1.ServerReflectionServer
+	}
+	loopbackV1Alpha struct {
+		reflectionv1alpha.ServerReflectionServer
+	}
+)
+
+func (l loopbackV1) ServerReflectionInfo(st reflectionv1.ServerReflection_ServerReflectionInfoServer) error {
+	if err := loopbackCaller(st.Context()); err != nil {
+		return err
+	}
+	return l.ServerReflectionServer.ServerReflectionInfo(st)
+}
+
+func (l loopbackV1Alpha) ServerReflectionInfo(st reflectionv1alpha.ServerReflection_ServerReflectionInfoServer) error {
+	if err := loopbackCaller(st.Context()); err != nil {
+		return err
+	}
+	return l.ServerReflectionServer.ServerReflectionInfo(st)
 }
 
 // planeFiles resolves the descriptors of one gRPC server's services: the

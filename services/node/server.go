@@ -181,9 +181,7 @@ func New(cfg Config, n *engine.Node, deps Deps, logger *slog.Logger) (*Server, e
 	// this process know the node's state without asking.
 	s.health = newNodeHealth(s.streams.draining, maxHealthWatchers)
 	healthv1.RegisterHealthServer(s.grpcServer, s.health)
-	if cfg.reflectionOn(cfg.Listen) {
-		registerReflection(s.grpcServer)
-	}
+	registerReflection(s.grpcServer, cfg.reflection(cfg.Listen))
 	// AdminService is served on the admin plane only (gRPC and its REST
 	// mapping, adminHandler), never on the client plane.
 	if cfg.AdminListen != "" {
@@ -293,7 +291,7 @@ func (s *Server) Run(ctx context.Context) error {
 		run(func() error { return clusterHTTP.Serve(clusterMux.HTTP()) })
 	}
 	s.logger.Info("node listening", "client", clientLn.Addr().String(), "admin", s.cfg.AdminListen, "cluster", s.cfg.ClusterListen,
-		"client_grpc_reflection", s.cfg.reflectionOn(s.cfg.Listen), "admin_grpc_reflection", adminLn != nil && s.cfg.reflectionOn(s.cfg.AdminListen))
+		"client_grpc_reflection", s.cfg.reflection(s.cfg.Listen).String(), "admin_grpc_reflection", s.cfg.reflection(s.cfg.AdminListen).String())
 	go func() {
 		if err := s.n.WaitReady(ctx); err == nil {
 			s.setReady(true)
