@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -169,4 +170,34 @@ func TestGRPCurlFreshNode(t *testing.T) {
 			t.Fatalf("undrain: %v", doc)
 		}
 	})
+}
+
+// TestGRPCurlWildcardNode: an ursula-node whose client plane listens on
+// every address (its default, ":4437") serves reflection to grpcurl on the
+// same machine by default (server.grpc_reflection = "loopback").
+func TestGRPCurlWildcardNode(t *testing.T) {
+	bin := grpcurlBinary(t)
+	nodeBin, err := Binary("ursula-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, err := FreeAddrs(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, err := net.SplitHostPort(addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := StartServer(t, Options{
+		Binary:      nodeBin,
+		ListenFlags: []string{"admin.listen", "cluster.listen"},
+		Addrs:       map[string]string{"node.listen": net.JoinHostPort("127.0.0.1", port)},
+		ReadyFlag:   "node.listen",
+		Args:        []string{"-node.listen=:" + port, "-node.allow-anonymous-clients"},
+	})
+	out, err := grpcurl(t.Context(), t, bin, "-plaintext", node.Addrs["node.listen"], "list")
+	if err != nil || !strings.Contains(out, "ursula.stream.v1.StreamService\n") {
+		t.Fatalf("grpcurl list over loopback: %v\n%s", err, out)
+	}
 }
