@@ -99,6 +99,13 @@
 //     change on a follower; a node restarted between the pinning of its
 //     incarnation and the mutation (ursulactl's Pinned hook) answers 412
 //     and the operation stops with exit 2;
+//   - TestGRPCurlFreshNode, TestGRPCurlWildcardNode (grpc_test.go): the
+//     grpcurl examples of docs/grpc.md, run by bin/grpcurl in an empty
+//     directory against a fresh ursula-node: reflection lists and
+//     describes both planes' services, grpc.health.v1 says SERVING, a
+//     stream is written and read, an error shows its ErrorInfo reason, an
+//     admin mutation needs the token and the process incarnation; a node
+//     listening on every address serves reflection over loopback;
 //   - TestUrsulactlRollout: `ursulactl rollout` restarts every node of a
 //     3-node cluster (SIGTERM, start) while idempotent producers append
 //     through the gateway and SSE readers follow streams: no client sees a
