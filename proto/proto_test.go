@@ -1,5 +1,3 @@
-// Package proto_test checks the contract files themselves: what another
-// repository needs to generate code from them with protoc or buf.
 package proto_test
 
 import (

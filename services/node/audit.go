@@ -60,8 +60,10 @@ type AuditRecord struct {
 	Auth          string `json:"auth"`
 	PeerAddress   string `json:"peer_address"`
 	Reason        string `json:"reason,omitempty"`
-	// Status and Code are the outcome: the HTTP status, and the error
-	// code when the mutation was refused.
+	// Status and Code are the outcome: the HTTP status (for a gRPC call,
+	// "gRPC /ursula.admin.v1.AdminService/<Method>", the HTTP status of
+	// its code: 200 when it succeeded), and the error code when the
+	// mutation was refused.
 	Status int    `json:"status"`
 	Code   string `json:"code,omitempty"`
 }

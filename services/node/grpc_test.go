@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 the tests check that the deprecated v1alpha reflection is still served: grpcurl and older clients ask it first.
+
 package node
 
 import (
