@@ -71,7 +71,10 @@ func TestCheckCluster(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m, vs := views(3, leaders, tt.mutate)
-			got := checkCluster(m, vs, 100)
+			var got []string
+			for _, p := range checkCluster(m, vs, 100) {
+				got = append(got, p.Message)
+			}
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("problems:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))
 			}

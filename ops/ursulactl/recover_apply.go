@@ -168,6 +168,39 @@ func (c *Controller) Apply(ctx context.Context, g uint32, o ApplyOptions) error 
 	return c.runOperation(ctx, j, o)
 }
 
+// ApplyResult is what an apply did (its --json document), from its
+// journal.
+type ApplyResult struct {
+	Operation  string   `json:"operation"`
+	Group      uint32   `json:"raft_group_id"`
+	Proof      string   `json:"proof"`
+	State      string   `json:"state"`
+	Leader     uint64   `json:"leader"`
+	LeaderTerm uint64   `json:"leader_term"`
+	Replans    []string `json:"replans"`
+	Journal    string   `json:"journal"`
+}
+
+// apply is Apply; it returns the operation as its journal records it.
+func (c *Controller) apply(ctx context.Context, g uint32, o ApplyOptions) (*ApplyResult, error) {
+	if err := c.Apply(ctx, g, o); err != nil {
+		return nil, err
+	}
+	j, err := findJournal(o.JournalDir, o.ExpectProof)
+	if err != nil {
+		return nil, fmt.Errorf("read the operation's journal after it completed: %w", err)
+	}
+	r := &ApplyResult{Operation: j.ID, Group: j.Group, Proof: j.Proof, State: j.State, LeaderTerm: j.LeaderTerm,
+		Replans: j.Replans, Journal: filepath.Join(o.JournalDir, j.ID+".json")}
+	if j.Plan != nil {
+		r.Leader = j.Plan.Leader
+	}
+	if r.Replans == nil {
+		r.Replans = []string{}
+	}
+	return r, nil
+}
+
 func applicable(p *RecoveryPlan) error {
 	if p.manualRepair != "" {
 		return codedf(ExitManualRepair, "manual repair: %s", p.manualRepair)

@@ -112,7 +112,7 @@ func TestApplyFollowerAlreadyFollowsPlanLeader(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	proof := strings.TrimPrefix(lines[len(lines)-1], "proof ")
 	journal := t.TempDir()
-	args := []string{"--manifest", manifest, "--actor", "t", "--reason", "test", "--poll", "10ms", "recover-group", "apply", "--group", "0", "--expect-proof", proof, "--journal-dir", journal}
+	args := []string{"--manifest", manifest, "--actor", "t", "--reason", "test", "--poll", "10ms", "--yes", "recover-group", "apply", "--group", "0", "--expect-proof", proof, "--journal-dir", journal}
 	code, out, _ = runCLI(t, Env{}, args...)
 	if code != 0 || !strings.Contains(out, "already follows the plan's leader") || !strings.Contains(out, "completed") {
 		t.Fatalf("apply: exit %d\n%s", code, out)
@@ -123,5 +123,10 @@ func TestApplyFollowerAlreadyFollowsPlanLeader(t *testing.T) {
 	code, out, _ = runCLI(t, Env{}, args...)
 	if code != 0 || !strings.Contains(out, "already completed") || f.replicas[2].posts != 1 {
 		t.Fatalf("the same proof again: exit %d\n%s", code, out)
+	}
+	code, out, _ = runCLI(t, Env{}, append(args, "--json")...)
+	var res ApplyResult
+	if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || res.State != opCompleted || res.Proof != proof || res.Leader != 2 {
+		t.Fatalf("--json: exit %d, %v: %+v", code, err, res)
 	}
 }
