@@ -56,6 +56,7 @@ func (a *app) confirm(_ context.Context, cf Confirmation) error {
 	fmt.Fprintf(a.env.Stderr, "%s will %s.\nType %q to confirm: ", cf.Verb, cf.Action, token)
 	line, err := readLine(a.env.Stdin)
 	if err != nil && line == "" {
+		fmt.Fprintln(a.env.Stderr) // end the prompt's line
 		return &abortError{msg: fmt.Sprintf("%s: no confirmation (%v); nothing changed", cf.Verb, err), cause: err}
 	}
 	if strings.TrimSpace(line) != token {
