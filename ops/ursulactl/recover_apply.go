@@ -128,6 +128,9 @@ type ApplyOptions struct {
 }
 
 // Apply applies group g's recovery plan whose proof the operator reviewed.
+// A new operation is confirmed (Options.Confirm) once its plan is known to
+// have that proof and to be applicable, before its journal and first
+// write; resuming a journaled operation asks nothing.
 func (c *Controller) Apply(ctx context.Context, g uint32, o ApplyOptions) error {
 	if c.opts.Actor == "" || strings.TrimSpace(c.opts.Reason) == "" {
 		return fmt.Errorf("apply needs --actor and --reason (recorded in the journal and in every node's audit trail)")
@@ -155,6 +158,13 @@ func (c *Controller) Apply(ctx context.Context, g uint32, o ApplyOptions) error 
 			return codedf(ExitProofMismatch, "the plan changed since it was reviewed: new proof %s (expected %s); nothing was written; review it with recover-group plan", p.Proof, o.ExpectProof)
 		}
 		if err := applicable(p); err != nil {
+			return err
+		}
+		if err := c.confirm(ctx, Confirmation{
+			Verb: "recover-group apply",
+			Action: fmt.Sprintf("apply group %d's recovery plan %s (leader node %d, point %d, cut %t), accepting that writes acknowledged after the last fsync may be lost, and start a new history of the group",
+				g, p.Proof, p.Leader, p.Point, p.Cut),
+		}); err != nil {
 			return err
 		}
 		j = &recoveryJournal{Version: 1, ID: p.ID, Proof: p.Proof, Group: g, Actor: c.opts.Actor, Reason: c.opts.Reason,

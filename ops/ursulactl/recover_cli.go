@@ -1,7 +1,6 @@
 package ursulactl
 
 import (
-	"fmt"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -80,12 +79,6 @@ func recoverCommand(a *app) *cobra.Command {
 			}
 			if ao.JournalDir == "" {
 				ao.JournalDir = filepath.Join(filepath.Dir(a.o.manifest), ".ursulactl", "recovery")
-			}
-			if err := a.confirm(cmd.Context(), Confirmation{
-				Verb:   "recover-group apply",
-				Action: fmt.Sprintf("apply group %d's recovery plan with proof %s, accepting that writes acknowledged after the last fsync may be lost, and start a new history of the group", group, ao.ExpectProof),
-			}); err != nil {
-				return err
 			}
 			res, err := c.apply(cmd.Context(), group, ao)
 			if err != nil {
