@@ -111,6 +111,12 @@ func TestProgressLinesOffTerminal(t *testing.T) {
 	if !strings.Contains(errs, "ursulactl: node 2: not ready: groups_not_ready [4/4]\n") || strings.Contains(errs, "\r") {
 		t.Errorf("stderr %q: want plain progress lines", errs)
 	}
+	// A wait without a count prints its state alone.
+	c.set(func() { c.nodes[2].ready, c.nodes[2].notReady = false, 3 })
+	code, _, errs = runCLI(t, Env{TTY: &tty, Now: clock}, cli(m, "wait-ready")...)
+	if code != 0 || !strings.Contains(errs, "ursulactl: cluster: node 2: not ready: groups_not_ready\n") {
+		t.Errorf("wait-ready: exit %d, stderr %q", code, errs)
+	}
 	c.set(func() { c.nodes[2].ready, c.nodes[2].notReady = false, 3 })
 	code, _, errs = runCLI(t, Env{TTY: &tty, Now: clock}, cli(m, "--quiet", "wait", "--node", "2")...)
 	if code != 0 || errs != "" {

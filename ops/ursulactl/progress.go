@@ -37,7 +37,7 @@ func (c *Controller) newProgress(desc string, counted bool) *progress {
 		return &progress{}
 	}
 	if !c.opts.TTY {
-		return &progress{lines: &lineProgress{w: c.opts.Progress, now: c.now}}
+		return &progress{lines: &lineProgress{w: c.opts.Progress, now: c.now}, spinner: !counted}
 	}
 	opts := []progressbar.Option{
 		progressbar.OptionSetWriter(c.opts.Progress),

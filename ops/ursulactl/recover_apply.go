@@ -397,6 +397,8 @@ func (c *Controller) awaitSatisfied(ctx context.Context, j *recoveryJournal, o A
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	p := j.Plan
+	prog := c.newProgress(fmt.Sprintf("group %d: waiting for the plan", p.Group), false)
+	defer prog.finish()
 	wedged := 0
 	for {
 		done, wedge, why := true, false, ""
@@ -441,6 +443,7 @@ func (c *Controller) awaitSatisfied(ctx context.Context, j *recoveryJournal, o A
 		} else {
 			wedged = 0
 		}
+		prog.set(0, 0, fmt.Sprintf("group %d: operation %s: %s", p.Group, j.ID, why))
 		if wedged >= 2 {
 			j.Evidence = "the plan wedged: " + why
 			return true, j.write(o.JournalDir)
