@@ -11,7 +11,7 @@ import (
 type Problem struct {
 	// Kind names the check that failed: unreachable, wrong_node,
 	// cluster_id, not_ready, group_count, no_groups, no_leader,
-	// leader_claims, leader_disagreement, not_own_voter, lagging,
+	// leader_unreachable, leader_claims, leader_disagreement, not_own_voter, lagging,
 	// not_voter, stranger_voter.
 	Kind string `json:"kind"`
 	// Node is the node the finding is about (0: none).
@@ -86,7 +86,12 @@ func checkCluster(m *Manifest, views []*NodeView, maxLag uint64) []Problem {
 		leader, claims := leaderOf(views, g)
 		switch {
 		case leader == 0:
-			groupP("no_leader", g, 0, "no leader", "no leader")
+			if named := namedLeader(views, g); named != 0 && !viewOf(views, named).Reachable() {
+				groupP("leader_unreachable", g, named, fmt.Sprintf("no reachable leader: node %d, which the other nodes name, is unreachable", named),
+					"no reachable leader: node %d, which the other nodes name, is unreachable", named)
+			} else {
+				groupP("no_leader", g, 0, "no leader", "no leader")
+			}
 			continue
 		case len(claims) > 1:
 			groupP("leader_claims", g, 0, fmt.Sprintf("nodes %s all claim to lead", joinIDs(claims)), "nodes %s all claim to lead it", joinIDs(claims))
@@ -127,6 +132,30 @@ func checkCluster(m *Manifest, views []*NodeView, maxLag uint64) []Problem {
 		}
 	}
 	return problems
+}
+
+// namedLeader is the leader most reachable nodes name for group g (0 when
+// none names one), whether or not it answered.
+func namedLeader(views []*NodeView, g uint32) uint64 {
+	counts := map[uint64]int{}
+	best := uint64(0)
+	for _, v := range views {
+		if !v.Reachable() {
+			continue
+		}
+		gm := v.Metrics.Group(g)
+		if gm == nil || gm.LeaderID == 0 {
+			continue
+		}
+		counts[gm.LeaderID]++
+		if best == 0 || counts[gm.LeaderID] > counts[best] {
+			best = gm.LeaderID
+		}
+	}
+	if viewOf(views, best) == nil {
+		return 0
+	}
+	return best
 }
 
 // ProblemGroup is findings that differ only in their group, shown as one

@@ -41,7 +41,12 @@ func TestCheckCluster(t *testing.T) {
 	}{
 		{name: "healthy"},
 		{name: "unreachable", mutate: func(v []*NodeView) { v[2].Metrics, v[2].Err = nil, errors.New("connection refused") },
-			want: []string{"node 3: unreachable: connection refused", "group 2: no leader"}},
+			want: []string{"node 3: unreachable: connection refused", "group 2: no reachable leader: node 3, which the other nodes name, is unreachable"}},
+		{name: "no leader", mutate: func(v []*NodeView) {
+			for _, nv := range v {
+				nv.Metrics.Groups[1].LeaderID = 0
+			}
+		}, want: []string{"group 1: no leader"}},
 		{name: "not ready", mutate: func(v []*NodeView) { v[1].Ready = &Readiness{Status: 503, Reason: "groups_not_ready"} },
 			want: []string{"node 2: not ready: groups_not_ready"}},
 		{name: "other cluster", mutate: func(v []*NodeView) { v[0].Metrics.ClusterID = "c2" },
