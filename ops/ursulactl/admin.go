@@ -113,13 +113,19 @@ func (c *Controller) transfer(ctx context.Context, id uint64, g uint32, to uint6
 	// after about two election timeouts: do not wait much longer.
 	ctx, cancel := context.WithTimeout(ctx, min(c.opts.Timeout, transferWait))
 	defer cancel()
+	prog := c.newProgress(fmt.Sprintf("group %d: transfer to node %d", g, to), false)
+	defer prog.finish()
 	for {
 		m, err := c.clients[id].Metrics(ctx)
+		if err != nil {
+			prog.set(0, 0, fmt.Sprintf("group %d: transfer to node %d: metrics of node %d: %v", g, to, id, err))
+		}
 		if err == nil {
 			if err := checkSameProcess(p, m); err != nil {
 				return 0, err
 			}
 			if gm := m.Group(g); gm != nil && gm.LeaderID != id && gm.LeaderID != 0 {
+				prog.finish()
 				if gm.LeaderID != to {
 					c.printf("group %d: leadership moved from node %d to node %d (asked for node %d)", g, id, gm.LeaderID, to)
 				} else {
@@ -127,6 +133,7 @@ func (c *Controller) transfer(ctx context.Context, id uint64, g uint32, to uint6
 				}
 				return gm.LeaderID, nil
 			}
+			prog.set(0, 0, fmt.Sprintf("group %d: node %d still leads it; transfer to node %d asked", g, id, to))
 		}
 		if !c.sleep(ctx) {
 			return 0, fmt.Errorf("transfer group %d: node %d still leads it after %v: the transfer did not complete (a target behind the leader's log is not handed leadership); try again", g, id, min(c.opts.Timeout, transferWait))
