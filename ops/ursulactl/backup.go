@@ -168,7 +168,7 @@ func backupCommands(a *app) []*cobra.Command {
 	)
 	restore := &cobra.Command{
 		Use:   "restore --location L [--backup ID]",
-		Short: "Restore a backup into the manifest's fresh, empty cluster (same group count and cluster id)",
+		Short: "Restore a backup into the manifest's fresh, empty cluster (same group count and cluster id; asks for confirmation unless --plan)",
 		Long:  backupLong,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -104,7 +104,7 @@ func enableFeatureCommand(a *app) *cobra.Command {
 	var level uint32
 	cmd := &cobra.Command{
 		Use:   "enable-feature --level N [--node N]",
-		Short: "Raise the cluster's feature level to N once every node runs a release that knows it (never lowered again)",
+		Short: "Raise the cluster's feature level to N once every node runs a release that knows it (never lowered again; asks for confirmation)",
 		Long: `Raise the cluster's feature level: the replicated behaviours (new commands,
 new snapshot fields) a release may use. The node asked checks that every voter
 runs a release that knows the level and refuses otherwise (409, naming the
