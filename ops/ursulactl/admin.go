@@ -68,23 +68,29 @@ func (c *Controller) PurgeLog(ctx context.Context, id uint64, g uint32, upto uin
 // longer leads it. It aborts unless id leads g and to is an eligible
 // voter: in the manifest, ready, not draining.
 func (c *Controller) Transfer(ctx context.Context, id uint64, g uint32, to uint64) error {
+	_, err := c.transfer(ctx, id, g, to)
+	return err
+}
+
+// transfer is Transfer; it returns the group's new leader.
+func (c *Controller) transfer(ctx context.Context, id uint64, g uint32, to uint64) (uint64, error) {
 	if _, err := c.client(id); err != nil {
-		return err
+		return 0, err
 	}
 	views := c.observe(ctx)
 	self := viewOf(views, id)
 	if !self.Reachable() {
-		return fmt.Errorf("transfer: node %d unreachable: %w", id, self.Err)
+		return 0, fmt.Errorf("transfer: node %d unreachable: %w", id, self.Err)
 	}
 	gm, err := groupOf(id, self.Metrics, g)
 	if err != nil {
-		return fmt.Errorf("transfer: %w", err)
+		return 0, fmt.Errorf("transfer: %w", err)
 	}
 	if gm.LeaderID != id {
-		return abortf("node %d does not lead group %d (its leader is node %d); send the transfer to the leader", id, g, gm.LeaderID)
+		return 0, abortf("node %d does not lead group %d (its leader is node %d); send the transfer to the leader", id, g, gm.LeaderID)
 	}
 	if to == id {
-		return abortf("node %d already leads group %d", id, g)
+		return 0, abortf("node %d already leads group %d", id, g)
 	}
 	eligible, why := eligibleVoters(gm, id, views, c.shedStates(ctx, id), self.Metrics.ClusterID)
 	if !slices.Contains(eligible, to) {
@@ -94,43 +100,51 @@ func (c *Controller) Transfer(ctx context.Context, id uint64, g uint32, to uint6
 				reason = w
 			}
 		}
-		return abortf("node %d may not take group %d: %s", to, g, reason)
+		return 0, abortf("node %d may not take group %d: %s", to, g, reason)
 	}
 	p, err := c.pin(ctx, id, self.Metrics)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := p.Do(ctx, http.MethodPost, fmt.Sprintf("/__ursula/raft/%d/leader/transfer/%d", g, to)); err != nil {
-		return fmt.Errorf("transfer group %d from node %d to node %d: %w", g, id, to, err)
+		return 0, fmt.Errorf("transfer group %d from node %d to node %d: %w", g, id, to, err)
 	}
 	// A transfer the target cannot complete is abandoned by the leader
 	// after about two election timeouts: do not wait much longer.
 	ctx, cancel := context.WithTimeout(ctx, min(c.opts.Timeout, transferWait))
 	defer cancel()
+	prog := c.newProgress(fmt.Sprintf("group %d: transfer to node %d", g, to), false)
+	defer prog.finish()
 	for {
 		m, err := c.clients[id].Metrics(ctx)
+		if err != nil {
+			prog.set(0, 0, fmt.Sprintf("group %d: transfer to node %d: metrics of node %d: %v", g, to, id, err))
+		}
 		if err == nil {
 			if err := checkSameProcess(p, m); err != nil {
-				return err
+				return 0, err
 			}
 			if gm := m.Group(g); gm != nil && gm.LeaderID != id && gm.LeaderID != 0 {
+				prog.finish()
 				if gm.LeaderID != to {
 					c.printf("group %d: leadership moved from node %d to node %d (asked for node %d)", g, id, gm.LeaderID, to)
 				} else {
 					c.printf("group %d: leadership moved from node %d to node %d", g, id, to)
 				}
-				return nil
+				return gm.LeaderID, nil
 			}
+			prog.set(0, 0, fmt.Sprintf("group %d: node %d still leads it; transfer to node %d asked", g, id, to))
 		}
 		if !c.sleep(ctx) {
-			return fmt.Errorf("transfer group %d: node %d still leads it after %v: the transfer did not complete (a target behind the leader's log is not handed leadership); try again", g, id, min(c.opts.Timeout, transferWait))
+			return 0, fmt.Errorf("transfer group %d: node %d still leads it after %v: the transfer did not complete (a target behind the leader's log is not handed leadership); try again", g, id, min(c.opts.Timeout, transferWait))
 		}
 	}
 }
 
 // Membership replaces group g's voter set on its leader, node id (POST
 // /__ursula/raft/{g}/membership?voters=...). It aborts unless id leads g
-// and every voter is a manifest node.
+// and every voter is a manifest node; a change that removes a voter is
+// sent only once Options.Confirm confirms it.
 func (c *Controller) Membership(ctx context.Context, id uint64, g uint32, voters []uint64) ([]byte, error) {
 	if len(voters) == 0 {
 		return nil, errors.New("membership: --voters lists no node")
@@ -150,6 +164,21 @@ func (c *Controller) Membership(ctx context.Context, id uint64, g uint32, voters
 	}
 	if gm.LeaderID != id {
 		return nil, abortf("node %d does not lead group %d (its leader is node %d); send the membership change to the leader", id, g, gm.LeaderID)
+	}
+	var removed []uint64
+	for _, v := range gm.Voters {
+		if !slices.Contains(voters, v) {
+			removed = append(removed, v)
+		}
+	}
+	if len(removed) > 0 {
+		if err := c.confirm(ctx, Confirmation{
+			Verb: "membership",
+			Action: fmt.Sprintf("remove voters %s from group %d (voters %s now; the leader adds configured voters back as learners)",
+				joinIDs(removed), g, joinIDs(gm.Voters)),
+		}); err != nil {
+			return nil, err
+		}
 	}
 	ids := make([]string, len(voters))
 	for i, v := range voters {

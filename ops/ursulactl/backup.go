@@ -35,16 +35,15 @@ group count or format version; a group that holds data; cold objects missing
 from the target; the location locked by another backup), 3 the restore plan's
 proof differs from --expect-proof (nothing written).`
 
-func backupCommands(ctl ctlFunc, env *Env, o *cliOptions) []*cobra.Command {
+func backupCommands(a *app) []*cobra.Command {
 	var (
 		location string
-		asJSON   bool
 		id       string
 	)
 	locFlag := func(cmd *cobra.Command) {
 		cmd.Flags().StringVar(&location, "location", "", "the backup location: a directory or s3://bucket/prefix")
 		_ = cmd.MarkFlagRequired("location")
-		cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON (and no progress)")
+		_ = cmd.MarkFlagDirname("location")
 	}
 
 	var co backup.CreateOptions
@@ -55,7 +54,7 @@ func backupCommands(ctl ctlFunc, env *Env, o *cliOptions) []*cobra.Command {
 		Long:  backupLong,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
@@ -74,15 +73,15 @@ func backupCommands(ctl ctlFunc, env *Env, o *cliOptions) []*cobra.Command {
 				return err
 			}
 			co.ID = id
-			p := c.backupProgress("backup", asJSON)
+			p := c.backupProgress("backup")
 			co.Progress = p.update
 			m, err := backup.Create(ctx, nodes, loc, co)
 			p.finish()
 			if err != nil {
 				return backupError(err)
 			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), m)
+			if a.o.json {
+				return a.emit(m)
 			}
 			c.printf("backup %s complete in %s: %d groups, %d cold objects (%d copied, %s; %d already in the location)",
 				m.ID, location, m.GroupCount, len(m.ColdObjects), m.Totals.CopiedObjects, byteSize(m.Totals.CopiedBytes), m.Totals.ReusedObjects)
@@ -111,18 +110,18 @@ func backupCommands(ctl ctlFunc, env *Env, o *cliOptions) []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			p := newBackupProgress(env, cmd.OutOrStdout(), "verify", asJSON)
+			p := newBackupProgress(a, "verify")
 			rep, err := backup.Verify(ctx, loc, id, depth, p.update)
 			p.finish()
-			if asJSON && rep != nil {
-				if perr := printJSON(cmd.OutOrStdout(), rep); perr != nil {
+			if a.o.json && rep != nil {
+				if perr := a.emit(rep); perr != nil {
 					return perr
 				}
 			}
 			if err != nil {
 				return backupError(err)
 			}
-			if !asJSON {
+			if !a.o.json {
 				fmt.Fprintf(cmd.OutOrStdout(), "backup %s in %s verified at depth %s: %d groups, %d objects, %s\n",
 					rep.ID, location, depthName, rep.Groups, rep.ColdObjects, byteSize(rep.Bytes))
 			}
@@ -147,8 +146,11 @@ func backupCommands(ctl ctlFunc, env *Env, o *cliOptions) []*cobra.Command {
 			if err != nil {
 				return backupError(err)
 			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), ms)
+			if a.o.json {
+				if ms == nil {
+					return a.emit([]any{})
+				}
+				return a.emit(ms)
 			}
 			for _, m := range ms {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s  cluster %s  %d groups  %d cold objects  created %s\n",
@@ -166,11 +168,11 @@ func backupCommands(ctl ctlFunc, env *Env, o *cliOptions) []*cobra.Command {
 	)
 	restore := &cobra.Command{
 		Use:   "restore --location L [--backup ID]",
-		Short: "Restore a backup into the manifest's fresh, empty cluster (same group count and cluster id)",
+		Short: "Restore a backup into the manifest's fresh, empty cluster (same group count and cluster id; asks for confirmation unless --plan)",
 		Long:  backupLong,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
@@ -189,27 +191,34 @@ func backupCommands(ctl ctlFunc, env *Env, o *cliOptions) []*cobra.Command {
 				return backupError(err)
 			}
 			if planOnly {
-				if asJSON {
-					return printJSON(cmd.OutOrStdout(), struct {
+				if a.o.json {
+					return a.emit(struct {
 						*RestorePlan
 						Proof string `json:"proof"`
 					}{plan, plan.Proof})
 				}
-				printRestorePlan(cmd.OutOrStdout(), plan, o.manifest)
+				printRestorePlan(cmd.OutOrStdout(), plan, a.o.manifest)
 				return nil
 			}
 			if expectProof != "" && expectProof != plan.Proof {
 				return codedf(ExitProofMismatch, "the restore plan changed since it was reviewed: new proof %s (expected %s); nothing was written; review it with restore --plan", plan.Proof, expectProof)
 			}
-			p := c.backupProgress("restore", asJSON)
+			if err := a.confirm(ctx, Confirmation{
+				Verb: "restore",
+				Action: fmt.Sprintf("import backup %s (%d groups, plan proof %s) into the cluster of %d nodes, starting a new history of every group (new Stream-Incarnation tokens, producer epochs closed)",
+					plan.Backup, plan.GroupCount, plan.Proof, len(c.Manifest().Nodes)),
+			}); err != nil {
+				return err
+			}
+			p := c.backupProgress("restore")
 			ro.Progress = p.update
 			rep, err := backup.Restore(ctx, nodes, loc, plan.Backup, ro)
 			p.finish()
 			if err != nil {
 				return backupError(err)
 			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), struct {
+			if a.o.json {
+				return a.emit(struct {
 					*backup.RestoreReport
 					Proof string `json:"proof"`
 				}{rep, plan.Proof})
@@ -277,8 +286,9 @@ type backupProgress struct {
 	now       func() time.Time
 }
 
-func (c *Controller) backupProgress(verb string, quiet bool) *backupProgress {
-	p := &backupProgress{out: c.out, quiet: quiet, verb: verb, now: time.Now}
+func (c *Controller) backupProgress(verb string) *backupProgress {
+	quiet := c.opts.Progress == nil
+	p := &backupProgress{out: c.opts.Progress, quiet: quiet, verb: verb, now: c.now}
 	if !quiet {
 		p.bar = c.newProgress(verb, true)
 	}
@@ -287,9 +297,9 @@ func (c *Controller) backupProgress(verb string, quiet bool) *backupProgress {
 
 // newBackupProgress is backupProgress for a verb that reaches no node
 // (backup-verify), so has no Controller.
-func newBackupProgress(env *Env, out io.Writer, verb string, quiet bool) *backupProgress {
-	c := &Controller{out: out, opts: Options{TTY: isTerminal(env, out)}}
-	return c.backupProgress(verb, quiet)
+func newBackupProgress(a *app, verb string) *backupProgress {
+	c := &Controller{out: a.resultOut(), opts: Options{Progress: a.progressOut(), TTY: isTerminal(a.env.TTY, a.env.Stderr), Now: a.env.Now}}
+	return c.backupProgress(verb)
 }
 
 func (p *backupProgress) update(pr backup.Progress) {

@@ -17,7 +17,7 @@ import (
 // each proves one identity (urn:ursula:node:<id> or urn:ursula:role:<role>,
 // package pki) for the cluster plane's mutual TLS and the client plane.
 // It needs no manifest and talks to no node.
-func certCommand(env *Env) *cobra.Command {
+func certCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cert",
 		Short: "Create a cluster CA and the certificates of nodes and roles",
@@ -27,11 +27,11 @@ Keys are written with mode 600. An existing CA is never overwritten; an issued
 certificate replaces the previous one atomically, and nodes pick it up without
 a restart (see docs/security.md, "Rotating certificates").`,
 	}
-	cmd.AddCommand(certInitCommand(env), certIssueCommand(env), certDevClusterCommand(env))
+	cmd.AddCommand(certInitCommand(a), certIssueCommand(a), certDevClusterCommand(a))
 	return cmd
 }
 
-func certInitCommand(env *Env) *cobra.Command {
+func certInitCommand(a *app) *cobra.Command {
 	var (
 		dir  string
 		name string
@@ -49,7 +49,11 @@ func certInitCommand(env *Env) *cobra.Command {
 			if !made {
 				return fmt.Errorf("%s already holds a CA; it is kept", dir)
 			}
-			fmt.Fprintf(env.Stdout, "created the CA %s\n", filepath.Join(dir, "ca.crt"))
+			ca := filepath.Join(dir, "ca.crt")
+			if a.o.json {
+				return a.emit(map[string]any{"ca": ca, "created": true})
+			}
+			fmt.Fprintf(a.env.Stdout, "created the CA %s\n", ca)
 			return nil
 		},
 	}
@@ -60,7 +64,7 @@ func certInitCommand(env *Env) *cobra.Command {
 	return cmd
 }
 
-func certIssueCommand(env *Env) *cobra.Command {
+func certIssueCommand(a *app) *cobra.Command {
 	var (
 		dir   string
 		node  uint64
@@ -89,7 +93,10 @@ func certIssueCommand(env *Env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(env.Stdout, "issued %s for %s (key %s)\n", f.CertFile, id, f.KeyFile)
+			if a.o.json {
+				return a.emit(issuedCert{Cert: f.CertFile, Key: f.KeyFile, Identity: id.String()})
+			}
+			fmt.Fprintf(a.env.Stdout, "issued %s for %s (key %s)\n", f.CertFile, id, f.KeyFile)
 			return nil
 		},
 	}
@@ -103,7 +110,7 @@ func certIssueCommand(env *Env) *cobra.Command {
 	return cmd
 }
 
-func certDevClusterCommand(env *Env) *cobra.Command {
+func certDevClusterCommand(a *app) *cobra.Command {
 	var (
 		dir   string
 		nodes int
@@ -120,8 +127,13 @@ func certDevClusterCommand(env *Env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if made {
-				fmt.Fprintf(env.Stdout, "created the CA %s\n", filepath.Join(dir, "ca.crt"))
+			res := struct {
+				CA        string       `json:"ca"`
+				CACreated bool         `json:"ca_created"`
+				Issued    []issuedCert `json:"issued"`
+			}{CA: filepath.Join(dir, "ca.crt"), CACreated: made, Issued: []issuedCert{}}
+			if made && !a.o.json {
+				fmt.Fprintf(a.env.Stdout, "created the CA %s\n", res.CA)
 			}
 			ids := []pki.Identity{pki.RoleIdentity(pki.RoleGateway), pki.RoleIdentity(pki.RoleColdGC), pki.RoleIdentity(pki.RoleBackup)}
 			for i := 1; i <= nodes; i++ {
@@ -132,18 +144,29 @@ func certDevClusterCommand(env *Env) *cobra.Command {
 				if _, err := os.Stat(filepath.Join(dir, name+".crt")); err == nil {
 					continue
 				}
-				if _, err := issue(ca, dir, name, id, []string{"127.0.0.1", "localhost"}, 3650); err != nil {
+				f, err := issue(ca, dir, name, id, []string{"127.0.0.1", "localhost"}, 3650)
+				if err != nil {
 					return err
 				}
-				fmt.Fprintf(env.Stdout, "issued %s for %s\n", filepath.Join(dir, name+".crt"), id)
+				res.Issued = append(res.Issued, issuedCert{Cert: f.CertFile, Key: f.KeyFile, Identity: id.String()})
+				if !a.o.json {
+					fmt.Fprintf(a.env.Stdout, "issued %s for %s\n", f.CertFile, id)
+				}
 			}
-			return nil
+			return a.done(res)
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "directory of the CA and certificates")
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "number of storage nodes")
 	_ = cmd.MarkFlagRequired("dir")
 	return cmd
+}
+
+// issuedCert is one certificate a cert verb wrote (its --json result).
+type issuedCert struct {
+	Cert     string `json:"cert"`
+	Key      string `json:"key"`
+	Identity string `json:"identity"`
 }
 
 func identityFlags(node uint64, role string) (pki.Identity, error) {

@@ -7,6 +7,26 @@ import (
 	"strings"
 )
 
+// Problem is one finding of verify-cluster.
+type Problem struct {
+	// Kind names the check that failed: unreachable, wrong_node,
+	// cluster_id, not_ready, group_count, no_groups, no_leader,
+	// leader_unreachable, leader_claims, leader_disagreement, not_own_voter, lagging,
+	// not_voter, stranger_voter.
+	Kind string `json:"kind"`
+	// Node is the node the finding is about (0: none).
+	Node uint64 `json:"node,omitempty"`
+	// Group is the Raft group it is about (nil: the node as a whole).
+	Group *uint32 `json:"group,omitempty"`
+	// Message is the finding on one line, its group first.
+	Message string `json:"message"`
+	// summary is Message without what differs from group to group:
+	// findings with the same summary are shown as one line.
+	summary string
+}
+
+func (p Problem) String() string { return p.Message }
+
 // checkCluster lists what keeps the observed cluster from being healthy:
 // every manifest node reachable, answering as itself, ready and of the
 // same cluster; every group with exactly one leader that every node
@@ -14,9 +34,18 @@ import (
 // membership, and in its own view) and, in every group, applied within
 // maxLag of the leader's commit index; no voter outside the manifest.
 // An empty list means healthy.
-func checkCluster(m *Manifest, views []*NodeView, maxLag uint64) []string {
-	var problems []string
-	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+func checkCluster(m *Manifest, views []*NodeView, maxLag uint64) []Problem {
+	var problems []Problem
+	nodeP := func(kind string, node uint64, format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		problems = append(problems, Problem{Kind: kind, Node: node, Message: msg, summary: msg})
+	}
+	// groupP records a finding about group g; summary is its text
+	// without the group and without what differs between groups.
+	groupP := func(kind string, g uint32, node uint64, summary, format string, args ...any) {
+		problems = append(problems, Problem{Kind: kind, Node: node, Group: &g,
+			Message: fmt.Sprintf("group %d: ", g) + fmt.Sprintf(format, args...), summary: summary})
+	}
 
 	// Nodes.
 	clusterID := m.ClusterID
@@ -26,17 +55,17 @@ func checkCluster(m *Manifest, views []*NodeView, maxLag uint64) []string {
 	for _, v := range views {
 		id := v.Node.ID
 		if !v.Reachable() {
-			add("node %d: unreachable: %v", id, v.Err)
+			nodeP("unreachable", id, "node %d: unreachable: %v", id, v.Err)
 			continue
 		}
 		if v.Metrics.NodeID != 0 && v.Metrics.NodeID != id {
-			add("node %d: its client_url is served by node %d", id, v.Metrics.NodeID)
+			nodeP("wrong_node", id, "node %d: its client_url is served by node %d", id, v.Metrics.NodeID)
 		}
 		if v.Metrics.ClusterID != clusterID {
-			add("node %d: cluster_id %q, want %q", id, v.Metrics.ClusterID, clusterID)
+			nodeP("cluster_id", id, "node %d: cluster_id %q, want %q", id, v.Metrics.ClusterID, clusterID)
 		}
 		if !v.IsReady() {
-			add("node %d: not ready: %s", id, v.NotReadyReason())
+			nodeP("not_ready", id, "node %d: not ready: %s", id, v.NotReadyReason())
 		}
 	}
 
@@ -44,55 +73,169 @@ func checkCluster(m *Manifest, views []*NodeView, maxLag uint64) []string {
 	groups := groupCount(views)
 	if groups == 0 {
 		if len(problems) == 0 {
-			add("no node reports any Raft group")
+			nodeP("no_groups", 0, "no node reports any Raft group")
 		}
 		return problems
 	}
 	for _, v := range views {
 		if v.Reachable() && len(v.Metrics.Groups) != groups {
-			add("node %d: reports %d groups, another node %d", v.Node.ID, len(v.Metrics.Groups), groups)
+			nodeP("group_count", v.Node.ID, "node %d: reports %d groups, another node %d", v.Node.ID, len(v.Metrics.Groups), groups)
 		}
 	}
 	for g := range uint32(groups) {
 		leader, claims := leaderOf(views, g)
 		switch {
 		case leader == 0:
-			add("group %d: no leader", g)
+			if named := namedLeader(views, g); named != 0 && !viewOf(views, named).Reachable() {
+				groupP("leader_unreachable", g, named, fmt.Sprintf("no reachable leader: node %d, which the other nodes name, is unreachable", named),
+					"no reachable leader: node %d, which the other nodes name, is unreachable", named)
+			} else {
+				groupP("no_leader", g, 0, "no leader", "no leader")
+			}
 			continue
 		case len(claims) > 1:
-			add("group %d: nodes %s all claim to lead it", g, joinIDs(claims))
+			groupP("leader_claims", g, 0, fmt.Sprintf("nodes %s all claim to lead", joinIDs(claims)), "nodes %s all claim to lead it", joinIDs(claims))
 		}
 		lm := viewOf(views, leader).Metrics.Group(g)
 		for _, v := range views {
 			if !v.Reachable() || v.Node.ID == leader {
 				continue
 			}
+			id := v.Node.ID
 			gm := v.Metrics.Group(g)
 			if gm == nil {
 				continue // counted above
 			}
 			if gm.LeaderID != leader {
-				add("group %d: node %d names leader %d, node %d leads", g, v.Node.ID, gm.LeaderID, leader)
+				groupP("leader_disagreement", g, id, fmt.Sprintf("node %d names another leader than the group's", id),
+					"node %d names leader %d, node %d leads", id, gm.LeaderID, leader)
 			}
-			if !gm.IsVoter(v.Node.ID) {
-				add("group %d: node %d is not a voter in its own membership (voters %s, learners %s)", g, v.Node.ID, joinIDs(gm.Voters), joinIDs(gm.Learners))
+			if !gm.IsVoter(id) {
+				groupP("not_own_voter", g, id, fmt.Sprintf("node %d is not a voter in its own membership", id),
+					"node %d is not a voter in its own membership (voters %s, learners %s)", id, joinIDs(gm.Voters), joinIDs(gm.Learners))
 			}
-			if lm.IsVoter(v.Node.ID) && gm.AppliedIndex+maxLag < lm.CommitIndex {
-				add("group %d: node %d applied index %d trails the leader's commit index %d by more than %d", g, v.Node.ID, gm.AppliedIndex, lm.CommitIndex, maxLag)
+			if lm.IsVoter(id) && gm.AppliedIndex+maxLag < lm.CommitIndex {
+				groupP("lagging", g, id, fmt.Sprintf("node %d trails the leader's commit index by more than %d", id, maxLag),
+					"node %d applied index %d trails the leader's commit index %d by more than %d", id, gm.AppliedIndex, lm.CommitIndex, maxLag)
 			}
 		}
 		for _, n := range m.Nodes {
 			if !lm.IsVoter(n.ID) {
-				add("group %d: node %d is not a voter (leader %d: voters %s, learners %s)", g, n.ID, leader, joinIDs(lm.Voters), joinIDs(lm.Learners))
+				groupP("not_voter", g, n.ID, fmt.Sprintf("node %d is not a voter", n.ID),
+					"node %d is not a voter (leader %d: voters %s, learners %s)", n.ID, leader, joinIDs(lm.Voters), joinIDs(lm.Learners))
 			}
 		}
 		for _, id := range lm.Voters {
 			if !m.Has(id) {
-				add("group %d: voter %d is not in the manifest", g, id)
+				groupP("stranger_voter", g, id, fmt.Sprintf("voter %d is not in the manifest", id), "voter %d is not in the manifest", id)
 			}
 		}
 	}
 	return problems
+}
+
+// namedLeader is the leader most reachable nodes name for group g (0 when
+// none names one), whether or not it answered.
+func namedLeader(views []*NodeView, g uint32) uint64 {
+	counts := map[uint64]int{}
+	best := uint64(0)
+	for _, v := range views {
+		if !v.Reachable() {
+			continue
+		}
+		gm := v.Metrics.Group(g)
+		if gm == nil || gm.LeaderID == 0 {
+			continue
+		}
+		counts[gm.LeaderID]++
+		if best == 0 || counts[gm.LeaderID] > counts[best] {
+			best = gm.LeaderID
+		}
+	}
+	if viewOf(views, best) == nil {
+		return 0
+	}
+	return best
+}
+
+// ProblemGroup is findings that differ only in their group, shown as one
+// line.
+type ProblemGroup struct {
+	Kind string `json:"kind"`
+	Node uint64 `json:"node,omitempty"`
+	// Summary is the findings' text without the group.
+	Summary string `json:"summary"`
+	// Groups are the Raft groups affected, ascending (none for a node's
+	// finding).
+	Groups []uint32 `json:"groups,omitempty"`
+	// Count is the number of findings.
+	Count int `json:"count"`
+	// Line is the group on one line, as verify-cluster prints it.
+	Line string `json:"line"`
+	// Problems are the findings themselves.
+	Problems []Problem `json:"-"`
+}
+
+// groupProblems folds findings with the same summary into one group each,
+// in the order of their first finding.
+func groupProblems(ps []Problem) []ProblemGroup {
+	var out []ProblemGroup
+	at := map[string]int{}
+	for _, p := range ps {
+		i, ok := at[p.summary]
+		if !ok {
+			i = len(out)
+			at[p.summary] = i
+			out = append(out, ProblemGroup{Kind: p.Kind, Node: p.Node, Summary: p.summary})
+		}
+		pg := &out[i]
+		pg.Count++
+		pg.Problems = append(pg.Problems, p)
+		if p.Group != nil {
+			pg.Groups = append(pg.Groups, *p.Group)
+		}
+	}
+	for i := range out {
+		pg := &out[i]
+		slices.Sort(pg.Groups)
+		pg.Groups = slices.Compact(pg.Groups)
+		if pg.Count == 1 {
+			pg.Line = pg.Problems[0].Message
+		} else {
+			pg.Line = fmt.Sprintf("%s: %d groups affected (groups %s)", pg.Summary, len(pg.Groups), compactRanges(pg.Groups))
+		}
+	}
+	return out
+}
+
+// groupLines are the groups' lines.
+func groupLines(gs []ProblemGroup) []string {
+	out := make([]string, len(gs))
+	for i, g := range gs {
+		out[i] = g.Line
+	}
+	return out
+}
+
+// compactRanges renders sorted ids with runs folded: "0-63", "1, 4-6, 9".
+func compactRanges(ids []uint32) string {
+	var b strings.Builder
+	for i := 0; i < len(ids); {
+		j := i
+		for j+1 < len(ids) && ids[j+1] == ids[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		if j > i {
+			fmt.Fprintf(&b, "%d-%d", ids[i], ids[j])
+		} else {
+			fmt.Fprintf(&b, "%d", ids[i])
+		}
+		i = j + 1
+	}
+	return b.String()
 }
 
 // majorityClusterID is the cluster id most reachable nodes report (the
@@ -123,7 +266,7 @@ func joinIDs[T uint32 | uint64](ids []T) string {
 
 // Verify observes the cluster once and returns its problems (see
 // checkCluster); none means healthy.
-func (c *Controller) Verify(ctx context.Context) []string {
+func (c *Controller) Verify(ctx context.Context) []Problem {
 	return checkCluster(c.m, c.observe(ctx), c.opts.MaxLag)
 }
 
@@ -146,7 +289,7 @@ func (c *Controller) waitHealthy(ctx context.Context, what string) error {
 	defer p.finish()
 	var problems []string
 	for {
-		got := c.Verify(ctx)
+		got := groupLines(groupProblems(c.Verify(ctx)))
 		if ctx.Err() != nil && problems != nil {
 			break // an observation cut short by the deadline says nothing
 		}
@@ -154,12 +297,12 @@ func (c *Controller) waitHealthy(ctx context.Context, what string) error {
 		if len(problems) == 0 {
 			return nil
 		}
-		p.set(0, 1, fmt.Sprintf("%s: %d problems (%s)", what, len(problems), problems[0]))
+		p.set(0, 1, fmt.Sprintf("%s: %s", what, summarize(problems, 2)))
 		if !c.sleep(ctx) {
 			break
 		}
 	}
-	return fmt.Errorf("not healthy when the wait ended (%v): %d problems: %s", ctx.Err(), len(problems), summarize(problems, 5))
+	return fmt.Errorf("not healthy when the wait ended (%v): %s", ctx.Err(), summarize(problems, 5))
 }
 
 // summarize joins up to n problems on one line.

@@ -41,7 +41,12 @@ func TestCheckCluster(t *testing.T) {
 	}{
 		{name: "healthy"},
 		{name: "unreachable", mutate: func(v []*NodeView) { v[2].Metrics, v[2].Err = nil, errors.New("connection refused") },
-			want: []string{"node 3: unreachable: connection refused", "group 2: no leader"}},
+			want: []string{"node 3: unreachable: connection refused", "group 2: no reachable leader: node 3, which the other nodes name, is unreachable"}},
+		{name: "no leader", mutate: func(v []*NodeView) {
+			for _, nv := range v {
+				nv.Metrics.Groups[1].LeaderID = 0
+			}
+		}, want: []string{"group 1: no leader"}},
 		{name: "not ready", mutate: func(v []*NodeView) { v[1].Ready = &Readiness{Status: 503, Reason: "groups_not_ready"} },
 			want: []string{"node 2: not ready: groups_not_ready"}},
 		{name: "other cluster", mutate: func(v []*NodeView) { v[0].Metrics.ClusterID = "c2" },
@@ -71,7 +76,10 @@ func TestCheckCluster(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m, vs := views(3, leaders, tt.mutate)
-			got := checkCluster(m, vs, 100)
+			var got []string
+			for _, p := range checkCluster(m, vs, 100) {
+				got = append(got, p.Message)
+			}
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("problems:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))
 			}

@@ -23,9 +23,18 @@ const EnvManifest = "URSULA_MANIFEST"
 type Env struct {
 	Stdout io.Writer
 	Stderr io.Writer
-	// TTY turns progress bars on or off; nil detects whether Stdout is a
-	// terminal.
+	// Stdin answers the confirmation prompts of destructive verbs; nil
+	// reads nothing (a prompt then fails).
+	Stdin io.Reader
+	// TTY says whether Stderr is a terminal: progress is drawn as bars
+	// there, and as plain lines otherwise. Nil detects it.
 	TTY *bool
+	// StdinTTY says whether Stdin is a terminal, so that a destructive
+	// verb may ask for confirmation instead of requiring --yes. Nil
+	// detects it.
+	StdinTTY *bool
+	// Now is the clock that paces progress lines; nil means time.Now.
+	Now func() time.Time
 	// Hooks are passed to the Controller (tests).
 	Hooks Hooks
 	// Restart, when set, is rollout's restart step and --restart-cmd is
@@ -41,12 +50,14 @@ func Main(args []string) int {
 	if len(args) > 0 {
 		args = args[1:]
 	}
-	return Run(ctx, args, Env{Stdout: os.Stdout, Stderr: os.Stderr})
+	return Run(ctx, args, Env{Stdout: os.Stdout, Stderr: os.Stderr, Stdin: os.Stdin})
 }
 
 // Run runs ursulactl with args (without the program name) and returns its
-// exit status: ExitOK, ExitError or ExitAborted. An error is printed to
-// Stderr as one line starting with "ursulactl: error: ".
+// exit status: ExitOK, ExitError, ExitAborted or a verb's own code. An
+// error is printed to Stderr as one line starting with "ursulactl: error:
+// "; with --json, a verb that failed before it had a result also prints
+// {"error": {...}} on Stdout (see errorDocument).
 func Run(ctx context.Context, args []string, env Env) int {
 	if env.Stdout == nil {
 		env.Stdout = io.Discard
@@ -54,19 +65,27 @@ func Run(ctx context.Context, args []string, env Env) int {
 	if env.Stderr == nil {
 		env.Stderr = io.Discard
 	}
-	var made []*Controller
+	if env.Now == nil {
+		env.Now = time.Now
+	}
+	a := &app{env: &env, o: &cliOptions{}}
 	defer func() {
-		for _, c := range made {
+		for _, c := range a.made {
 			c.Close()
 		}
 	}()
-	root := newRootCommand(&env, func(c *Controller) { made = append(made, c) })
+	root := newRootCommand(a)
 	root.SetArgs(args)
 	root.SetOut(env.Stdout)
 	root.SetErr(env.Stderr)
+	root.SetIn(stdinOrEmpty(env.Stdin))
 	if err := root.ExecuteContext(ctx); err != nil {
+		code := ExitCode(err)
+		if (a.o.json || jsonRequested(args)) && !a.emitted {
+			_ = printJSON(env.Stdout, errorDocument(err, code))
+		}
 		fmt.Fprintf(env.Stderr, "ursulactl: error: %s\n", oneLine(err.Error()))
-		return ExitCode(err)
+		return code
 	}
 	return ExitOK
 }
@@ -82,12 +101,23 @@ default cluster.toml): see ops/README.md and deploy/local-cluster/manifest.toml.
 Restarting a voter: drain --node N; restart it; wait --node N; undrain --node N
 (rollout does all of it for every node, one at a time).
 
+Output: results on stdout; progress on stderr (bars on a terminal, otherwise a
+line per change, at most one every few seconds; --quiet silences it). With
+--json every verb prints exactly one JSON document on stdout: its result, or
+{"error": {"message", "exit_code"}} when it failed before it had one.
+
+Destructive verbs (purge-bucket, purge-log, membership that removes a voter,
+restore, recover-group apply, cluster enable-feature) ask for confirmation on
+a terminal and, when stdin is not a terminal, refuse unless --yes is given.
+
 Exit codes:
   0  done
-  1  other errors (unreachable node, timeout, problems found, refused request, bad arguments)
+  1  other errors (unreachable node, timeout, problems found, refused request, bad arguments,
+     a destructive verb without --yes off a terminal)
   2  aborted by a safety check: a node answered 412 (it restarted since its
      incarnation was pinned) or 428, a target was not eligible, or a
-     precondition did not hold (another node unready, a group would lose its quorum)
+     precondition did not hold (another node unready, a group would lose its quorum),
+     or the operator declined the confirmation
 
 Every error is one line on stderr starting with "ursulactl: error: ".`
 
@@ -99,20 +129,87 @@ type cliOptions struct {
 	timeout  time.Duration
 	maxLag   uint64
 	poll     time.Duration
+	json     bool
+	quiet    bool
+	yes      bool
+	verbose  bool
+	version  bool
 }
 
-// newRootCommand builds the command tree; made sees every Controller a
-// verb creates (Run closes them).
-func newRootCommand(env *Env, made func(*Controller)) *cobra.Command {
-	o := &cliOptions{}
+// app is what every verb shares: the caller's Env, the root's flags, the
+// Controllers made (Run closes them) and whether the verb printed its
+// JSON document.
+type app struct {
+	env     *Env
+	o       *cliOptions
+	made    []*Controller
+	emitted bool
+}
+
+// ctl loads the manifest and makes the verb's Controller: results to
+// stdout (to stderr, as progress, with --json), progress to stderr unless
+// --quiet.
+func (a *app) ctl(cmd *cobra.Command, settle time.Duration) (*Controller, error) {
+	m, err := LoadManifest(a.o.manifest)
+	if err != nil {
+		return nil, err
+	}
+	c, err := New(m, Options{
+		Out: a.resultOut(), Progress: a.progressOut(), TTY: isTerminal(a.env.TTY, a.env.Stderr), Now: a.env.Now,
+		Timeout: a.o.timeout, Settle: settle, MaxLag: a.o.maxLag, PollInterval: a.o.poll,
+		Hooks: a.env.Hooks, Actor: a.o.actor, Reason: a.o.reason,
+		Confirm: a.confirm,
+	})
+	if err == nil {
+		a.made = append(a.made, c)
+	}
+	return c, err
+}
+
+// resultOut is where a verb's result lines go: stdout, or with --json
+// (stdout holds the document) stderr unless --quiet.
+func (a *app) resultOut() io.Writer {
+	switch {
+	case !a.o.json:
+		return a.env.Stdout
+	case a.o.quiet:
+		return io.Discard
+	default:
+		return a.env.Stderr
+	}
+}
+
+// progressOut is where progress goes: stderr, or nowhere with --quiet.
+func (a *app) progressOut() io.Writer {
+	if a.o.quiet {
+		return nil
+	}
+	return a.env.Stderr
+}
+
+// emit prints v as the verb's one JSON document (only with --json).
+func (a *app) emit(v any) error {
+	a.emitted = true
+	return printJSON(a.env.Stdout, v)
+}
+
+// newRootCommand builds the command tree.
+func newRootCommand(a *app) *cobra.Command {
+	o := a.o
 	root := &cobra.Command{
 		Use:           "ursulactl",
 		Short:         "Operate an Ursula cluster: status, drain, wait, verify, rollout, recover, back up and restore",
 		Long:          rootLong,
 		SilenceErrors: true,
 		SilenceUsage:  true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.version {
+				return printVersion(a)
+			}
+			return cmd.Help()
+		},
 	}
-	root.CompletionOptions.DisableDefaultCmd = true
 	defManifest := os.Getenv(EnvManifest)
 	if defManifest == "" {
 		defManifest = "cluster.toml"
@@ -124,62 +221,63 @@ func newRootCommand(env *Env, made func(*Controller)) *cobra.Command {
 	pf.DurationVar(&o.poll, "poll", DefaultPollInterval, "pause between observations while waiting")
 	pf.StringVar(&o.actor, "actor", os.Getenv("USER"), "who acts, recorded with every mutation in the nodes' audit trail (asserted, not verified)")
 	pf.StringVar(&o.reason, "reason", "", "why, recorded with every mutation in the nodes' audit trail")
-
-	ctl := func(cmd *cobra.Command, settle time.Duration) (*Controller, error) {
-		m, err := LoadManifest(o.manifest)
-		if err != nil {
-			return nil, err
-		}
-		c, err := New(m, Options{
-			Out: cmd.OutOrStdout(), TTY: isTerminal(env, env.Stdout), Timeout: o.timeout, Settle: settle,
-			MaxLag: o.maxLag, PollInterval: o.poll, Hooks: env.Hooks, Actor: o.actor, Reason: o.reason,
-		})
-		if err == nil {
-			made(c)
-		}
-		return c, err
-	}
+	pf.BoolVar(&o.json, "json", false, `print exactly one JSON document on stdout: the verb's result, or {"error": {...}}`)
+	pf.BoolVarP(&o.quiet, "quiet", "q", false, "print no progress on stderr (results and errors still print)")
+	pf.BoolVarP(&o.yes, "yes", "y", false, "confirm a destructive verb without a prompt (required when stdin is not a terminal)")
+	pf.BoolVarP(&o.verbose, "verbose", "v", false, "print every finding (verify-cluster prints identical findings grouped otherwise)")
+	root.Flags().BoolVar(&o.version, "version", false, "print ursulactl's version and exit")
+	_ = root.RegisterFlagCompletionFunc("manifest", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return []string{"toml"}, cobra.ShellCompDirectiveFilterFileExt
+	})
 
 	root.AddCommand(
-		statusCommand(ctl),
-		verifyCommand(ctl),
-		waitReadyCommand(ctl),
-		waitCommand(ctl),
-		drainCommand(ctl),
-		undrainCommand(ctl),
-		rolloutCommand(ctl, env),
-		snapshotCommand(ctl),
-		purgeLogCommand(ctl),
-		transferCommand(ctl),
-		membershipCommand(ctl),
-		flushColdCommand(ctl),
-		purgeBucketCommand(ctl),
-		certCommand(env),
-		auditCommand(ctl),
-		recoverCommand(ctl, o),
-		clusterCommand(ctl),
+		versionCommand(a),
+		statusCommand(a),
+		verifyCommand(a),
+		waitReadyCommand(a),
+		waitCommand(a),
+		drainCommand(a),
+		undrainCommand(a),
+		rolloutCommand(a),
+		snapshotCommand(a),
+		purgeLogCommand(a),
+		transferCommand(a),
+		membershipCommand(a),
+		flushColdCommand(a),
+		purgeBucketCommand(a),
+		certCommand(a),
+		auditCommand(a),
+		recoverCommand(a),
+		clusterCommand(a),
 	)
-	root.AddCommand(backupCommands(ctl, env, o)...)
+	root.AddCommand(backupCommands(a)...)
+	addCompletions(a, root)
 	return root
 }
 
-func auditCommand(ctl ctlFunc) *cobra.Command {
+func auditCommand(a *app) *cobra.Command {
 	var (
 		node  uint64
 		limit int
 	)
 	cmd := &cobra.Command{
 		Use:   "audit",
-		Short: "Print a node's audit trail: its newest admin mutations with actor, reason, proof, authentication and outcome (JSON lines)",
+		Short: "Print a node's audit trail: its newest admin mutations with actor, reason, proof, authentication and outcome (JSON lines; an array with --json)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
 			recs, err := c.Audit(cmd.Context(), node, limit)
 			if err != nil {
 				return err
+			}
+			if a.o.json {
+				if recs == nil {
+					recs = []json.RawMessage{}
+				}
+				return a.emit(recs)
 			}
 			for _, r := range recs {
 				fmt.Fprintln(cmd.OutOrStdout(), string(r))
@@ -192,8 +290,6 @@ func auditCommand(ctl ctlFunc) *cobra.Command {
 	return cmd
 }
 
-type ctlFunc func(cmd *cobra.Command, settle time.Duration) (*Controller, error)
-
 func nodeFlag(cmd *cobra.Command, v *uint64, what string) {
 	cmd.Flags().Uint64Var(v, "node", 0, what)
 	_ = cmd.MarkFlagRequired("node")
@@ -204,142 +300,143 @@ func groupFlag(cmd *cobra.Command, v *uint32) {
 	_ = cmd.MarkFlagRequired("group")
 }
 
-func printBody(cmd *cobra.Command, body []byte) {
+// printBody prints a node's answer: indented on stdout, or as the JSON
+// document (a body that is not JSON becomes {"body": "..."}).
+func (a *app) printBody(cmd *cobra.Command, body []byte) error {
+	if a.o.json {
+		return a.emit(bodyDocument(body))
+	}
 	if len(strings.TrimSpace(string(body))) > 0 {
 		fmt.Fprintln(cmd.OutOrStdout(), prettyJSON(body))
 	}
+	return nil
 }
 
-func statusCommand(ctl ctlFunc) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
+// bodyDocument is a node's answer as a JSON value.
+func bodyDocument(body []byte) any {
+	b := []byte(strings.TrimSpace(string(body)))
+	if len(b) == 0 {
+		return map[string]any{}
+	}
+	if json.Valid(b) {
+		return json.RawMessage(b)
+	}
+	return map[string]string{"body": string(b)}
+}
+
+func statusCommand(a *app) *cobra.Command {
+	return &cobra.Command{
 		Use:   "status",
 		Short: "Show every node: reachable, ready, incarnation, leaderships; the leadership spread; groups without a leader",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
 			st := c.Status(cmd.Context())
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), st)
+			if a.o.json {
+				return a.emit(st)
 			}
 			return st.Render(cmd.OutOrStdout())
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
-	return cmd
 }
 
-func verifyCommand(ctl ctlFunc) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "verify-cluster",
-		Short: "Check that every node is reachable and ready, of one cluster, every group has one agreed leader and every node is a caught-up voter of every group",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
-			if err != nil {
-				return err
-			}
-			problems := c.Verify(cmd.Context())
-			out := cmd.OutOrStdout()
-			if asJSON {
-				if problems == nil {
-					problems = []string{}
-				}
-				if err := printJSON(out, map[string]any{"ok": len(problems) == 0, "problems": problems}); err != nil {
-					return err
-				}
-			} else {
-				for _, p := range problems {
-					fmt.Fprintf(out, "problem: %s\n", p)
-				}
-			}
-			if len(problems) > 0 {
-				return fmt.Errorf("verify-cluster: %d problems: %s", len(problems), summarize(problems, 3))
-			}
-			if !asJSON {
-				fmt.Fprintf(out, "cluster healthy: %d nodes\n", len(c.Manifest().Nodes))
-			}
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"ok": bool, "problems": [...]} as JSON`)
-	return cmd
-}
-
-func waitReadyCommand(ctl ctlFunc) *cobra.Command {
+func waitReadyCommand(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "wait-ready",
 		Short: "Wait until verify-cluster passes: every node ready, every group led, every node a caught-up voter",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
-			return c.WaitReady(cmd.Context())
+			if err := c.WaitReady(cmd.Context()); err != nil {
+				return err
+			}
+			return a.done(map[string]any{"ready": true, "nodes": len(c.Manifest().Nodes)})
 		},
 	}
 }
 
-func waitCommand(ctl ctlFunc) *cobra.Command {
+// done emits a verb's JSON result (with --json; nothing otherwise: the
+// verb printed its result lines).
+func (a *app) done(v any) error {
+	if a.o.json {
+		return a.emit(v)
+	}
+	return nil
+}
+
+func waitCommand(a *app) *cobra.Command {
 	var node uint64
 	cmd := &cobra.Command{
 		Use:   "wait --node N",
 		Short: "Wait until node N is ready, a voter of every group and caught up with each group's leader",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
-			return c.WaitNode(cmd.Context(), node)
+			groups, err := c.waitNode(cmd.Context(), node)
+			if err != nil {
+				return err
+			}
+			return a.done(map[string]any{"node": node, "ready": true, "groups": groups})
 		},
 	}
 	nodeFlag(cmd, &node, "the node to wait for")
 	return cmd
 }
 
-func drainCommand(ctl ctlFunc) *cobra.Command {
+func drainCommand(a *app) *cobra.Command {
 	var node uint64
 	cmd := &cobra.Command{
 		Use:   "drain --node N",
 		Short: "Put node N in maintenance drain and move every leadership it holds to other ready voters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
-			return c.Drain(cmd.Context(), node)
+			_, res, err := c.drain(cmd.Context(), node)
+			if err != nil {
+				return err
+			}
+			return a.done(res)
 		},
 	}
 	nodeFlag(cmd, &node, "the node to drain")
 	return cmd
 }
 
-func undrainCommand(ctl ctlFunc) *cobra.Command {
+func undrainCommand(a *app) *cobra.Command {
 	var node uint64
 	cmd := &cobra.Command{
 		Use:   "undrain --node N",
 		Short: "Lift node N's maintenance drain",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
-			return c.Undrain(cmd.Context(), node)
+			body, err := c.undrain(cmd.Context(), node)
+			if err != nil {
+				return err
+			}
+			return a.done(map[string]any{"node": node, "drained": false, "shed": bodyDocument(body)})
 		},
 	}
 	nodeFlag(cmd, &node, "the node to undrain")
 	return cmd
 }
 
-func rolloutCommand(ctl ctlFunc, env *Env) *cobra.Command {
+func rolloutCommand(a *app) *cobra.Command {
 	var restartCmd string
 	var settle time.Duration
 	cmd := &cobra.Command{
@@ -349,21 +446,26 @@ func rolloutCommand(ctl ctlFunc, env *Env) *cobra.Command {
 verify-cluster passes, drain it, run --restart-cmd with {node} (the node's name,
 else its id) and {id} replaced (sh -c), wait until it is a caught-up voter of
 every group with a new process incarnation, undrain it. Stops at the first
-failure (exit 2 for a safety abort).`,
+failure (exit 2 for a safety abort). The restart command's output goes where
+result lines go (stdout; stderr with --json).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			restart := env.Restart
+			restart := a.env.Restart
 			if restart == nil || restartCmd != "" {
 				var err error
-				if restart, err = CommandRestart(restartCmd, cmd.OutOrStdout()); err != nil {
+				if restart, err = CommandRestart(restartCmd, a.resultOut()); err != nil {
 					return err
 				}
 			}
-			c, err := ctl(cmd, settle)
+			c, err := a.ctl(cmd, settle)
 			if err != nil {
 				return err
 			}
-			return c.Rollout(cmd.Context(), restart)
+			res, err := c.rollout(cmd.Context(), restart)
+			if err != nil {
+				return err
+			}
+			return a.done(res)
 		},
 	}
 	cmd.Flags().StringVar(&restartCmd, "restart-cmd", "", "command restarting one node ({node}: its name or id, {id}: its id), run with sh -c")
@@ -371,7 +473,7 @@ failure (exit 2 for a safety abort).`,
 	return cmd
 }
 
-func snapshotCommand(ctl ctlFunc) *cobra.Command {
+func snapshotCommand(a *app) *cobra.Command {
 	var node uint64
 	var group uint32
 	cmd := &cobra.Command{
@@ -379,7 +481,7 @@ func snapshotCommand(ctl ctlFunc) *cobra.Command {
 		Short: "Take a Raft snapshot of group G on node N",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
@@ -387,8 +489,7 @@ func snapshotCommand(ctl ctlFunc) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			printBody(cmd, body)
-			return nil
+			return a.printBody(cmd, body)
 		},
 	}
 	nodeFlag(cmd, &node, "the node to snapshot on")
@@ -396,15 +497,21 @@ func snapshotCommand(ctl ctlFunc) *cobra.Command {
 	return cmd
 }
 
-func purgeLogCommand(ctl ctlFunc) *cobra.Command {
+func purgeLogCommand(a *app) *cobra.Command {
 	var node, upto uint64
 	var group uint32
 	cmd := &cobra.Command{
 		Use:   "purge-log --node N --group G --upto I",
-		Short: "Purge group G's Raft log on node N through index I (at most through its last snapshot)",
+		Short: "Purge group G's Raft log on node N through index I (at most through its last snapshot; destructive: asks for confirmation)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
+			if err := a.confirm(cmd.Context(), Confirmation{
+				Verb:   "purge-log",
+				Action: fmt.Sprintf("purge group %d's Raft log on node %d through index %d (those entries can no longer be sent to a lagging replica)", group, node, upto),
+			}); err != nil {
+				return err
+			}
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
@@ -412,8 +519,7 @@ func purgeLogCommand(ctl ctlFunc) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			printBody(cmd, body)
-			return nil
+			return a.printBody(cmd, body)
 		},
 	}
 	nodeFlag(cmd, &node, "the node whose log to purge")
@@ -423,7 +529,7 @@ func purgeLogCommand(ctl ctlFunc) *cobra.Command {
 	return cmd
 }
 
-func transferCommand(ctl ctlFunc) *cobra.Command {
+func transferCommand(a *app) *cobra.Command {
 	var node, to uint64
 	var group uint32
 	cmd := &cobra.Command{
@@ -431,11 +537,15 @@ func transferCommand(ctl ctlFunc) *cobra.Command {
 		Short: "Hand group G's leadership from node N (its leader) to node M and wait until it moved",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
-			return c.Transfer(cmd.Context(), node, group, to)
+			leader, err := c.transfer(cmd.Context(), node, group, to)
+			if err != nil {
+				return err
+			}
+			return a.done(map[string]any{"group": group, "from": node, "to": to, "leader": leader})
 		},
 	}
 	nodeFlag(cmd, &node, "the group's current leader")
@@ -445,20 +555,20 @@ func transferCommand(ctl ctlFunc) *cobra.Command {
 	return cmd
 }
 
-func membershipCommand(ctl ctlFunc) *cobra.Command {
+func membershipCommand(a *app) *cobra.Command {
 	var node uint64
 	var group uint32
 	var voters string
 	cmd := &cobra.Command{
 		Use:   "membership --node N --group G --voters 1,2,3",
-		Short: "Replace group G's voter set on its leader, node N (for repair: include every node that should stay a voter)",
+		Short: "Replace group G's voter set on its leader, node N (for repair: include every node that should stay a voter; removing a voter asks for confirmation)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ids, err := parseIDs(voters)
 			if err != nil {
 				return fmt.Errorf("--voters: %w", err)
 			}
-			c, err := ctl(cmd, 0)
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
@@ -466,8 +576,7 @@ func membershipCommand(ctl ctlFunc) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			printBody(cmd, body)
-			return nil
+			return a.printBody(cmd, body)
 		},
 	}
 	nodeFlag(cmd, &node, "the group's current leader")
@@ -496,7 +605,7 @@ func parseIDs(s string) ([]uint64, error) {
 	return out, nil
 }
 
-func flushColdCommand(ctl ctlFunc) *cobra.Command {
+func flushColdCommand(a *app) *cobra.Command {
 	var node uint64
 	var bucket, stream string
 	cmd := &cobra.Command{
@@ -504,7 +613,7 @@ func flushColdCommand(ctl ctlFunc) *cobra.Command {
 		Short: "Flush one stream's hot bytes to the cold store now, on node N (its group's leader)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
@@ -512,8 +621,7 @@ func flushColdCommand(ctl ctlFunc) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			printBody(cmd, body)
-			return nil
+			return a.printBody(cmd, body)
 		},
 	}
 	nodeFlag(cmd, &node, "the leader of the stream's group")
@@ -524,21 +632,33 @@ func flushColdCommand(ctl ctlFunc) *cobra.Command {
 	return cmd
 }
 
-func purgeBucketCommand(ctl ctlFunc) *cobra.Command {
+func purgeBucketCommand(a *app) *cobra.Command {
 	var node uint64
 	var bucket string
 	cmd := &cobra.Command{
 		Use:   "purge-bucket --node N --bucket B",
-		Short: "Erase bucket B for good through node N; fails unless the report proves completion",
+		Short: "Erase bucket B for good through node N; fails unless the report proves completion (asks to type the bucket's name)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
+			if bucket == "" {
+				return fmt.Errorf("purge-bucket: --bucket is required")
+			}
+			if err := a.confirm(cmd.Context(), Confirmation{
+				Verb:   "purge-bucket",
+				Action: fmt.Sprintf("erase bucket %q for good: every stream in it, on every node, and its cold objects", bucket),
+				Token:  bucket,
+			}); err != nil {
+				return err
+			}
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
 			body, err := c.PurgeBucket(cmd.Context(), node, bucket)
 			if body != nil {
-				printBody(cmd, body)
+				if perr := a.printBody(cmd, body); perr != nil {
+					return perr
+				}
 			}
 			return err
 		},
@@ -556,12 +676,92 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// isTerminal reports whether progress bars go to out: Env.TTY when set,
-// else whether out is a terminal.
-func isTerminal(env *Env, out io.Writer) bool {
-	if env.TTY != nil {
-		return *env.TTY
+// isTerminal reports whether out is a terminal: tty when set, else
+// whether out is a terminal file.
+func isTerminal(tty *bool, out any) bool {
+	if tty != nil {
+		return *tty
 	}
 	f, ok := out.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// VerifyReport is verify-cluster's --json document.
+type VerifyReport struct {
+	OK    bool `json:"ok"`
+	Nodes int  `json:"nodes"`
+	// Problems are every finding.
+	Problems []Problem `json:"problems"`
+	// Grouped are the findings with identical text but for their group
+	// folded, as verify-cluster prints them.
+	Grouped []ProblemGroup `json:"grouped"`
+	// Summary is the last line verify-cluster prints.
+	Summary string `json:"summary"`
+}
+
+// verifyReport folds problems into the report.
+func verifyReport(nodes int, problems []Problem) *VerifyReport {
+	r := &VerifyReport{OK: len(problems) == 0, Nodes: nodes, Problems: problems, Grouped: groupProblems(problems)}
+	if r.Problems == nil {
+		r.Problems = []Problem{}
+	}
+	if r.Grouped == nil {
+		r.Grouped = []ProblemGroup{}
+	}
+	if r.OK {
+		r.Summary = fmt.Sprintf("cluster healthy: %d nodes", nodes)
+		return r
+	}
+	groups := map[uint32]bool{}
+	nodeIDs := map[uint64]bool{}
+	for _, p := range problems {
+		if p.Group != nil {
+			groups[*p.Group] = true
+		}
+		if p.Node != 0 {
+			nodeIDs[p.Node] = true
+		}
+	}
+	r.Summary = fmt.Sprintf("cluster unhealthy: %d problems (%d distinct), %d nodes and %d groups affected", len(problems), len(r.Grouped), len(nodeIDs), len(groups))
+	return r
+}
+
+func verifyCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "verify-cluster",
+		Short: "Check that every node is reachable and ready, of one cluster, every group has one agreed leader and every node is a caught-up voter of every group",
+		Long: `verify-cluster observes every node once and prints one "problem:" line per
+kind of finding: findings that differ only in their Raft group are folded into
+one line naming how many groups, and which, are affected (--verbose adds every
+finding under its line; --json holds both). The last line sums up. Exit 0 when
+healthy, 1 when any problem was found.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.ctl(cmd, 0)
+			if err != nil {
+				return err
+			}
+			rep := verifyReport(len(c.Manifest().Nodes), c.Verify(cmd.Context()))
+			out := cmd.OutOrStdout()
+			if a.o.json {
+				if err := a.emit(rep); err != nil {
+					return err
+				}
+			} else {
+				for _, g := range rep.Grouped {
+					fmt.Fprintf(out, "problem: %s\n", g.Line)
+					if a.o.verbose && g.Count > 1 {
+						for _, p := range g.Problems {
+							fmt.Fprintf(out, "  %s\n", p.Message)
+						}
+					}
+				}
+				fmt.Fprintln(out, rep.Summary)
+			}
+			if !rep.OK {
+				return fmt.Errorf("verify-cluster: %d problems: %s", len(rep.Problems), summarize(groupLines(rep.Grouped), 3))
+			}
+			return nil
+		},
+	}
 }

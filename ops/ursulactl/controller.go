@@ -38,10 +38,20 @@ type Hooks struct {
 
 // Options configure a Controller.
 type Options struct {
-	// Out receives progress lines and results; nil discards them.
+	// Out receives result lines; nil discards them.
 	Out io.Writer
-	// TTY shows progress bars on Out (only when it is a terminal).
+	// Progress receives the progress of long waits (stderr); nil shows
+	// none.
+	Progress io.Writer
+	// TTY draws progress as bars (Progress is a terminal) instead of
+	// plain lines.
 	TTY bool
+	// Now paces progress lines; nil means time.Now.
+	Now func() time.Time
+	// Confirm is asked before a destructive step that only the
+	// operation's own reads reveal (a membership change that removes a
+	// voter); nil confirms everything (a library caller decided).
+	Confirm func(ctx context.Context, cf Confirmation) error
 	// Timeout bounds each wait (a drain's handoffs, wait, wait-ready,
 	// retries of 503 answers); zero means DefaultTimeout.
 	Timeout time.Duration
@@ -120,6 +130,9 @@ func New(m *Manifest, opts Options) (*Controller, error) {
 	if c.out == nil {
 		c.out = io.Discard
 	}
+	if c.opts.Now == nil {
+		c.opts.Now = time.Now
+	}
 	for _, n := range m.Nodes {
 		c.clients[n.ID] = &nodeClient{node: n, http: opts.HTTP, actor: opts.Actor, reason: opts.Reason}
 	}
@@ -128,6 +141,17 @@ func New(m *Manifest, opts Options) (*Controller, error) {
 
 // Manifest is the controller's manifest.
 func (c *Controller) Manifest() *Manifest { return c.m }
+
+// now is the clock of progress lines.
+func (c *Controller) now() time.Time { return c.opts.Now() }
+
+// confirm asks Options.Confirm, when set.
+func (c *Controller) confirm(ctx context.Context, cf Confirmation) error {
+	if c.opts.Confirm == nil {
+		return nil
+	}
+	return c.opts.Confirm(ctx, cf)
+}
 
 func (c *Controller) printf(format string, args ...any) {
 	fmt.Fprintf(c.out, format+"\n", args...)

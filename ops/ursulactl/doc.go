@@ -41,12 +41,31 @@
 // A node whose metrics name another node_id, or another cluster_id than the
 // manifest's, is never mutated.
 //
+// # Output
+//
+// Results go to stdout; progress goes to stderr, as bars on a terminal
+// and otherwise as plain lines paced by Env.Now (lineProgress), and not at
+// all with --quiet. With --json (every verb) stdout holds exactly one
+// JSON document: the verb's result, or {"error": {...}} when it failed
+// before it had one (Run prints it); the lines an operation prints as it
+// goes then go to stderr.
+//
+// # Confirmation
+//
+// Destructive verbs (purge-bucket, purge-log, membership removing a
+// voter, restore, recover-group apply, cluster enable-feature) ask on
+// stderr and read the answer from Env.Stdin when it is a terminal; off a
+// terminal they refuse (ErrNotConfirmed, exit 1) unless --yes is given. A
+// declined prompt is a safety abort (exit 2). Nothing is sent before the
+// answer.
+//
 // # Exit status
 //
 // 0 done; 1 any other error (unreachable node, timeout, problems found by
-// verify-cluster, a refused request, bad arguments); 2 aborted by a
-// safety check. Every error is one line on stderr starting with
-// "ursulactl: error: ".
+// verify-cluster, a refused request, bad arguments, no --yes off a
+// terminal); 2 aborted by a safety check or a declined confirmation.
+// Every error is one line on stderr, after any progress lines, starting
+// with "ursulactl: error: ".
 //
 // Tests drive the same code through Run (with Env.Hooks and Env.Restart)
 // or through a Controller.

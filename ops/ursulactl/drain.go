@@ -29,40 +29,58 @@ import (
 // Every mutation carries the pinned incarnation; a node that restarted
 // (412), or whose metrics show another incarnation, stops the drain.
 func (c *Controller) Drain(ctx context.Context, id uint64) error {
-	_, err := c.drain(ctx, id)
+	_, _, err := c.drain(ctx, id)
 	return err
 }
 
-// drain is Drain; it returns the pinned incarnation.
-func (c *Controller) drain(ctx context.Context, id uint64) (*Pinned, error) {
+// DrainResult is what a drain did (drain's --json document).
+type DrainResult struct {
+	Node    uint64 `json:"node"`
+	Drained bool   `json:"drained"`
+	// Shed is the node's answer to the drain mark (its shed state).
+	Shed any `json:"shed"`
+	// Transfers are the leadership transfers sent, in order.
+	Transfers []Handoff `json:"transfers"`
+}
+
+// Handoff is one leadership transfer a drain asked for.
+type Handoff struct {
+	Group uint32 `json:"group"`
+	To    uint64 `json:"to"`
+}
+
+// drain is Drain; it returns the pinned incarnation and what it did.
+func (c *Controller) drain(ctx context.Context, id uint64) (*Pinned, *DrainResult, error) {
 	if _, err := c.client(id); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	views := c.observe(ctx)
 	self := viewOf(views, id)
 	if !self.Reachable() {
-		return nil, fmt.Errorf("drain node %d: unreachable: %w", id, self.Err)
+		return nil, nil, fmt.Errorf("drain node %d: unreachable: %w", id, self.Err)
 	}
 	if err := c.checkIdentity(id, self.Metrics); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := drainPrecondition(c.m, views, id); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p, err := c.pin(ctx, id, self.Metrics)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	body, err := p.Do(ctx, http.MethodPost, "/__ursula/leadership-shed/maintenance")
 	if err != nil {
-		return p, fmt.Errorf("drain node %d: %w", id, err)
+		return p, nil, fmt.Errorf("drain node %d: %w", id, err)
 	}
+	res := &DrainResult{Node: id, Shed: bodyDocument(body), Transfers: []Handoff{}}
 	c.printf("node %d: maintenance drain on (%s); %d leaderships to move", id, shedSummary(body), len(self.Metrics.Led(id)))
-	if err := c.moveLeaderships(ctx, p); err != nil {
-		return p, fmt.Errorf("drain node %d: %w", id, err)
+	if err := c.moveLeaderships(ctx, p, &res.Transfers); err != nil {
+		return p, nil, fmt.Errorf("drain node %d: %w", id, err)
 	}
+	res.Drained = true
 	c.printf("node %d: drained: it leads no group", id)
-	return p, nil
+	return p, res, nil
 }
 
 // drainPrecondition refuses to drain node id while another node is
@@ -95,7 +113,7 @@ func drainPrecondition(m *Manifest, views []*NodeView, id uint64) error {
 
 // moveLeaderships hands away every group p's node leads and waits until it
 // leads none.
-func (c *Controller) moveLeaderships(ctx context.Context, p *Pinned) error {
+func (c *Controller) moveLeaderships(ctx context.Context, p *Pinned, moved *[]Handoff) error {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	id := p.Node().ID
@@ -126,7 +144,7 @@ func (c *Controller) moveLeaderships(ctx context.Context, p *Pinned) error {
 			return nil
 		}
 		if slices.ContainsFunc(led, func(g uint32) bool { return time.Since(asked[g]) >= transferRetry }) {
-			if err := c.transferRound(ctx, p, m, led, asked, prog); err != nil {
+			if err := c.transferRound(ctx, p, m, led, asked, prog, moved); err != nil {
 				return err
 			}
 		}
@@ -142,7 +160,7 @@ func (c *Controller) moveLeaderships(ctx context.Context, p *Pinned) error {
 
 // transferRound sends one transfer for each group in led that was not
 // asked for within transferRetry, to targets spread by leadership count.
-func (c *Controller) transferRound(ctx context.Context, p *Pinned, m *Metrics, led []uint32, asked map[uint32]time.Time, prog *progress) error {
+func (c *Controller) transferRound(ctx context.Context, p *Pinned, m *Metrics, led []uint32, asked map[uint32]time.Time, prog *progress, moved *[]Handoff) error {
 	id := p.Node().ID
 	views := c.observe(ctx)
 	sheds := c.shedStates(ctx, id)
@@ -168,6 +186,7 @@ func (c *Controller) transferRound(ctx context.Context, p *Pinned, m *Metrics, l
 		case err == nil:
 			prog.clear()
 			c.printf("node %d: group %d: leadership transfer to node %d", id, g, to)
+			*moved = append(*moved, Handoff{Group: g, To: to})
 		case errors.Is(err, ErrAborted):
 			return err
 		case errors.As(err, &se) && se.Status == http.StatusConflict:
@@ -223,16 +242,22 @@ func shedSummary(body []byte) string {
 // /__ursula/leadership-shed/maintenance) with its incarnation pinned from
 // one metrics read.
 func (c *Controller) Undrain(ctx context.Context, id uint64) error {
+	_, err := c.undrain(ctx, id)
+	return err
+}
+
+// undrain is Undrain; it returns the node's answer (its shed state).
+func (c *Controller) undrain(ctx context.Context, id uint64) ([]byte, error) {
 	p, _, err := c.pinNode(ctx, id)
 	if err != nil {
-		return fmt.Errorf("undrain: %w", err)
+		return nil, fmt.Errorf("undrain: %w", err)
 	}
 	body, err := p.Do(ctx, http.MethodDelete, "/__ursula/leadership-shed/maintenance")
 	if err != nil {
-		return fmt.Errorf("undrain node %d: %w", id, err)
+		return nil, fmt.Errorf("undrain node %d: %w", id, err)
 	}
 	c.printf("node %d: maintenance drain off (%s)", id, shedSummary(body))
-	return nil
+	return body, nil
 }
 
 // WaitNode waits, up to Options.Timeout, until node id answers 200 on
@@ -240,8 +265,14 @@ func (c *Controller) Undrain(ctx context.Context, id uint64) error {
 // membership of the group's leader, and has applied, in every group, up to
 // within MaxLag entries of the commit index in the leader's metrics.
 func (c *Controller) WaitNode(ctx context.Context, id uint64) error {
+	_, err := c.waitNode(ctx, id)
+	return err
+}
+
+// waitNode is WaitNode; it returns the number of groups.
+func (c *Controller) waitNode(ctx context.Context, id uint64) (int, error) {
 	if _, err := c.client(id); err != nil {
-		return err
+		return 0, err
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
@@ -266,14 +297,14 @@ func (c *Controller) WaitNode(ctx context.Context, id uint64) error {
 		if why == "" {
 			prog.finish()
 			c.printf("node %d: ready, a voter of all %d groups and caught up", id, total)
-			return nil
+			return total, nil
 		}
 		prog.set(done, total, fmt.Sprintf("node %d: %s", id, why))
 		if !c.sleep(ctx) {
 			break
 		}
 	}
-	return fmt.Errorf("wait node %d: not back when the wait ended (%v): %s", id, ctx.Err(), last)
+	return 0, fmt.Errorf("wait node %d: not back when the wait ended (%v): %s", id, ctx.Err(), last)
 }
 
 // nodeCaughtUp reports how many groups node id is caught up in, of how

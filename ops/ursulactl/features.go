@@ -60,12 +60,12 @@ func (c *Controller) EnableFeature(ctx context.Context, id uint64, level uint32)
 }
 
 // clusterCommand groups the verbs about the cluster as a whole.
-func clusterCommand(ctl ctlFunc) *cobra.Command {
+func clusterCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cluster",
 		Short: "Cluster-wide settings: feature levels",
 	}
-	cmd.AddCommand(featureLevelCommand(ctl), enableFeatureCommand(ctl))
+	cmd.AddCommand(featureLevelCommand(a), enableFeatureCommand(a))
 	return cmd
 }
 
@@ -77,14 +77,14 @@ func firstNode(c *Controller, node uint64) uint64 {
 	return node
 }
 
-func featureLevelCommand(ctl ctlFunc) *cobra.Command {
+func featureLevelCommand(a *app) *cobra.Command {
 	var node uint64
 	cmd := &cobra.Command{
 		Use:   "feature-level [--node N]",
 		Short: "Show the cluster's feature level, the highest level each node's build knows, and groups a node stopped applying",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
@@ -92,29 +92,38 @@ func featureLevelCommand(ctl ctlFunc) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			printBody(cmd, body)
-			return nil
+			return a.printBody(cmd, body)
 		},
 	}
 	cmd.Flags().Uint64Var(&node, "node", 0, "the node to ask (default: the manifest's first)")
 	return cmd
 }
 
-func enableFeatureCommand(ctl ctlFunc) *cobra.Command {
+func enableFeatureCommand(a *app) *cobra.Command {
 	var node uint64
 	var level uint32
 	cmd := &cobra.Command{
 		Use:   "enable-feature --level N [--node N]",
-		Short: "Raise the cluster's feature level to N once every node runs a release that knows it (never lowered again)",
+		Short: "Raise the cluster's feature level to N once every node runs a release that knows it (never lowered again; asks for confirmation)",
 		Long: `Raise the cluster's feature level: the replicated behaviours (new commands,
 new snapshot fields) a release may use. The node asked checks that every voter
 runs a release that knows the level and refuses otherwise (409, naming the
 nodes); then it raises every Raft group. After a raise, no node may run a
 release that does not know the level: such a node stops applying the raised
-groups and reports /__ursula/ready 503 feature_level_unsupported.`,
+groups and reports /__ursula/ready 503 feature_level_unsupported. As the raise
+cannot be undone, it asks for confirmation (--yes off a terminal).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
+			if level == 0 {
+				return errors.New("enable-feature: --level is required (a feature level, 1 or more)")
+			}
+			if err := a.confirm(cmd.Context(), Confirmation{
+				Verb:   "enable-feature",
+				Action: fmt.Sprintf("raise the cluster's feature level to %d for good (it is never lowered; a node of an older release then stops applying)", level),
+			}); err != nil {
+				return err
+			}
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
@@ -122,8 +131,7 @@ groups and reports /__ursula/ready 503 feature_level_unsupported.`,
 			if err != nil {
 				return err
 			}
-			printBody(cmd, body)
-			return nil
+			return a.printBody(cmd, body)
 		},
 	}
 	cmd.Flags().Uint64Var(&node, "node", 0, "the node to send the raise to (default: the manifest's first)")

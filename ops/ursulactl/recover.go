@@ -461,7 +461,36 @@ func (c *Controller) Plan(ctx context.Context, g uint32) (*RecoveryPlan, error) 
 // Diagnose prints every replica's state of group g, what is stalled and
 // why, and the operations that answer it. It changes nothing.
 func (c *Controller) Diagnose(ctx context.Context, g uint32) error {
+	_, err := c.diagnose(ctx, g)
+	return err
+}
+
+// Diagnosis is what diagnose read and concluded (its --json document).
+type Diagnosis struct {
+	Group    uint32     `json:"raft_group_id"`
+	Replicas []*Replica `json:"replicas"`
+	// Unanswered maps the nodes that did not answer to their error.
+	Unanswered map[uint64]string `json:"unanswered"`
+	// Live says a replica leads the group with a live quorum; Waiting
+	// and Stalled count the gated replicas that wait for a barrier and
+	// that report the group stalled.
+	Live    bool `json:"live"`
+	Waiting int  `json:"waiting"`
+	Stalled int  `json:"stalled"`
+	// Verdict is the conclusion diagnose prints last.
+	Verdict string `json:"verdict"`
+}
+
+// diagnose is Diagnose; it returns what it printed.
+func (c *Controller) diagnose(ctx context.Context, g uint32) (*Diagnosis, error) {
 	all, missing := c.readReplicas(ctx, g)
+	d := &Diagnosis{Group: g, Replicas: all, Unanswered: map[uint64]string{}}
+	if d.Replicas == nil {
+		d.Replicas = []*Replica{}
+	}
+	for id, err := range missing {
+		d.Unanswered[id] = err.Error()
+	}
 	c.printf("group %d: %d replicas answered, %d nodes did not", g, len(all), len(missing))
 	for _, id := range mapsKeys(missing) {
 		c.printf("  node %d: no answer: %v", id, missing[id])
@@ -484,18 +513,22 @@ func (c *Controller) Diagnose(ctx context.Context, g uint32) error {
 			waiting++
 		}
 	}
+	d.Live, d.Waiting, d.Stalled = live, waiting, stalled
 	switch {
 	case live:
-		c.printf("the group has a live leader: nothing to recover (gated replicas open through its barrier)")
+		d.Verdict = "the group has a live leader: nothing to recover (gated replicas open through its barrier)"
 	case waiting > 0:
-		c.printf("%d replica(s) wait for a leader's barrier: they may still open without losing anything; wait until they report stalled (30 s without a barrier or an applied entry)", waiting)
+		d.Verdict = fmt.Sprintf("%d replica(s) wait for a leader's barrier: they may still open without losing anything; wait until they report stalled (30 s without a barrier or an applied entry)", waiting)
 	case stalled > 0:
-		c.printf("%d replica(s) report the group stalled: no leader can be elected without a vote of a gated replica, and writes acknowledged after the last fsync may be gone", stalled)
-		c.printf("next: ursulactl recover-group plan --group %d (read-only), review it, then apply it with its proof", g)
+		d.Verdict = fmt.Sprintf("%d replica(s) report the group stalled: no leader can be elected without a vote of a gated replica, and writes acknowledged after the last fsync may be gone", stalled)
 	default:
-		c.printf("no gate is closed; a group without a leader here is raft_replica_unready: check the nodes' connectivity")
+		d.Verdict = "no gate is closed; a group without a leader here is raft_replica_unready: check the nodes' connectivity"
 	}
-	return nil
+	c.printf("%s", d.Verdict)
+	if !live && waiting == 0 && stalled > 0 {
+		c.printf("next: ursulactl recover-group plan --group %d (read-only), review it, then apply it with its proof", g)
+	}
+	return d, nil
 }
 
 func logID(term, index *uint64) string {

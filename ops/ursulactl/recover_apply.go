@@ -128,6 +128,9 @@ type ApplyOptions struct {
 }
 
 // Apply applies group g's recovery plan whose proof the operator reviewed.
+// A new operation is confirmed (Options.Confirm) once its plan is known to
+// have that proof and to be applicable, before its journal and first
+// write; resuming a journaled operation asks nothing.
 func (c *Controller) Apply(ctx context.Context, g uint32, o ApplyOptions) error {
 	if c.opts.Actor == "" || strings.TrimSpace(c.opts.Reason) == "" {
 		return fmt.Errorf("apply needs --actor and --reason (recorded in the journal and in every node's audit trail)")
@@ -157,6 +160,13 @@ func (c *Controller) Apply(ctx context.Context, g uint32, o ApplyOptions) error 
 		if err := applicable(p); err != nil {
 			return err
 		}
+		if err := c.confirm(ctx, Confirmation{
+			Verb: "recover-group apply",
+			Action: fmt.Sprintf("apply group %d's recovery plan %s (leader node %d, point %d, cut %t), accepting that writes acknowledged after the last fsync may be lost, and start a new history of the group",
+				g, p.Proof, p.Leader, p.Point, p.Cut),
+		}); err != nil {
+			return err
+		}
 		j = &recoveryJournal{Version: 1, ID: p.ID, Proof: p.Proof, Group: g, Actor: c.opts.Actor, Reason: c.opts.Reason,
 			State: opApplying, Plan: p, PlanProof: p.Proof, Replans: []string{}, Started: time.Now().UTC()}
 		j.resetSteps()
@@ -166,6 +176,39 @@ func (c *Controller) Apply(ctx context.Context, g uint32, o ApplyOptions) error 
 		c.printf("operation %s recorded in %s", j.ID, filepath.Join(o.JournalDir, j.ID+".json"))
 	}
 	return c.runOperation(ctx, j, o)
+}
+
+// ApplyResult is what an apply did (its --json document), from its
+// journal.
+type ApplyResult struct {
+	Operation  string   `json:"operation"`
+	Group      uint32   `json:"raft_group_id"`
+	Proof      string   `json:"proof"`
+	State      string   `json:"state"`
+	Leader     uint64   `json:"leader"`
+	LeaderTerm uint64   `json:"leader_term"`
+	Replans    []string `json:"replans"`
+	Journal    string   `json:"journal"`
+}
+
+// apply is Apply; it returns the operation as its journal records it.
+func (c *Controller) apply(ctx context.Context, g uint32, o ApplyOptions) (*ApplyResult, error) {
+	if err := c.Apply(ctx, g, o); err != nil {
+		return nil, err
+	}
+	j, err := findJournal(o.JournalDir, o.ExpectProof)
+	if err != nil {
+		return nil, fmt.Errorf("read the operation's journal after it completed: %w", err)
+	}
+	r := &ApplyResult{Operation: j.ID, Group: j.Group, Proof: j.Proof, State: j.State, LeaderTerm: j.LeaderTerm,
+		Replans: j.Replans, Journal: filepath.Join(o.JournalDir, j.ID+".json")}
+	if j.Plan != nil {
+		r.Leader = j.Plan.Leader
+	}
+	if r.Replans == nil {
+		r.Replans = []string{}
+	}
+	return r, nil
 }
 
 func applicable(p *RecoveryPlan) error {
@@ -354,6 +397,8 @@ func (c *Controller) awaitSatisfied(ctx context.Context, j *recoveryJournal, o A
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	p := j.Plan
+	prog := c.newProgress(fmt.Sprintf("group %d: waiting for the plan", p.Group), false)
+	defer prog.finish()
 	wedged := 0
 	for {
 		done, wedge, why := true, false, ""
@@ -398,6 +443,7 @@ func (c *Controller) awaitSatisfied(ctx context.Context, j *recoveryJournal, o A
 		} else {
 			wedged = 0
 		}
+		prog.set(0, 0, fmt.Sprintf("group %d: operation %s: %s", p.Group, j.ID, why))
 		if wedged >= 2 {
 			j.Evidence = "the plan wedged: " + why
 			return true, j.write(o.JournalDir)

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -112,7 +113,17 @@ func TestApplyFollowerAlreadyFollowsPlanLeader(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	proof := strings.TrimPrefix(lines[len(lines)-1], "proof ")
 	journal := t.TempDir()
-	args := []string{"--manifest", manifest, "--actor", "t", "--reason", "test", "--poll", "10ms", "recover-group", "apply", "--group", "0", "--expect-proof", proof, "--journal-dir", journal}
+	args := []string{"--manifest", manifest, "--actor", "t", "--reason", "test", "--poll", "10ms", "--yes", "recover-group", "apply", "--group", "0", "--expect-proof", proof, "--journal-dir", journal}
+	// Off a terminal and without --yes, a matching plan is refused before
+	// anything is journaled or sent.
+	noYes := slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == "--yes" })
+	code, _, errs := runCLI(t, Env{}, noYes...)
+	if code != ExitError || !strings.Contains(errs, "pass --yes") || f.replicas[2].posts+f.replicas[3].posts != 0 {
+		t.Fatalf("apply without --yes: exit %d, %q", code, errs)
+	}
+	if ents, _ := os.ReadDir(journal); len(ents) != 0 {
+		t.Fatalf("apply without --yes journaled %d files", len(ents))
+	}
 	code, out, _ = runCLI(t, Env{}, args...)
 	if code != 0 || !strings.Contains(out, "already follows the plan's leader") || !strings.Contains(out, "completed") {
 		t.Fatalf("apply: exit %d\n%s", code, out)
@@ -123,5 +134,10 @@ func TestApplyFollowerAlreadyFollowsPlanLeader(t *testing.T) {
 	code, out, _ = runCLI(t, Env{}, args...)
 	if code != 0 || !strings.Contains(out, "already completed") || f.replicas[2].posts != 1 {
 		t.Fatalf("the same proof again: exit %d\n%s", code, out)
+	}
+	code, out, _ = runCLI(t, Env{}, append(args, "--json")...)
+	var res ApplyResult
+	if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || res.State != opCompleted || res.Proof != proof || res.Leader != 2 {
+		t.Fatalf("--json: exit %d, %v: %+v", code, err, res)
 	}
 }

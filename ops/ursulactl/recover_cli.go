@@ -21,7 +21,7 @@ Exit codes: 0 done, 1 error, 2 aborted by a safety check, 3 the proof
 differs (nothing written), 4 the operation diverged (see its journal),
 5 manual repair (no plan can prove what the group committed).`
 
-func recoverCommand(ctl ctlFunc, o *cliOptions) *cobra.Command {
+func recoverCommand(a *app) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "recover-group",
 		Short: "Recover a stalled Raft group after a host crash: diagnose, plan, apply (accept-unsynced-loss)",
@@ -33,11 +33,15 @@ func recoverCommand(ctl ctlFunc, o *cliOptions) *cobra.Command {
 		Short: "Print every replica's state of group G, what is stalled and why, and what answers it (read-only)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
-			return c.Diagnose(cmd.Context(), group)
+			d, err := c.diagnose(cmd.Context(), group)
+			if err != nil {
+				return err
+			}
+			return a.done(d)
 		},
 	}
 	plan := &cobra.Command{
@@ -45,13 +49,19 @@ func recoverCommand(ctl ctlFunc, o *cliOptions) *cobra.Command {
 		Short: "Compute and print group G's recovery plan and its proof (read-only)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
 			p, err := c.Plan(cmd.Context(), group)
 			if err != nil {
 				return err
+			}
+			if a.o.json {
+				return a.emit(struct {
+					*RecoveryPlan
+					Proof string `json:"proof"`
+				}{p, p.Proof})
 			}
 			c.PrintPlan(p)
 			return nil
@@ -63,14 +73,18 @@ func recoverCommand(ctl ctlFunc, o *cliOptions) *cobra.Command {
 		Short: "Apply group G's recovery plan if its recomputed proof is P",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := ctl(cmd, 0)
+			c, err := a.ctl(cmd, 0)
 			if err != nil {
 				return err
 			}
 			if ao.JournalDir == "" {
-				ao.JournalDir = filepath.Join(filepath.Dir(o.manifest), ".ursulactl", "recovery")
+				ao.JournalDir = filepath.Join(filepath.Dir(a.o.manifest), ".ursulactl", "recovery")
 			}
-			return c.Apply(cmd.Context(), group, ao)
+			res, err := c.apply(cmd.Context(), group, ao)
+			if err != nil {
+				return err
+			}
+			return a.done(res)
 		},
 	}
 	apply.Flags().StringVar(&ao.ExpectProof, "expect-proof", "", "the proof the reviewed plan printed")

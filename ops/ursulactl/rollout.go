@@ -31,11 +31,34 @@ type RestartFunc func(ctx context.Context, n Node) error
 // whose rollout stopped after step 2 may be left drained: its error says
 // so.
 func (c *Controller) Rollout(ctx context.Context, restart RestartFunc) error {
+	_, err := c.rollout(ctx, restart)
+	return err
+}
+
+// RolloutResult is what a rollout did (rollout's --json document).
+type RolloutResult struct {
+	Nodes []RolloutNode `json:"nodes"`
+	// Seconds is the whole rollout's duration.
+	Seconds float64 `json:"seconds"`
+}
+
+// RolloutNode is one node's restart.
+type RolloutNode struct {
+	Node uint64 `json:"node"`
+	// Incarnations before and after the restart.
+	FromIncarnation string  `json:"from_incarnation"`
+	ToIncarnation   string  `json:"to_incarnation"`
+	Seconds         float64 `json:"seconds"`
+}
+
+// rollout is Rollout; it returns what it did.
+func (c *Controller) rollout(ctx context.Context, restart RestartFunc) (*RolloutResult, error) {
 	if restart == nil {
-		return errors.New("rollout: no restart command")
+		return nil, errors.New("rollout: no restart command")
 	}
 	total := len(c.m.Nodes)
 	start := time.Now()
+	res := &RolloutResult{Nodes: []RolloutNode{}}
 	for i, n := range c.m.Nodes {
 		began := time.Now()
 		c.printf("rollout: node %d (%d/%d): checking the cluster", n.ID, i+1, total)
@@ -44,38 +67,41 @@ func (c *Controller) Rollout(ctx context.Context, restart RestartFunc) error {
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
-				return fmt.Errorf("rollout: %w", ctx.Err())
+				return nil, fmt.Errorf("rollout: %w", ctx.Err())
 			}
-			return abortf("rollout stopped before node %d: the cluster is %s", n.ID, err.Error())
+			return nil, abortf("rollout stopped before node %d: the cluster is %s", n.ID, err.Error())
 		}
 		c.printf("rollout: node %d: draining", n.ID)
-		p, err := c.drain(ctx, n.ID)
+		p, _, err := c.drain(ctx, n.ID)
 		if err != nil {
-			return fmt.Errorf("rollout: %w%s", err, leftDrained(p, n.ID))
+			return nil, fmt.Errorf("rollout: %w%s", err, leftDrained(p, n.ID))
 		}
 		c.printf("rollout: node %d: restarting", n.ID)
 		if err := restart(ctx, n); err != nil {
-			return fmt.Errorf("rollout: restart node %d: %w%s", n.ID, err, leftDrained(p, n.ID))
+			return nil, fmt.Errorf("rollout: restart node %d: %w%s", n.ID, err, leftDrained(p, n.ID))
 		}
 		c.printf("rollout: node %d: waiting until it is a caught-up voter of every group", n.ID)
 		if err := c.WaitNode(ctx, n.ID); err != nil {
-			return fmt.Errorf("rollout: %w%s", err, leftDrained(p, n.ID))
+			return nil, fmt.Errorf("rollout: %w%s", err, leftDrained(p, n.ID))
 		}
 		m, err := c.clients[n.ID].Metrics(ctx)
 		if err != nil {
-			return fmt.Errorf("rollout: node %d: %w", n.ID, err)
+			return nil, fmt.Errorf("rollout: node %d: %w", n.ID, err)
 		}
 		if m.ProcessIncarnation == p.Incarnation {
-			return fmt.Errorf("rollout: node %d was not restarted: its process incarnation is still %s after the restart command%s",
+			return nil, fmt.Errorf("rollout: node %d was not restarted: its process incarnation is still %s after the restart command%s",
 				n.ID, p.Incarnation, leftDrained(p, n.ID))
 		}
 		if err := c.Undrain(ctx, n.ID); err != nil {
-			return fmt.Errorf("rollout: %w", err)
+			return nil, fmt.Errorf("rollout: %w", err)
 		}
-		c.printf("rollout: node %d: done in %v", n.ID, time.Since(began).Round(100*time.Millisecond))
+		took := time.Since(began)
+		res.Nodes = append(res.Nodes, RolloutNode{Node: n.ID, FromIncarnation: p.Incarnation, ToIncarnation: m.ProcessIncarnation, Seconds: took.Seconds()})
+		c.printf("rollout: node %d: done in %v", n.ID, took.Round(100*time.Millisecond))
 	}
+	res.Seconds = time.Since(start).Seconds()
 	c.printf("rollout: all %d nodes restarted in %v", total, time.Since(start).Round(100*time.Millisecond))
-	return nil
+	return res, nil
 }
 
 // leftDrained is the hint of an error after a drain was sent.

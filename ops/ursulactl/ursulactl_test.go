@@ -21,11 +21,14 @@ func cli(manifest string, args ...string) []string {
 	return append(append([]string{"--manifest", manifest}, fastArgs...), args...)
 }
 
-// checkErrLine checks the error convention: one line, greppable prefix.
+// checkErrLine checks the error convention: one line, greppable prefix,
+// last on stderr (after any progress lines).
 func checkErrLine(t *testing.T, stderr, want string) {
 	t.Helper()
-	if strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "ursulactl: error: ") {
-		t.Errorf("stderr is not one 'ursulactl: error: ' line: %q", stderr)
+	lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+	last := lines[len(lines)-1]
+	if !strings.HasSuffix(stderr, "\n") || !strings.HasPrefix(last, "ursulactl: error: ") || strings.Count(stderr, "ursulactl: error: ") != 1 {
+		t.Errorf("stderr does not end in one 'ursulactl: error: ' line: %q", stderr)
 	}
 	if !strings.Contains(stderr, want) {
 		t.Errorf("stderr %q does not mention %q", stderr, want)
@@ -279,7 +282,7 @@ func TestThinVerbs(t *testing.T) {
 			override: map[string][]fake{"POST /__ursula/raft/2/snapshot": {{status: 503, header: map[string]string{"Retry-After": "0"}, body: `{"code":"UNAVAILABLE","message":"building"}`}, {status: 503, header: map[string]string{"Retry-After": "1"}, body: `{"code":"UNAVAILABLE","message":"building"}`}, {status: 200, body: `{"snapshot_index":7}`}}},
 			mutation: "POST /__ursula/raft/2/snapshot"},
 		{name: "snapshot of an unknown group", args: []string{"snapshot", "--node", "1", "--group", "9"}, code: ExitError, stderr: "reports no group 9"},
-		{name: "purge-log", args: []string{"purge-log", "--node", "1", "--group", "0", "--upto", "1000"}, mutation: "POST /__ursula/raft/0/purge?upto=1000"},
+		{name: "purge-log", args: []string{"purge-log", "--yes", "--node", "1", "--group", "0", "--upto", "1000"}, mutation: "POST /__ursula/raft/0/purge?upto=1000"},
 		{name: "transfer", args: []string{"transfer", "--node", "1", "--group", "0", "--to", "2"}, mutation: "POST /__ursula/raft/0/leader/transfer/2"},
 		{name: "transfer from a follower", args: []string{"transfer", "--node", "1", "--group", "1", "--to", "3"}, code: ExitAborted, stderr: "node 1 does not lead group 1"},
 		{name: "transfer to a non-voter", args: []string{"transfer", "--node", "1", "--group", "3", "--to", "7"}, code: ExitAborted, stderr: "node 7 may not take group 3"},
@@ -290,9 +293,9 @@ func TestThinVerbs(t *testing.T) {
 		{name: "flush-cold on a follower", args: []string{"flush-cold", "--node", "1", "--bucket", "b", "--stream", "s"},
 			override: map[string][]fake{"POST /__ursula/flush-cold/b/s": {{status: 409, body: `{"code":"NOT_LEADER","message":"not leader","leader_id":2}`}}},
 			code:     ExitError, stderr: "send it to node 2"},
-		{name: "purge-bucket complete", args: []string{"purge-bucket", "--node", "1", "--bucket", "b"},
+		{name: "purge-bucket complete", args: []string{"purge-bucket", "--yes", "--node", "1", "--bucket", "b"},
 			override: map[string][]fake{"DELETE /__ursula/purge/b": {{status: 200, body: complete}}}, mutation: "DELETE /__ursula/purge/b"},
-		{name: "purge-bucket incomplete", args: []string{"purge-bucket", "--node", "1", "--bucket", "b"},
+		{name: "purge-bucket incomplete", args: []string{"purge-bucket", "--yes", "--node", "1", "--bucket", "b"},
 			override: map[string][]fake{"DELETE /__ursula/purge/b": {{status: 200, body: incomplete}}},
 			code:     ExitError, stderr: "does not prove completion (cold_gc_complete is false, cold_gc_pending_entries is 3, bucket_prefix_absent is false)"},
 		{name: "missing --node", args: []string{"snapshot", "--group", "1"}, code: ExitError, stderr: `required flag(s) "node" not set`},
@@ -436,8 +439,8 @@ func TestHelpDocumentsExitCodes(t *testing.T) {
 	checkErrLine(t, errs, "rollout needs --restart-cmd")
 }
 
-// TestProgressOnTTY: with a terminal, waits draw a progress bar with what
-// they wait for; without one (every other test) only result lines.
+// TestProgressOnTTY: with a terminal on stderr, waits draw a progress bar
+// with what they wait for there; the result line goes to stdout.
 func TestProgressOnTTY(t *testing.T) {
 	c := newFakeCluster(t, 3, 4)
 	c.set(func() { c.nodes[2].ready, c.nodes[2].reason = false, "groups_not_ready" })
@@ -445,25 +448,24 @@ func TestProgressOnTTY(t *testing.T) {
 	// at most every 100 ms), then the wait ends.
 	m := c.manifest(t, "")
 	tty := true
-	var out syncBuffer
-	var errb bytes.Buffer
+	var out bytes.Buffer
+	var errb syncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- Run(t.Context(), cli(m, "wait-ready"), Env{Stdout: &out, Stderr: &errb, TTY: &tty})
 	}()
 	await.True(t, "the bar to show node 2 not ready", func() bool {
-		return strings.Contains(out.String(), "node 2: not ready: groups_not_ready")
+		return strings.Contains(errb.String(), "node 2: not ready: groups_not_ready")
 	})
 	c.set(func() { c.nodes[2].ready = true })
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	if !strings.Contains(out.String(), "cluster ready") {
-		t.Errorf("no result line after the bar: %q", out.String())
+	if !strings.Contains(errb.String(), "\r") {
+		t.Errorf("no bar drawn on the terminal: %q", errb.String())
 	}
-	code, plain, _ := runCLI(t, Env{}, cli(m, "wait-ready")...)
-	if code != 0 || strings.Contains(plain, "\r") {
-		t.Errorf("exit %d, output %q: progress drawn without a terminal", code, plain)
+	if out.String() != "cluster ready: 3 nodes ready, every group led, every node a caught-up voter of every group\n" {
+		t.Errorf("stdout %q: want only the result line", out.String())
 	}
 }
 

@@ -116,7 +116,7 @@ func backupSet(ctx context.Context, c config, bin, name string, args []string, l
 	}
 	defer dst.Close()
 	t0 = time.Now()
-	if _, err := ctl(ctx, dst, filepath.Join(work, "dst.toml"), "restore", "--location", loc, "--json"); err != nil {
+	if _, err := ctl(ctx, dst, filepath.Join(work, "dst.toml"), "restore", "--yes", "--location", loc, "--json"); err != nil {
 		return nil, err
 	}
 	bs.RestoreS = round3(time.Since(t0).Seconds())

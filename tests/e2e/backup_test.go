@@ -223,11 +223,11 @@ func TestBackupRestoreDrillPreservesStreamsAndAllowsContinuedAppends(t *testing.
 	runCtl(t, dmanifest, ursulactl.Env{}, "restore", "--location", "s3://backups/drill", "--expect-proof", strings.Repeat("0", 64)).
 		want(t, ursulactl.ExitProofMismatch, "nothing was written")
 	interrupted := runCtlUntil(t, dmanifest, regexp.MustCompile(`import.*groups [2-7]/8`), "--actor", "e2e", "--reason", "drill",
-		"restore", "--location", "s3://backups/drill", "--expect-proof", proof)
+		"restore", "--yes", "--location", "s3://backups/drill", "--expect-proof", proof)
 	if interrupted.code == 0 {
 		t.Fatalf("the interrupted restore completed:\n%s", interrupted.stdout)
 	}
-	again := runCtl(t, dmanifest, ursulactl.Env{}, "--actor", "e2e", "--reason", "drill", "restore", "--location", "s3://backups/drill",
+	again := runCtl(t, dmanifest, ursulactl.Env{}, "--actor", "e2e", "--reason", "drill", "restore", "--yes", "--location", "s3://backups/drill",
 		"--expect-proof", proof, "--json")
 	again.want(t, 0, "")
 	audited := false
@@ -312,7 +312,7 @@ func TestBackupRestoreDrillPreservesStreamsAndAllowsContinuedAppends(t *testing.
 	flipByte(ctx, t, backups, obj)
 	bad := runCtl(t, manifest, ursulactl.Env{}, "backup-verify", "--location", "s3://backups/drill", "--depth", "objects")
 	bad.want(t, ursulactl.ExitError, obj)
-	runCtl(t, dmanifest, ursulactl.Env{}, "restore", "--location", "s3://backups/drill").want(t, ursulactl.ExitError, obj)
+	runCtl(t, dmanifest, ursulactl.Env{}, "restore", "--yes", "--location", "s3://backups/drill").want(t, ursulactl.ExitError, obj)
 	flipByte(ctx, t, backups, obj) // back as it was
 	// So does one in a cold object the backup copied.
 	cobj := m1.ColdObjects[len(m1.ColdObjects)/2].Object
@@ -356,7 +356,7 @@ func TestBackupRestoreDrillPreservesStreamsAndAllowsContinuedAppends(t *testing.
 	runCtl(t, dmanifest, ursulactl.Env{}, "backup-verify", "--location", "s3://backups/drill", "--depth", "deep").want(t, 0, "")
 	// Another backup into a cluster that holds data is refused before
 	// anything is imported.
-	runCtl(t, dmanifest, ursulactl.Env{}, "restore", "--location", "s3://backups/drill", "--backup", m2.ID).want(t, ursulactl.ExitAborted, "nothing was imported")
+	runCtl(t, dmanifest, ursulactl.Env{}, "restore", "--yes", "--location", "s3://backups/drill", "--backup", m2.ID).want(t, ursulactl.ExitAborted, "nothing was imported")
 }
 
 // checkRestored reads a restored stream whole and checks its bytes and
@@ -559,10 +559,11 @@ func runCtlUntil(t *testing.T, manifest string, re *regexp.Regexp, args ...strin
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	// Results go to stdout, progress to stderr: either may match.
 	out := &matchWriter{re: re, hit: cancel}
-	var errb bytes.Buffer
+	errb := &matchWriter{re: re, hit: cancel}
 	full := append([]string{"--manifest", manifest, "--timeout", ctlWait.String()}, args...)
-	code := ursulactl.Run(ctx, full, ursulactl.Env{Stdout: out, Stderr: &errb})
+	code := ursulactl.Run(ctx, full, ursulactl.Env{Stdout: out, Stderr: errb})
 	t.Logf("ursulactl %s (cancelled at %q): exit %d\n%s%s", strings.Join(args, " "), re, code, out.String(), errb.String())
 	return ctlResult{code: code, stdout: out.String(), stderr: errb.String()}
 }

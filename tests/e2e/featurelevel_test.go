@@ -119,7 +119,7 @@ func TestFeatureLevelRollingUpgrade(t *testing.T) {
 	flowing("after node 3 went back to A")
 
 	// A raise while node 3 runs A is refused, naming it; nothing changes.
-	r := runCtl(t, m, ursulactl.Env{}, "cluster", "enable-feature", "--level", fmt.Sprint(next))
+	r := runCtl(t, m, ursulactl.Env{}, "--yes", "cluster", "enable-feature", "--level", fmt.Sprint(next))
 	r.want(t, ursulactl.ExitError, "FEATURE_LEVEL_UNSUPPORTED")
 	if !strings.Contains(r.stderr, fmt.Sprintf("node 3 knows levels up to %d", base)) || strings.Contains(r.stderr, "node 1 knows") || strings.Contains(r.stderr, "node 2 knows") {
 		t.Fatalf("the refusal does not name node 3 alone: %s", r.stderr)
@@ -137,7 +137,7 @@ func TestFeatureLevelRollingUpgrade(t *testing.T) {
 	// Every voter on B: the raise succeeds, and every replica applies it.
 	roll(n3, binB, "B")
 	flowing("after node 3 became B again")
-	r = runCtl(t, m, ursulactl.Env{}, "cluster", "enable-feature", "--level", fmt.Sprint(next))
+	r = runCtl(t, m, ursulactl.Env{}, "--yes", "cluster", "enable-feature", "--level", fmt.Sprint(next))
 	r.want(t, 0, "")
 	await.True(t, "every replica at feature level next", func() bool {
 		for _, n := range c.Nodes {

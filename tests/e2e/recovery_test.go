@@ -87,7 +87,7 @@ func TestRecoverGroupAfterMajorityPowerLoss(t *testing.T) {
 			t.Errorf("the plan does not print its consequences first:\n%s", plan.stdout)
 		}
 		stale := strings.Repeat("0", 64)
-		runCtl(t, manifest, ursulactl.Env{}, "recover-group", "apply", "--group", group, "--expect-proof", stale,
+		runCtl(t, manifest, ursulactl.Env{}, "--yes", "recover-group", "apply", "--group", group, "--expect-proof", stale,
 			"--actor", "e2e", "--reason", "stale proof").want(t, ursulactl.ExitProofMismatch, "nothing was written")
 		for _, n := range c.Nodes {
 			if m, err := n.Metrics(ctx); err == nil && m.Group(uint32(g)) != nil && m.Group(uint32(g)).Recovery != nil {
@@ -95,9 +95,9 @@ func TestRecoverGroupAfterMajorityPowerLoss(t *testing.T) {
 			}
 		}
 		runCtl(t, manifest, ursulactl.Env{}, "--actor", "e2e", "--reason", "majority power loss drill",
-			"recover-group", "apply", "--group", group, "--expect-proof", proof).want(t, 0, "")
+			"--yes", "recover-group", "apply", "--group", group, "--expect-proof", proof).want(t, 0, "")
 		again := runCtl(t, manifest, ursulactl.Env{}, "--actor", "e2e", "--reason", "again",
-			"recover-group", "apply", "--group", group, "--expect-proof", proof)
+			"--yes", "recover-group", "apply", "--group", group, "--expect-proof", proof)
 		again.want(t, 0, "")
 		if !strings.Contains(again.stdout, "already completed") {
 			t.Errorf("the same proof again did not report the completed operation:\n%s", again.stdout)
@@ -275,7 +275,7 @@ func TestRecoverGroupAfterTwoOfThreeLosePower(t *testing.T) {
 		plan := runCtlLog(t, manifest, ursulactl.Env{}, false, "recover-group", "plan", "--group", group)
 		plan.want(t, 0, "")
 		runCtl(t, manifest, ursulactl.Env{}, "--actor", "e2e", "--reason", "two of three lost power",
-			"recover-group", "apply", "--group", group, "--expect-proof", planProof(t, plan.stdout)).want(t, 0, "")
+			"--yes", "recover-group", "apply", "--group", group, "--expect-proof", planProof(t, plan.stdout)).want(t, 0, "")
 	}
 	for _, n := range c.Nodes {
 		if err := n.WaitReady(ctx); err != nil {

@@ -91,8 +91,10 @@ func (r ctlResult) want(t testing.TB, code int, errContains string) {
 	if code == 0 {
 		return
 	}
-	if strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, "ursulactl: error: ") {
-		t.Errorf("stderr is not one 'ursulactl: error: ' line: %q", r.stderr)
+	// Progress lines may come first; the error is the last line.
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	if !strings.HasSuffix(r.stderr, "\n") || !strings.HasPrefix(lines[len(lines)-1], "ursulactl: error: ") || strings.Count(r.stderr, "ursulactl: error: ") != 1 {
+		t.Errorf("stderr does not end in one 'ursulactl: error: ' line: %q", r.stderr)
 	}
 	if !strings.Contains(r.stderr, errContains) {
 		t.Errorf("stderr %q does not mention %q", r.stderr, errContains)
@@ -269,7 +271,7 @@ func TestUrsulactl(t *testing.T) {
 		if err := json.Unmarshal([]byte(r.stdout), &snap); err != nil {
 			t.Fatalf("snapshot answer %q: %v", r.stdout, err)
 		}
-		r = runCtl(t, m, none, "purge-log", "--node", "2", "--group", "3", "--upto", fmt.Sprint(snap.Index))
+		r = runCtl(t, m, none, "purge-log", "--yes", "--node", "2", "--group", "3", "--upto", fmt.Sprint(snap.Index))
 		r.want(t, 0, "")
 		if !strings.Contains(r.stdout, "purged_through") {
 			t.Errorf("purge-log said %q", r.stdout)
@@ -316,7 +318,7 @@ func TestUrsulactl(t *testing.T) {
 				t.Fatalf("%s %s: %s", step.method, step.path, resp.Status)
 			}
 		}
-		r := runCtl(t, m, none, "purge-bucket", "--node", "2", "--bucket", "tenant-ctl")
+		r := runCtl(t, m, none, "purge-bucket", "--yes", "--node", "2", "--bucket", "tenant-ctl")
 		r.want(t, 0, "")
 		var rep ursulactl.PurgeReport
 		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || !rep.Complete() || rep.RemovedStreams != 1 {
