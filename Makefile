@@ -18,7 +18,8 @@ TOOLS := -modfile=tests/tools/go.mod
 TEST_TIMEOUT ?= 20m
 # The release version stamped into every binary (internal/buildinfo).
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X $(MODULE)/internal/buildinfo.version=$(VERSION)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+LDFLAGS := -X $(MODULE)/internal/buildinfo.version=$(VERSION) -X $(MODULE)/internal/buildinfo.commit=$(COMMIT)
 
 # Every binary: each directory under services/cmd and ops/cmd with a main.go.
 CMDS := $(patsubst %/main.go,./%,$(sort $(wildcard services/cmd/*/main.go ops/cmd/*/main.go)))

@@ -7,9 +7,14 @@ import (
 	"sync"
 )
 
-// version is the release version, set at link time; "dev" in a build
-// that did not set it.
-var version = "dev"
+// version is the release version and commit the VCS revision, set at
+// link time (make build); a build that did not set commit falls back to
+// the revision the Go toolchain stamped, when it stamped one (it does not
+// under -buildvcs=false).
+var (
+	version = "dev"
+	commit  = ""
+)
 
 // Info describes one build.
 type Info struct {
@@ -32,6 +37,9 @@ var (
 func Get() Info {
 	once.Do(func() {
 		info = Info{Version: version, Commit: "unknown", GoVersion: runtime.Version()}
+		if commit != "" {
+			info.Commit = commit
+		}
 		bi, ok := debug.ReadBuildInfo()
 		if !ok {
 			return
@@ -40,12 +48,14 @@ func Get() Info {
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				info.Commit = s.Value
+				if commit == "" {
+					info.Commit = s.Value
+				}
 			case "vcs.modified":
 				modified = s.Value == "true"
 			}
 		}
-		if modified && info.Commit != "unknown" {
+		if modified && commit == "" && info.Commit != "unknown" {
 			info.Commit += "-dirty"
 		}
 		if info.Version == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
