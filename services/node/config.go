@@ -39,7 +39,7 @@ type Config struct {
 	// least 32 bytes with no CR, NUL, other control character, inner
 	// newline or surrounding blank (one trailing newline allowed);
 	// otherwise the node refuses to start. Empty means
-	// <data_dir>/admin.token, created (mode 600, a random token) on first
+	// <raft.wal.path>/admin.token, created (mode 600, a random token) on first
 	// start.
 	AdminTokenFile string `toml:"admin_token_file"`
 	// AdminTLS serves the admin plane over TLS (required on a non-loopback

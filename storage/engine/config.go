@@ -67,7 +67,7 @@ type Config struct {
 	// disables it (nothing enforces the bound then). Set from
 	// storage.snapshot.drive_interval, where "0s" disables.
 	SnapshotDriveInterval time.Duration `toml:"-"`
-	// Cold configures the cold tier (set from the [cold] section; the zero
+	// Cold configures the cold tier (set from the [storage.cold] section; the zero
 	// value means cold.DefaultConfig).
 	Cold cold.Config `toml:"-"`
 }
