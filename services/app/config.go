@@ -288,7 +288,10 @@ func load(args, environ []string, target string) (*Config, *Flags, error) {
 	registerAliases(pre, nil)
 	f := registerMeta(pre)
 	if err := pre.Parse(args); err != nil {
-		return nil, nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, nil, err
+		}
+		return nil, nil, fmt.Errorf("%w (-h lists every setting)", err)
 	}
 	if pre.NArg() > 0 {
 		return nil, nil, fmt.Errorf("unexpected argument %q (settings are flags: -name value)", pre.Arg(0))

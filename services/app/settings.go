@@ -257,7 +257,11 @@ func decodeFile(path string, cfg *Config, d *deprecations) error {
 		for i, k := range undec {
 			keys[i] = k.String()
 		}
-		return fmt.Errorf("config %s: unknown keys %s (every key is listed by -h)", path, strings.Join(keys, ", "))
+		note := ""
+		if renamed {
+			note = "; deprecated names are read as their current ones"
+		}
+		return fmt.Errorf("config %s: unknown keys %s (every key is listed by -h%s)", path, strings.Join(keys, ", "), note)
 	}
 	return nil
 }

@@ -90,7 +90,7 @@ func writeReference(w io.Writer) {
 	fmt.Fprint(w, "# Configuration reference\n\n")
 	fmt.Fprint(w, "<!-- Generated from the flags of services/app by TestConfigurationReference;\n")
 	fmt.Fprint(w, "     regenerate with: go test ./services/app -run TestConfigurationReference -update -->\n\n")
-	fmt.Fprintf(w, "%s\n\n", usageIntro)
+	fmt.Fprintf(w, "%s\n\n", markdownText(usageIntro))
 	fmt.Fprint(w, "Every binary (ursula, ursula-node, ursula-gateway, ursula-coldgc, ursula-backup)\n")
 	fmt.Fprint(w, "takes every setting; `-h` lists them with the binary's defaults and `-version`\n")
 	fmt.Fprint(w, "prints its version, commit and Go version. The defaults below are those of\n")
@@ -110,6 +110,11 @@ func writeReference(w io.Writer) {
 		if s.Default == "" {
 			def = "none"
 		}
-		fmt.Fprintf(w, "| `%s` | `%s` | %s | %s | %s |\n", s.Key, EnvName(s.Key), s.Type, def, strings.ReplaceAll(s.Usage, "|", "\\|"))
+		fmt.Fprintf(w, "| `%s` | `%s` | %s | %s | %s |\n", s.Key, EnvName(s.Key), s.Type, def, markdownText(s.Usage))
 	}
+}
+
+// markdownText escapes what Markdown would read as markup in a table cell.
+func markdownText(s string) string {
+	return strings.NewReplacer("|", "\\|", "<", "&lt;", ">", "&gt;", "*", "\\*", "_", "\\_").Replace(s)
 }
