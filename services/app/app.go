@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/BurntSushi/toml"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
@@ -71,7 +70,7 @@ func Main(args []string, target string) int {
 		logger.Warn("deprecated setting name: use the new one", "deprecated", d.Old, "use", d.New)
 	}
 	if flags.PrintConfig {
-		if err := toml.NewEncoder(os.Stdout).Encode(cfg); err != nil {
+		if err := writeConfig(os.Stdout, cfg); err != nil {
 			fmt.Fprintln(os.Stderr, "ursula:", err)
 			return 1
 		}

@@ -8,8 +8,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"time"
+
+	"github.com/BurntSushi/toml"
 
 	"github.com/ursula/ursula/gateway"
 	"github.com/ursula/ursula/gateway/subscription"
@@ -147,7 +150,7 @@ type LogConfig struct {
 	// levels = { engine = "debug", gateway = "warn" }. A key may be a package
 	// path ("storage/engine"); its last element names the component. On the
 	// command line: -log.levels engine=debug,gateway=warn.
-	Levels map[string]string `toml:"levels,omitempty"`
+	Levels map[string]string `toml:"levels"`
 }
 
 // registerFlags registers every setting's flag on fs, named by its TOML
@@ -351,6 +354,39 @@ func (c *Config) resolve() {
 	c.Engine.SnapshotDriveInterval = c.Storage.Snapshot.DriveInterval
 	if c.Engine.SnapshotDriveInterval == 0 {
 		c.Engine.SnapshotDriveInterval = -1 // "0s": disabled
+	}
+}
+
+// writeConfig prints cfg as TOML for -print-config: every setting, by its
+// current name, empty lists and maps included (as [] and an empty table),
+// so that the output names every key -h lists.
+func writeConfig(w io.Writer, cfg *Config) error {
+	c := *cfg
+	fillEmpty(reflect.ValueOf(&c).Elem())
+	return toml.NewEncoder(w).Encode(&c)
+}
+
+// fillEmpty replaces the nil slices and maps among the settings under v
+// with empty ones (which share nothing with the original).
+func fillEmpty(v reflect.Value) {
+	t := v.Type()
+	for i := range t.NumField() {
+		f, fv := t.Field(i), v.Field(i)
+		if !f.IsExported() || f.Tag.Get("toml") == "-" {
+			continue
+		}
+		switch fv.Kind() {
+		case reflect.Struct:
+			fillEmpty(fv)
+		case reflect.Slice:
+			if fv.IsNil() {
+				fv.Set(reflect.MakeSlice(fv.Type(), 0, 0))
+			}
+		case reflect.Map:
+			if fv.IsNil() {
+				fv.Set(reflect.MakeMap(fv.Type()))
+			}
+		}
 	}
 }
 
