@@ -547,3 +547,39 @@ func TestConfigurationReference(t *testing.T) {
 		t.Errorf("%s lacks %v", path, missing)
 	}
 }
+
+// TestEveryVariableSetsItsSetting: URSULA_<NAME> reaches every setting,
+// and a flag given too wins.
+func TestEveryVariableSetsItsSetting(t *testing.T) {
+	samples := map[string]string{"bool": "true", "int": "7", "uint": "7", "duration": "7s", "float": "0.7", "string": "x"}
+	for _, s := range listSettings(TargetAll) {
+		t.Run(s.Key, func(t *testing.T) {
+			v, ok := samples[s.Type]
+			switch {
+			case s.Key == "raft.peers":
+				v = "1/a:1/a:2"
+			case s.Key == "log.levels":
+				v = "engine=debug"
+			case s.Type == "list":
+				v = "a,b"
+			case !ok:
+				t.Fatalf("no sample value of type %s", s.Type)
+			}
+			if s.Type == "bool" && s.Default == "true" {
+				v = "false"
+			}
+			fs := registered(t, TargetAll)
+			if err := applyEnv(fs, []string{EnvName(s.Key) + "=" + v}, nil); err != nil {
+				t.Fatalf("%s=%s: %v", EnvName(s.Key), v, err)
+			}
+			if s.Type != "list" {
+				if got := fs.Lookup(s.Key).Value.String(); got != v && !(s.Type == "duration" && got == "7s") {
+					t.Fatalf("%s=%s set %s to %q", EnvName(s.Key), v, s.Key, got)
+				}
+			}
+			if err := applyEnv(fs, []string{EnvName(s.Key) + "=" + v, EnvName(s.Key) + "_X=1"}, nil); err == nil || !strings.Contains(err.Error(), EnvName(s.Key)+"_X") {
+				t.Errorf("%s_X accepted: %v", EnvName(s.Key), err)
+			}
+		})
+	}
+}
