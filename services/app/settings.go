@@ -261,6 +261,12 @@ func decodeFile(path string, cfg *Config, d *deprecations) error {
 		if renamed {
 			note = "; deprecated names are read as their current ones"
 		}
+		for _, k := range keys {
+			if strings.HasPrefix(k, "storage.snapshot.") {
+				note += "; S3 snapshots are not supported: snapshots are kept inline, in raft.wal.path"
+				break
+			}
+		}
 		return fmt.Errorf("config %s: unknown keys %s (every key is listed by -h%s)", path, strings.Join(keys, ", "), note)
 	}
 	return nil

@@ -349,6 +349,8 @@ func TestBadConfigRefused(t *testing.T) {
 		wantErr []string
 	}{
 		{"unknown key", "[raft.wal]\nbackend = \"memory\"\n", nil, nil, []string{"unknown keys", "raft.wal.backend"}},
+		{"S3 snapshot keys", "[storage.snapshot]\nbackend = \"s3\"\ns3_prefix = \"snaps\"\n", nil, nil, []string{"storage.snapshot.s3_prefix", "S3 snapshots are not supported"}},
+		{"removed WAL keys", "[raft.wal]\nallow_volatile_multi_peer = true\n", nil, nil, []string{"unknown keys", "raft.wal.allow_volatile_multi_peer"}},
 		{"unknown key in the old section", "[cold]\nbogus = 1\n", nil, nil, []string{"unknown keys", "storage.cold.bogus"}},
 		{"old and new name", "[raft]\nfsync = \"always\"\n[raft.wal]\nfsync = \"never\"\n", nil, nil, []string{"raft.wal.fsync is set twice", "raft.fsync"}},
 		{"dir and prefix", "[cold]\ndir = \"/a\"\n[cold.s3]\nprefix = \"p\"\n", nil, nil, []string{"storage.cold.root is set twice"}},
