@@ -80,22 +80,22 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 func (c *Config) Validate() error {
 	var errs []error
 	if c.FlushBytes == 0 || c.MaxChunkBytes == 0 || c.HotCapBytes == 0 || c.GroupFlushBytes == 0 {
-		errs = append(errs, errors.New("cold: flush_bytes, group_flush_bytes, hot_cap_bytes and max_chunk_bytes must be positive"))
+		errs = append(errs, errors.New("storage.cold: flush_bytes, group_flush_bytes, hot_cap_bytes and max_chunk_bytes must be positive"))
 	}
 	if c.GroupFlushBytes > c.HotCapBytes {
-		errs = append(errs, errors.New("cold: group_flush_bytes must not exceed hot_cap_bytes"))
+		errs = append(errs, errors.New("storage.cold: group_flush_bytes must not exceed hot_cap_bytes"))
 	}
 	if c.FlushAge <= 0 || c.FlushInterval <= 0 {
-		errs = append(errs, errors.New("cold: flush_age and flush_interval must be positive"))
+		errs = append(errs, errors.New("storage.cold: flush_age and flush_interval must be positive"))
 	}
 	if c.CacheBytes == 0 || c.BlockBytes == 0 || c.BlockBytes > c.CacheBytes {
-		errs = append(errs, errors.New("cold: cache_bytes and block_bytes must be positive, block_bytes at most cache_bytes"))
+		errs = append(errs, errors.New("storage.cold: cache_bytes and block_bytes must be positive, block_bytes at most cache_bytes"))
 	}
 	if c.FlushConcurrency < 1 {
-		errs = append(errs, errors.New("cold: flush_concurrency must be at least 1"))
+		errs = append(errs, errors.New("storage.cold: flush_concurrency must be at least 1"))
 	}
 	if c.GCGrace < 0 {
-		errs = append(errs, errors.New("cold: gc_grace must not be negative"))
+		errs = append(errs, errors.New("storage.cold: gc_grace must not be negative"))
 	}
 	return errors.Join(errs...)
 }
