@@ -104,6 +104,11 @@ func TestSettingsAreTOMLKeys(t *testing.T) {
 				}
 				envs[e] = s
 			}
+			for old, key := range flagAliases(settings) {
+				if s, taken := envs[EnvName(old)]; taken && s != key {
+					t.Errorf("deprecated %s has the variable %s of the setting %s", old, EnvName(old), s)
+				}
+			}
 		})
 	}
 }
