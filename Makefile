@@ -29,7 +29,7 @@ RACE_PKGS := $(addsuffix /...,$(addprefix ./,$(wildcard storage gateway services
 # Test tiers under tests/ that need built binaries, npm or their own target.
 TIER_RE := ^$(MODULE)/(storage|gateway|services|tests/(e2e|conformance|integration|chaos))(/|$$)
 
-# Flags appended to bin/ursula by `make run`, e.g. ARGS='-raft.fsync always'.
+# Flags appended to bin/ursula by `make run`, e.g. ARGS='-raft.wal.fsync always'.
 ARGS ?=
 # A running server for `make conformance`, e.g. http://127.0.0.1:4437.
 CONFORMANCE_TEST_URL ?=

@@ -70,11 +70,11 @@ type Config struct {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.applyDefaults()
 	fs.StringVar(&c.Listen, "gateway.listen", c.Listen, "HTTP listen address of the gateway.")
-	fs.StringVar(&c.StreamRoot, "gateway.stream-root", c.StreamRoot, "Path prefix of the Durable Streams URL family.")
-	fs.DurationVar(&c.LongPollTimeout, "gateway.long-poll-timeout", c.LongPollTimeout, "How long a long-poll read waits at the tail before answering 204.")
-	fs.DurationVar(&c.SSEReconnectInterval, "gateway.sse-reconnect-interval", c.SSEReconnectInterval, "SSE connections are ended after this long.")
-	fs.Int64Var(&c.MaxBodyBytes, "gateway.max-body-bytes", c.MaxBodyBytes, "Largest accepted request body in bytes (larger gets 413).")
-	fs.Int64Var(&c.ReadChunkBytes, "gateway.read-chunk-bytes", c.ReadChunkBytes, "Largest data returned by one catch-up read in bytes.")
+	fs.StringVar(&c.StreamRoot, "gateway.stream_root", c.StreamRoot, "Path prefix of the Durable Streams URL family.")
+	fs.DurationVar(&c.LongPollTimeout, "gateway.long_poll_timeout", c.LongPollTimeout, "How long a long-poll read waits at the tail before answering 204.")
+	fs.DurationVar(&c.SSEReconnectInterval, "gateway.sse_reconnect_interval", c.SSEReconnectInterval, "SSE connections are ended after this long.")
+	fs.Int64Var(&c.MaxBodyBytes, "gateway.max_body_bytes", c.MaxBodyBytes, "Largest accepted request body in bytes (larger gets 413).")
+	fs.Int64Var(&c.ReadChunkBytes, "gateway.read_chunk_bytes", c.ReadChunkBytes, "Largest data returned by one catch-up read in bytes.")
 	c.HTTP.RegisterFlags(fs, "gateway.http.")
 }
 

@@ -155,8 +155,8 @@ func TestRegisterFlags(t *testing.T) {
 	var c Config
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	c.RegisterFlags(fs)
-	if err := fs.Parse([]string{"-gateway.listen=:9999", "-gateway.long-poll-timeout=500ms", "-gateway.max-body-bytes=10",
-		"-gateway.stream-root=/s/", "-gateway.sse-reconnect-interval=5s", "-gateway.read-chunk-bytes=4096"}); err != nil {
+	if err := fs.Parse([]string{"-gateway.listen=:9999", "-gateway.long_poll_timeout=500ms", "-gateway.max_body_bytes=10",
+		"-gateway.stream_root=/s/", "-gateway.sse_reconnect_interval=5s", "-gateway.read_chunk_bytes=4096"}); err != nil {
 		t.Fatal(err)
 	}
 	want := Config{Listen: ":9999", StreamRoot: "/s/", LongPollTimeout: 500 * time.Millisecond, SSEReconnectInterval: 5 * time.Second,

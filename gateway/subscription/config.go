@@ -116,11 +116,15 @@ func DefaultConfig() Config {
 	}
 }
 
-// RegisterFlags registers the subscription flags on fs with
-// "subscriptions." prefixes.
+// RegisterFlags registers the subscription flags, named by their keys in
+// the [subscriptions] section, with the defaults of DefaultConfig
+// (stream_root excepted: empty means the gateway's).
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	d := DefaultConfig()
-	fs.Func("subscriptions.allow-webhook-hosts", "comma-separated CIDR prefixes, addresses and host names webhooks may be delivered to despite the address checks, e.g. 127.0.0.0/8,::1,localhost (development)", func(v string) error {
+	fs.StringVar(&c.StreamRoot, "subscriptions.stream_root", "", "URL path prefix of the Durable Streams the manager serves under __ds/ (empty: gateway.stream_root)")
+	fs.StringVar(&c.PublicURL, "subscriptions.public_url", "", "origin of callback_url and jwks_url, e.g. https://streams.example.com (empty: from the request)")
+	fs.BoolVar(&c.AllowPrivateWebhooks, "subscriptions.allow_private_webhooks", false, "allow webhooks to private addresses (RFC 1918, fc00::/7, 100.64.0.0/10) and plain http")
+	fs.Func("subscriptions.allow_webhook_hosts", "comma-separated CIDR prefixes, addresses and host names webhooks may be delivered to despite the address checks, e.g. 127.0.0.0/8,::1,localhost (development)", func(v string) error {
 		c.AllowWebhookHosts = nil
 		for _, e := range strings.Split(v, ",") {
 			if e = strings.TrimSpace(e); e != "" {
@@ -129,9 +133,22 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		}
 		return nil
 	})
-	fs.IntVar(&c.MaxSubscriptions, "subscriptions.max-subscriptions", d.MaxSubscriptions, "subscriptions in all")
-	fs.IntVar(&c.MaxSubscriptionsPerStream, "subscriptions.max-per-stream", d.MaxSubscriptionsPerStream, "subscriptions linking one stream explicitly")
-	fs.IntVar(&c.MaxStreamsPerSubscription, "subscriptions.max-streams", d.MaxStreamsPerSubscription, "streams one subscription links explicitly")
+	fs.IntVar(&c.MaxSubscriptions, "subscriptions.max_subscriptions", d.MaxSubscriptions, "subscriptions in all")
+	fs.IntVar(&c.MaxSubscriptionsPerStream, "subscriptions.max_subscriptions_per_stream", d.MaxSubscriptionsPerStream, "subscriptions linking one stream explicitly")
+	fs.IntVar(&c.MaxStreamsPerSubscription, "subscriptions.max_streams_per_subscription", d.MaxStreamsPerSubscription, "streams one subscription links explicitly")
+	fs.StringVar(&c.KeyFile, "subscriptions.key_file", "", "PEM Ed25519 key that signs webhooks, created (mode 600) when missing (empty: an ephemeral key)")
+	fs.StringVar(&c.DataBucket, "subscriptions.data_bucket", d.DataBucket, "bucket holding the Durable Streams")
+	fs.StringVar(&c.StateBucket, "subscriptions.state_bucket", d.StateBucket, "bucket of the stream persisting subscription state")
+	fs.StringVar(&c.StateStream, "subscriptions.state_stream", d.StateStream, "stream persisting subscription state")
+	fs.IntVar(&c.DeliveryWorkers, "subscriptions.delivery_workers", d.DeliveryWorkers, "goroutines that POST webhooks and expire leases")
+	fs.DurationVar(&c.DeliveryTimeout, "subscriptions.delivery_timeout", d.DeliveryTimeout, "bound on one webhook POST")
+	fs.DurationVar(&c.RetryInitialBackoff, "subscriptions.retry_initial_backoff", d.RetryInitialBackoff, "delay before the first webhook retry (doubled on each further one)")
+	fs.DurationVar(&c.RetryMaxBackoff, "subscriptions.retry_max_backoff", d.RetryMaxBackoff, "largest webhook retry delay")
+	fs.Float64Var(&c.RetryJitter, "subscriptions.retry_jitter", d.RetryJitter, "relative jitter of each retry delay (0.2 = ±20 %)")
+	fs.IntVar(&c.MaxDeliveryAttempts, "subscriptions.max_delivery_attempts", d.MaxDeliveryAttempts, "webhook POSTs for one wake before it is dropped")
+	fs.DurationVar(&c.TickInterval, "subscriptions.tick_interval", d.TickInterval, "how often due retries and expired leases are checked")
+	fs.IntVar(&c.MaxTrackedStreams, "subscriptions.max_tracked_streams", d.MaxTrackedStreams, "streams remembered for linking new glob subscriptions")
+	fs.DurationVar(&c.StorageTimeout, "subscriptions.storage_timeout", d.StorageTimeout, "bound on one storage call")
 }
 
 // withDefaults returns c with zero fields replaced by their defaults.

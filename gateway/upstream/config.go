@@ -68,16 +68,16 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		}
 		return nil
 	})
-	fs.DurationVar(&c.RefreshInterval, "upstream.refresh-interval", c.RefreshInterval, "How often cluster info and group leaders are polled from the nodes.")
-	fs.DurationVar(&c.DialTimeout, "upstream.dial-timeout", c.DialTimeout, "Bound on one connection attempt and one cluster info poll.")
-	fs.IntVar(&c.MaxMessageBytes, "upstream.max-message-bytes", c.MaxMessageBytes, "Largest gRPC message exchanged with a node, in bytes.")
-	fs.DurationVar(&c.RetryAfter, "upstream.retry-after", c.RetryAfter, "Retry-After hint when a group has no known leader.")
-	fs.DurationVar(&c.KeepaliveTime, "upstream.keepalive-time", c.KeepaliveTime, "Interval of keepalive pings on node connections.")
-	fs.DurationVar(&c.KeepaliveTimeout, "upstream.keepalive-timeout", c.KeepaliveTimeout, "How long a keepalive ping may go unanswered.")
-	fs.StringVar(&c.TLS.CAFile, "upstream.tls.ca-file", c.TLS.CAFile, "Dial the nodes over TLS: PEM bundle of the CA their certificates chain to.")
-	fs.StringVar(&c.TLS.CertFile, "upstream.tls.cert-file", c.TLS.CertFile, "This process's PEM certificate (proving its role) for the nodes.")
-	fs.StringVar(&c.TLS.KeyFile, "upstream.tls.key-file", c.TLS.KeyFile, "This process's PEM key (mode 600).")
-	fs.StringVar(&c.TokenFile, "upstream.token-file", c.TokenFile, "File holding this process's bearer token for the nodes (mode 600).")
+	fs.DurationVar(&c.RefreshInterval, "upstream.refresh_interval", c.RefreshInterval, "How often cluster info and group leaders are polled from the nodes.")
+	fs.DurationVar(&c.DialTimeout, "upstream.dial_timeout", c.DialTimeout, "Bound on one connection attempt and one cluster info poll.")
+	fs.IntVar(&c.MaxMessageBytes, "upstream.max_message_bytes", c.MaxMessageBytes, "Largest gRPC message exchanged with a node, in bytes.")
+	fs.DurationVar(&c.RetryAfter, "upstream.retry_after", c.RetryAfter, "Retry-After hint when a group has no known leader.")
+	fs.DurationVar(&c.KeepaliveTime, "upstream.keepalive_time", c.KeepaliveTime, "Interval of keepalive pings on node connections.")
+	fs.DurationVar(&c.KeepaliveTimeout, "upstream.keepalive_timeout", c.KeepaliveTimeout, "How long a keepalive ping may go unanswered.")
+	fs.StringVar(&c.TLS.CAFile, "upstream.tls.ca_file", c.TLS.CAFile, "Dial the nodes over TLS: PEM bundle of the CA their certificates chain to.")
+	fs.StringVar(&c.TLS.CertFile, "upstream.tls.cert_file", c.TLS.CertFile, "This process's PEM certificate (proving its role) for the nodes.")
+	fs.StringVar(&c.TLS.KeyFile, "upstream.tls.key_file", c.TLS.KeyFile, "This process's PEM key (mode 600).")
+	fs.StringVar(&c.TokenFile, "upstream.token_file", c.TokenFile, "File holding this process's bearer token for the nodes (mode 600).")
 }
 
 // applyDefaults fills zero fields with the package defaults.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/BurntSushi/toml"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
@@ -48,16 +49,28 @@ const telemetryFlushTimeout = 5 * time.Second
 // It returns the process exit code.
 func Main(args []string, target string) int {
 	cfg, flags, err := Load(args[1:], target)
+	if errors.Is(err, flag.ErrHelp) {
+		writeUsage(os.Stdout, binaryName(args[0], target), target)
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ursula:", err)
 		return 2
+	}
+	if flags.Version {
+		writeVersion(os.Stdout, binaryName(args[0], target))
+		return 0
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "ursula: invalid configuration:", err)
 		return 2
 	}
+	logger := newLogger(cfg.Log, os.Stderr)
+	for _, d := range flags.Deprecated {
+		logger.Warn("deprecated setting name: use the new one", "deprecated", d.Old, "use", d.New)
+	}
 	if flags.PrintConfig {
-		if err := toml.NewEncoder(os.Stdout).Encode(cfg); err != nil {
+		if err := writeConfig(os.Stdout, cfg); err != nil {
 			fmt.Fprintln(os.Stderr, "ursula:", err)
 			return 1
 		}
@@ -67,7 +80,6 @@ func Main(args []string, target string) int {
 		fmt.Println("configuration ok")
 		return 0
 	}
-	logger := newLogger(cfg.Log, os.Stderr)
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -187,7 +199,7 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 
 	var srv *node.Server
 	if cfg.Target != TargetGateway {
-		store, err := openColdStore(ctx, cfg.Cold.Config)
+		store, err := openColdStore(ctx, cfg.Storage.Cold.Config)
 		if err != nil {
 			return err
 		}
@@ -366,7 +378,7 @@ func openColdStore(ctx context.Context, cfg objstore.Config) (objstore.Store, er
 // storage node's ColdGCService; the returned function closes its
 // connection.
 func newColdGC(ctx context.Context, cfg *Config, logger *slog.Logger) (*coldgc.Worker, func(), error) {
-	store, err := openColdStore(ctx, cfg.Cold.Config)
+	store, err := openColdStore(ctx, cfg.Storage.Cold.Config)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -4,11 +4,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -35,11 +36,14 @@ const (
 	TargetBackup  = "backup"
 )
 
-// Config is the root configuration of every role.
+// Config is the root configuration of every role. Every leaf of its TOML
+// tree is one setting, with one dotted name used by the file, the flag
+// (-raft.wal.fsync) and the environment variable (URSULA_RAFT_WAL_FSYNC);
+// see settings.go.
 type Config struct {
-	// Target selects the roles: all, node or gateway.
+	// Target selects the roles: all, node, gateway, coldgc or backup.
 	Target string `toml:"target"`
-	// Engine configures storage: data directory, Raft groups, WAL.
+	// Engine configures storage: the WAL, the Raft groups and peers.
 	Engine engine.Config `toml:"raft"`
 	// Node configures the storage node's listeners.
 	Node node.Config `toml:"server"`
@@ -56,8 +60,6 @@ type Config struct {
 	// Telemetry configures traces and metrics export (the exporters
 	// themselves by the standard OTEL_* environment variables).
 	Telemetry telemetry.Config `toml:"telemetry"`
-	// Cold configures the cold tier: where committed bytes go, and when.
-	Cold ColdConfig `toml:"cold"`
 	// ColdGC configures the cold-GC and compaction worker (run by the all
 	// and coldgc targets).
 	ColdGC coldgc.Config `toml:"coldgc"`
@@ -65,18 +67,29 @@ type Config struct {
 	// target, and by the all target when backup.location is set); it
 	// reaches the nodes named by [upstream].
 	Backup backup.Config `toml:"backup"`
-	// Storage configures the node's snapshots.
+	// Storage configures the node's snapshots and its cold tier.
 	Storage StorageConfig `toml:"storage"`
 }
 
 // StorageConfig is the [storage] section.
 type StorageConfig struct {
+	// Snapshot configures the Raft snapshots.
 	Snapshot SnapshotConfig `toml:"snapshot"`
+	// Cold configures the cold tier: where committed bytes go, and when
+	// (the [cold] section of earlier releases).
+	Cold ColdConfig `toml:"cold"`
 }
+
+// SnapshotBackendInline is the only snapshot backend: snapshots are kept
+// inline, in the node's data directory.
+const SnapshotBackendInline = "inline"
 
 // SnapshotConfig is the [storage.snapshot] section. Snapshots are kept
 // inline, in the node's data directory.
 type SnapshotConfig struct {
+	// Backend is where snapshots are kept: "inline" (the WAL directory) is
+	// the only value; S3 snapshots are not supported.
+	Backend string `toml:"backend"`
 	// DriveInterval is how often the snapshot driver enforces
 	// raft.deleted_data_max_age on each shard (at most an eighth of
 	// raft.wal.segment_size of copies per shard each time); "0s" disables
@@ -84,20 +97,31 @@ type SnapshotConfig struct {
 	DriveInterval time.Duration `toml:"drive_interval"`
 }
 
-// ColdConfig is the [cold] section: the object store (backend, dir, s3)
-// and the cold tier's thresholds, side by side.
+// ColdConfig is the [storage.cold] section: the object store (backend,
+// root, s3) and the cold tier's thresholds, side by side.
 type ColdConfig struct {
+	// Config is the object store; its Dir (fs) or S3.Prefix (s3) is set
+	// from Root by Load.
 	objstore.Config
+	// Root is the cold tier's root: the directory of the fs backend
+	// (default <raft.wal.path>/cold), the key prefix inside the bucket of
+	// the s3 backend. Deprecated names: cold.dir, cold.s3.prefix.
+	Root string `toml:"root"`
 	TierConfig
 }
 
-// TierConfig is the cold tier's part of the [cold] section.
+// TierConfig is the cold tier's part of the [storage.cold] section.
 type TierConfig = cold.Config
 
 // RuntimeConfig configures the process's workers and memory.
 type RuntimeConfig struct {
-	// CoreCount is the number of shard workers (S); bound to the WAL.
+	// CoreCount is the number of shard workers (S); bound to the WAL. 0
+	// means one per CPU.
 	CoreCount int `toml:"core_count"`
+	// ExternalPayloadMinSize stores an append of at least this many bytes
+	// as a cold object of its own before it is proposed (0: never).
+	// Deprecated name: cold.external_min_bytes.
+	ExternalPayloadMinSize uint64 `toml:"external_payload_min_size"`
 	// Config bounds the Go heap's growth between collections
 	// (gc_headroom; see services/platform/memlimit).
 	memlimit.Config
@@ -126,16 +150,20 @@ type LogConfig struct {
 	// levels = { engine = "debug", gateway = "warn" }. A key may be a package
 	// path ("storage/engine"); its last element names the component. On the
 	// command line: -log.levels engine=debug,gateway=warn.
-	Levels map[string]string `toml:"levels,omitempty"`
+	Levels map[string]string `toml:"levels"`
 }
 
-// registerFlags registers every flag on fs, writing defaults into c.
+// registerFlags registers every setting's flag on fs, named by its TOML
+// key, writing defaults into c.
 func (c *Config) registerFlags(fs *flag.FlagSet, target string) {
 	fs.StringVar(&c.Target, "target", target, "roles to run: all, node, gateway, coldgc or backup")
 	c.Engine.RegisterFlags(fs)
-	fs.DurationVar(&c.Storage.Snapshot.DriveInterval, "storage.snapshot.drive-interval", engine.DefaultSnapshotDriveInterval,
+	fs.StringVar(&c.Storage.Snapshot.Backend, "storage.snapshot.backend", SnapshotBackendInline, `where snapshots are kept: "inline" (the WAL directory) is the only value`)
+	fs.DurationVar(&c.Storage.Snapshot.DriveInterval, "storage.snapshot.drive_interval", engine.DefaultSnapshotDriveInterval,
 		`how often the snapshot driver enforces raft.deleted_data_max_age; "0s" disables it`)
-	fs.IntVar(&c.Runtime.CoreCount, "runtime.core-count", runtime.NumCPU(), "number of shard workers (bound to the WAL)")
+	fs.IntVar(&c.Runtime.CoreCount, "runtime.core_count", 0, "number of shard workers (bound to the WAL); 0: one per CPU")
+	fs.Uint64Var(&c.Runtime.ExternalPayloadMinSize, "runtime.external_payload_min_size", cold.DefaultConfig().ExternalMinBytes,
+		"store appends of at least this many bytes as cold objects of their own (0: never)")
 	c.Runtime.Config.RegisterFlags(fs, "runtime.")
 	nodeListen, clusterListen := "127.0.0.1:4447", "127.0.0.1:4439"
 	if target == TargetNode {
@@ -145,15 +173,19 @@ func (c *Config) registerFlags(fs *flag.FlagSet, target string) {
 	c.Gateway.RegisterFlags(fs)
 	c.Subscriptions.RegisterFlags(fs)
 	c.Upstream.Config.RegisterFlags(fs)
-	fs.BoolVar(&c.Upstream.InProcess, "upstream.in-process", true, "all-in-one: call the local node in-process instead of over loopback gRPC")
-	fs.StringVar(&c.Cold.Backend, "cold.backend", objstore.BackendFS, "cold store: fs (a local directory), s3 or memory (tests only)")
-	fs.StringVar(&c.Cold.Dir, "cold.dir", "", "fs cold store directory (default: <data-dir>/cold)")
-	fs.StringVar(&c.Cold.S3.Bucket, "cold.s3.bucket", "", "s3 cold store: bucket")
-	fs.StringVar(&c.Cold.S3.Prefix, "cold.s3.prefix", "", "s3 cold store: key prefix (the cold root)")
-	fs.StringVar(&c.Cold.S3.Endpoint, "cold.s3.endpoint", "", "s3 cold store: endpoint URL of an S3-compatible service")
-	fs.StringVar(&c.Cold.S3.Region, "cold.s3.region", "", "s3 cold store: region")
-	fs.BoolVar(&c.Cold.S3.PathStyle, "cold.s3.path-style", false, "s3 cold store: path-style addressing")
-	c.Cold.TierConfig.RegisterFlags(fs)
+	fs.BoolVar(&c.Upstream.InProcess, "upstream.in_process", true, "all-in-one: call the local node in-process instead of over loopback gRPC")
+	sc := &c.Storage.Cold
+	fs.StringVar(&sc.Backend, "storage.cold.backend", objstore.BackendFS, "cold store: fs (a local directory), s3 or memory (tests only)")
+	fs.StringVar(&sc.Root, "storage.cold.root", "", "cold root: the fs backend's directory (default: <raft.wal.path>/cold), the s3 backend's key prefix")
+	fs.StringVar(&sc.S3.Bucket, "storage.cold.s3.bucket", "", "s3 cold store: bucket")
+	fs.StringVar(&sc.S3.Endpoint, "storage.cold.s3.endpoint", "", "s3 cold store: endpoint URL of an S3-compatible service (empty: AWS)")
+	fs.StringVar(&sc.S3.Region, "storage.cold.s3.region", "", "s3 cold store: region (empty: the SDK's, else us-east-1)")
+	fs.BoolVar(&sc.S3.PathStyle, "storage.cold.s3.path_style", false, "s3 cold store: path-style addressing")
+	fs.StringVar(&sc.S3.AccessKey, "storage.cold.s3.access_key", "", "s3 cold store: static access key (empty: the SDK's credential chain)")
+	fs.StringVar(&sc.S3.SecretKey, "storage.cold.s3.secret_key", "", "s3 cold store: static secret key, with access_key")
+	fs.Int64Var(&sc.S3.MultipartThreshold, "storage.cold.s3.multipart_threshold", 0, "s3 cold store: upload bodies above this size in parts (0: 16 MiB)")
+	fs.Int64Var(&sc.S3.PartSize, "storage.cold.s3.part_size", 0, "s3 cold store: size of each part of a multipart upload (0: 8 MiB)")
+	sc.TierConfig.RegisterFlags(fs)
 	c.ColdGC.RegisterFlags(fs)
 	c.Backup.RegisterFlags(fs)
 	fs.StringVar(&c.Log.Level, "log.level", "info", "log level: debug, info, warn, error")
@@ -175,7 +207,7 @@ func (c *Config) Validate() error {
 	switch c.Target {
 	case TargetAll, TargetNode, TargetGateway:
 	case TargetColdGC:
-		errs = append(errs, c.Cold.Config.Validate(), c.ColdGC.Validate())
+		errs = append(errs, c.Storage.Cold.Config.Validate(), c.ColdGC.Validate())
 		if len(c.Upstream.Nodes) == 0 {
 			errs = append(errs, errors.New("upstream.nodes (a storage node's client plane) is required for the coldgc target"))
 		}
@@ -205,7 +237,10 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.Target != TargetGateway {
-		errs = append(errs, c.Engine.Validate(), c.Node.Validate(), c.Cold.Config.Validate())
+		errs = append(errs, c.Engine.Validate(), c.Node.Validate(), c.Storage.Cold.Config.Validate())
+		if b := c.Storage.Snapshot.Backend; b != SnapshotBackendInline {
+			errs = append(errs, fmt.Errorf("storage.snapshot.backend %q: S3 snapshots are not supported; snapshots are kept inline, in raft.wal.path (want %q)", b, SnapshotBackendInline))
+		}
 		if c.Storage.Snapshot.DriveInterval < 0 {
 			errs = append(errs, fmt.Errorf("storage.snapshot.drive_interval %v must not be negative", c.Storage.Snapshot.DriveInterval))
 		}
@@ -241,49 +276,118 @@ func (c *Config) Validate() error {
 }
 
 // Load builds the configuration: defaults, then the TOML file named by
-// -config, then the flags given on the command line.
+// -config, then the URSULA_* environment variables, then the flags given
+// on the command line. It returns flag.ErrHelp for -h and -help, and a nil
+// Config with Flags.Version set for -version.
 func Load(args []string, target string) (*Config, *Flags, error) {
+	return load(args, os.Environ(), target)
+}
+
+func load(args, environ []string, target string) (*Config, *Flags, error) {
 	pre := flag.NewFlagSet("ursula", flag.ContinueOnError)
-	pre.SetOutput(new(strings.Builder))
+	pre.SetOutput(io.Discard)
 	var probe Config
 	probe.registerFlags(pre, target)
+	registerAliases(pre, nil)
 	f := registerMeta(pre)
 	if err := pre.Parse(args); err != nil {
-		return nil, nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, nil, err
+		}
+		return nil, nil, fmt.Errorf("%w (-h lists every setting)", err)
+	}
+	if pre.NArg() > 0 {
+		return nil, nil, fmt.Errorf("unexpected argument %q (settings are flags: -name value)", pre.Arg(0))
+	}
+	if f.Version {
+		return nil, f, nil
 	}
 
 	var cfg Config
 	fs := flag.NewFlagSet("ursula", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
 	cfg.registerFlags(fs, target)
+	d := &deprecations{}
+	registerAliases(fs, d)
 	registerMeta(fs)
 	if f.ConfigFile != "" {
-		raw, err := os.ReadFile(f.ConfigFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("read config: %w", err)
+		if err := decodeFile(f.ConfigFile, &cfg, d); err != nil {
+			return nil, nil, err
 		}
-		md, err := toml.Decode(string(raw), &cfg)
-		if err != nil {
-			return nil, nil, fmt.Errorf("parse config %s: %w", f.ConfigFile, err)
-		}
-		if undec := md.Undecoded(); len(undec) > 0 {
-			return nil, nil, fmt.Errorf("config %s: unknown keys %v", f.ConfigFile, undec)
-		}
+	}
+	if err := applyEnv(fs, environ, d); err != nil {
+		return nil, nil, err
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
 	}
-	cfg.Engine.ShardCount = cfg.Runtime.CoreCount
-	if cfg.Cold.Backend == objstore.BackendFS && cfg.Cold.Dir == "" {
-		cfg.Cold.Dir = filepath.Join(cfg.Engine.DataDir, "cold")
-	}
-	cfg.Engine.Cold = cfg.Cold.TierConfig
-	cfg.Engine.MaxMessageBytes = cfg.Node.MaxMessageBytes
-	cfg.Engine.ClusterID = cfg.Node.ClusterID
-	cfg.Engine.SnapshotDriveInterval = cfg.Storage.Snapshot.DriveInterval
-	if cfg.Engine.SnapshotDriveInterval == 0 {
-		cfg.Engine.SnapshotDriveInterval = -1 // "0s": disabled
-	}
+	f.Deprecated = d.used
+	cfg.resolve()
 	return &cfg, f, nil
+}
+
+// resolve fills the settings derived from others: the engine's copies of
+// raft.wal.*, server.* and the cold tier, and the defaults that depend on
+// other settings.
+func (c *Config) resolve() {
+	if c.Runtime.CoreCount == 0 {
+		c.Runtime.CoreCount = runtime.NumCPU()
+	}
+	c.Engine.ShardCount = c.Runtime.CoreCount
+	c.Engine.DataDir = c.Engine.WAL.Path
+	c.Engine.Fsync = c.Engine.WAL.Fsync
+	sc := &c.Storage.Cold
+	if sc.Backend == objstore.BackendFS && sc.Root == "" {
+		sc.Root = filepath.Join(c.Engine.WAL.Path, "cold")
+	}
+	sc.Dir, sc.S3.Prefix = "", ""
+	switch sc.Backend {
+	case objstore.BackendFS:
+		sc.Dir = sc.Root
+	case objstore.BackendS3:
+		sc.S3.Prefix = sc.Root
+	}
+	sc.ExternalMinBytes = c.Runtime.ExternalPayloadMinSize
+	c.Engine.Cold = sc.TierConfig
+	c.Engine.MaxMessageBytes = c.Node.MaxMessageBytes
+	c.Engine.ClusterID = c.Node.ClusterID
+	c.Engine.SnapshotDriveInterval = c.Storage.Snapshot.DriveInterval
+	if c.Engine.SnapshotDriveInterval == 0 {
+		c.Engine.SnapshotDriveInterval = -1 // "0s": disabled
+	}
+}
+
+// writeConfig prints cfg as TOML for -print-config: every setting, by its
+// current name, empty lists and maps included (as [] and an empty table),
+// so that the output names every key -h lists.
+func writeConfig(w io.Writer, cfg *Config) error {
+	c := *cfg
+	fillEmpty(reflect.ValueOf(&c).Elem())
+	return toml.NewEncoder(w).Encode(&c)
+}
+
+// fillEmpty replaces the nil slices and maps among the settings under v
+// with empty ones (which share nothing with the original).
+func fillEmpty(v reflect.Value) {
+	t := v.Type()
+	for i := range t.NumField() {
+		f, fv := t.Field(i), v.Field(i)
+		if !f.IsExported() || f.Tag.Get("toml") == "-" {
+			continue
+		}
+		switch fv.Kind() {
+		case reflect.Struct:
+			fillEmpty(fv)
+		case reflect.Slice:
+			if fv.IsNil() {
+				fv.Set(reflect.MakeSlice(fv.Type(), 0, 0))
+			}
+		case reflect.Map:
+			if fv.IsNil() {
+				fv.Set(reflect.MakeMap(fv.Type()))
+			}
+		}
+	}
 }
 
 // Flags are the command-line switches that are not configuration.
@@ -291,13 +395,22 @@ type Flags struct {
 	ConfigFile   string
 	PrintConfig  bool
 	VerifyConfig bool
+	// Version prints the build's version and exits.
+	Version bool
+	// Deprecated lists the deprecated names the configuration used, each
+	// once, as "old -> new" pairs; Main logs a warning for each.
+	Deprecated []Deprecation
 }
+
+// metaFlags are the flags that are not settings.
+var metaFlags = []string{"config", "print-config", "verify-config", "version"}
 
 func registerMeta(fs *flag.FlagSet) *Flags {
 	f := &Flags{}
 	fs.StringVar(&f.ConfigFile, "config", "", "TOML configuration file")
 	fs.BoolVar(&f.PrintConfig, "print-config", false, "print the effective configuration as TOML and exit")
 	fs.BoolVar(&f.VerifyConfig, "verify-config", false, "validate the configuration and exit")
+	fs.BoolVar(&f.Version, "version", false, "print the version, commit and Go version and exit")
 	return f
 }
 

@@ -126,18 +126,18 @@ max_subscriptions_per_stream = 3
 				t.Fatalf("from the file: %+v %+v %+v %+v", c.Node.HTTPInflightBodySize, c.Node.HTTP, c.Gateway.HTTP, c.Subscriptions)
 			}
 		}},
-		{"flags", TargetAll, []string{"-gateway.http.body-read-timeout=3s", "-subscriptions.allow-webhook-hosts=127.0.0.0/8, ::1,localhost"}, "", func(t *testing.T, c *Config) {
+		{"flags", TargetAll, []string{"-gateway.http.body_read_timeout=3s", "-subscriptions.allow_webhook_hosts=127.0.0.0/8, ::1,localhost"}, "", func(t *testing.T, c *Config) {
 			if c.Gateway.HTTP.BodyReadTimeout != 3*time.Second || strings.Join(c.Subscriptions.AllowWebhookHosts, ",") != "127.0.0.0/8,::1,localhost" {
 				t.Fatalf("from flags: %+v %v", c.Gateway.HTTP, c.Subscriptions.AllowWebhookHosts)
 			}
 		}},
-		{"node budget too small", TargetNode, []string{"-server.http-inflight-body-size=33554432"}, "InflightBodyBudgetTooSmall", nil},
-		{"all budget too small", TargetAll, []string{"-server.http-inflight-body-size=67108863"}, "InflightBodyBudgetTooSmall", nil},
-		{"gateway budget below its body limit", TargetGateway, []string{"-upstream.nodes=127.0.0.1:1", "-server.http-inflight-body-size=16777216"}, "InflightBodyBudgetTooSmall", nil},
-		{"gateway budget at its body limit", TargetGateway, []string{"-upstream.nodes=127.0.0.1:1", "-server.http-inflight-body-size=16777216", "-gateway.max-body-bytes=16777216"}, "", nil},
-		{"gateway body limit above 32 MiB", TargetGateway, []string{"-upstream.nodes=127.0.0.1:1", "-gateway.max-body-bytes=33554433"}, "above 33554432", nil},
-		{"negative timeout", TargetAll, []string{"-server.http.write-timeout=-1s"}, "server.http.write_timeout", nil},
-		{"bad allowance", TargetGateway, []string{"-upstream.nodes=127.0.0.1:1", "-subscriptions.allow-webhook-hosts=10.0.0.0/33"}, "allow_webhook_hosts", nil},
+		{"node budget too small", TargetNode, []string{"-server.http_inflight_body_size=33554432"}, "InflightBodyBudgetTooSmall", nil},
+		{"all budget too small", TargetAll, []string{"-server.http_inflight_body_size=67108863"}, "InflightBodyBudgetTooSmall", nil},
+		{"gateway budget below its body limit", TargetGateway, []string{"-upstream.nodes=127.0.0.1:1", "-server.http_inflight_body_size=16777216"}, "InflightBodyBudgetTooSmall", nil},
+		{"gateway budget at its body limit", TargetGateway, []string{"-upstream.nodes=127.0.0.1:1", "-server.http_inflight_body_size=16777216", "-gateway.max_body_bytes=16777216"}, "", nil},
+		{"gateway body limit above 32 MiB", TargetGateway, []string{"-upstream.nodes=127.0.0.1:1", "-gateway.max_body_bytes=33554433"}, "above 33554432", nil},
+		{"negative timeout", TargetAll, []string{"-server.http.write_timeout=-1s"}, "server.http.write_timeout", nil},
+		{"bad allowance", TargetGateway, []string{"-upstream.nodes=127.0.0.1:1", "-subscriptions.allow_webhook_hosts=10.0.0.0/33"}, "allow_webhook_hosts", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -195,7 +195,7 @@ listen = "127.0.0.1:0"
 				t.Fatalf("from the file: %+v, nodes %v", b, c.Upstream.Nodes)
 			}
 		}},
-		{"flags over file", TargetBackup, []string{"-config", file, "-backup.location=/var/backups/ursula", "-backup.keep-last=3"}, "", func(t *testing.T, c *Config) {
+		{"flags over file", TargetBackup, []string{"-config", file, "-backup.location=/var/backups/ursula", "-backup.keep_last=3"}, "", func(t *testing.T, c *Config) {
 			if c.Backup.Location != "/var/backups/ursula" || c.Backup.KeepLast != 3 || c.Backup.Cron != "0 2 * * *" {
 				t.Fatalf("flags over the file: %+v", c.Backup)
 			}

@@ -61,12 +61,12 @@ type Config struct {
 // prefixes and their defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Location, "backup.location", "", "backup location: s3://bucket/prefix or a directory (empty: no backup service)")
-	fs.StringVar(&c.ColdStore, "backup.cold-store", "", "the source cluster's cold store (s3://bucket/prefix or a directory; default: the one the nodes report)")
+	fs.StringVar(&c.ColdStore, "backup.cold_store", "", "the source cluster's cold store (s3://bucket/prefix or a directory; default: the one the nodes report)")
 	fs.DurationVar(&c.Interval, "backup.interval", DefaultInterval, "time between two backups (counted from the newest one at start)")
 	fs.StringVar(&c.Cron, "backup.cron", "", "cron schedule instead of -backup.interval (5 fields or @daily, @every 6h; UTC unless CRON_TZ=zone)")
-	fs.IntVar(&c.KeepLast, "backup.keep-last", 0, "retention: keep the newest N backups (0 and keep-within 0: prune nothing)")
-	fs.DurationVar(&c.KeepWithin, "backup.keep-within", 0, "retention: keep backups younger than this")
-	fs.DurationVar(&c.HoldTTL, "backup.hold-ttl", DefaultHoldTTL, "how long a group's cold-GC hold lasts unrenewed (renewed every third of it)")
+	fs.IntVar(&c.KeepLast, "backup.keep_last", 0, "retention: keep the newest N backups (0 and keep_within 0: prune nothing)")
+	fs.DurationVar(&c.KeepWithin, "backup.keep_within", 0, "retention: keep backups younger than this")
+	fs.DurationVar(&c.HoldTTL, "backup.hold_ttl", DefaultHoldTTL, "how long a group's cold-GC hold lasts unrenewed (renewed every third of it)")
 	fs.IntVar(&c.Concurrency, "backup.concurrency", DefaultConcurrency, "groups exported, and objects copied, at once")
 	fs.StringVar(&c.Listen, "backup.listen", DefaultListen, "loopback address of /__ursula/ready and /__ursula/metrics (empty: none)")
 }

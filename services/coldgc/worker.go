@@ -36,11 +36,11 @@ type Config struct {
 // RegisterFlags registers the worker's flags with defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Interval, "coldgc.interval", 2*time.Second, "pause between two passes over the cold-GC queues")
-	fs.DurationVar(&c.CompactInterval, "coldgc.compact-interval", 30*time.Second, "pause between two compaction passes (0: none)")
-	fs.Uint64Var(&c.SmallChunkBytes, "coldgc.small-chunk-bytes", 256<<10, "chunks below this size are merged")
-	fs.Uint64Var(&c.MaxChunkBytes, "coldgc.max-chunk-bytes", 4<<20, "largest merged chunk")
-	fs.DurationVar(&c.SweepInterval, "coldgc.sweep-interval", time.Hour, "pause between two orphan sweeps (0: none)")
-	fs.DurationVar(&c.OrphanAge, "coldgc.orphan-age", 24*time.Hour, "an unreferenced object is deleted once it is this old")
+	fs.DurationVar(&c.CompactInterval, "coldgc.compact_interval", 30*time.Second, "pause between two compaction passes (0: none)")
+	fs.Uint64Var(&c.SmallChunkBytes, "coldgc.small_chunk_bytes", 256<<10, "chunks below this size are merged")
+	fs.Uint64Var(&c.MaxChunkBytes, "coldgc.max_chunk_bytes", 4<<20, "largest merged chunk")
+	fs.DurationVar(&c.SweepInterval, "coldgc.sweep_interval", time.Hour, "pause between two orphan sweeps (0: none)")
+	fs.DurationVar(&c.OrphanAge, "coldgc.orphan_age", 24*time.Hour, "an unreferenced object is deleted once it is this old")
 }
 
 // Validate checks the configuration.

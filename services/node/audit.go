@@ -17,7 +17,7 @@ import (
 )
 
 // Audit trail of the admin plane: every authenticated admin mutation,
-// whatever its outcome, is recorded in <data_dir>/audit/audit.log before
+// whatever its outcome, is recorded in <raft.wal.path>/audit/audit.log before
 // its answer is sent, one JSON object per line, each written and fsynced
 // on its own (a mutation whose record cannot be made durable answers 500).
 // The file rotates at maxAuditFileBytes into audit.log.1 (one generation

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"strings"
 
 	"github.com/ursula/ursula/internal/pki"
 	"github.com/ursula/ursula/services/platform/httpserver"
@@ -38,7 +39,7 @@ type Config struct {
 	// least 32 bytes with no CR, NUL, other control character, inner
 	// newline or surrounding blank (one trailing newline allowed);
 	// otherwise the node refuses to start. Empty means
-	// <data_dir>/admin.token, created (mode 600, a random token) on first
+	// <raft.wal.path>/admin.token, created (mode 600, a random token) on first
 	// start.
 	AdminTokenFile string `toml:"admin_token_file"`
 	// AdminTLS serves the admin plane over TLS (required on a non-loopback
@@ -107,49 +108,65 @@ type Config struct {
 	HTTP httpserver.Config `toml:"http"`
 }
 
-// RegisterFlags registers the node's flags.
+// RegisterFlags registers the node's flags, named by their keys in the
+// [server] section.
 func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultListen, defaultClusterListen string) {
-	fs.StringVar(&c.Listen, "node.listen", defaultListen, "client plane address (gRPC + HTTP)")
-	fs.StringVar(&c.ClusterListen, "cluster.listen", defaultClusterListen, "cluster plane address (Raft transport)")
-	fs.StringVar(&c.AdminListen, "admin.listen", "127.0.0.1:4438", "admin plane address (loopback only)")
-	fs.BoolVar(&c.AllowNonLoopbackAdmin, "admin.allow-non-loopback", false, "allow a non-loopback admin address")
-	fs.StringVar(&c.AdminTokenFile, "admin.token-file", "", "file holding the admin plane's bearer token (mode 600, one token of at least 32 bytes); empty: <data-dir>/admin.token, created on first start")
-	fs.StringVar(&c.AdminTLS.CAFile, "admin.tls.ca-file", "", "admin plane: PEM bundle of the CA of operator client certificates")
-	fs.StringVar(&c.AdminTLS.CertFile, "admin.tls.cert-file", "", "admin plane: PEM certificate (serves TLS; required on a non-loopback address)")
-	fs.StringVar(&c.AdminTLS.KeyFile, "admin.tls.key-file", "", "admin plane: PEM key (mode 600)")
-	fs.StringVar(&c.GRPCReflection, "server.grpc-reflection", ReflectionLoopback, "gRPC server reflection on the client and admin planes: loopback (on a loopback listener), on or off")
-	fs.BoolVar(&c.AdminPprof, "admin.pprof", false, "serve /debug/pprof/ on the admin plane (behind the token)")
-	fs.StringVar(&c.ClientTLS.CAFile, "node.tls.ca-file", "", "client plane: PEM bundle of the CA of client certificates")
-	fs.StringVar(&c.ClientTLS.CertFile, "node.tls.cert-file", "", "client plane: this node's PEM certificate (serves TLS)")
-	fs.StringVar(&c.ClientTLS.KeyFile, "node.tls.key-file", "", "client plane: this node's PEM key (mode 600)")
-	fs.StringVar(&c.ClientTokenFile, "node.token-file", "", "client plane: file of \"<role> <token>\" lines for gRPC callers")
-	fs.BoolVar(&c.AllowAnonymousClients, "node.allow-anonymous-clients", false, "let callers without a certificate or token use the stream service on user buckets")
-	fs.StringVar(&c.ClusterTLS.CAFile, "cluster.tls.ca-file", "", "cluster plane: PEM bundle of the cluster CA")
-	fs.StringVar(&c.ClusterTLS.CertFile, "cluster.tls.cert-file", "", "cluster plane: this node's PEM certificate (urn:ursula:node:<id>)")
-	fs.StringVar(&c.ClusterTLS.KeyFile, "cluster.tls.key-file", "", "cluster plane: this node's PEM key (mode 600)")
-	fs.BoolVar(&c.InsecureClusterPlaintext, "cluster.insecure-plaintext", false, "run the cluster plane without TLS (every cluster address must be loopback)")
-	fs.StringVar(&c.ClusterID, "server.cluster-id", "local", "cluster id")
-	fs.IntVar(&c.MaxMessageBytes, "node.max-message-bytes", 64<<20, "maximum gRPC message size")
-	fs.Int64Var(&c.HTTPInflightBodySize, "server.http-inflight-body-size", httpserver.DefaultInflightBodyBytes,
+	fs.StringVar(&c.Listen, "server.listen", defaultListen, "client plane address (gRPC + HTTP)")
+	fs.StringVar(&c.ClusterListen, "server.cluster_listen", defaultClusterListen, "cluster plane address (Raft transport)")
+	fs.StringVar(&c.AdminListen, "server.admin_listen", "127.0.0.1:4438", "admin plane address (loopback only unless server.allow_non_loopback_admin)")
+	fs.BoolVar(&c.AllowNonLoopbackAdmin, "server.allow_non_loopback_admin", false, "allow a non-loopback admin address (requires server.admin_tls)")
+	fs.StringVar(&c.AdminTokenFile, "server.admin_token_file", "", "file holding the admin plane's bearer token (mode 600, one token of at least 32 bytes); empty: <raft.wal.path>/admin.token, created on first start")
+	fs.StringVar(&c.AdminTLS.CAFile, "server.admin_tls.ca_file", "", "admin plane: PEM bundle of the CA of operator client certificates")
+	fs.StringVar(&c.AdminTLS.CertFile, "server.admin_tls.cert_file", "", "admin plane: PEM certificate (serves TLS; required on a non-loopback address)")
+	fs.StringVar(&c.AdminTLS.KeyFile, "server.admin_tls.key_file", "", "admin plane: PEM key (mode 600)")
+	fs.Func("server.admin_allowed_hosts", "comma-separated Host header values (without port) the admin plane answers besides localhost, loopback addresses and its own host", func(v string) error {
+		c.AdminAllowedHosts = splitList(v)
+		return nil
+	})
+	fs.StringVar(&c.GRPCReflection, "server.grpc_reflection", ReflectionLoopback, "gRPC server reflection on the client and admin planes: loopback (to loopback callers), on or off")
+	fs.BoolVar(&c.AdminPprof, "server.admin_pprof", false, "serve /debug/pprof/ on the admin plane (behind the token)")
+	fs.StringVar(&c.ClientTLS.CAFile, "server.client_tls.ca_file", "", "client plane: PEM bundle of the CA of client certificates")
+	fs.StringVar(&c.ClientTLS.CertFile, "server.client_tls.cert_file", "", "client plane: this node's PEM certificate (serves TLS)")
+	fs.StringVar(&c.ClientTLS.KeyFile, "server.client_tls.key_file", "", "client plane: this node's PEM key (mode 600)")
+	fs.StringVar(&c.ClientTokenFile, "server.client_token_file", "", "client plane: file of \"<role> <token>\" lines for gRPC callers")
+	fs.BoolVar(&c.AllowAnonymousClients, "server.allow_anonymous_clients", false, "let callers without a certificate or token use the stream service on user buckets")
+	fs.StringVar(&c.ClusterTLS.CAFile, "server.cluster_tls.ca_file", "", "cluster plane: PEM bundle of the cluster CA")
+	fs.StringVar(&c.ClusterTLS.CertFile, "server.cluster_tls.cert_file", "", "cluster plane: this node's PEM certificate (urn:ursula:node:<id>)")
+	fs.StringVar(&c.ClusterTLS.KeyFile, "server.cluster_tls.key_file", "", "cluster plane: this node's PEM key (mode 600)")
+	fs.BoolVar(&c.InsecureClusterPlaintext, "server.insecure_cluster_plaintext", false, "run the cluster plane without TLS (every cluster address must be loopback)")
+	fs.StringVar(&c.ClusterID, "server.cluster_id", "local", "cluster id")
+	fs.IntVar(&c.MaxMessageBytes, "server.max_message_bytes", 64<<20, "maximum gRPC message size")
+	fs.Int64Var(&c.HTTPInflightBodySize, "server.http_inflight_body_size", httpserver.DefaultInflightBodyBytes,
 		"bytes of HTTP request bodies the process holds at once (at least 64 MiB on a node with a cold backend); beyond it requests get 503")
 	c.HTTP.RegisterFlags(fs, "server.http.")
+}
+
+// splitList splits a comma-separated flag value, dropping blanks.
+func splitList(v string) []string {
+	var out []string
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
 	var errs []error
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		errs = append(errs, fmt.Errorf("node.listen %q: %w", c.Listen, err))
+		errs = append(errs, fmt.Errorf("server.listen %q: %w", c.Listen, err))
 	}
 	if c.AdminListen != "" {
 		host, _, err := net.SplitHostPort(c.AdminListen)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("admin.listen %q: %w", c.AdminListen, err))
+			errs = append(errs, fmt.Errorf("server.admin_listen %q: %w", c.AdminListen, err))
 		} else if !isLoopback(host) {
 			if !c.AllowNonLoopbackAdmin {
-				errs = append(errs, fmt.Errorf("admin.listen %q is not a loopback address (set allow_non_loopback_admin to override)", c.AdminListen))
+				errs = append(errs, fmt.Errorf("server.admin_listen %q is not a loopback address (set server.allow_non_loopback_admin to override)", c.AdminListen))
 			} else if c.AdminTLS.IsZero() {
-				errs = append(errs, fmt.Errorf("admin.listen %q is not a loopback address: server.admin_tls is required", c.AdminListen))
+				errs = append(errs, fmt.Errorf("server.admin_listen %q is not a loopback address: server.admin_tls is required", c.AdminListen))
 			}
 		}
 	}
@@ -183,7 +200,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("server.cluster_id is empty"))
 	}
 	if c.MaxMessageBytes < 1<<20 {
-		errs = append(errs, errors.New("node.max_message_bytes must be at least 1 MiB"))
+		errs = append(errs, errors.New("server.max_message_bytes must be at least 1 MiB"))
 	}
 	// Every node has a cold backend (objstore: fs, s3 or memory).
 	if n := c.InflightBodySize(); n < httpserver.MinInflightBodyBytesColdBackend {

@@ -26,7 +26,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no admin plane", func(c *Config) { c.AdminListen = "" }, ""},
 		{"localhost admin", func(c *Config) { c.AdminListen = "localhost:4438" }, ""},
 		{"ipv6 loopback admin", func(c *Config) { c.AdminListen = "[::1]:4438" }, ""},
-		{"bad listen", func(c *Config) { c.Listen = "nope" }, "node.listen"},
+		{"bad listen", func(c *Config) { c.Listen = "nope" }, "server.listen"},
 		{"non-loopback admin", func(c *Config) { c.AdminListen = "0.0.0.0:4438" }, "not a loopback"},
 		{"non-loopback admin without TLS", func(c *Config) { c.AdminListen = "0.0.0.0:4438"; c.AllowNonLoopbackAdmin = true }, "admin_tls is required"},
 		{"empty cluster id", func(c *Config) { c.ClusterID = "" }, "cluster_id"},

@@ -20,8 +20,9 @@ type Config struct {
 	// answer 503 with Retry-After until flushes catch up.
 	HotCapBytes uint64 `toml:"hot_cap_bytes"`
 	// ExternalMinBytes stores an append of at least this many bytes as an
-	// object of its own before it is proposed (0: never).
-	ExternalMinBytes uint64 `toml:"external_min_bytes"`
+	// object of its own before it is proposed (0: never). Set from
+	// runtime.external_payload_min_size by the application.
+	ExternalMinBytes uint64 `toml:"-"`
 	// MaxChunkBytes bounds the bytes of one chunk object.
 	MaxChunkBytes uint64 `toml:"max_chunk_bytes"`
 	// CacheBytes bounds the block cache of cold reads.
@@ -58,42 +59,43 @@ func DefaultConfig() Config {
 	}
 }
 
-// RegisterFlags registers the cold tier's flags with defaults.
+// RegisterFlags registers the cold tier's flags, named by their keys in
+// the [storage.cold] section, with defaults (ExternalMinBytes is
+// runtime.external_payload_min_size, registered by the application).
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	d := DefaultConfig()
-	fs.Uint64Var(&c.FlushBytes, "cold.flush-bytes", d.FlushBytes, "flush a stream once it holds this many hot bytes")
-	fs.DurationVar(&c.FlushAge, "cold.flush-age", d.FlushAge, "flush a stream whose oldest hot byte is this old")
-	fs.Uint64Var(&c.GroupFlushBytes, "cold.group-flush-bytes", d.GroupFlushBytes, "flush a group's largest streams while it holds more hot bytes than this")
-	fs.Uint64Var(&c.HotCapBytes, "cold.hot-cap-bytes", d.HotCapBytes, "hot bytes per group above which writes answer 503")
-	fs.Uint64Var(&c.ExternalMinBytes, "cold.external-min-bytes", d.ExternalMinBytes, "store appends of at least this many bytes as objects of their own (0: never)")
-	fs.Uint64Var(&c.MaxChunkBytes, "cold.max-chunk-bytes", d.MaxChunkBytes, "largest chunk object")
-	fs.Uint64Var(&c.CacheBytes, "cold.cache-bytes", d.CacheBytes, "block cache of cold reads")
-	fs.Uint64Var(&c.BlockBytes, "cold.block-bytes", d.BlockBytes, "block size of the cold read cache")
-	fs.DurationVar(&c.FlushInterval, "cold.flush-interval", d.FlushInterval, "how often a leader looks for streams to flush")
-	fs.IntVar(&c.FlushConcurrency, "cold.flush-concurrency", d.FlushConcurrency, "uploads a node runs at once")
-	fs.DurationVar(&c.GCGrace, "cold.gc-grace", d.GCGrace, "delay before retired cold objects are deleted")
+	fs.Uint64Var(&c.FlushBytes, "storage.cold.flush_bytes", d.FlushBytes, "flush a stream once it holds this many hot bytes")
+	fs.DurationVar(&c.FlushAge, "storage.cold.flush_age", d.FlushAge, "flush a stream whose oldest hot byte is this old")
+	fs.Uint64Var(&c.GroupFlushBytes, "storage.cold.group_flush_bytes", d.GroupFlushBytes, "flush a group's largest streams while it holds more hot bytes than this")
+	fs.Uint64Var(&c.HotCapBytes, "storage.cold.hot_cap_bytes", d.HotCapBytes, "hot bytes per group above which writes answer 503")
+	fs.Uint64Var(&c.MaxChunkBytes, "storage.cold.max_chunk_bytes", d.MaxChunkBytes, "largest chunk object")
+	fs.Uint64Var(&c.CacheBytes, "storage.cold.cache_bytes", d.CacheBytes, "block cache of cold reads")
+	fs.Uint64Var(&c.BlockBytes, "storage.cold.block_bytes", d.BlockBytes, "block size of the cold read cache")
+	fs.DurationVar(&c.FlushInterval, "storage.cold.flush_interval", d.FlushInterval, "how often a leader looks for streams to flush")
+	fs.IntVar(&c.FlushConcurrency, "storage.cold.flush_concurrency", d.FlushConcurrency, "uploads a node runs at once")
+	fs.DurationVar(&c.GCGrace, "storage.cold.gc_grace", d.GCGrace, "delay before retired cold objects are deleted")
 }
 
 // Validate checks the cold tier's settings.
 func (c *Config) Validate() error {
 	var errs []error
 	if c.FlushBytes == 0 || c.MaxChunkBytes == 0 || c.HotCapBytes == 0 || c.GroupFlushBytes == 0 {
-		errs = append(errs, errors.New("cold: flush_bytes, group_flush_bytes, hot_cap_bytes and max_chunk_bytes must be positive"))
+		errs = append(errs, errors.New("storage.cold: flush_bytes, group_flush_bytes, hot_cap_bytes and max_chunk_bytes must be positive"))
 	}
 	if c.GroupFlushBytes > c.HotCapBytes {
-		errs = append(errs, errors.New("cold: group_flush_bytes must not exceed hot_cap_bytes"))
+		errs = append(errs, errors.New("storage.cold: group_flush_bytes must not exceed hot_cap_bytes"))
 	}
 	if c.FlushAge <= 0 || c.FlushInterval <= 0 {
-		errs = append(errs, errors.New("cold: flush_age and flush_interval must be positive"))
+		errs = append(errs, errors.New("storage.cold: flush_age and flush_interval must be positive"))
 	}
 	if c.CacheBytes == 0 || c.BlockBytes == 0 || c.BlockBytes > c.CacheBytes {
-		errs = append(errs, errors.New("cold: cache_bytes and block_bytes must be positive, block_bytes at most cache_bytes"))
+		errs = append(errs, errors.New("storage.cold: cache_bytes and block_bytes must be positive, block_bytes at most cache_bytes"))
 	}
 	if c.FlushConcurrency < 1 {
-		errs = append(errs, errors.New("cold: flush_concurrency must be at least 1"))
+		errs = append(errs, errors.New("storage.cold: flush_concurrency must be at least 1"))
 	}
 	if c.GCGrace < 0 {
-		errs = append(errs, errors.New("cold: gc_grace must not be negative"))
+		errs = append(errs, errors.New("storage.cold: gc_grace must not be negative"))
 	}
 	return errors.Join(errs...)
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ursula/ursula/storage/cluster"
@@ -12,12 +14,14 @@ import (
 
 // Config configures the storage engine of one node.
 type Config struct {
-	// DataDir holds the WAL (DataDir/raft-log) and snapshots.
-	DataDir string `toml:"data_dir"`
+	// DataDir holds the WAL (DataDir/raft-log) and snapshots. Set from
+	// raft.wal.path (WAL.Path) by the application.
+	DataDir string `toml:"-"`
 	// NodeID is this node's Raft id (non-zero).
 	NodeID uint64 `toml:"node_id"`
 	// Peers are every voter of the cluster, this node included; empty
-	// means a single-node cluster of NodeID.
+	// means a single-node cluster of NodeID. On the command line:
+	// -raft.peers <id>/<cluster_url>/<client_url>,... (see ParsePeers).
 	Peers []cluster.Peer `toml:"peers"`
 	// ClusterID is recorded in the WAL at first start; a WAL holding
 	// another id refuses to start. Set from server.cluster_id.
@@ -31,8 +35,9 @@ type Config struct {
 	// from runtime.core_count.
 	ShardCount int `toml:"-"`
 	// Fsync is "never" (acknowledge from the page cache) or "always" (one
-	// fsync per batch before acknowledging).
-	Fsync string `toml:"fsync"`
+	// fsync per batch before acknowledging). Set from raft.wal.fsync
+	// (WAL.Fsync) by the application.
+	Fsync string `toml:"-"`
 	// ReadChunkBytes bounds the bytes one read returns.
 	ReadChunkBytes uint64 `toml:"read_chunk_bytes"`
 	// SnapshotEntries takes a group snapshot after this many applied entries.
@@ -62,13 +67,21 @@ type Config struct {
 	// disables it (nothing enforces the bound then). Set from
 	// storage.snapshot.drive_interval, where "0s" disables.
 	SnapshotDriveInterval time.Duration `toml:"-"`
-	// Cold configures the cold tier (set from the [cold] section; the zero
+	// Cold configures the cold tier (set from the [storage.cold] section; the zero
 	// value means cold.DefaultConfig).
 	Cold cold.Config `toml:"-"`
 }
 
 // WALConfig is the [raft.wal] section.
 type WALConfig struct {
+	// Path is the directory of the WAL (<path>/raft-log) and the
+	// snapshots; the application copies it to Config.DataDir.
+	// Deprecated name: raft.data_dir.
+	Path string `toml:"path"`
+	// Fsync is "never" (acknowledge from the page cache) or "always" (one
+	// fsync per batch before acknowledging); the application copies it to
+	// Config.Fsync. Deprecated name: raft.fsync.
+	Fsync string `toml:"fsync"`
 	// SegmentSize is the journal segment size in bytes at which a shard's
 	// journal rolls over to a new segment.
 	SegmentSize int64 `toml:"segment_size"`
@@ -93,27 +106,58 @@ func (c *Config) deletedDataMaxAge() time.Duration {
 	return c.DeletedDataMaxAge
 }
 
-// RegisterFlags registers the engine's flags with defaults.
+// RegisterFlags registers the engine's flags, named by their keys in the
+// [raft] section, with defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory for the WAL and snapshots")
-	fs.Uint64Var(&c.NodeID, "raft.node-id", 1, "this node's Raft id")
-	fs.IntVar(&c.GroupCount, "raft.group-count", 64, "number of Raft groups (bound to the WAL)")
-	fs.StringVar(&c.Fsync, "raft.fsync", "never", `WAL fsync policy: "never" or "always"`)
-	fs.Uint64Var(&c.ReadChunkBytes, "read-chunk-bytes", 1<<20, "maximum bytes returned by one read")
-	fs.Uint64Var(&c.SnapshotEntries, "raft.snapshot-entries", 1024, "snapshot a group after this many entries")
-	fs.Uint64Var(&c.SnapshotBytes, "raft.snapshot-bytes", 512<<10, "snapshot a group after this many bytes of entries")
-	fs.DurationVar(&c.SyncWindow, "raft.sync-window", 2*time.Millisecond, `minimum interval between fsyncs of one shard under fsync "always"`)
-	fs.DurationVar(&c.TickInterval, "raft.tick-interval", 100*time.Millisecond, "Raft tick interval")
-	fs.DurationVar(&c.ExpirySweepInterval, "expiry-sweep-interval", time.Minute, "interval of the TTL expiry sweep (each pass removes at most 16×257 expired streams per group); a quarter of raft.deleted_data_max_age when that is shorter")
-	fs.DurationVar(&c.DeletedDataMaxAge, "raft.deleted-data-max-age", DefaultDeletedDataMaxAge, "bound on how long a replica keeps a removed stream's records in its snapshot, Raft log and log files")
-	fs.Int64Var(&c.WAL.SegmentSize, "raft.wal.segment-size", 64<<20, "journal segment size in bytes")
+	fs.StringVar(&c.WAL.Path, "raft.wal.path", "./data", "directory of the WAL and the snapshots")
+	fs.StringVar(&c.WAL.Fsync, "raft.wal.fsync", "never", `WAL fsync policy: "never" (acknowledge from the page cache) or "always"`)
+	fs.Int64Var(&c.WAL.SegmentSize, "raft.wal.segment_size", 64<<20, "journal segment size in bytes")
+	fs.Uint64Var(&c.NodeID, "raft.node_id", 1, "this node's Raft id")
+	fs.Func("raft.peers", "every voter of the cluster, this node included: comma-separated <id>/<cluster_url>/<client_url> (the [[raft.peers]] tables); empty: a single-node cluster", func(v string) error {
+		peers, err := ParsePeers(v)
+		if err != nil {
+			return err
+		}
+		c.Peers = peers
+		return nil
+	})
+	fs.IntVar(&c.GroupCount, "raft.group_count", 64, "number of Raft groups (bound to the WAL)")
+	fs.Uint64Var(&c.ReadChunkBytes, "raft.read_chunk_bytes", 1<<20, "maximum bytes returned by one read")
+	fs.Uint64Var(&c.SnapshotEntries, "raft.snapshot_entries", 1024, "snapshot a group after this many entries")
+	fs.Uint64Var(&c.SnapshotBytes, "raft.snapshot_bytes", 512<<10, "snapshot a group after this many bytes of entries")
+	fs.DurationVar(&c.SyncWindow, "raft.sync_window", 2*time.Millisecond, `minimum interval between fsyncs of one shard under fsync "always"`)
+	fs.DurationVar(&c.TickInterval, "raft.tick_interval", 100*time.Millisecond, "Raft tick interval")
+	fs.DurationVar(&c.ExpirySweepInterval, "raft.expiry_sweep_interval", time.Minute, "interval of the TTL expiry sweep (each pass removes at most 16×257 expired streams per group); a quarter of raft.deleted_data_max_age when that is shorter")
+	fs.DurationVar(&c.DeletedDataMaxAge, "raft.deleted_data_max_age", DefaultDeletedDataMaxAge, "bound on how long a replica keeps a removed stream's records in its snapshot, Raft log and log files")
+}
+
+// ParsePeers parses the -raft.peers syntax: comma-separated
+// <id>/<cluster_url>/<client_url> entries (the addresses are host:port,
+// which hold no "/"). An empty string is no peers.
+func ParsePeers(v string) ([]cluster.Peer, error) {
+	var peers []cluster.Peer
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e == "" {
+			continue
+		}
+		parts := strings.Split(e, "/")
+		if len(parts) != 3 {
+			return nil, fmt.Errorf("peer %q: want <id>/<cluster_url>/<client_url>", e)
+		}
+		id, err := strconv.ParseUint(parts[0], 10, 64)
+		if err != nil || id == 0 {
+			return nil, fmt.Errorf("peer %q: id %q is not a positive integer", e, parts[0])
+		}
+		peers = append(peers, cluster.Peer{ID: id, ClusterURL: parts[1], ClientURL: parts[2]})
+	}
+	return peers, nil
 }
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
 	var errs []error
 	if c.DataDir == "" {
-		errs = append(errs, errors.New("data_dir is empty"))
+		errs = append(errs, errors.New("raft.wal.path is empty"))
 	}
 	if c.NodeID == 0 {
 		errs = append(errs, errors.New("raft.node_id must be non-zero"))
@@ -142,10 +186,10 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.Fsync != "never" && c.Fsync != "always" {
-		errs = append(errs, fmt.Errorf(`raft.fsync %q: want "never" or "always"`, c.Fsync))
+		errs = append(errs, fmt.Errorf(`raft.wal.fsync %q: want "never" or "always"`, c.Fsync))
 	}
 	if c.ReadChunkBytes == 0 {
-		errs = append(errs, errors.New("read_chunk_bytes must be positive"))
+		errs = append(errs, errors.New("raft.read_chunk_bytes must be positive"))
 	}
 	if c.TickInterval <= 0 || c.ExpirySweepInterval <= 0 {
 		errs = append(errs, errors.New("tick and sweep intervals must be positive"))

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,11 +20,11 @@ func TestConfigValidate(t *testing.T) {
 		wantErr string
 	}{
 		{"defaults", func(*Config) {}, ""},
-		{"no data dir", func(c *Config) { c.DataDir = "" }, "data_dir"},
+		{"no data dir", func(c *Config) { c.DataDir = "" }, "raft.wal.path"},
 		{"zero node id", func(c *Config) { c.NodeID = 0 }, "node_id"},
 		{"no groups", func(c *Config) { c.GroupCount = 0 }, "group_count"},
 		{"no shards", func(c *Config) { c.ShardCount = 0 }, "core_count"},
-		{"bad fsync", func(c *Config) { c.Fsync = "sometimes" }, "raft.fsync"},
+		{"bad fsync", func(c *Config) { c.Fsync = "sometimes" }, "raft.wal.fsync"},
 		{"zero read chunk", func(c *Config) { c.ReadChunkBytes = 0 }, "read_chunk_bytes"},
 		{"zero sweep", func(c *Config) { c.ExpirySweepInterval = 0 }, "intervals"},
 		{"peers without self", func(c *Config) {
@@ -400,5 +401,37 @@ func TestDeterministicSnapshots(t *testing.T) {
 	}
 	if !differs {
 		t.Error("an engine with another clock produced identical snapshots: the comparison sees nothing")
+	}
+}
+
+func TestParsePeers(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    []cluster.Peer
+		wantErr string
+	}{
+		{"empty", "", nil, ""},
+		{"two", "1/127.0.0.1:4439/127.0.0.1:4437, 2/[::1]:5439/[::1]:5437", []cluster.Peer{
+			{ID: 1, ClusterURL: "127.0.0.1:4439", ClientURL: "127.0.0.1:4437"},
+			{ID: 2, ClusterURL: "[::1]:5439", ClientURL: "[::1]:5437"},
+		}, ""},
+		{"missing client", "1/a:1", nil, "want <id>/<cluster_url>/<client_url>"},
+		{"zero id", "0/a:1/a:2", nil, "positive integer"},
+		{"bad id", "x/a:1/a:2", nil, "positive integer"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParsePeers(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("ParsePeers(%q) = %v, want an error mentioning %q", tc.in, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Fatalf("ParsePeers(%q) = %v, %v, want %v", tc.in, got, err, tc.want)
+			}
+		})
 	}
 }

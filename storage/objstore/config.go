@@ -31,8 +31,9 @@ type Config struct {
 	// Backend is "fs" (files under Dir), "s3" (a bucket, see S3) or
 	// "memory" (lost when the process ends; for tests).
 	Backend string `toml:"backend"`
-	// Dir is the fs backend's root directory; created if missing.
-	Dir string `toml:"dir"`
+	// Dir is the fs backend's root directory; created if missing. The
+	// application sets it from storage.cold.root.
+	Dir string `toml:"-"`
 	// S3 configures the s3 backend.
 	S3 S3Config `toml:"s3"`
 }
@@ -45,8 +46,9 @@ type S3Config struct {
 	Bucket string `toml:"bucket"`
 	// Prefix is the store's root inside the bucket: the key k is the S3
 	// key Prefix+"/"+k, or k when Prefix is empty. Leading and trailing
-	// slashes are ignored.
-	Prefix string `toml:"prefix"`
+	// slashes are ignored. The application sets it from
+	// storage.cold.root.
+	Prefix string `toml:"-"`
 	// Endpoint is the URL of an S3-compatible service
 	// (http://127.0.0.1:7070); empty means AWS (or AWS_ENDPOINT_URL_S3).
 	Endpoint string `toml:"endpoint"`

@@ -9,7 +9,8 @@
 //   - S3 (NewS3): a bucket of AWS S3 or an S3-compatible service (versitygw,
 //     MinIO), through aws-sdk-go-v2.
 //
-// Open builds one from a Config (toml: backend, dir, s3.*). The contract
+// Open builds one from a Config (the [storage.cold] section: backend,
+// root, s3.*). The contract
 // they share is executable: objstoretest.Contract runs the same suite
 // against all three, S3 against a real versitygw process.
 //

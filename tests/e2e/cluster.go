@@ -94,8 +94,8 @@ func (c NodeConfig) TOML() string {
 	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "[runtime]\ncore_count = %d\n\n", c.CoreCount)
-	fmt.Fprintf(&b, "[raft]\nnode_id = %d\ndata_dir = %s\ngroup_count = %d\nfsync = %s\n%s\n",
-		c.NodeID, q(c.DataDir), c.GroupCount, q(c.Fsync), c.RaftTuning)
+	fmt.Fprintf(&b, "[raft]\nnode_id = %d\ngroup_count = %d\n%s\n[raft.wal]\npath = %s\nfsync = %s\n\n",
+		c.NodeID, c.GroupCount, c.RaftTuning, q(c.DataDir), q(c.Fsync))
 	for _, p := range c.Peers {
 		fmt.Fprintf(&b, "[[raft.peers]]\nid = %d\ncluster_url = %s\nclient_url = %s\n\n", p.ID, q(p.ClusterURL), q(p.ClientURL))
 	}

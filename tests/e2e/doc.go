@@ -17,7 +17,7 @@
 //     idempotent-producer headers, GET catch-up paged by Stream-Next-Offset).
 //   - Cluster (cluster.go) is N ursula-node processes (3 or 5) on free
 //     loopback ports, one TOML file per node (NodeConfig: server.cluster_id,
-//     listeners, raft.node_id, data_dir, group_count, [[raft.peers]]), and
+//     listeners, raft.node_id, raft.wal.path, group_count, [[raft.peers]]), and
 //     optionally an ursula-gateway in front of them. StartCluster waits until
 //     every node answers 200 on /__ursula/ready and every group has a
 //     leader all nodes agree on. Leader finds a group's leader from the

@@ -54,11 +54,11 @@ type Config struct {
 // the defaults for zero fields) as defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	c.ApplyDefaults()
-	fs.DurationVar(&c.ReadHeaderTimeout, prefix+"read-header-timeout", c.ReadHeaderTimeout, "HTTP: time allowed to read a request's headers.")
-	fs.DurationVar(&c.BodyReadTimeout, prefix+"body-read-timeout", c.BodyReadTimeout, "HTTP: a request body that makes no progress for this long is cut off.")
-	fs.DurationVar(&c.WriteTimeout, prefix+"write-timeout", c.WriteTimeout, "HTTP: a response write (of at most 64 KiB) that makes no progress for this long fails and closes the connection.")
-	fs.DurationVar(&c.IdleTimeout, prefix+"idle-timeout", c.IdleTimeout, "HTTP: a kept-alive connection idle this long is closed.")
-	fs.IntVar(&c.MaxHeaderBytes, prefix+"max-header-bytes", c.MaxHeaderBytes, "HTTP: largest request header block in bytes.")
+	fs.DurationVar(&c.ReadHeaderTimeout, prefix+"read_header_timeout", c.ReadHeaderTimeout, "HTTP: time allowed to read a request's headers.")
+	fs.DurationVar(&c.BodyReadTimeout, prefix+"body_read_timeout", c.BodyReadTimeout, "HTTP: a request body that makes no progress for this long is cut off.")
+	fs.DurationVar(&c.WriteTimeout, prefix+"write_timeout", c.WriteTimeout, "HTTP: a response write (of at most 64 KiB) that makes no progress for this long fails and closes the connection.")
+	fs.DurationVar(&c.IdleTimeout, prefix+"idle_timeout", c.IdleTimeout, "HTTP: a kept-alive connection idle this long is closed.")
+	fs.IntVar(&c.MaxHeaderBytes, prefix+"max_header_bytes", c.MaxHeaderBytes, "HTTP: largest request header block in bytes.")
 }
 
 // ApplyDefaults replaces zero fields with the defaults.

@@ -28,7 +28,7 @@ type Config struct {
 
 // RegisterFlags registers the flag with the given prefix ("runtime.").
 func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
-	fs.Int64Var(&c.Headroom, prefix+"gc-headroom", DefaultHeadroom,
+	fs.Int64Var(&c.Headroom, prefix+"gc_headroom", DefaultHeadroom,
 		"bytes the Go heap may grow past its live part between collections once the live part is larger (0: GOGC alone)")
 }
 

@@ -62,7 +62,7 @@ type Config struct {
 // prefixes.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Prometheus, "telemetry.prometheus", true, "serve metrics in the Prometheus text format at GET /__ursula/prometheus (gateway listener, node admin listener)")
-	fs.StringVar(&c.ServiceName, "telemetry.service-name", "", "service.name of traces and metrics (default: the binary's name; OTEL_SERVICE_NAME overrides)")
+	fs.StringVar(&c.ServiceName, "telemetry.service_name", "", "service.name of traces and metrics (default: the binary's name; OTEL_SERVICE_NAME overrides)")
 }
 
 // Identity names this process in the telemetry resource.
