@@ -104,9 +104,10 @@ bin/versitygw: tests/tools/go.mod tests/tools/go.sum
 bin/gojq: tests/tools/go.mod tests/tools/go.sum
 	$(GO) build $(TOOLS) -o $@ github.com/itchyny/gojq/cmd/gojq
 
-generate: bin/buf ## Regenerate proto/gen from proto/ (offline: buf and the protoc plugins are pinned Go tools)
+generate: bin/buf ## Regenerate proto/gen from proto/, and the OpenAPI documents (services/node/openapi/admin.json, gateway/openapi.json) (offline: buf and the protoc plugins are pinned Go tools)
 	bin/buf generate
 	bin/buf generate --template buf.gen.admin.yaml --path proto/ursula/admin
+	$(GO) run ./internal/openapigen
 
 verify: generate ## Fail on stale proto/gen, gofmt, go vet, an untidy go.mod, or an import that breaks the layering of docs/architecture.md
 	@if ! git diff --quiet -- proto/gen || [ -n "$$(git ls-files --others --exclude-standard -- proto/gen)" ]; then \

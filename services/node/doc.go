@@ -29,6 +29,7 @@
 // directly, and AdminService is not served over gRPC on any listener. The
 // routes:
 //
+//	GET    /__ursula/openapi.json                   the OpenAPI 3 document of these routes (openapi.go)
 //	GET    /__ursula/metrics                        metrics document
 //	GET    /__ursula/ready                          readiness (503 when not ready)
 //	GET    /__ursula/usage                          usage counters (also on the client plane)
