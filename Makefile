@@ -109,10 +109,11 @@ generate: bin/buf ## Regenerate proto/gen from proto/, and the OpenAPI documents
 	bin/buf generate --template buf.gen.admin.yaml --path proto/ursula/admin
 	$(GO) run ./internal/openapigen
 
-verify: generate ## Fail on stale proto/gen, gofmt, go vet, an untidy go.mod, or an import that breaks the layering of docs/architecture.md
-	@if ! git diff --quiet -- proto/gen || [ -n "$$(git ls-files --others --exclude-standard -- proto/gen)" ]; then \
-		git status --short -- proto/gen; \
-		echo "verify: proto/gen differs from what make generate produces; commit the regenerated files" >&2; exit 1; \
+verify: generate ## Fail on stale proto/gen or OpenAPI documents, gofmt, go vet, an untidy go.mod, or an import that breaks the layering of docs/architecture.md
+	@gen="proto/gen services/node/openapi/admin.json gateway/openapi.json"; \
+	if ! git diff --quiet -- $$gen || [ -n "$$(git ls-files --others --exclude-standard -- $$gen)" ]; then \
+		git status --short -- $$gen; \
+		echo "verify: generated files differ from what make generate produces; commit the regenerated files" >&2; exit 1; \
 	fi
 	@files=$$(git ls-files --cached --others --exclude-standard -- '*.go' | xargs -r gofmt -l); \
 	if [ -n "$$files" ]; then echo "verify: gofmt -w needed on:" >&2; echo "$$files" >&2; exit 1; fi
