@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/getkin/kin-openapi/openapi2"
 	"github.com/getkin/kin-openapi/openapi2conv"
@@ -143,6 +144,10 @@ func buildAdmin(draftPath, partPath string) (*openapi3.T, error) {
 		for method, op := range item.Operations() {
 			doc.AddOperation(path, method, op)
 		}
+		// The node's mux answers HEAD on every hand-written GET route.
+		if get := item.Get; get != nil && item.Head == nil {
+			doc.AddOperation(path, http.MethodHead, headOf(get))
+		}
 	}
 	// GetReadyResponse is only the gRPC answer now; its REST route is the
 	// hand-written one.
@@ -155,7 +160,11 @@ func buildAdmin(draftPath, partPath string) (*openapi3.T, error) {
 	incRef := &openapi3.ParameterRef{Ref: "#/components/parameters/ProcessIncarnation"}
 	for _, item := range doc.Paths.Map() {
 		for method, op := range item.Operations() {
-			if op.Responses.Default() == nil {
+			switch {
+			case op.Responses.Default() != nil:
+			case method == http.MethodHead:
+				op.Responses.Set("default", &openapi3.ResponseRef{Value: &openapi3.Response{Description: new("An error, without its body.")}})
+			default:
 				op.Responses.Set("default", errRef)
 			}
 			if method != http.MethodGet && method != http.MethodHead {
@@ -220,4 +229,26 @@ func checkOperationIDs(doc *openapi3.T) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// headOf is the HEAD operation of a GET route: its answers without their
+// bodies.
+func headOf(get *openapi3.Operation) *openapi3.Operation {
+	head := &openapi3.Operation{
+		OperationID: "Head" + strings.TrimPrefix(get.OperationID, "Get"),
+		Summary:     "As GET, without the body.",
+		Parameters:  get.Parameters,
+		Responses:   openapi3.NewResponses(),
+	}
+	head.Responses.Delete("default")
+	for status, r := range get.Responses.Map() {
+		if r.Value == nil {
+			continue // a reference: an error, added back without its body
+		}
+		head.Responses.Set(status, &openapi3.ResponseRef{Value: &openapi3.Response{
+			Description: r.Value.Description,
+			Headers:     r.Value.Headers,
+		}})
+	}
+	return head
 }

@@ -68,6 +68,31 @@ func TestAdminOpenAPI(t *testing.T) {
 	c.Refused(t, "POST", "/__ursula/raft/0/recovery/accept-unsynced-loss", apicheck.Headers(inc, jsonBody), []byte(`{}`), 422)
 	c.Refused(t, "POST", "/__ursula/feature-level", apicheck.Headers(inc, jsonBody), []byte(`{"level": "x"}`), 400)
 
+	// The hand-written GET routes answer HEAD too.
+	for _, h := range []struct {
+		target string
+		status int
+	}{
+		{"/__ursula/openapi.json", 200}, {"/__ursula/ready", 503}, {"/__ursula/usage", 200},
+		{"/__ursula/prometheus", 404}, {"/__ursula/audit", 200}, {"/__ursula/feature-level", 200},
+		{"/__ursula/backup/info", 200}, {"/__ursula/backup/group/0/export", 200},
+	} {
+		c.Call(t, "HEAD", h.target, nil, nil, h.status)
+	}
+
+	// Every other method of each documented path is refused.
+	for _, target := range []string{
+		"/__ursula/openapi.json", "/__ursula/metrics", "/__ursula/ready", "/__ursula/usage", "/__ursula/prometheus",
+		"/__ursula/audit", "/__ursula/leadership-shed", "/__ursula/leadership-shed/maintenance",
+		"/__ursula/raft/0/leader/transfer/1", "/__ursula/raft/0/learners/2", "/__ursula/raft/0/membership",
+		"/__ursula/raft/0/snapshot", "/__ursula/raft/0/purge", "/__ursula/flush-cold/demo/a/b",
+		"/__ursula/purge/demo", "/__ursula/raft/0/recovery/accept-unsynced-loss", "/__ursula/feature-level",
+		"/__ursula/backup/info", "/__ursula/backup/group/0/hold", "/__ursula/backup/group/0/export",
+		"/__ursula/backup/group/0/cold-check", "/__ursula/backup/group/0/import",
+	} {
+		c.Undocumented(t, target, inc)
+	}
+
 	if missed := c.Unreached(); len(missed) > 0 {
 		t.Errorf("operations of the document this test did not reach: %v", missed)
 	}

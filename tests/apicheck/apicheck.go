@@ -3,6 +3,7 @@ package apicheck
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
@@ -256,4 +257,66 @@ func Headers(hs ...http.Header) http.Header {
 		}
 	}
 	return out
+}
+
+// probeMethods are the methods Undocumented tries; OPTIONS is every path's
+// CORS preflight on the data plane, and not a route of its own.
+var probeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPost, http.MethodDelete, http.MethodPatch}
+
+// Undocumented sends target every method the document does not list for
+// its path and fails unless each is refused: a 4xx whose body (but on
+// HEAD) is the document's components/schemas/Error. A server that
+// answers a method the document lacks fails it.
+func (c *Client) Undocumented(tb testing.TB, target string, header http.Header) {
+	tb.Helper()
+	ctx := tb.Context()
+	path, _, _ := strings.Cut(target, "?")
+	var best *route
+	for _, m := range probeMethods {
+		if r, _, ok := c.Doc.match(m, path); ok && (best == nil || len(r.params) < len(best.params) ||
+			len(r.params) == len(best.params) && r.literal > best.literal) {
+			best = r
+		}
+	}
+	if best == nil {
+		tb.Errorf("%s: the document has no such path", target)
+		return
+	}
+	errSchema := c.Doc.Doc.Components.Schemas["Error"]
+	for _, m := range probeMethods {
+		if best.item.GetOperation(m) != nil {
+			continue
+		}
+		req, err := http.NewRequestWithContext(ctx, m, c.BaseURL+target, nil)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for k, vs := range header {
+			req.Header[http.CanonicalHeaderKey(k)] = vs
+		}
+		resp, err := c.HTTP.Do(req)
+		if err != nil {
+			tb.Fatalf("%s %s: %v", m, target, err)
+		}
+		raw, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			tb.Fatalf("%s %s: read the answer: %v", m, target, err)
+		}
+		if resp.StatusCode < 400 || resp.StatusCode >= 500 {
+			tb.Errorf("%s %s: answered %d, but the document has no %s on %s: %s", m, target, resp.StatusCode, m, best.path, truncate(raw))
+			continue
+		}
+		if m == http.MethodHead || errSchema == nil {
+			continue
+		}
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			tb.Errorf("%s %s: the %d refusal is not JSON: %s", m, target, resp.StatusCode, truncate(raw))
+			continue
+		}
+		if err := errSchema.Value.VisitJSON(v); err != nil {
+			tb.Errorf("%s %s: the %d refusal is not the document's Error: %v", m, target, resp.StatusCode, err)
+		}
+	}
 }

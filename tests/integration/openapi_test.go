@@ -50,6 +50,10 @@ func TestDataPlaneOpenAPI(t *testing.T) {
 	c.Call(t, "GET", "/__ursula/ready", nil, nil, 200)
 	c.Call(t, "GET", "/__ursula/metrics", nil, nil, 200)
 	c.Call(t, "GET", "/__ursula/prometheus", nil, nil, 404)
+	c.Call(t, "HEAD", "/__ursula/openapi.json", nil, nil, 200)
+	c.Call(t, "HEAD", "/__ursula/ready", nil, nil, 200)
+	c.Call(t, "HEAD", "/__ursula/metrics", nil, nil, 200)
+	c.Call(t, "HEAD", "/__ursula/prometheus", nil, nil, 404)
 
 	// The Durable Streams family, a stream id with slashes.
 	ds := "/v1/stream/openapi/a"
@@ -125,6 +129,16 @@ func TestDataPlaneOpenAPI(t *testing.T) {
 	c.Call(t, "PUT", j, jsonType, []byte(`[1,2,3]`), 201)
 	c.Call(t, "PUT", j+"/snapshot?record=2", jsonType, []byte(`{"sum":3}`), 204)
 	c.Call(t, "PUT", j+"/retention?record=2", nil, nil, 204)
+
+	// Every other method of each documented path is refused.
+	for _, target := range []string{
+		"/__ursula/openapi.json", "/__ursula/ready", "/__ursula/metrics", "/__ursula/prometheus",
+		js, "/openapi-demo", "/openapi-demo/streams", s, s + "/append-batch", s + "/retention/" + second,
+		j + "/retention?record=2", s + "/snapshot", s + "/snapshot/" + second, s + "/snapshot/" + second + "/parts/1",
+		s + "/snapshot/" + second + "/commit", s + "/bootstrap", s + "/attrs",
+	} {
+		c.Undocumented(t, target, nil)
+	}
 
 	c.Call(t, "DELETE", "/openapi-demo", nil, nil, 409)
 	c.Call(t, "DELETE", s, nil, nil, 204)
