@@ -25,6 +25,9 @@ func init() {
 			openapi3filter.RegisterBodyDecoder(ct, openapi3filter.FileBodyDecoder)
 		}
 	}
+	if openapi3filter.RegisteredBodyDecoder("application/jwk-set+json") == nil {
+		openapi3filter.RegisterBodyDecoder("application/jwk-set+json", openapi3filter.JSONBodyDecoder)
+	}
 }
 
 // Document is a loaded OpenAPI 3 document with its operations.
@@ -120,18 +123,22 @@ func (d *Document) match(method, path string) (*route, map[string]string, bool) 
 	if len(found) == 0 {
 		return nil, nil, false
 	}
-	slices.SortFunc(found, func(x, y *route) int {
-		if n := len(x.params) - len(y.params); n != 0 {
-			return n
-		}
-		return y.literal - x.literal
-	})
+	slices.SortFunc(found, moreSpecific)
 	r := found[0]
 	vals := map[string]string{}
 	for i, v := range r.re.FindStringSubmatch(path)[1:] {
 		vals[r.params[i]] = v
 	}
 	return r, vals, true
+}
+
+// moreSpecific orders the routes that match one path: the most literal
+// characters first, then the fewest parameters.
+func moreSpecific(x, y *route) int {
+	if n := y.literal - x.literal; n != 0 {
+		return n
+	}
+	return len(x.params) - len(y.params)
 }
 
 // Client sends requests to a server and checks them and their answers
@@ -265,7 +272,8 @@ var probeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPut, htt
 
 // Undocumented sends target every method the document does not list for
 // its path and fails unless each is refused: a 4xx whose body (but on
-// HEAD) is the document's components/schemas/Error. A server that
+// HEAD) is the JSON error the path's operations document as their
+// default answer (else components/schemas/Error). A server that
 // answers a method the document lacks fails it.
 func (c *Client) Undocumented(tb testing.TB, target string, header http.Header) {
 	tb.Helper()
@@ -273,8 +281,7 @@ func (c *Client) Undocumented(tb testing.TB, target string, header http.Header) 
 	path, _, _ := strings.Cut(target, "?")
 	var best *route
 	for _, m := range probeMethods {
-		if r, _, ok := c.Doc.match(m, path); ok && (best == nil || len(r.params) < len(best.params) ||
-			len(r.params) == len(best.params) && r.literal > best.literal) {
+		if r, _, ok := c.Doc.match(m, path); ok && (best == nil || moreSpecific(r, best) < 0) {
 			best = r
 		}
 	}
@@ -282,7 +289,7 @@ func (c *Client) Undocumented(tb testing.TB, target string, header http.Header) 
 		tb.Errorf("%s: the document has no such path", target)
 		return
 	}
-	errSchema := c.Doc.Doc.Components.Schemas["Error"]
+	errSchema := refusalSchema(c.Doc.Doc, best.item)
 	for _, m := range probeMethods {
 		if best.item.GetOperation(m) != nil {
 			continue
@@ -316,7 +323,20 @@ func (c *Client) Undocumented(tb testing.TB, target string, header http.Header) 
 			continue
 		}
 		if err := errSchema.Value.VisitJSON(v); err != nil {
-			tb.Errorf("%s %s: the %d refusal is not the document's Error: %v", m, target, resp.StatusCode, err)
+			tb.Errorf("%s %s: the %d refusal is not the path's documented error: %v", m, target, resp.StatusCode, err)
 		}
 	}
+}
+
+// refusalSchema is the schema of the JSON error an operation of item
+// answers by default, or the document's Error.
+func refusalSchema(doc *openapi3.T, item *openapi3.PathItem) *openapi3.SchemaRef {
+	for _, op := range item.Operations() {
+		if d := op.Responses.Default(); d != nil && d.Value != nil {
+			if mt := d.Value.Content.Get("application/json"); mt != nil && mt.Schema != nil {
+				return mt.Schema
+			}
+		}
+	}
+	return doc.Components.Schemas["Error"]
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ursula/ursula/gateway"
+	"github.com/ursula/ursula/gateway/subscription"
 	"github.com/ursula/ursula/tests/apicheck"
 )
 
@@ -20,7 +22,13 @@ func TestDataPlaneOpenAPI(t *testing.T) {
 	n := startNode(t)
 	n.serve(t)
 	router := startRouter(t, n.clientAddr)
-	_, base := startGateway(t, router, nil)
+	subs, err := subscription.New(subscription.DefaultConfig(), router, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, "subscriptions", subs.Run)
+	t.Cleanup(subs.Close)
+	_, base := startGateway(t, router, func(c *gateway.Config) { c.Subscriptions, c.Observer = subs, subs })
 	hc := httpClient(t)
 	// Redirects are answers to check, not to follow.
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -84,6 +92,44 @@ func TestDataPlaneOpenAPI(t *testing.T) {
 	c.Call(t, "GET", js+"?record=1&max_records=1", nil, nil, 200)
 	c.Call(t, "GET", js+"?tail_records=2&record_view=envelope", nil, nil, 200)
 
+	// The subscription APIs: a pull-wake subscription of the JSON stream.
+	c.Call(t, "GET", "/v1/stream/__ds/jwks.json", nil, nil, 200)
+	c.Call(t, "HEAD", "/v1/stream/__ds/jwks.json", nil, nil, 200)
+	c.Call(t, "PUT", "/v1/stream/openapi/wake", jsonType, nil, 201)
+	sub := "/v1/stream/__ds/subscriptions/openapi-sub"
+	def := []byte(`{"type":"pull-wake","streams":["openapi/json"],"wake_stream":"openapi/wake"}`)
+	c.Call(t, "PUT", sub, jsonType, def, 201)
+	c.Call(t, "PUT", sub, jsonType, def, 200)
+	c.Call(t, "PUT", sub, jsonType, []byte(`{"type":"pull-wake","streams":["openapi/other"],"wake_stream":"openapi/wake"}`), 409)
+	c.Call(t, "GET", sub, nil, nil, 200)
+	c.Call(t, "GET", "/v1/stream/__ds/subscriptions/missing", nil, nil, 404)
+	c.Call(t, "POST", sub+"/streams", jsonType, []byte(`{"streams":["openapi/a"]}`), 204)
+	c.Call(t, "DELETE", sub+"/streams/openapi/a", nil, nil, 204)
+	c.Call(t, "POST", sub+"/claim", jsonType, []byte(`{"worker":"w1"}`), 409) // nothing pending yet
+	c.Call(t, "POST", js, jsonType, []byte(`{"n":3}`), 204)
+	claim := c.Call(t, "POST", sub+"/claim", jsonType, []byte(`{"worker":"w1"}`), 200)
+	var lease struct {
+		WakeID     string `json:"wake_id"`
+		Generation uint64 `json:"generation"`
+		Token      string `json:"token"`
+		Streams    []struct {
+			Path       string `json:"path"`
+			TailOffset string `json:"tail_offset"`
+		} `json:"streams"`
+	}
+	if err := json.Unmarshal(claim.Body, &lease); err != nil || lease.Token == "" || len(lease.Streams) != 1 {
+		t.Fatalf("claim answered %s: %v", claim.Body, err)
+	}
+	bearer := hdr("Content-Type", "application/json", "Authorization", "Bearer "+lease.Token)
+	wake, _ := json.Marshal(map[string]any{"wake_id": lease.WakeID, "generation": lease.Generation})
+	c.Call(t, "POST", sub+"/ack", bearer, wake, 200)
+	ack, _ := json.Marshal(map[string]any{"wake_id": lease.WakeID, "generation": lease.Generation, "done": true,
+		"acks": []map[string]string{{"path": lease.Streams[0].Path, "offset": lease.Streams[0].TailOffset}}})
+	c.Call(t, "POST", sub+"/ack", bearer, ack, 200)
+	c.Call(t, "POST", sub+"/release", bearer, wake, 409)
+	c.Call(t, "POST", sub+"/callback", jsonType, wake, 401)
+	c.Call(t, "DELETE", sub, nil, nil, 204)
+
 	// Ursula's family.
 	c.Call(t, "PUT", "/openapi-demo", nil, nil, 201)
 	c.Call(t, "PUT", "/openapi-demo", nil, nil, 200)
@@ -138,6 +184,9 @@ func TestDataPlaneOpenAPI(t *testing.T) {
 		s + "/snapshot/" + second + "/commit", s + "/bootstrap", s + "/attrs",
 	} {
 		c.Undocumented(t, target, nil)
+	}
+	for _, target := range []string{"/v1/stream/__ds/jwks.json", sub, sub + "/streams", sub + "/streams/openapi/a", sub + "/claim", sub + "/ack", sub + "/callback", sub + "/release"} {
+		c.Undocumented(t, target, jsonType)
 	}
 
 	c.Call(t, "DELETE", "/openapi-demo", nil, nil, 409)
