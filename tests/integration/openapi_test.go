@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 	"testing"
 
 	"github.com/ursula/ursula/gateway"
@@ -28,7 +29,11 @@ func TestDataPlaneOpenAPI(t *testing.T) {
 	}
 	runUntilCleanup(t, "subscriptions", subs.Run)
 	t.Cleanup(subs.Close)
-	_, base := startGateway(t, router, func(c *gateway.Config) { c.Subscriptions, c.Observer = subs, subs })
+	_, base := startGateway(t, router, func(c *gateway.Config) {
+		c.Subscriptions, c.Observer = subs, subs
+		// A long-poll at the tail answers 204 soon.
+		c.LongPollTimeout = 50 * time.Millisecond
+	})
 	hc := httpClient(t)
 	// Redirects are answers to check, not to follow.
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -75,6 +80,7 @@ func TestDataPlaneOpenAPI(t *testing.T) {
 	read := c.Call(t, "GET", ds+"?offset=-1", nil, nil, 200)
 	c.Call(t, "GET", ds+"?offset=-1", hdr("If-None-Match", read.Header.Get("ETag")), nil, 304)
 	c.Call(t, "GET", ds+"?offset=-1&live=long-poll", nil, nil, 200)
+	c.Call(t, "GET", ds+"?offset=now&live=long-poll", nil, nil, 204)
 	c.Refused(t, "GET", ds+"?offset=nonsense", nil, nil, 400)
 	c.Call(t, "HEAD", ds, nil, nil, 200)
 	c.Call(t, "OPTIONS", ds, hdr("Access-Control-Request-Headers", "stream-incarnation"), nil, 204)
@@ -167,7 +173,8 @@ func TestDataPlaneOpenAPI(t *testing.T) {
 	c.Call(t, "DELETE", s+"/snapshot/"+second, nil, nil, 409)
 	c.Call(t, "DELETE", s+"/snapshot/"+first, nil, nil, 404) // replaced by the newer one
 	c.Call(t, "GET", s+"/bootstrap", nil, nil, 200)
-	c.Call(t, "PUT", s+"/retention/"+first, nil, nil, 204)
+	c.Call(t, "PUT", s+"/retention/"+second, nil, nil, 204)
+	c.Call(t, "GET", s+"?offset="+first, nil, nil, 410)
 	c.Call(t, "PUT", s+"/attrs", jsonType, []byte(`{"title":"demo","metadata":{"k":"v"}}`), 204)
 	c.Call(t, "GET", s+"/attrs", nil, nil, 200)
 
