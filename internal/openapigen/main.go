@@ -15,6 +15,9 @@ import (
 	"github.com/getkin/kin-openapi/openapi2"
 	"github.com/getkin/kin-openapi/openapi2conv"
 	"github.com/getkin/kin-openapi/openapi3"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	adminv1 "github.com/ursula/ursula/proto/gen/go/ursula/admin/v1"
 )
 
 func main() {
@@ -106,13 +109,27 @@ func buildAdmin(draftPath, partPath string) (*openapi3.T, error) {
 
 	// The proto messages: 64-bit integers are numbers, and every field of
 	// an answer is present (EmitUnpopulated).
-	for _, s := range doc.Components.Schemas {
+	file := adminv1.File_ursula_admin_v1_admin_proto
+	for name, s := range doc.Components.Schemas {
 		wireSchema(s, true)
+		if md := file.Messages().ByName(protoreflect.Name(name)); md != nil {
+			integerFormats(s.Value, md)
+		}
 	}
+	methods := file.Services().ByName("AdminService").Methods()
 	for _, item := range doc.Paths.Map() {
 		for _, op := range item.Operations() {
+			var in protoreflect.MessageDescriptor
+			if m := methods.ByName(protoreflect.Name(op.OperationID)); m != nil {
+				in = m.Input()
+			}
 			for _, p := range op.Parameters {
 				wireSchema(p.Value.Schema, false)
+				if in != nil {
+					if fd := in.Fields().ByName(protoreflect.Name(p.Value.Name)); fd != nil {
+						integerFormat(p.Value.Schema.Value, fd)
+					}
+				}
 			}
 			for _, r := range op.Responses.Map() {
 				if r.Value == nil {
@@ -251,4 +268,38 @@ func headOf(get *openapi3.Operation) *openapi3.Operation {
 		}})
 	}
 	return head
+}
+
+// integerFormats sets the format of the integer properties of a message's
+// schema from the proto field kinds: protoc-gen-openapiv2 calls a uint32
+// int64.
+func integerFormats(s *openapi3.Schema, md protoreflect.MessageDescriptor) {
+	for name, p := range s.Properties {
+		fd := md.Fields().ByName(protoreflect.Name(name))
+		if fd == nil || p.Value == nil {
+			continue
+		}
+		if fd.IsList() && p.Value.Items != nil && p.Value.Items.Value != nil {
+			integerFormat(p.Value.Items.Value, fd)
+			continue
+		}
+		integerFormat(p.Value, fd)
+	}
+}
+
+// integerFormat sets an integer schema's format from its field's kind.
+func integerFormat(s *openapi3.Schema, fd protoreflect.FieldDescriptor) {
+	if s == nil || !s.Type.Is(openapi3.TypeInteger) {
+		return
+	}
+	switch fd.Kind() {
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		s.Format = "uint32"
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		s.Format = "int32"
+	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		s.Format = "uint64"
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		s.Format = "int64"
+	}
 }
