@@ -109,14 +109,16 @@ bin/gojq: tests/tools/go.mod tests/tools/go.sum
 bin/grpcurl: tests/tools/go.mod tests/tools/go.sum
 	$(GO) build $(TOOLS) -o $@ github.com/fullstorydev/grpcurl/cmd/grpcurl
 
-generate: bin/buf ## Regenerate proto/gen from proto/ (offline: buf and the protoc plugins are pinned Go tools)
+generate: bin/buf ## Regenerate proto/gen from proto/, and the OpenAPI documents (services/node/openapi/admin.json, gateway/openapi.json) (offline: buf and the protoc plugins are pinned Go tools)
 	bin/buf generate
 	bin/buf generate --template buf.gen.admin.yaml --path proto/ursula/admin
+	$(GO) run ./internal/openapigen
 
-verify: generate ## Fail on stale proto/gen, gofmt, go vet, an untidy go.mod, or an import that breaks the layering of docs/architecture.md
-	@if ! git diff --quiet -- proto/gen || [ -n "$$(git ls-files --others --exclude-standard -- proto/gen)" ]; then \
-		git status --short -- proto/gen; \
-		echo "verify: proto/gen differs from what make generate produces; commit the regenerated files" >&2; exit 1; \
+verify: generate ## Fail on stale proto/gen or OpenAPI documents, gofmt, go vet, an untidy go.mod, or an import that breaks the layering of docs/architecture.md
+	@gen="proto/gen services/node/openapi/admin.json gateway/openapi.json"; \
+	if ! git diff --quiet -- $$gen || [ -n "$$(git ls-files --others --exclude-standard -- $$gen)" ]; then \
+		git status --short -- $$gen; \
+		echo "verify: generated files differ from what make generate produces; commit the regenerated files" >&2; exit 1; \
 	fi
 	@files=$$(git ls-files --cached --others --exclude-standard -- '*.go' | xargs -r gofmt -l); \
 	if [ -n "$$files" ]; then echo "verify: gofmt -w needed on:" >&2; echo "$$files" >&2; exit 1; fi

@@ -10,9 +10,14 @@
 //     subscription APIs and go to Config.Subscriptions.
 //   - Ursula's family: PUT /{bucket} creates a bucket, and /{bucket}/{stream}
 //     (a stream id without "/") serves the same operations as family 1.
-//   - /__ursula/ready, /__ursula/metrics and /__ursula/prometheus (the
+//   - /__ursula/ready, /__ursula/metrics, /__ursula/prometheus (the
 //     process's metrics in the Prometheus text format, when
-//     Config.Prometheus is set) are the gateway's own.
+//     Config.Prometheus is set) and /__ursula/openapi.json are the
+//     gateway's own.
+//
+// openapi.yaml is the OpenAPI 3 document of both families and the
+// gateway's own routes, kept by hand; `make generate` writes openapi.json
+// from it, which the gateway serves at /__ursula/openapi.json.
 //
 // # Request mapping
 //

@@ -151,24 +151,39 @@ func (g *Gateway) Close() {
 
 // Shared header values; never mutated (len == cap, so appends copy).
 var (
-	valNosniff     = []string{"nosniff"}
-	valCORP        = []string{"cross-origin"}
-	valAllowOrigin = []string{"*"}
-	valExpose      = []string{"Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, " +
-		"Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, ETag, Location, " +
-		"Stream-SSE-Data-Encoding, Stream-TTL, Stream-Expires-At, Retry-After, Content-Type, " +
-		"Stream-Incarnation, Stream-Previous-Incarnation, Stream-Inherited-Offset, Producer-Outcome, Ursula-Cluster-Id, Stream-Retained-Offset, Stream-Snapshot-Offset, Stream-Snapshot-Digest, Stream-Snapshot-Part-Digest, " +
-		"Stream-Record-Start, Stream-Record-Next, Stream-Record-First"}
+	valNosniff      = []string{"nosniff"}
+	valCORP         = []string{"cross-origin"}
+	valAllowOrigin  = []string{"*"}
+	valExpose       = []string{exposeHeaders}
 	valAllowMethods = []string{"GET, POST, PUT, DELETE, HEAD, OPTIONS"}
+	valAllowHeaders = []string{allowHeaders}
+	valMaxAge       = []string{"86400"}
 	valTrue         = []string{"true"}
 	valNoStore      = []string{"no-store"}
 	valCacheable    = []string{"public, max-age=60, stale-while-revalidate=300"}
 )
 
-// allowHeaders is the CORS allow-list of request headers.
-const allowHeaders = "Content-Type, Authorization, If-None-Match, Stream-Seq, Stream-TTL, Stream-Expires-At, " +
-	"Stream-Closed, Producer-Id, Producer-Epoch, Producer-Seq, Stream-Forked-From, Stream-Fork-Offset, " +
-	"Stream-Fork-Sub-Offset"
+// allowHeaders is the CORS allow-list of request headers: every request
+// header the gateway and the subscription APIs read, but those a proxy
+// sets (X-Forwarded-Host, X-Forwarded-Proto), plus the W3C trace context
+// the server span continues. TestCORSHeadersComplete fails when a handler
+// reads a header that is not listed here.
+const allowHeaders = "Content-Type, Authorization, If-None-Match, Prefer, traceparent, tracestate, " +
+	"Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Closed, Stream-Incarnation, " +
+	"Stream-Record-Match, Stream-Snapshot-Match, Producer-Id, Producer-Epoch, Producer-Seq, " +
+	"Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset"
+
+// exposeHeaders is the CORS list of response headers a page may read:
+// every header a handler sets, but the CORS-safelisted ones and those
+// meant for the browser itself (X-Content-Type-Options, ...).
+// TestCORSHeadersComplete fails when a handler sets one not listed here.
+const exposeHeaders = "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, " +
+	"Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, Producer-Outcome, " +
+	"ETag, Location, Allow, Retry-After, Content-Type, Content-Length, " +
+	"Stream-SSE-Data-Encoding, Stream-TTL, Stream-Expires-At, " +
+	"Stream-Incarnation, Stream-Previous-Incarnation, Stream-Inherited-Offset, Ursula-Cluster-Id, " +
+	"Stream-Retained-Offset, Stream-Snapshot-Offset, Stream-Snapshot-Digest, Stream-Snapshot-Part-Digest, " +
+	"Stream-Record-Start, Stream-Record-Next, Stream-Record-First"
 
 // recorder remembers the status written through it.
 type recorder struct {
@@ -398,7 +413,7 @@ func (g *Gateway) serveStream(w http.ResponseWriter, r *http.Request, t target) 
 func (g *Gateway) preflight(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h["Access-Control-Allow-Methods"] = valAllowMethods
-	allow := allowHeaders
+	h["Access-Control-Allow-Headers"] = valAllowHeaders
 	if req := r.Header.Get("Access-Control-Request-Headers"); req != "" {
 		var extra []string
 		for _, name := range strings.Split(req, ",") {
@@ -409,11 +424,10 @@ func (g *Gateway) preflight(w http.ResponseWriter, r *http.Request) {
 			extra = append(extra, name)
 		}
 		if len(extra) > 0 {
-			allow += ", " + strings.Join(extra, ", ")
+			h["Access-Control-Allow-Headers"] = []string{allowHeaders + ", " + strings.Join(extra, ", ")}
 		}
 	}
-	h.Set("Access-Control-Allow-Headers", allow)
-	h.Set("Access-Control-Max-Age", "86400")
+	h["Access-Control-Max-Age"] = valMaxAge
 	h.Set("Allow", "GET, POST, PUT, DELETE, HEAD, OPTIONS")
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -19,10 +20,16 @@ const readyProbeTimeout = 2 * time.Second
 // exist (STREAM_NOT_FOUND proves the node answers).
 const readyProbeStream = "__ursula-ready-probe"
 
-// serveOwn serves /__ursula/{ready,metrics,prometheus}.
+// openAPI is the OpenAPI 3 document of the data plane, openapi.yaml as
+// JSON (make generate writes openapi.json from it).
+//
+//go:embed openapi.json
+var openAPI []byte
+
+// serveOwn serves /__ursula/{ready,metrics,prometheus,openapi.json}.
 func (g *Gateway) serveOwn(w http.ResponseWriter, r *http.Request, name string) {
 	switch name {
-	case "ready", "metrics":
+	case "ready", "metrics", "openapi.json":
 	case "prometheus":
 		if g.cfg.Prometheus == nil {
 			notFound(w, "prometheus endpoint not enabled")
@@ -44,6 +51,11 @@ func (g *Gateway) serveOwn(w http.ResponseWriter, r *http.Request, name string) 
 	h := w.Header()
 	h[hCacheControl] = valNoStore
 	h.Set(hContentType, "application/json")
+	if name == "openapi.json" {
+		h.Set("Content-Length", strconv.Itoa(len(openAPI)))
+		_, _ = w.Write(openAPI)
+		return
+	}
 	if name == "metrics" {
 		body := g.metrics.appendJSON(make([]byte, 0, 1024))
 		h.Set("Content-Length", strconv.Itoa(len(body)))

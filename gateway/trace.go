@@ -65,7 +65,7 @@ func endSpan(span trace.Span, status int) {
 func routeOf(root, path string) (route, bucket string) {
 	if strings.HasPrefix(path, ownPrefix) {
 		switch path[len(ownPrefix):] {
-		case "ready", "metrics", "prometheus":
+		case "ready", "metrics", "prometheus", "openapi.json":
 			return path, ""
 		}
 		return ownPrefix + "{name}", ""

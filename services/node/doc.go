@@ -50,6 +50,7 @@
 // every second and at each change the node makes itself; health needs no
 // credentials. docs/grpc.md is the caller's guide. The routes:
 //
+//	GET    /__ursula/openapi.json                   the OpenAPI 3 document of these routes (openapi.go)
 //	GET    /__ursula/metrics                        metrics document
 //	GET    /__ursula/ready                          readiness (503 when not ready)
 //	GET    /__ursula/usage                          usage counters (also on the client plane)

@@ -635,6 +635,7 @@ func (s *Server) adminHandler(ctx context.Context) (http.Handler, error) {
 	mux.Handle("GET /__ursula/prometheus", small(s.servePrometheus))
 	mux.Handle("GET /__ursula/usage", small(s.serveUsage))
 	mux.Handle("GET /__ursula/audit", small(s.serveAudit))
+	mux.Handle("GET /__ursula/openapi.json", small(s.serveOpenAPI))
 	mux.Handle("POST /__ursula/raft/{group}/recovery/accept-unsynced-loss", small(s.serveAcceptUnsyncedLoss))
 	mux.Handle("GET /__ursula/feature-level", small(s.serveFeatureLevel))
 	mux.Handle("POST /__ursula/feature-level", small(s.serveRaiseFeatureLevel))

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc/stats"
 
+	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/services/platform/telemetry"
 )
 
@@ -60,7 +61,7 @@ func (s *Server) WALMetricsSource() telemetry.Source {
 
 func (s *Server) servePrometheus(w http.ResponseWriter, r *http.Request) {
 	if s.deps.Prometheus == nil {
-		http.NotFound(w, r)
+		writeAdminError(w, errcode.New(errcode.NotFound, "no Prometheus exporter: telemetry has none configured"))
 		return
 	}
 	s.deps.Prometheus.ServeHTTP(w, r)
