@@ -149,34 +149,35 @@ func (m *metrics) emit(emit func(telemetry.Sample)) {
 		method := semconv.HTTPRequestMethodKey.String(methodNames[mi])
 		for st := range m.requests[mi] {
 			if n := m.requests[mi][st].Load(); n > 0 {
-				emit(telemetry.Sample{Name: "requests", Kind: telemetry.Counter, Value: float64(n), Attrs: []attribute.KeyValue{method, statusAttrs[st]}})
+				emit(telemetry.Sample{Name: "requests", Kind: telemetry.Counter, Unit: "{request}", Help: "HTTP requests answered, by method and status code.",
+					Value: float64(n), Attrs: []attribute.KeyValue{method, statusAttrs[st]}})
 			}
 		}
 	}
 	for _, c := range []struct {
-		name string
-		v    uint64
+		name, unit, help string
+		v                uint64
 	}{
-		{"sse_events", m.sseEvents.Load()},
-		{"sse_events_direct", m.sseDirect.Load()},
-		{"bytes_appended", m.bytesAppended.Load()},
-		{"bytes_served", m.bytesServed.Load()},
-		{"upstream_errors", m.upstreamErrors.Load()},
-		{"inflight_body_refusals", m.budget.Refusals()},
+		{"sse_events", "{event}", "SSE events written to clients.", m.sseEvents.Load()},
+		{"sse_events_direct", "{event}", "SSE events written to clients by hub writers.", m.sseDirect.Load()},
+		{"bytes_appended", "By", "Bytes appended through this gateway.", m.bytesAppended.Load()},
+		{"bytes_served", "By", "Stream bytes served to readers.", m.bytesServed.Load()},
+		{"upstream_errors", "{error}", "Calls to the storage nodes that failed.", m.upstreamErrors.Load()},
+		{"inflight_body_refusals", "{request}", "Requests refused because the in-flight body budget was spent.", m.budget.Refusals()},
 	} {
-		emit(telemetry.Sample{Name: c.name, Kind: telemetry.Counter, Value: float64(c.v)})
+		emit(telemetry.Sample{Name: c.name, Kind: telemetry.Counter, Unit: c.unit, Help: c.help, Value: float64(c.v)})
 	}
 	for _, c := range []struct {
-		name string
-		v    int64
+		name, unit, help string
+		v                int64
 	}{
-		{"sse_clients", m.sseClients.Load()},
-		{"long_polls_in_flight", m.longPolls.Load()},
-		{"sse_hubs", m.sseHubs.Load()},
-		{"requests_in_flight", m.inFlight.Load()},
-		{"inflight_body_bytes", m.budget.InUse()},
-		{"inflight_body_limit_bytes", m.budget.Limit()},
+		{"sse_clients", "{connection}", "SSE responses open now.", m.sseClients.Load()},
+		{"long_polls_in_flight", "{request}", "Long polls waiting now.", m.longPolls.Load()},
+		{"sse_hubs", "{hub}", "Upstream subscriptions shared by SSE clients (one per live stream).", m.sseHubs.Load()},
+		{"requests_in_flight", "{request}", "HTTP requests being served now.", m.inFlight.Load()},
+		{"inflight_body_bytes", "By", "Request body bytes held now (server.http_inflight_body_size budget).", m.budget.InUse()},
+		{"inflight_body_limit_bytes", "By", "The in-flight request body budget (server.http_inflight_body_size).", m.budget.Limit()},
 	} {
-		emit(telemetry.Sample{Name: c.name, Kind: telemetry.Gauge, Value: float64(c.v)})
+		emit(telemetry.Sample{Name: c.name, Kind: telemetry.Gauge, Unit: c.unit, Help: c.help, Value: float64(c.v)})
 	}
 }
