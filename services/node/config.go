@@ -27,6 +27,11 @@ type Config struct {
 	// ClusterListen is the cluster plane (Raft transport, probes, shed
 	// state); peers dial it at their [[raft.peers]] cluster_url.
 	ClusterListen string `toml:"cluster_listen"`
+	// MetricsListen, when set (":4440"), serves the process's metrics to
+	// a remote Prometheus on a plane that carries no mutation: GET
+	// /__ursula/prometheus, /__ursula/metrics and /__ursula/ready, nothing
+	// else (see metricsHandler). Empty: off.
+	MetricsListen string `toml:"metrics_listen"`
 	// AllowNonLoopbackAdmin permits a non-loopback admin address.
 	AllowNonLoopbackAdmin bool `toml:"allow_non_loopback_admin"`
 	// AdminTokenFile names the file holding the admin plane's bearer
@@ -102,6 +107,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultListen, defaultClusterLi
 	fs.StringVar(&c.Listen, "node.listen", defaultListen, "client plane address (gRPC + HTTP)")
 	fs.StringVar(&c.ClusterListen, "cluster.listen", defaultClusterListen, "cluster plane address (Raft transport)")
 	fs.StringVar(&c.AdminListen, "admin.listen", "127.0.0.1:4438", "admin plane address (loopback only)")
+	fs.StringVar(&c.MetricsListen, "metrics.listen", "", "metrics plane address (read-only: GET /__ursula/prometheus, /__ursula/metrics, /__ursula/ready), e.g. :4440; empty: off")
 	fs.BoolVar(&c.AllowNonLoopbackAdmin, "admin.allow-non-loopback", false, "allow a non-loopback admin address")
 	fs.StringVar(&c.AdminTokenFile, "admin.token-file", "", "file holding the admin plane's bearer token (mode 600, one token of at least 32 bytes); empty: <data-dir>/admin.token, created on first start")
 	fs.StringVar(&c.AdminTLS.CAFile, "admin.tls.ca-file", "", "admin plane: PEM bundle of the CA of operator client certificates")
@@ -129,6 +135,11 @@ func (c *Config) Validate() error {
 	var errs []error
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("node.listen %q: %w", c.Listen, err))
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			errs = append(errs, fmt.Errorf("server.metrics_listen %q: %w", c.MetricsListen, err))
+		}
 	}
 	if c.AdminListen != "" {
 		host, _, err := net.SplitHostPort(c.AdminListen)
