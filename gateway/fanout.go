@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 )
 
@@ -134,8 +136,11 @@ type hubClient struct {
 
 // acquireHub returns the live hub of t's stream for incarnation inc,
 // starting one that subscribes at offset (byte position pos) when there is
-// none. Every acquireHub is paired with a releaseHub.
-func (g *Gateway) acquireHub(t target, inc uint64, mode sseMode, offset string, pos uint64) *hub {
+// none. Every acquireHub is paired with a releaseHub. A hub outlives the
+// request that starts it (it ends with its last client, or the gateway),
+// but its upstream subscription is traced as part of that request: the
+// Subscribe call's span is a child of reqCtx's span.
+func (g *Gateway) acquireHub(reqCtx context.Context, t target, inc uint64, mode sseMode, offset string, pos uint64) *hub {
 	k := hubKey{t.ref.GetBucket(), t.ref.GetStream()}
 	hs := &g.hubs
 	hs.mu.Lock()
@@ -144,7 +149,7 @@ func (g *Gateway) acquireHub(t target, inc uint64, mode sseMode, offset string, 
 		h.refs++
 		return h
 	}
-	ctx, cancel := context.WithCancel(g.stopCtx)
+	ctx, cancel := context.WithCancel(trace.ContextWithSpan(g.stopCtx, trace.SpanFromContext(reqCtx)))
 	h := &hub{
 		key: k, inc: inc, mode: mode, cancel: cancel, refs: 1, stopped: ctx.Done(),
 		first: 0, tail: pos, clients: map[*hubClient]struct{}{}, changed: make(chan struct{}), ended: make(chan struct{}),

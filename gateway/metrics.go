@@ -1,12 +1,17 @@
 package gateway
 
 import (
+	"context"
+	"maps"
 	"net/http"
 	runtimemetrics "runtime/metrics"
 	"strconv"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/ursula/ursula/services/platform/httpserver"
@@ -52,6 +57,77 @@ type metrics struct {
 	bytesAppended  atomic.Uint64
 	bytesServed    atomic.Uint64
 	upstreamErrors atomic.Uint64
+
+	// duration is the standard http.server.request.duration histogram;
+	// durationOpts caches its attribute sets by route, method, status
+	// and scheme (an immutable map replaced on a miss), so that recording
+	// allocates nothing once a combination was seen.
+	duration     metric.Float64Histogram
+	durationMu   sync.Mutex
+	durationOpts atomic.Pointer[map[durationKey][]metric.RecordOption]
+}
+
+// durationKey names one series of http.server.request.duration. Routes
+// are the templates of routeOf, a small fixed set.
+type durationKey struct {
+	route  string
+	method uint8
+	status uint16
+	https  bool
+}
+
+// newDuration makes the http.server.request.duration histogram from the
+// global meter provider.
+func (m *metrics) newDuration() {
+	m.duration = telemetry.Latency(telemetry.Meter("gateway"), "http.server.request.duration", "Duration of HTTP server requests.")
+}
+
+// recordDuration records one request's duration with the attributes the
+// HTTP semantic conventions give the metric.
+func (m *metrics) recordDuration(ctx context.Context, d time.Duration, route, method string, status int, https bool) {
+	if status < 100 || status >= 600 {
+		status = 599
+	}
+	k := durationKey{route: route, method: uint8(methodIndex(method)), status: uint16(status), https: https}
+	var opts []metric.RecordOption
+	if cache := m.durationOpts.Load(); cache != nil {
+		opts = (*cache)[k]
+	}
+	if opts == nil {
+		opts = m.durationOption(k)
+	}
+	m.duration.Record(ctx, d.Seconds(), opts...)
+}
+
+// durationOption adds k's attribute set to the cache.
+func (m *metrics) durationOption(k durationKey) []metric.RecordOption {
+	m.durationMu.Lock()
+	defer m.durationMu.Unlock()
+	old := map[durationKey][]metric.RecordOption{}
+	if cache := m.durationOpts.Load(); cache != nil {
+		if opts, ok := (*cache)[k]; ok {
+			return opts
+		}
+		old = *cache
+	}
+	method := methodNames[k.method]
+	if method == "OTHER" {
+		method = "_OTHER"
+	}
+	scheme := "http"
+	if k.https {
+		scheme = "https"
+	}
+	opts := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
+		semconv.HTTPRequestMethodKey.String(method),
+		semconv.HTTPResponseStatusCode(int(k.status)),
+		semconv.HTTPRoute(k.route),
+		semconv.URLScheme(scheme),
+	))}
+	next := maps.Clone(old)
+	next[k] = opts
+	m.durationOpts.Store(&next)
+	return opts
 }
 
 func (m *metrics) countRequest(method string, status int) {
