@@ -21,11 +21,13 @@ const attrBucket = attribute.Key("ursula.bucket")
 // startSpan starts the server span of a request, as a child of the span in
 // its traceparent header, if any. The span is named "<method> <route>"
 // (the route template, never the stream name) and carries the HTTP
-// semantic conventions' server attributes (http.request.method, url.path,
+// semantic conventions' server attributes (http.request.method,
 // url.scheme, http.route, server.address and server.port,
 // network.protocol.version, client.address, user_agent.original; at the
-// end http.response.status_code) and the bucket; never the body. Without a
-// tracer provider it costs a context value.
+// end http.response.status_code) and the bucket; never the body, and never
+// url.path or url.query: stream names are the users' data, so the route
+// template stands for the path. Without a tracer provider it costs a
+// context value.
 func (g *Gateway) startSpan(r *http.Request) (context.Context, trace.Span) {
 	ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer))
@@ -49,7 +51,6 @@ func (g *Gateway) startSpan(r *http.Request) (context.Context, trace.Span) {
 	attrs := []attribute.KeyValue{
 		semconv.HTTPRequestMethodKey.String(method),
 		semconv.HTTPRoute(route),
-		semconv.URLPath(r.URL.Path),
 		semconv.URLScheme(scheme),
 		semconv.NetworkProtocolVersion(protocolVersion(r)),
 	}
