@@ -130,7 +130,7 @@ func (r *Router) MetricsSource() telemetry.Source {
 			if n.Up {
 				up = 1
 			}
-			emit(telemetry.Sample{Name: "node_up", Kind: telemetry.Gauge, Help: "1 unless the last call to the node failed on the link.", Value: up, Attrs: attrs})
+			emit(telemetry.Sample{Name: "node_up", Kind: telemetry.Gauge, Unit: "{state}", Help: "1 unless the last call to the node failed on the link.", Value: up, Attrs: attrs})
 			emit(telemetry.Sample{Name: "node_leads", Kind: telemetry.Gauge, Unit: "{group}", Help: "Groups whose cached leader is the node.", Value: float64(n.Leads), Attrs: attrs})
 		}
 	}

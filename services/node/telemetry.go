@@ -43,7 +43,7 @@ func (s *Server) MetricsSource() telemetry.Source {
 			if leader == 0 {
 				continue
 			}
-			emit(telemetry.Sample{Name: "raft_group_leader_info", Help: "1 per group, with the node id of the group's leader as this replica knows it.",
+			emit(telemetry.Sample{Name: "raft_group_leader_info", Unit: "{state}", Help: "1 per group, with the node id of the group's leader as this replica knows it.",
 				Value: 1, Attrs: []attribute.KeyValue{
 					attribute.String("raft_group_id", strconv.FormatUint(uint64(id), 10)),
 					attribute.String("leader_node_id", strconv.FormatUint(uint64(leader), 10)),
@@ -72,7 +72,7 @@ func (s *Server) WALMetricsSource() telemetry.Source {
 		if s.n.WALRecovery() {
 			v = 1
 		}
-		emit(telemetry.Sample{Name: "recovering", Help: "1 if this start found no clean shutdown and recovered the WAL.", Value: v})
+		emit(telemetry.Sample{Name: "recovering", Unit: "{state}", Help: "1 if this start found no clean shutdown and recovered the WAL.", Value: v})
 	}
 }
 
@@ -157,17 +157,17 @@ var nodeMetrics = map[string]telemetry.Metric{
 	"raft_group_current_term":          omit, // = term
 	"raft_group_last_applied_index":    omit, // = applied_index
 	"raft_group_maintenance_running":   omit, // always 1
-	"raft_group_term":                  gauge("", "The group's Raft term as this replica knows it."),
-	"raft_group_commit_index":          gauge("", "The group's commit index as this replica knows it."),
-	"raft_group_applied_index":         gauge("", "The last index this replica applied."),
-	"raft_group_last_log_index":        gauge("", "The last index in this replica's log."),
-	"raft_group_last_log_term":         gauge("", "The term of the last entry in this replica's log."),
-	"raft_group_snapshot_index":        gauge("", "The index of this replica's latest snapshot."),
+	"raft_group_term":                  gauge("{term}", "The group's Raft term as this replica knows it."),
+	"raft_group_commit_index":          gauge("{index}", "The group's commit index as this replica knows it."),
+	"raft_group_applied_index":         gauge("{index}", "The last index this replica applied."),
+	"raft_group_last_log_index":        gauge("{index}", "The last index in this replica's log."),
+	"raft_group_last_log_term":         gauge("{term}", "The term of the last entry in this replica's log."),
+	"raft_group_snapshot_index":        gauge("{index}", "The index of this replica's latest snapshot."),
 	"raft_group_streams":               gauge("{stream}", "Streams in the group."),
 	"raft_group_hot_bytes":             gauge("By", "Hot-tier bytes of the group."),
 	"raft_group_gc_pending":            gauge("{entry}", "Cold-tier entries of the group awaiting garbage collection."),
-	"raft_group_is_leader":             gauge("", "1 if this node leads the group."),
-	"raft_group_leads_live":            gauge("", "1 if this node leads the group and a quorum confirms it."),
+	"raft_group_is_leader":             gauge("{state}", "1 if this node leads the group."),
+	"raft_group_leads_live":            gauge("{state}", "1 if this node leads the group and a quorum confirms it."),
 	"raft_group_history_event_index":   omit,
 	"raft_group_history_plan_term":     omit,
 	"raft_group_history_point":         omit,
@@ -184,13 +184,13 @@ var nodeMetrics = map[string]telemetry.Metric{
 	"raft_deleted_data_overdue_groups": gauge("{group}", "Groups holding removed data older than raft.deleted_data_max_age."),
 	"deleted_data_bytes":               gauge("By", "Bytes the group still holds of removed streams."),
 	"deleted_data_age_ms":              millis("deleted_data_age", "Age of the group's oldest removal not yet purged."),
-	"deleted_data_purge_index":         gauge("", "The index up to which the group's removed data is purged."),
+	"deleted_data_purge_index":         gauge("{index}", "The index up to which the group's removed data is purged."),
 	"wal_lagging_groups":               gauge("{group}", "Groups whose WAL lags behind their snapshots."),
 	"snapshot_driver_passes":           counter("{pass}", "Passes of the snapshot driver."),
-	"feature_level":                    gauge("", "The lowest feature level of the groups this node holds."),
-	"feature_level_max_supported":      gauge("", "The highest feature level this binary supports."),
+	"feature_level":                    gauge("{level}", "The lowest feature level of the groups this node holds."),
+	"feature_level_max_supported":      gauge("{level}", "The highest feature level this binary supports."),
 	"feature_level_halted_groups":      gauge("{group}", "Groups halted at a feature level this binary does not support."),
-	"wal_recovery":                     gauge("", "1 if this start found no clean shutdown and replayed the WAL."),
+	"wal_recovery":                     gauge("{state}", "1 if this start found no clean shutdown and replayed the WAL."),
 	// shard workers and journals, summed over shards
 	"mailbox_depth":            gauge("{message}", "Messages waiting in the shard workers' mailboxes."),
 	"raft_proposals":           counter("{proposal}", "Raft proposals."),
@@ -288,8 +288,8 @@ var nodeMetrics = map[string]telemetry.Metric{
 	"raft_snapshots_received":                 counter("{snapshot}", "Raft snapshots received."),
 	"raft_snapshot_bytes_sent":                counter("By", "Bytes of Raft snapshots sent."),
 	"raft_snapshot_bytes_received":            counter("By", "Bytes of Raft snapshots received."),
-	"raft_peer_connected":                     gauge("", "1 if the link to the peer is up."),
-	"raft_peer_refused":                       gauge("", "1 if the peer refused this node."),
+	"raft_peer_connected":                     gauge("{state}", "1 if the link to the peer is up."),
+	"raft_peer_refused":                       gauge("{state}", "1 if the peer refused this node."),
 	"raft_peer_queued":                        gauge("{message}", "Messages queued for the peer."),
 	"raft_peer_snapshots_in_flight":           gauge("{snapshot}", "Snapshots being sent to the peer."),
 	// the planes' authentication

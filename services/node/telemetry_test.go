@@ -157,3 +157,13 @@ func statusOf(tb testing.TB, client *http.Client, method, url string, header htt
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// TestNodeMetricsUnits: every exported value of the catalog has a unit
+// and a description.
+func TestNodeMetricsUnits(t *testing.T) {
+	for name, m := range nodeMetrics {
+		if !m.Omit && (m.Unit == "" || m.Help == "") {
+			t.Errorf("%s: unit %q, help %q", name, m.Unit, m.Help)
+		}
+	}
+}

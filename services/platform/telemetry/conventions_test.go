@@ -224,7 +224,7 @@ func TestOTLPHTTPExport(t *testing.T) {
 	if !slices.Contains(c.spans, "test.Op") || c.version != buildinfo.Get().Version {
 		t.Errorf("spans %v with service.version %q; want test.Op with %q", c.spans, c.version, buildinfo.Get().Version)
 	}
-	for name, unit := range map[string]string{"ursula.test.appended": "By", "ursula.test.duration": "s", "ursula.build_info": ""} {
+	for name, unit := range map[string]string{"ursula.test.appended": "By", "ursula.test.duration": "s", "ursula.build_info": "{build}"} {
 		if got, ok := c.units[name]; !ok || got != unit {
 			t.Errorf("metric %s: unit %q (exported %v), want %q; got %v", name, got, ok, unit, c.units)
 		}

@@ -221,6 +221,7 @@ func registerBuildInfo(mp metric.MeterProvider) error {
 	))
 	_, err := mp.Meter(ScopePrefix+"services/platform/telemetry").Int64ObservableGauge("ursula.build_info",
 		metric.WithDescription("The build of this process: always 1, with its version, commit and Go version as labels."),
+		metric.WithUnit("{build}"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(1, attrs)
 			return nil
