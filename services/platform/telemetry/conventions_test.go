@@ -230,3 +230,18 @@ func TestOTLPHTTPExport(t *testing.T) {
 		}
 	}
 }
+
+// TestLatencyRecordAllocs: recording into a latency histogram allocates
+// nothing, with a Prometheus reader and without any.
+func TestLatencyRecordAllocs(t *testing.T) {
+	noExportEnv(t)
+	for _, cfg := range []Config{{Prometheus: true}, {}} {
+		tel := newTelemetry(t, cfg)
+		h := Latency(tel.MeterProvider().Meter("test"), "ursula.test.allocs.duration", "h")
+		ctx := t.Context()
+		h.Record(ctx, 0.001)
+		if n := testing.AllocsPerRun(100, func() { h.Record(ctx, 0.001) }); n != 0 {
+			t.Errorf("Prometheus %v: Record allocates %v times", cfg.Prometheus, n)
+		}
+	}
+}
