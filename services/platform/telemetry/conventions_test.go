@@ -19,9 +19,10 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/ursula/ursula/internal/buildinfo"
 )
+
+// testBuild is the build the tests' telemetry describes.
+var testBuild = Build{Version: "v1.2.3-test", Commit: "abc123", GoVersion: "go1.x"}
 
 // lint runs the Prometheus linter over a text exposition.
 func lint(tb testing.TB, text string) []string {
@@ -60,7 +61,7 @@ func TestPrometheusConventions(t *testing.T) {
 	if problems := lint(t, text); len(problems) > 0 {
 		t.Errorf("promlint found %d problems:\n%s\nin:\n%s", len(problems), strings.Join(problems, "\n"), text)
 	}
-	bi := buildinfo.Get()
+	bi := testBuild
 	for _, c := range []struct {
 		name   string
 		labels []string
@@ -202,7 +203,7 @@ func TestOTLPHTTPExport(t *testing.T) {
 	t.Setenv(EnvEndpoint, srv.URL)
 	t.Setenv(EnvProtocol, ProtocolHTTPProtobuf)
 	t.Cleanup(func() { otel.SetTracerProvider(tracenoop.NewTracerProvider()) })
-	tel, err := New(t.Context(), Config{}, Identity{ServiceName: "otlp-http-test"}, nil)
+	tel, err := New(t.Context(), Config{}, Identity{ServiceName: "otlp-http-test", Build: testBuild}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,8 +222,8 @@ func TestOTLPHTTPExport(t *testing.T) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !slices.Contains(c.spans, "test.Op") || c.version != buildinfo.Get().Version {
-		t.Errorf("spans %v with service.version %q; want test.Op with %q", c.spans, c.version, buildinfo.Get().Version)
+	if !slices.Contains(c.spans, "test.Op") || c.version != testBuild.Version {
+		t.Errorf("spans %v with service.version %q; want test.Op with %q", c.spans, c.version, testBuild.Version)
 	}
 	for name, unit := range map[string]string{"ursula.test.appended": "By", "ursula.test.duration": "s", "ursula.build_info": "{build}"} {
 		if got, ok := c.units[name]; !ok || got != unit {

@@ -31,8 +31,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/ursula/ursula/internal/buildinfo"
 )
 
 // ScopePrefix prefixes the instrumentation scope of every tracer of ours.
@@ -119,6 +117,17 @@ type Identity struct {
 	// ursula.node_id when set.
 	ClusterID string
 	NodeID    uint64
+	// Build is the binary's build: service.version, and the attributes
+	// of ursula.build_info.
+	Build Build
+}
+
+// Build describes the binary (the fields of internal/buildinfo.Info,
+// which the platform packages do not import; convert with Build(info)).
+type Build struct {
+	Version   string
+	Commit    string
+	GoVersion string
 }
 
 // Telemetry owns the process's tracer and meter providers.
@@ -199,7 +208,7 @@ func New(ctx context.Context, cfg Config, id Identity, logger *slog.Logger) (*Te
 	if len(readers) > 0 {
 		t.mp = sdkmetric.NewMeterProvider(append(readers, sdkmetric.WithResource(res))...)
 		otel.SetMeterProvider(t.mp)
-		if err := registerBuildInfo(t.mp); err != nil {
+		if err := registerBuildInfo(t.mp, id.Build); err != nil {
 			_ = t.Shutdown(ctx)
 			return nil, err
 		}
@@ -212,8 +221,7 @@ func New(ctx context.Context, cfg Config, id Identity, logger *slog.Logger) (*Te
 // registerBuildInfo exports ursula.build_info: 1, with the binary's
 // version, commit and Go version as attributes (ursula_build_info in
 // Prometheus).
-func registerBuildInfo(mp metric.MeterProvider) error {
-	bi := buildinfo.Get()
+func registerBuildInfo(mp metric.MeterProvider, bi Build) error {
 	attrs := metric.WithAttributeSet(attribute.NewSet(
 		attribute.String("version", bi.Version),
 		attribute.String("commit", bi.Commit),
@@ -295,7 +303,10 @@ func newResource(ctx context.Context, cfg Config, id Identity) (*resource.Resour
 	if name == "" {
 		name = id.ServiceName
 	}
-	attrs := []attribute.KeyValue{semconv.ServiceName(name), semconv.ServiceVersion(buildinfo.Get().Version)}
+	attrs := []attribute.KeyValue{semconv.ServiceName(name)}
+	if id.Build.Version != "" {
+		attrs = append(attrs, semconv.ServiceVersion(id.Build.Version))
+	}
 	if id.ClusterID != "" {
 		attrs = append(attrs, attribute.String("ursula.cluster_id", id.ClusterID))
 	}

@@ -42,7 +42,7 @@ func noExportEnv(tb testing.TB) {
 // newTelemetry sets up telemetry for a test and shuts it down after.
 func newTelemetry(tb testing.TB, cfg Config) *Telemetry {
 	tb.Helper()
-	tel, err := New(tb.Context(), cfg, Identity{ServiceName: "telemetry-test", ClusterID: "c1", NodeID: 7}, nil)
+	tel, err := New(tb.Context(), cfg, Identity{ServiceName: "telemetry-test", ClusterID: "c1", NodeID: 7, Build: testBuild}, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
