@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ursula/ursula/gateway"
+	"github.com/ursula/ursula/internal/buildinfo"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/node"
 	"github.com/ursula/ursula/services/platform/telemetry"
@@ -204,7 +206,7 @@ func TestPrometheusEndpoints(t *testing.T) {
 	for _, k := range []string{telemetry.EnvEndpoint, telemetry.EnvTracesEndpoint, telemetry.EnvMetricsEndpoint} {
 		t.Setenv(k, "")
 	}
-	tel, err := telemetry.New(t.Context(), telemetry.Config{Prometheus: true}, telemetry.Identity{ServiceName: "ursula", ClusterID: testClusterID, NodeID: 1}, testLogger(t))
+	tel, err := telemetry.New(t.Context(), telemetry.Config{Prometheus: true}, telemetry.Identity{ServiceName: "ursula", ClusterID: testClusterID, NodeID: 1, Build: telemetry.Build(buildinfo.Get())}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +263,8 @@ func TestPrometheusEndpoints(t *testing.T) {
 				{"ursula_gateway_requests_total", []string{`http_request_method="POST"`, `http_response_status_code="204"`}, "3"},
 				{"ursula_gateway_requests_total", []string{`http_request_method="PUT"`, `http_response_status_code="201"`}, "1"},
 				{"ursula_upstream_known_nodes", nil, "1"},
-				{"ursula_build_info", []string{`version="`, `commit="`, `go_version="`}, "1"},
+				{"ursula_build_info", []string{`version="` + buildinfo.Get().Version + `"`, `commit="` + buildinfo.Get().Commit + `"`, `go_version="` + runtime.Version() + `"`}, "1"},
+				{"target_info", []string{`service_version="` + buildinfo.Get().Version + `"`}, "1"},
 				{"http_server_request_duration_seconds_count", []string{`http_route="/v1/stream/{stream...}"`, `http_request_method="POST"`, `http_response_status_code="204"`}, "3"},
 				{"ursula_node_append_duration_seconds_count", nil, "3"},
 				{"target_info", []string{`service_name="ursula"`, `ursula_cluster_id="` + testClusterID + `"`}, "1"},
