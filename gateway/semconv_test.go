@@ -86,8 +86,8 @@ func TestServerSemconv(t *testing.T) {
 	attrs := map[attribute.Key]attribute.Value{}
 	for _, a := range sp.Attributes() {
 		attrs[a.Key] = a.Value
-		if strings.Contains(a.Value.Emit(), "semconv-s") {
-			t.Errorf("span attribute %s = %q names the stream", a.Key, a.Value.Emit())
+		if strings.Contains(a.Value.String(), "semconv-s") {
+			t.Errorf("span attribute %s = %q names the stream", a.Key, a.Value.String())
 		}
 	}
 	for k, want := range map[attribute.Key]string{
@@ -101,8 +101,8 @@ func TestServerSemconv(t *testing.T) {
 		"http.response.status_code": "200",
 		"client.address":            "192.0.2.1",
 	} {
-		if v, ok := attrs[k]; !ok || v.Emit() != want {
-			t.Errorf("span attribute %s = %q (set %v), want %q", k, v.Emit(), ok, want)
+		if v, ok := attrs[k]; !ok || v.String() != want {
+			t.Errorf("span attribute %s = %q (set %v), want %q", k, v.String(), ok, want)
 		}
 	}
 
@@ -181,11 +181,27 @@ func TestSSESubscriptionJoinsTrace(t *testing.T) {
 	if got.TraceID() != parent.TraceID() {
 		t.Fatalf("the SSE upstream subscription runs in trace %s, want the request's %s", got.TraceID(), parent.TraceID())
 	}
-	fs.append("end", true)
-	if data := sseData(t, resp.Body); data != "history;end" {
-		t.Errorf("SSE data %q", data)
+	// A second client joins the running hub: its span says which span
+	// the shared subscription descends from.
+	parent2, tp2 := newTraceparent(t)
+	req2, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/v1/stream/sse-trace?offset=-1&live=sse", nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	await.True(t, "the request's server span", func() bool {
+	req2.Header.Set("traceparent", tp2)
+	resp2, err := hc.Do(req2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp2.Body.Close()
+	await.True(t, "both clients on the hub", func() bool { h := g.hubOf("sse-trace"); return h != nil && h.clientCount() == 2 })
+	fs.append("end", true)
+	for _, r := range []*http.Response{resp, resp2} {
+		if data := sseData(t, r.Body); data != "history;end" {
+			t.Errorf("SSE data %q", data)
+		}
+	}
+	await.True(t, "the first request's server span", func() bool {
 		for _, s := range spansOf(parent.TraceID()) {
 			if s.SpanKind() == trace.SpanKindServer && s.SpanContext().SpanID() == got.SpanID() {
 				return true
@@ -193,6 +209,24 @@ func TestSSESubscriptionJoinsTrace(t *testing.T) {
 		}
 		return false
 	})
+	var joined []sdktrace.ReadOnlySpan
+	await.True(t, "the second request's server span", func() bool { joined = spansOf(parent2.TraceID()); return len(joined) == 1 })
+	if n := fs.subscribes.Load(); n != 1 {
+		t.Fatalf("%d upstream subscriptions, want 1", n)
+	}
+	var found bool
+	for _, ev := range joined[0].Events() {
+		if ev.Name != "ursula.sse.hub_joined" {
+			continue
+		}
+		attrs := attribute.NewSet(ev.Attributes...)
+		tid, _ := attrs.Value(attrHubTraceID)
+		sid, _ := attrs.Value(attrHubSpanID)
+		found = tid.AsString() == parent.TraceID().String() && sid.AsString() == got.SpanID().String()
+	}
+	if !found {
+		t.Errorf("the joining request's span has no hub_joined event naming %s/%s: %+v", parent.TraceID(), got.SpanID(), joined[0].Events())
+	}
 }
 
 // TestRecordDurationAllocs: recording a request's duration allocates

@@ -18,6 +18,14 @@ import (
 // attrBucket is the span attribute naming the bucket a request addresses.
 const attrBucket = attribute.Key("ursula.bucket")
 
+// attrHubTraceID and attrHubSpanID name, on the span event of an SSE
+// request that joins a running hub, the span its upstream subscription
+// descends from (the request that started the hub).
+const (
+	attrHubTraceID = attribute.Key("ursula.sse.hub.trace_id")
+	attrHubSpanID  = attribute.Key("ursula.sse.hub.span_id")
+)
+
 // startSpan starts the server span of a request, as a child of the span in
 // its traceparent header, if any. The span is named "<method> <route>"
 // (the route template, never the stream name) and carries the HTTP
