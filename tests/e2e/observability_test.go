@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -80,13 +81,15 @@ func wantSeries(tb testing.TB, what, text string, names ...string) {
 	}
 }
 
-// sseFirstData opens a live SSE read of stream from the start, with hdr,
-// returns once the first data event arrived, and closes it.
-func sseFirstData(tb testing.TB, base, stream string, hdr http.Header) {
+// sseLive opens a live SSE read of stream from the start, with hdr, and
+// reads the history; once the gateway follows the stream for it (its
+// sse_hubs gauge: the shared upstream subscription runs), it appends
+// "live;" and reads it as a live event, then closes the read.
+func sseLive(tb *testing.T, c *Client, stream string, hdr http.Header) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(tb.Context(), await.DefaultTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+StreamRoot+stream+"?offset=-1&live=sse", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+StreamRoot+stream+"?offset=-1&live=sse", nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -102,12 +105,34 @@ func sseFirstData(tb testing.TB, base, stream string, hdr http.Header) {
 		tb.Fatalf("SSE read: %d", resp.StatusCode)
 	}
 	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if sc.Text() == "event: data" {
+	// nextData returns the next data event's payload.
+	nextData := func() string {
+		inData := false
+		for sc.Scan() {
+			switch line := sc.Text(); {
+			case line == "event: data":
+				inData = true
+			case inData && strings.HasPrefix(line, "data:"):
+				return line[len("data:"):]
+			}
+		}
+		tb.Fatalf("SSE read ended without data: %v", sc.Err())
+		return ""
+	}
+	nextData()
+	await.True(tb, "the gateway's upstream subscription for the SSE read", func() bool {
+		code, body := httpGet(tb, c.BaseURL+"/__ursula/metrics")
+		var m struct {
+			Hubs int `json:"sse_hubs"`
+		}
+		return code == http.StatusOK && json.Unmarshal([]byte(body), &m) == nil && m.Hubs > 0
+	})
+	mustStatus(tb, "append", 204)(c.Append(ctx, stream, "text/plain", []byte("live;"), nil))
+	for {
+		if strings.Contains(nextData(), "live;") {
 			return
 		}
 	}
-	tb.Fatalf("SSE read ended without data: %v", sc.Err())
 }
 
 // exercise creates stream and does what fills every histogram: appends,
@@ -120,7 +145,7 @@ func exercise(tb *testing.T, c *Client, stream string, sseHdr http.Header) {
 		mustStatus(tb, "append", 204)(c.Append(ctx, stream, "text/plain", []byte("event;"), nil))
 	}
 	mustStatus(tb, "read", 200)(c.Read(ctx, stream, "-1"))
-	sseFirstData(tb, c.BaseURL, stream, sseHdr)
+	sseLive(tb, c, stream, sseHdr)
 }
 
 // TestPrometheusConventionsAllInOne lints a live all-in-one process's
@@ -199,8 +224,16 @@ func TestPrometheusConventionsSplit(t *testing.T) {
 type otlpReceiver struct {
 	mu       sync.Mutex
 	versions map[string]string   // service.name -> service.version
-	traces   map[string][]string // trace id -> span names
+	traces   map[string][]string // trace id -> "<service.name> <span name>"
 	units    map[string]string   // metric name -> unit
+}
+
+func newOTLPReceiver(tb testing.TB) (*otlpReceiver, string) {
+	tb.Helper()
+	o := &otlpReceiver{versions: map[string]string{}, traces: map[string][]string{}, units: map[string]string{}}
+	srv := httptest.NewServer(o)
+	tb.Cleanup(srv.Close)
+	return o, srv.URL
 }
 
 func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -233,7 +266,7 @@ func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			for _, ss := range rs.GetScopeSpans() {
 				for _, sp := range ss.GetSpans() {
 					id := hex.EncodeToString(sp.GetTraceId())
-					o.traces[id] = append(o.traces[id], sp.GetName())
+					o.traces[id] = append(o.traces[id], name+" "+sp.GetName())
 				}
 			}
 		}
@@ -261,56 +294,71 @@ func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(out)
 }
 
-// TestOTLPHTTPExport runs the all-in-one binary with
-// OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf against a receiver in the
-// test: spans arrive with service.version, the SSE read's upstream
-// subscription is in the request's trace, and metrics arrive with units.
-func TestOTLPHTTPExport(t *testing.T) {
-	recv := &otlpReceiver{versions: map[string]string{}, traces: map[string][]string{}, units: map[string]string{}}
-	collector := httptest.NewServer(recv)
-	t.Cleanup(collector.Close)
-	srv := StartServer(t, Options{Env: []string{
-		"OTEL_EXPORTER_OTLP_ENDPOINT=" + collector.URL,
+// otlpEnv points a process at the receiver by OTLP/HTTP, exporting often.
+func otlpEnv(endpoint string) []string {
+	return []string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint,
 		"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
 		"OTEL_METRIC_EXPORT_INTERVAL=500",
 		"OTEL_BSP_SCHEDULE_DELAY=100",
-	}})
+	}
+}
+
+// tracedSSE runs exercise with a fresh sampled traceparent on the SSE
+// read and returns its trace id.
+func tracedSSE(t *testing.T, c *Client, stream string) string {
+	t.Helper()
 	var id [16]byte
 	var span [8]byte
 	_, _ = rand.Read(id[:])
 	_, _ = rand.Read(span[:])
 	traceID := hex.EncodeToString(id[:])
-	hdr := http.Header{"Traceparent": {"00-" + traceID + "-" + hex.EncodeToString(span[:]) + "-01"}}
-	exercise(t, NewClient(srv.URL()), "obs/otlp", hdr)
+	exercise(t, c, stream, http.Header{"Traceparent": {"00-" + traceID + "-" + hex.EncodeToString(span[:]) + "-01"}})
+	return traceID
+}
 
-	await.True(t, "the SSE read's spans, with its upstream subscription, at the receiver", func() bool {
+// checkOTLP waits until the receiver holds, in the SSE read's trace, each
+// of wantSpans ("<service> <span name>", a name ending in "/Subscribe"
+// matching any Subscribe RPC span), and metrics with units; then checks
+// service.version of every service and the units of the given metrics.
+func checkOTLP(t *testing.T, recv *otlpReceiver, traceID string, wantSpans []string, services []string, units map[string]string) {
+	t.Helper()
+	if !await.Until(await.DefaultTimeout, func() bool {
 		recv.mu.Lock()
 		defer recv.mu.Unlock()
-		var server, subscribe bool
-		for _, name := range recv.traces[traceID] {
-			server = server || name == "GET /v1/stream/{stream...}"
-			subscribe = subscribe || strings.HasSuffix(name, "/Subscribe")
+		for _, want := range wantSpans {
+			found := false
+			for _, got := range recv.traces[traceID] {
+				found = found || got == want || (strings.HasSuffix(want, "/Subscribe") && strings.HasPrefix(got, strings.Fields(want)[0]+" ") && strings.HasSuffix(got, "/Subscribe"))
+			}
+			if !found {
+				return false
+			}
 		}
-		return server && subscribe
-	})
+		return true
+	}) {
+		recv.mu.Lock()
+		defer recv.mu.Unlock()
+		t.Fatalf("the SSE read's trace %s holds %q, want %q", traceID, recv.traces[traceID], wantSpans)
+	}
 	await.True(t, "metrics with units at the receiver", func() bool {
 		recv.mu.Lock()
 		defer recv.mu.Unlock()
-		return recv.units["http.server.request.duration"] != "" && recv.units["ursula.node.append_bytes"] != ""
+		for name := range units {
+			if _, ok := recv.units[name]; !ok {
+				return false
+			}
+		}
+		return true
 	})
 	recv.mu.Lock()
 	defer recv.mu.Unlock()
-	if v := recv.versions["ursula"]; v == "" {
-		t.Errorf("spans of service ursula without service.version: %v", recv.versions)
+	for _, svc := range services {
+		if v := recv.versions[svc]; v == "" {
+			t.Errorf("spans of service %s without service.version: %v", svc, recv.versions)
+		}
 	}
-	for name, want := range map[string]string{
-		"http.server.request.duration": "s",
-		"ursula.node.append.duration":  "s",
-		"ursula.raft.persist.duration": "s",
-		"ursula.node.append_bytes":     "By",
-		"ursula.node.append_requests":  "{request}",
-		"ursula.build_info":            "{build}",
-	} {
+	for name, want := range units {
 		if got := recv.units[name]; got != want {
 			t.Errorf("metric %s: unit %q, want %q", name, got, want)
 		}
@@ -320,4 +368,50 @@ func TestOTLPHTTPExport(t *testing.T) {
 			t.Errorf("metric %s has no unit", name)
 		}
 	}
+}
+
+// TestOTLPHTTPExport runs the all-in-one binary with
+// OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf against a receiver in the
+// test: spans arrive with service.version, the SSE read's upstream
+// subscription is in the request's trace, and metrics arrive with units.
+func TestOTLPHTTPExport(t *testing.T) {
+	recv, endpoint := newOTLPReceiver(t)
+	srv := StartServer(t, Options{Env: otlpEnv(endpoint)})
+	traceID := tracedSSE(t, NewClient(srv.URL()), "obs/otlp")
+	checkOTLP(t, recv, traceID,
+		[]string{"ursula GET /v1/stream/{stream...}", "ursula /Subscribe"},
+		[]string{"ursula"},
+		map[string]string{
+			"http.server.request.duration": "s",
+			"ursula.node.append.duration":  "s",
+			"ursula.raft.persist.duration": "s",
+			"ursula.node.append_bytes":     "By",
+			"ursula.node.append_requests":  "{request}",
+			"ursula.build_info":            "{build}",
+		})
+}
+
+// TestOTLPHTTPExportCluster: the same with a gateway in front of a
+// 3-node cluster, every process exporting to the receiver: the SSE read's
+// trace runs from the gateway's request span through the gateway's
+// Subscribe call to the node's.
+func TestOTLPHTTPExportCluster(t *testing.T) {
+	recv, endpoint := newOTLPReceiver(t)
+	for _, kv := range otlpEnv(endpoint) {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v) // inherited by every process the cluster starts
+	}
+	c := StartCluster(t, ClusterOptions{Nodes: 3, GroupCount: 4, Gateway: true})
+	traceID := tracedSSE(t, c.Client(), "obs/otlp-cluster")
+	checkOTLP(t, recv, traceID,
+		[]string{"ursula-gateway GET /v1/stream/{stream...}", "ursula-gateway /Subscribe", "ursula-node /Subscribe"},
+		[]string{"ursula-gateway", "ursula-node"},
+		map[string]string{
+			"http.server.request.duration":   "s",
+			"ursula.node.append.duration":    "s",
+			"ursula.raft.apply.duration":     "s",
+			"ursula.node.raft_messages_sent": "{message}",
+			"ursula.upstream.known_nodes":    "{node}",
+			"ursula.build_info":              "{build}",
+		})
 }
