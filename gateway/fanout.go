@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 )
 
@@ -105,6 +107,9 @@ type hub struct {
 	mode   sseMode
 	cancel context.CancelFunc
 	refs   int // clients holding the hub; guarded by hubSet.mu
+	// span is the span of the request that started the hub, the parent
+	// of its upstream subscription's.
+	span trace.SpanContext
 
 	mu      sync.RWMutex
 	events  []*sseEvent // retained events, consecutive sequence numbers
@@ -134,19 +139,29 @@ type hubClient struct {
 
 // acquireHub returns the live hub of t's stream for incarnation inc,
 // starting one that subscribes at offset (byte position pos) when there is
-// none. Every acquireHub is paired with a releaseHub.
-func (g *Gateway) acquireHub(t target, inc uint64, mode sseMode, offset string, pos uint64) *hub {
+// none. Every acquireHub is paired with a releaseHub. A hub outlives the
+// request that starts it (it ends with its last client, or the gateway),
+// but its upstream subscription is traced as part of that request: the
+// Subscribe call's span is a child of reqCtx's span. A request that joins
+// a running hub gets a span event naming the span the hub's subscription
+// descends from.
+func (g *Gateway) acquireHub(reqCtx context.Context, t target, inc uint64, mode sseMode, offset string, pos uint64) *hub {
 	k := hubKey{t.ref.GetBucket(), t.ref.GetStream()}
 	hs := &g.hubs
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	if h := hs.m[k]; h != nil && h.inc == inc && h.mode == mode {
 		h.refs++
+		if span := trace.SpanFromContext(reqCtx); span.IsRecording() && h.span.IsValid() {
+			span.AddEvent("ursula.sse.hub_joined", trace.WithAttributes(
+				attrHubTraceID.String(h.span.TraceID().String()), attrHubSpanID.String(h.span.SpanID().String())))
+		}
 		return h
 	}
-	ctx, cancel := context.WithCancel(g.stopCtx)
+	reqSpan := trace.SpanFromContext(reqCtx)
+	ctx, cancel := context.WithCancel(trace.ContextWithSpan(g.stopCtx, reqSpan))
 	h := &hub{
-		key: k, inc: inc, mode: mode, cancel: cancel, refs: 1, stopped: ctx.Done(),
+		key: k, inc: inc, mode: mode, cancel: cancel, refs: 1, stopped: ctx.Done(), span: reqSpan.SpanContext(),
 		first: 0, tail: pos, clients: map[*hubClient]struct{}{}, changed: make(chan struct{}), ended: make(chan struct{}),
 	}
 	if hs.closed {

@@ -78,6 +78,7 @@ func New(cfg Config, client streamv1.StreamServiceClient, logger *slog.Logger) (
 		g.budget = httpserver.NewBudget(0)
 	}
 	g.metrics.budget = g.budget
+	g.metrics.newDuration()
 	g.stopCtx, g.stop = context.WithCancel(context.Background())
 	g.handler = http.HandlerFunc(g.serveHTTP)
 	return g, nil
@@ -242,6 +243,11 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 	g.metrics.inFlight.Add(1)
 	defer g.metrics.inFlight.Add(-1)
+	var start time.Time
+	timed := g.metrics.duration.Enabled(r.Context())
+	if timed {
+		start = time.Now()
+	}
 	ctx, span := g.startSpan(r)
 	r = r.WithContext(ctx)
 	rec := recorderPool.Get().(*recorder)
@@ -262,6 +268,10 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusOK
 		}
 		g.metrics.countRequest(r.Method, status)
+		if timed {
+			route, _ := routeOf(g.cfg.StreamRoot, r.URL.Path)
+			g.metrics.recordDuration(ctx, time.Since(start), route, r.Method, status, r.TLS != nil)
+		}
 		endSpan(span, status)
 		rec.ResponseWriter = nil
 		recorderPool.Put(rec)

@@ -1,12 +1,17 @@
 package gateway
 
 import (
+	"context"
+	"maps"
 	"net/http"
 	runtimemetrics "runtime/metrics"
 	"strconv"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/ursula/ursula/services/platform/httpserver"
@@ -52,6 +57,77 @@ type metrics struct {
 	bytesAppended  atomic.Uint64
 	bytesServed    atomic.Uint64
 	upstreamErrors atomic.Uint64
+
+	// duration is the standard http.server.request.duration histogram;
+	// durationOpts caches its attribute sets by route, method, status
+	// and scheme (an immutable map replaced on a miss), so that recording
+	// allocates nothing once a combination was seen.
+	duration     metric.Float64Histogram
+	durationMu   sync.Mutex
+	durationOpts atomic.Pointer[map[durationKey][]metric.RecordOption]
+}
+
+// durationKey names one series of http.server.request.duration. Routes
+// are the templates of routeOf, a small fixed set.
+type durationKey struct {
+	route  string
+	method uint8
+	status uint16
+	https  bool
+}
+
+// newDuration makes the http.server.request.duration histogram from the
+// global meter provider.
+func (m *metrics) newDuration() {
+	m.duration = telemetry.Latency(telemetry.Meter("gateway"), "http.server.request.duration", "Duration of HTTP server requests.")
+}
+
+// recordDuration records one request's duration with the attributes the
+// HTTP semantic conventions give the metric.
+func (m *metrics) recordDuration(ctx context.Context, d time.Duration, route, method string, status int, https bool) {
+	if status < 100 || status >= 600 {
+		status = 599
+	}
+	k := durationKey{route: route, method: uint8(methodIndex(method)), status: uint16(status), https: https}
+	var opts []metric.RecordOption
+	if cache := m.durationOpts.Load(); cache != nil {
+		opts = (*cache)[k]
+	}
+	if opts == nil {
+		opts = m.durationOption(k)
+	}
+	m.duration.Record(ctx, d.Seconds(), opts...)
+}
+
+// durationOption adds k's attribute set to the cache.
+func (m *metrics) durationOption(k durationKey) []metric.RecordOption {
+	m.durationMu.Lock()
+	defer m.durationMu.Unlock()
+	old := map[durationKey][]metric.RecordOption{}
+	if cache := m.durationOpts.Load(); cache != nil {
+		if opts, ok := (*cache)[k]; ok {
+			return opts
+		}
+		old = *cache
+	}
+	method := methodNames[k.method]
+	if method == "OTHER" {
+		method = "_OTHER"
+	}
+	scheme := "http"
+	if k.https {
+		scheme = "https"
+	}
+	opts := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
+		semconv.HTTPRequestMethodKey.String(method),
+		semconv.HTTPResponseStatusCode(int(k.status)),
+		semconv.HTTPRoute(k.route),
+		semconv.URLScheme(scheme),
+	))}
+	next := maps.Clone(old)
+	next[k] = opts
+	m.durationOpts.Store(&next)
+	return opts
 }
 
 func (m *metrics) countRequest(method string, status int) {
@@ -149,34 +225,35 @@ func (m *metrics) emit(emit func(telemetry.Sample)) {
 		method := semconv.HTTPRequestMethodKey.String(methodNames[mi])
 		for st := range m.requests[mi] {
 			if n := m.requests[mi][st].Load(); n > 0 {
-				emit(telemetry.Sample{Name: "requests", Kind: telemetry.Counter, Value: float64(n), Attrs: []attribute.KeyValue{method, statusAttrs[st]}})
+				emit(telemetry.Sample{Name: "requests", Kind: telemetry.Counter, Unit: "{request}", Help: "HTTP requests answered, by method and status code.",
+					Value: float64(n), Attrs: []attribute.KeyValue{method, statusAttrs[st]}})
 			}
 		}
 	}
 	for _, c := range []struct {
-		name string
-		v    uint64
+		name, unit, help string
+		v                uint64
 	}{
-		{"sse_events", m.sseEvents.Load()},
-		{"sse_events_direct", m.sseDirect.Load()},
-		{"bytes_appended", m.bytesAppended.Load()},
-		{"bytes_served", m.bytesServed.Load()},
-		{"upstream_errors", m.upstreamErrors.Load()},
-		{"inflight_body_refusals", m.budget.Refusals()},
+		{"sse_events", "{event}", "SSE events written to clients.", m.sseEvents.Load()},
+		{"sse_events_direct", "{event}", "SSE events written to clients by hub writers.", m.sseDirect.Load()},
+		{"bytes_appended", "By", "Bytes appended through this gateway.", m.bytesAppended.Load()},
+		{"bytes_served", "By", "Stream bytes served to readers.", m.bytesServed.Load()},
+		{"upstream_errors", "{error}", "Calls to the storage nodes that failed.", m.upstreamErrors.Load()},
+		{"inflight_body_refusals", "{request}", "Requests refused because the in-flight body budget was spent.", m.budget.Refusals()},
 	} {
-		emit(telemetry.Sample{Name: c.name, Kind: telemetry.Counter, Value: float64(c.v)})
+		emit(telemetry.Sample{Name: c.name, Kind: telemetry.Counter, Unit: c.unit, Help: c.help, Value: float64(c.v)})
 	}
 	for _, c := range []struct {
-		name string
-		v    int64
+		name, unit, help string
+		v                int64
 	}{
-		{"sse_clients", m.sseClients.Load()},
-		{"long_polls_in_flight", m.longPolls.Load()},
-		{"sse_hubs", m.sseHubs.Load()},
-		{"requests_in_flight", m.inFlight.Load()},
-		{"inflight_body_bytes", m.budget.InUse()},
-		{"inflight_body_limit_bytes", m.budget.Limit()},
+		{"sse_clients", "{connection}", "SSE responses open now.", m.sseClients.Load()},
+		{"long_polls_in_flight", "{request}", "Long polls waiting now.", m.longPolls.Load()},
+		{"sse_hubs", "{hub}", "Upstream subscriptions shared by SSE clients (one per live stream).", m.sseHubs.Load()},
+		{"requests_in_flight", "{request}", "HTTP requests being served now.", m.inFlight.Load()},
+		{"inflight_body_bytes", "By", "Request body bytes held now (server.http_inflight_body_size budget).", m.budget.InUse()},
+		{"inflight_body_limit_bytes", "By", "The in-flight request body budget (server.http_inflight_body_size).", m.budget.Limit()},
 	} {
-		emit(telemetry.Sample{Name: c.name, Kind: telemetry.Gauge, Value: float64(c.v)})
+		emit(telemetry.Sample{Name: c.name, Kind: telemetry.Gauge, Unit: c.unit, Help: c.help, Value: float64(c.v)})
 	}
 }

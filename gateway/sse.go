@@ -150,7 +150,7 @@ func (c *sseConn) flush() error { return c.rc.Flush() }
 // reports whether the response must end; false means the connection fell
 // behind what the hub retains and must catch up with its own reads.
 func (c *sseConn) followHub(ctx context.Context) bool {
-	h := c.g.acquireHub(c.t, c.inc, c.s.mode, c.offset, c.pos)
+	h := c.g.acquireHub(ctx, c.t, c.inc, c.s.mode, c.offset, c.pos)
 	defer c.g.releaseHub(h)
 	me := &c.me
 	if !h.join(me, c.pos) {

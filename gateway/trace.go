@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"go.opentelemetry.io/otel"
@@ -16,11 +18,24 @@ import (
 // attrBucket is the span attribute naming the bucket a request addresses.
 const attrBucket = attribute.Key("ursula.bucket")
 
+// attrHubTraceID and attrHubSpanID name, on the span event of an SSE
+// request that joins a running hub, the span its upstream subscription
+// descends from (the request that started the hub).
+const (
+	attrHubTraceID = attribute.Key("ursula.sse.hub.trace_id")
+	attrHubSpanID  = attribute.Key("ursula.sse.hub.span_id")
+)
+
 // startSpan starts the server span of a request, as a child of the span in
 // its traceparent header, if any. The span is named "<method> <route>"
-// (the route template, never the stream name) and records the method, the
-// route and the bucket; never the body. Without a tracer provider it costs
-// a context value.
+// (the route template, never the stream name) and carries the HTTP
+// semantic conventions' server attributes (http.request.method,
+// url.scheme, http.route, server.address and server.port,
+// network.protocol.version, client.address, user_agent.original; at the
+// end http.response.status_code) and the bucket; never the body, and never
+// url.path or url.query: stream names are the users' data, so the route
+// template stands for the path. Without a tracer provider it costs a
+// context value.
 func (g *Gateway) startSpan(r *http.Request) (context.Context, trace.Span) {
 	ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer))
@@ -37,12 +52,57 @@ func (g *Gateway) startSpan(r *http.Request) (context.Context, trace.Span) {
 		name = "HTTP"
 	}
 	span.SetName(name + " " + route)
-	attrs := []attribute.KeyValue{semconv.HTTPRequestMethodKey.String(method), semconv.HTTPRoute(route)}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	attrs := []attribute.KeyValue{
+		semconv.HTTPRequestMethodKey.String(method),
+		semconv.HTTPRoute(route),
+		semconv.URLScheme(scheme),
+		semconv.NetworkProtocolVersion(protocolVersion(r)),
+	}
+	if r.Method != method {
+		attrs = append(attrs, semconv.HTTPRequestMethodOriginal(r.Method))
+	}
+	if host, port := hostPort(r.Host); host != "" {
+		attrs = append(attrs, semconv.ServerAddress(host))
+		if port > 0 {
+			attrs = append(attrs, semconv.ServerPort(port))
+		}
+	}
+	if host, _ := hostPort(r.RemoteAddr); host != "" {
+		attrs = append(attrs, semconv.ClientAddress(host))
+	}
+	if ua := r.UserAgent(); ua != "" {
+		attrs = append(attrs, semconv.UserAgentOriginal(ua))
+	}
 	if bucket != "" {
 		attrs = append(attrs, attrBucket.String(bucket))
 	}
 	span.SetAttributes(attrs...)
 	return ctx, span
+}
+
+// protocolVersion is network.protocol.version: "1.1", "2", ...
+func protocolVersion(r *http.Request) string {
+	switch {
+	case r.ProtoMajor == 1:
+		return "1." + strconv.Itoa(r.ProtoMinor)
+	case r.ProtoMinor == 0:
+		return strconv.Itoa(r.ProtoMajor)
+	}
+	return strconv.Itoa(r.ProtoMajor) + "." + strconv.Itoa(r.ProtoMinor)
+}
+
+// hostPort splits "host:port" (or a bare host); port is 0 when absent.
+func hostPort(hp string) (string, int) {
+	host, p, err := net.SplitHostPort(hp)
+	if err != nil {
+		return hp, 0
+	}
+	port, _ := strconv.Atoi(p)
+	return host, port
 }
 
 // endSpan ends a request's span with its response status (0: none was

@@ -109,29 +109,29 @@ func (r *Router) MetricsSource() telemetry.Source {
 	return func(emit func(telemetry.Sample)) {
 		st := r.Stats()
 		for _, c := range []struct {
-			name string
-			v    uint64
+			name, unit, help string
+			v                uint64
 		}{
-			{"leader_cache_hits", st.LeaderCacheHits},
-			{"leader_cache_misses", st.LeaderCacheMisses},
-			{"not_leader", st.NotLeader},
-			{"retries", st.Retries},
-			{"no_leader", st.NoLeader},
-			{"transport_failures", st.TransportFailures},
-			{"refreshes", st.Refreshes},
-			{"refresh_failures", st.RefreshFailures},
+			{"leader_cache_hits", "{call}", "Calls routed to a group leader known in advance.", st.LeaderCacheHits},
+			{"leader_cache_misses", "{call}", "Calls routed without a known group leader.", st.LeaderCacheMisses},
+			{"not_leader", "{call}", "NOT_LEADER answers from nodes.", st.NotLeader},
+			{"retries", "{call}", "Calls tried a second time.", st.Retries},
+			{"no_leader", "{call}", "Calls answered unavailable because their group had no known leader.", st.NoLeader},
+			{"transport_failures", "{call}", "Calls that failed on the link to a node.", st.TransportFailures},
+			{"refreshes", "{poll}", "Cluster info polls.", st.Refreshes},
+			{"refresh_failures", "{poll}", "Cluster info polls that failed.", st.RefreshFailures},
 		} {
-			emit(telemetry.Sample{Name: c.name, Kind: telemetry.Counter, Value: float64(c.v)})
+			emit(telemetry.Sample{Name: c.name, Kind: telemetry.Counter, Unit: c.unit, Help: c.help, Value: float64(c.v)})
 		}
-		emit(telemetry.Sample{Name: "known_nodes", Kind: telemetry.Gauge, Value: float64(len(st.Nodes))})
+		emit(telemetry.Sample{Name: "known_nodes", Kind: telemetry.Gauge, Unit: "{node}", Help: "Storage nodes the router knows.", Value: float64(len(st.Nodes))})
 		for _, n := range st.Nodes {
 			attrs := []attribute.KeyValue{attribute.String("node_id", strconv.FormatUint(n.ID, 10))}
 			up := 0.0
 			if n.Up {
 				up = 1
 			}
-			emit(telemetry.Sample{Name: "node_up", Kind: telemetry.Gauge, Value: up, Attrs: attrs})
-			emit(telemetry.Sample{Name: "node_leads", Kind: telemetry.Gauge, Value: float64(n.Leads), Attrs: attrs})
+			emit(telemetry.Sample{Name: "node_up", Kind: telemetry.Gauge, Unit: "{state}", Help: "1 unless the last call to the node failed on the link.", Value: up, Attrs: attrs})
+			emit(telemetry.Sample{Name: "node_leads", Kind: telemetry.Gauge, Unit: "{group}", Help: "Groups whose cached leader is the node.", Value: float64(n.Leads), Attrs: attrs})
 		}
 	}
 }

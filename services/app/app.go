@@ -22,6 +22,7 @@ import (
 	"github.com/ursula/ursula/gateway"
 	"github.com/ursula/ursula/gateway/subscription"
 	"github.com/ursula/ursula/gateway/upstream"
+	"github.com/ursula/ursula/internal/buildinfo"
 	"github.com/ursula/ursula/internal/pki"
 	backupv1 "github.com/ursula/ursula/proto/gen/go/ursula/backup/v1"
 	coldgcv1 "github.com/ursula/ursula/proto/gen/go/ursula/coldgc/v1"
@@ -133,7 +134,7 @@ var serviceNames = map[string]string{
 // startTelemetry sets up traces and metrics; the returned function flushes
 // and stops them.
 func startTelemetry(ctx context.Context, cfg *Config, logger *slog.Logger) (*telemetry.Telemetry, func(), error) {
-	id := telemetry.Identity{ServiceName: serviceNames[cfg.Target]}
+	id := telemetry.Identity{ServiceName: serviceNames[cfg.Target], Build: telemetry.Build(buildinfo.Get())}
 	if cfg.Target == TargetAll || cfg.Target == TargetNode {
 		id.ClusterID, id.NodeID = cfg.Node.ClusterID, cfg.Engine.NodeID
 	}

@@ -28,14 +28,26 @@ type metrics struct {
 	nextRun     time.Time
 }
 
-// counters are the document's monotonic keys (exported as counters).
-var counters = map[string]bool{"backups": true, "failures": true, "prunes": true, "prune_failures": true, "pruned_backups": true}
-
-var document = telemetry.Document{Kind: func(name string) telemetry.Kind {
-	if counters[name] {
-		return telemetry.Counter
-	}
-	return telemetry.Gauge
+// document describes the metrics document's values as instruments
+// (ursula.backup.<name>).
+var document = telemetry.Document{Metrics: map[string]telemetry.Metric{
+	"backups":                   {Kind: telemetry.Counter, Unit: "{backup}", Help: "Backups completed."},
+	"failures":                  {Kind: telemetry.Counter, Unit: "{backup}", Help: "Backups that failed."},
+	"in_progress":               {Unit: "{backup}", Help: "Backups running now."},
+	"prunes":                    {Kind: telemetry.Counter, Unit: "{prune}", Help: "Prune runs completed."},
+	"prune_failures":            {Kind: telemetry.Counter, Unit: "{prune}", Help: "Prune runs that failed."},
+	"pruned_backups":            {Kind: telemetry.Counter, Unit: "{backup}", Help: "Backups deleted by pruning."},
+	"last_success_unix_seconds": {Unit: "s", Help: "When the last backup succeeded (Unix time; 0: never)."},
+	"last_failure_unix_seconds": {Unit: "s", Help: "When the last backup failed (Unix time; 0: never)."},
+	"last_duration_seconds":     {Unit: "s", Help: "How long the last backup took."},
+	"last_groups":               {Unit: "{group}", Help: "Raft groups in the last backup."},
+	"last_objects":              {Unit: "{object}", Help: "Cold objects in the last backup."},
+	"last_bytes":                {Unit: "By", Help: "Bytes in the last backup."},
+	"last_copied_objects":       {Unit: "{object}", Help: "Objects the last backup copied."},
+	"last_copied_bytes":         {Unit: "By", Help: "Bytes the last backup copied."},
+	"last_reused_objects":       {Unit: "{object}", Help: "Objects the last backup reused from earlier ones."},
+	"last_reused_bytes":         {Unit: "By", Help: "Bytes the last backup reused from earlier ones."},
+	"next_run_unix_seconds":     {Unit: "s", Help: "When the next scheduled backup runs (Unix time; 0: none)."},
 }}
 
 func unixSeconds(t time.Time) float64 {

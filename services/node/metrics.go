@@ -6,6 +6,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/ursula/ursula/services/platform/telemetry"
 	"github.com/ursula/ursula/storage/cluster"
 	"github.com/ursula/ursula/storage/cold"
 	"github.com/ursula/ursula/storage/engine"
@@ -29,6 +32,18 @@ type metrics struct {
 	subscriptions   atomic.Uint64
 	subscribeChunks atomic.Uint64
 	subscribeBytes  atomic.Uint64
+	// Latency histograms of Append and of reads that do not wait
+	// (newLatencies).
+	appendDuration metric.Float64Histogram
+	readDuration   metric.Float64Histogram
+}
+
+// newLatencies makes the node's latency histograms from the global meter
+// provider (set up by the process's telemetry before the node is built).
+func (m *metrics) newLatencies() {
+	meter := telemetry.Meter("services/node")
+	m.appendDuration = telemetry.Latency(meter, "ursula.node.append.duration", "Time this node takes to serve an Append call (replicated and applied).")
+	m.readDuration = telemetry.Latency(meter, "ursula.node.read.duration", "Time this node takes to serve a Read call that does not wait for data.")
 }
 
 // gateState is a group's recovery_gate: "open", or the state of its gate.

@@ -137,6 +137,7 @@ func New(cfg Config, n *engine.Node, deps Deps, logger *slog.Logger) (*Server, e
 		logger:      logger,
 		incarnation: strconv.FormatInt(time.Now().UnixNano(), 36),
 	}
+	s.metrics.newLatencies()
 	var err error
 	if cfg.AdminListen != "" {
 		if err := s.setUpAdmin(n.Config().DataDir); err != nil {
@@ -213,12 +214,25 @@ func (s *Server) Run(ctx context.Context) error {
 			return fmt.Errorf("listen on admin plane %s: %w", s.cfg.AdminListen, err)
 		}
 	}
+	var metricsLn net.Listener
+	if s.cfg.MetricsListen != "" {
+		if metricsLn, err = net.Listen("tcp", s.cfg.MetricsListen); err != nil {
+			_ = clientLn.Close()
+			if adminLn != nil {
+				_ = adminLn.Close()
+			}
+			return fmt.Errorf("listen on metrics plane %s: %w", s.cfg.MetricsListen, err)
+		}
+	}
 	var clusterLn net.Listener
 	if s.plane != nil {
 		if clusterLn, err = net.Listen("tcp", s.cfg.ClusterListen); err != nil {
 			_ = clientLn.Close()
 			if adminLn != nil {
 				_ = adminLn.Close()
+			}
+			if metricsLn != nil {
+				_ = metricsLn.Close()
 			}
 			return fmt.Errorf("listen on cluster plane %s: %w", s.cfg.ClusterListen, err)
 		}
@@ -238,6 +252,12 @@ func (s *Server) Run(ctx context.Context) error {
 		if err != nil {
 			_ = clientLn.Close()
 			_ = adminLn.Close()
+			if metricsLn != nil {
+				_ = metricsLn.Close()
+			}
+			if clusterLn != nil {
+				_ = clusterLn.Close()
+			}
 			return err
 		}
 		adminHTTP = s.cfg.HTTP.Server(withAdminTLS(h), errorLog) // bodies bounded per route (adminHandler)
@@ -269,6 +289,11 @@ func (s *Server) Run(ctx context.Context) error {
 		run(func() error { return adminHTTP.Serve(adminMux.HTTP()) })
 		run(func() error { return s.adminGRPC.Serve(adminMux.GRPC()) })
 	}
+	var metricsHTTP *http.Server
+	if metricsLn != nil {
+		metricsHTTP = s.cfg.HTTP.Server(http.MaxBytesHandler(s.metricsHandler(), maxHTTPBodyBytes), errorLog)
+		run(func() error { return metricsHTTP.Serve(metricsLn) })
+	}
 	var (
 		clusterGRPC *grpc.Server
 		clusterHTTP *http.Server
@@ -290,7 +315,7 @@ func (s *Server) Run(ctx context.Context) error {
 		run(func() error { return clusterGRPC.Serve(clusterMux.GRPC()) })
 		run(func() error { return clusterHTTP.Serve(clusterMux.HTTP()) })
 	}
-	s.logger.Info("node listening", "client", clientLn.Addr().String(), "admin", s.cfg.AdminListen, "cluster", s.cfg.ClusterListen,
+	s.logger.Info("node listening", "client", clientLn.Addr().String(), "admin", s.cfg.AdminListen, "cluster", s.cfg.ClusterListen, "metrics", s.cfg.MetricsListen,
 		"client_grpc_reflection", s.cfg.reflection(s.cfg.Listen).String(), "admin_grpc_reflection", s.cfg.reflection(s.cfg.AdminListen).String())
 	go func() {
 		if err := s.n.WaitReady(ctx); err == nil {
@@ -340,6 +365,9 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		_ = adminHTTP.Shutdown(shutdownCtx)
 		_ = adminMux.Close()
+	}
+	if metricsHTTP != nil {
+		_ = metricsHTTP.Shutdown(shutdownCtx)
 	}
 	_ = mux.Close()
 	if clusterGRPC != nil {
@@ -588,6 +616,21 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("GET /__ursula/metrics", s.serveMetrics)
 	mux.HandleFunc("GET /__ursula/ready", s.serveReady)
 	mux.HandleFunc("GET /__ursula/usage", s.serveUsage)
+	return mux
+}
+
+// metricsHandler serves the metrics plane (server.metrics_listen): what a
+// remote Prometheus or load balancer reads, and nothing that changes
+// anything: GET /__ursula/prometheus (the process's metrics), GET
+// /__ursula/metrics (the JSON document the client plane also serves: no
+// secret in it) and GET /__ursula/ready. Every other request is 404, or
+// 405 for another method on those paths; there are no profiles, audit log
+// or per-bucket usage here.
+func (s *Server) metricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /__ursula/prometheus", s.servePrometheus)
+	mux.HandleFunc("GET /__ursula/metrics", s.serveMetrics)
+	mux.HandleFunc("GET /__ursula/ready", s.serveReady)
 	return mux
 }
 

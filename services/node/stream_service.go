@@ -83,7 +83,9 @@ func (s *streamService) CreateStream(ctx context.Context, req *streamv1.CreateSt
 func (s *streamService) Append(ctx context.Context, req *streamv1.AppendRequest) (*streamv1.AppendResponse, error) {
 	start := time.Now()
 	resp, err := s.eng.Append(ctx, req)
-	s.metrics.appendNs.Add(uint64(time.Since(start)))
+	d := time.Since(start)
+	s.metrics.appendNs.Add(uint64(d))
+	s.metrics.appendDuration.Record(ctx, d.Seconds())
 	s.metrics.appends.Add(1)
 	if err != nil {
 		s.metrics.appendErrors.Add(1)
@@ -120,7 +122,9 @@ func (s *streamService) Read(ctx context.Context, req *streamv1.ReadRequest) (re
 	start := time.Now()
 	resp, err = s.eng.Read(ctx, req)
 	if req.GetWaitMs() == 0 {
-		s.metrics.readNs.Add(uint64(time.Since(start)))
+		d := time.Since(start)
+		s.metrics.readNs.Add(uint64(d))
+		s.metrics.readDuration.Record(ctx, d.Seconds())
 	}
 	s.metrics.reads.Add(1)
 	return resp, s.status(err)

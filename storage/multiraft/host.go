@@ -160,6 +160,7 @@ type Host struct {
 	snaps  *raftlog.SnapshotStore
 	shards []*shard
 	groups []*group
+	lat    latencies
 	nextID atomic.Uint64
 	newSM  func(groupID uint32) StateMachine
 
@@ -239,6 +240,7 @@ func New(cfg Config, newStateMachine func(groupID uint32) StateMachine, tr Trans
 		return nil, fmt.Errorf("multiraft: %w", err)
 	}
 	h.cleanStart = clean != nil
+	h.lat = newLatencies()
 	ok := false
 	defer func() {
 		if !ok {

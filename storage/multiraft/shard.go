@@ -453,7 +453,9 @@ func (s *shard) processReady() error {
 			if err := s.journal.Flush(sync); err != nil {
 				return fmt.Errorf("multiraft: shard %d: %w", s.id, err)
 			}
-			s.stats.persistNs.Add(uint64(time.Since(flushStart)))
+			d := time.Since(flushStart)
+			s.stats.persistNs.Add(uint64(d))
+			h.lat.persist.Record(context.Background(), d.Seconds())
 			if sync {
 				s.lastSync = time.Now()
 			}
@@ -487,7 +489,11 @@ func (s *shard) processReady() error {
 			if err := g.apply(rd); err != nil {
 				return err
 			}
-			s.stats.applyNs.Add(uint64(time.Since(applyStart)))
+			d := time.Since(applyStart)
+			s.stats.applyNs.Add(uint64(d))
+			if len(rd.CommittedEntries) > 0 {
+				h.lat.apply.Record(context.Background(), d.Seconds())
+			}
 			s.stats.appliedEntries.Add(uint64(len(rd.CommittedEntries)))
 			g.appliedWaits.trigger(g.applied)
 			if g.halted != nil {

@@ -737,6 +737,7 @@ func TestBackupServiceBacksUpOnScheduleAndPrunes(t *testing.T) {
 	}) {
 		t.Fatalf("metrics: %v", metrics)
 	}
+	lintScrape(t, "ursula-backup", "http://"+addrs[0]+"/__ursula/prometheus")
 	if f, _ := metrics["failures"].(float64); f != 0 {
 		t.Errorf("%v backups failed: %v", f, metrics["last_error"])
 	}

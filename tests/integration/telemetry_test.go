@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ursula/ursula/gateway"
+	"github.com/ursula/ursula/internal/buildinfo"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/node"
 	"github.com/ursula/ursula/services/platform/telemetry"
@@ -204,7 +206,7 @@ func TestPrometheusEndpoints(t *testing.T) {
 	for _, k := range []string{telemetry.EnvEndpoint, telemetry.EnvTracesEndpoint, telemetry.EnvMetricsEndpoint} {
 		t.Setenv(k, "")
 	}
-	tel, err := telemetry.New(t.Context(), telemetry.Config{Prometheus: true}, telemetry.Identity{ServiceName: "ursula", ClusterID: testClusterID, NodeID: 1}, testLogger(t))
+	tel, err := telemetry.New(t.Context(), telemetry.Config{Prometheus: true}, telemetry.Identity{ServiceName: "ursula", ClusterID: testClusterID, NodeID: 1, Build: telemetry.Build(buildinfo.Get())}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,9 +252,9 @@ func TestPrometheusEndpoints(t *testing.T) {
 			}{
 				{"ursula_node_append_requests_total", nil, "3"},
 				{"ursula_node_append_errors_total", nil, "0"},
-				{"ursula_node_raft_group_count", nil, "4"},
-				{"ursula_node_raft_group_leader_id", []string{`raft_group_id="0"`}, "1"},
-				{"ursula_node_raft_group_leader_id", []string{`raft_group_id="3"`}, "1"},
+				{"ursula_node_raft_groups", nil, "4"},
+				{"ursula_node_raft_group_leader_info", []string{`raft_group_id="0"`, `leader_node_id="1"`}, "1"},
+				{"ursula_node_raft_group_leader_info", []string{`raft_group_id="3"`, `leader_node_id="1"`}, "1"},
 				{"ursula_node_raft_group_is_leader", []string{`raft_group_id="0"`}, "1"},
 				// The seed's gauges outside the node's document.
 				{"ursula_raft_recovery_gates", []string{`status="stalled"`}, "0"},
@@ -261,13 +263,17 @@ func TestPrometheusEndpoints(t *testing.T) {
 				{"ursula_gateway_requests_total", []string{`http_request_method="POST"`, `http_response_status_code="204"`}, "3"},
 				{"ursula_gateway_requests_total", []string{`http_request_method="PUT"`, `http_response_status_code="201"`}, "1"},
 				{"ursula_upstream_known_nodes", nil, "1"},
+				{"ursula_build_info", []string{`version="` + buildinfo.Get().Version + `"`, `commit="` + buildinfo.Get().Commit + `"`, `go_version="` + runtime.Version() + `"`}, "1"},
+				{"target_info", []string{`service_version="` + buildinfo.Get().Version + `"`}, "1"},
+				{"http_server_request_duration_seconds_count", []string{`http_route="/v1/stream/{stream...}"`, `http_request_method="POST"`, `http_response_status_code="204"`}, "3"},
+				{"ursula_node_append_duration_seconds_count", nil, "3"},
 				{"target_info", []string{`service_name="ursula"`, `ursula_cluster_id="` + testClusterID + `"`}, "1"},
 			} {
 				if !hasSample(text, want.name, want.labels, want.value) {
 					t.Errorf("no %s%v %s in:\n%s", want.name, want.labels, want.value, text)
 				}
 			}
-			if !strings.Contains(text, "# TYPE ursula_node_append_requests_total counter") || !strings.Contains(text, "# TYPE ursula_node_raft_group_leader_id gauge") {
+			if !strings.Contains(text, "# TYPE ursula_node_append_requests_total counter") || !strings.Contains(text, "# TYPE ursula_node_raft_group_leader_info gauge") {
 				t.Errorf("wrong metric types")
 			}
 		})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,10 +30,19 @@ const (
 
 // Sample is one value of a metrics snapshot.
 type Sample struct {
-	// Name is the metric's snake_case name within its source.
+	// Name is the metric's snake_case name within its source, without a
+	// unit suffix or _total (the Prometheus exporter adds them from Unit
+	// and Kind).
 	Name string
 	// Kind says whether Value only grows.
 	Kind Kind
+	// Unit is the instrument's UCUM unit: "s", "By", or an annotation in
+	// braces ("{request}"); empty for a plain number. "s" and "By" become
+	// _seconds and _bytes in Prometheus; annotations are not shown there.
+	Unit string
+	// Help describes the metric (the instrument's description, the HELP
+	// line in Prometheus). A sample without one is not exported.
+	Help string
 	// Value is the current value (a running total for a Counter).
 	Value float64
 	// Attrs identify the series (raft_group_id, for example); nil for a
@@ -115,7 +125,7 @@ func (b *bridge) sync() error {
 	var errs []error
 	b.src(func(s Sample) {
 		k := instKey{s.Name, s.Kind}
-		if _, ok := b.insts[k]; ok {
+		if _, ok := b.insts[k]; ok || s.Help == "" {
 			return
 		}
 		var (
@@ -123,9 +133,9 @@ func (b *bridge) sync() error {
 			err  error
 		)
 		if s.Kind == Counter {
-			inst, err = b.meter.Float64ObservableCounter(b.prefix + s.Name)
+			inst, err = b.meter.Float64ObservableCounter(b.prefix+s.Name, metric.WithDescription(s.Help), metric.WithUnit(s.Unit))
 		} else {
-			inst, err = b.meter.Float64ObservableGauge(b.prefix + s.Name)
+			inst, err = b.meter.Float64ObservableGauge(b.prefix+s.Name, metric.WithDescription(s.Help), metric.WithUnit(s.Unit))
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("instrument %s: %w", b.prefix+s.Name, err))
@@ -157,7 +167,9 @@ func (b *bridge) sync() error {
 		b.src(func(s Sample) {
 			inst, ok := insts[instKey{s.Name, s.Kind}]
 			if !ok {
-				b.stale.Store(true)
+				if s.Help != "" {
+					b.stale.Store(true)
+				}
 				return
 			}
 			if len(s.Attrs) == 0 {
@@ -189,14 +201,33 @@ func (b *bridge) close() error {
 
 // Document reads a JSON-shaped metrics document (the map a component
 // serves as JSON: float64 and bool values, nested objects, lists of
-// objects) as samples.
+// objects) as samples. Only the values Metrics describes are exported:
+// the JSON document is an operator contract whose keys do not follow the
+// Prometheus conventions, so Metrics gives each exported value its
+// conventional name, kind, unit and description.
 type Document struct {
 	// Lists says how to read a key holding a list of objects: each element
 	// becomes a series of its own. Other lists and strings are skipped.
 	Lists map[string]List
-	// Kind classifies a flattened sample name; nil makes every sample a
-	// gauge.
-	Kind func(name string) Kind
+	// Metrics describes the exported values, by flattened document name
+	// (see Emit); values not in it are not exported.
+	Metrics map[string]Metric
+}
+
+// Metric describes how a document value is exported.
+type Metric struct {
+	// Name is the sample name; empty means the flattened document name.
+	Name string
+	// Kind, Unit and Help are the sample's (see Sample).
+	Kind Kind
+	Unit string
+	Help string
+	// Scale multiplies the value into Unit (1e-9 for a count of
+	// nanoseconds exported in seconds); 0 means 1.
+	Scale float64
+	// Omit keeps the value out of the export on purpose (an identity, a
+	// duplicate of another value); it stays in the JSON document.
+	Omit bool
 }
 
 // List describes a list of objects in a Document.
@@ -210,22 +241,53 @@ type List struct {
 	Attr string
 }
 
+// Undescribed returns the flattened names of doc's numeric values that
+// Metrics neither describes nor omits, sorted: a test over a real document
+// proves with it that every value has a conventional export.
+func (d Document) Undescribed(doc map[string]any) []string {
+	seen := map[string]bool{}
+	d.walk(doc, func(name string, _ float64, _ []attribute.KeyValue) {
+		if _, ok := d.Metrics[name]; !ok {
+			seen[name] = true
+		}
+	})
+	return slices.Sorted(maps.Keys(seen))
+}
+
 // Emit emits doc's numeric values: top-level values under their key,
 // nested objects' values as "<key>_<nested key>", booleans as 0 or 1, and
 // each element of a described list with its id attribute.
+// Values Metrics does not describe, or omits, are skipped.
 func (d Document) Emit(doc map[string]any, emit func(Sample)) {
+	d.walk(doc, func(name string, v float64, attrs []attribute.KeyValue) {
+		m, ok := d.Metrics[name]
+		if !ok || m.Omit {
+			return
+		}
+		if m.Name != "" {
+			name = m.Name
+		}
+		if m.Scale != 0 {
+			v *= m.Scale
+		}
+		emit(Sample{Name: name, Kind: m.Kind, Unit: m.Unit, Help: m.Help, Value: v, Attrs: attrs})
+	})
+}
+
+// walk calls f for every numeric value of doc, by flattened name.
+func (d Document) walk(doc map[string]any, f func(name string, v float64, attrs []attribute.KeyValue)) {
 	for k, v := range doc {
 		if l, ok := d.Lists[k]; ok {
 			if elems, ok := v.([]any); ok {
-				d.emitList(l, elems, emit)
+				d.walkList(l, elems, f)
 			}
 			continue
 		}
-		d.emitValue(k, v, nil, emit)
+		walkValue(k, v, nil, f)
 	}
 }
 
-func (d Document) emitList(l List, elems []any, emit func(Sample)) {
+func (d Document) walkList(l List, elems []any, f func(string, float64, []attribute.KeyValue)) {
 	attr := l.Attr
 	if attr == "" {
 		attr = l.IDKey
@@ -242,45 +304,41 @@ func (d Document) emitList(l List, elems []any, emit func(Sample)) {
 		attrs := []attribute.KeyValue{attribute.String(attr, id)}
 		for k, v := range obj {
 			if k != l.IDKey {
-				d.emitValue(l.Prefix+k, v, attrs, emit)
+				walkValue(l.Prefix+k, v, attrs, f)
 			}
 		}
 	}
 }
 
-func (d Document) emitValue(name string, v any, attrs []attribute.KeyValue, emit func(Sample)) {
-	var f float64
+func walkValue(name string, v any, attrs []attribute.KeyValue, f func(string, float64, []attribute.KeyValue)) {
+	var fv float64
 	switch x := v.(type) {
 	case float64:
-		f = x
+		fv = x
 	case float32:
-		f = float64(x)
+		fv = float64(x)
 	case int:
-		f = float64(x)
+		fv = float64(x)
 	case int64:
-		f = float64(x)
+		fv = float64(x)
 	case uint64:
-		f = float64(x)
+		fv = float64(x)
 	case bool:
 		if x {
-			f = 1
+			fv = 1
 		}
 	case map[string]any:
 		for k, nv := range x {
-			d.emitValue(name+"_"+snakeCase(k), nv, attrs, emit)
+			walkValue(name+"_"+snakeCase(k), nv, attrs, f)
 		}
 		return
 	default:
 		return
 	}
-	if math.IsNaN(f) {
+	if math.IsNaN(fv) {
 		return
 	}
-	kind := Gauge
-	if d.Kind != nil {
-		kind = d.Kind(name)
-	}
-	emit(Sample{Name: name, Kind: kind, Value: f, Attrs: attrs})
+	f(name, fv, attrs)
 }
 
 // idString renders a list element's id (a JSON number or string).

@@ -18,7 +18,9 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -43,7 +45,48 @@ const (
 	EnvTracesExporter  = "OTEL_TRACES_EXPORTER"
 	EnvMetricsExporter = "OTEL_METRICS_EXPORTER"
 	EnvSDKDisabled     = "OTEL_SDK_DISABLED"
+	EnvProtocol        = "OTEL_EXPORTER_OTLP_PROTOCOL"
+	EnvTracesProtocol  = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	EnvMetricsProtocol = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"
 )
+
+// OTLP transport protocols, the values of OTEL_EXPORTER_OTLP_*PROTOCOL.
+const (
+	ProtocolGRPC         = "grpc"
+	ProtocolHTTPProtobuf = "http/protobuf"
+)
+
+// ErrProtocol is returned by New for an OTLP protocol it does not speak.
+var ErrProtocol = errors.New("telemetry: unsupported OTLP protocol")
+
+// Protocols returns the OTLP protocol of traces and of metrics: the
+// signal's own variable, else OTEL_EXPORTER_OTLP_PROTOCOL, else grpc (this
+// server's default since before it spoke HTTP; the specification's is
+// http/protobuf). A value other than grpc or http/protobuf (http/json
+// included, which the Go exporters do not speak) is an error naming the
+// variable.
+func Protocols() (traces, metrics string, err error) {
+	pick := func(signalVar string) (string, error) {
+		name, v := signalVar, strings.TrimSpace(os.Getenv(signalVar))
+		if v == "" {
+			name, v = EnvProtocol, strings.TrimSpace(os.Getenv(EnvProtocol))
+		}
+		switch v {
+		case "":
+			return ProtocolGRPC, nil
+		case ProtocolGRPC, ProtocolHTTPProtobuf:
+			return v, nil
+		}
+		return "", fmt.Errorf("%w: %s=%q (want %q or %q)", ErrProtocol, name, v, ProtocolGRPC, ProtocolHTTPProtobuf)
+	}
+	if traces, err = pick(EnvTracesProtocol); err != nil {
+		return "", "", err
+	}
+	if metrics, err = pick(EnvMetricsProtocol); err != nil {
+		return "", "", err
+	}
+	return traces, metrics, nil
+}
 
 // Config is the [telemetry] section. Exporters are configured by the
 // standard OTEL_* environment variables, not here (see doc.go).
@@ -74,6 +117,17 @@ type Identity struct {
 	// ursula.node_id when set.
 	ClusterID string
 	NodeID    uint64
+	// Build is the binary's build: service.version, and the attributes
+	// of ursula.build_info.
+	Build Build
+}
+
+// Build describes the binary (the fields of internal/buildinfo.Info,
+// which the platform packages do not import; convert with Build(info)).
+type Build struct {
+	Version   string
+	Commit    string
+	GoVersion string
 }
 
 // Telemetry owns the process's tracer and meter providers.
@@ -101,6 +155,10 @@ func New(ctx context.Context, cfg Config, id Identity, logger *slog.Logger) (*Te
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		logger.Warn("opentelemetry error", "err", err)
 	}))
+	traceProto, metricProto, err := Protocols()
+	if err != nil {
+		return nil, err
+	}
 	traces, metrics := TracesExported(), MetricsExported()
 	if !traces && !metrics && !cfg.Prometheus {
 		return t, nil
@@ -110,9 +168,14 @@ func New(ctx context.Context, cfg Config, id Identity, logger *slog.Logger) (*Te
 		return nil, err
 	}
 	if traces {
-		exp, err := otlptracegrpc.New(ctx)
+		var exp sdktrace.SpanExporter
+		if traceProto == ProtocolHTTPProtobuf {
+			exp, err = otlptracehttp.New(ctx)
+		} else {
+			exp, err = otlptracegrpc.New(ctx)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("telemetry: OTLP trace exporter: %w", err)
+			return nil, fmt.Errorf("telemetry: OTLP trace exporter (%s): %w", traceProto, err)
 		}
 		t.tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 		otel.SetTracerProvider(t.tp)
@@ -130,19 +193,77 @@ func New(ctx context.Context, cfg Config, id Identity, logger *slog.Logger) (*Te
 		t.prom = promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)})
 	}
 	if metrics {
-		exp, err := otlpmetricgrpc.New(ctx)
+		var exp sdkmetric.Exporter
+		if metricProto == ProtocolHTTPProtobuf {
+			exp, err = otlpmetrichttp.New(ctx)
+		} else {
+			exp, err = otlpmetricgrpc.New(ctx)
+		}
 		if err != nil {
 			_ = t.Shutdown(ctx)
-			return nil, fmt.Errorf("telemetry: OTLP metric exporter: %w", err)
+			return nil, fmt.Errorf("telemetry: OTLP metric exporter (%s): %w", metricProto, err)
 		}
 		readers = append(readers, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(&syncingExporter{Exporter: exp, t: t})))
 	}
 	if len(readers) > 0 {
 		t.mp = sdkmetric.NewMeterProvider(append(readers, sdkmetric.WithResource(res))...)
 		otel.SetMeterProvider(t.mp)
+		if err := registerBuildInfo(t.mp, id.Build); err != nil {
+			_ = t.Shutdown(ctx)
+			return nil, err
+		}
 	}
-	logger.Info("telemetry started", "traces_otlp", traces, "metrics_otlp", metrics, "prometheus", cfg.Prometheus)
+	logger.Info("telemetry started", "traces_otlp", traces, "traces_protocol", traceProto,
+		"metrics_otlp", metrics, "metrics_protocol", metricProto, "prometheus", cfg.Prometheus)
 	return t, nil
+}
+
+// registerBuildInfo exports ursula.build_info: 1, with the binary's
+// version, commit and Go version as attributes (ursula_build_info in
+// Prometheus).
+func registerBuildInfo(mp metric.MeterProvider, bi Build) error {
+	attrs := metric.WithAttributeSet(attribute.NewSet(
+		attribute.String("version", bi.Version),
+		attribute.String("commit", bi.Commit),
+		attribute.String("go_version", bi.GoVersion),
+	))
+	_, err := mp.Meter(ScopePrefix+"services/platform/telemetry").Int64ObservableGauge("ursula.build_info",
+		metric.WithDescription("The build of this process: always 1, with its version, commit and Go version as labels."),
+		metric.WithUnit("{build}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(1, attrs)
+			return nil
+		}))
+	if err != nil {
+		return fmt.Errorf("telemetry: build_info: %w", err)
+	}
+	return nil
+}
+
+// LatencyBuckets are the explicit bucket boundaries, in seconds, of every
+// latency histogram of ours: 100 µs to 10 s.
+var LatencyBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// Meter returns the global meter of one of our packages, named by its
+// path in the module ("gateway", "storage/wal"). Instruments made before
+// New installs the meter provider forward to it once it does; without
+// one they record nothing.
+func Meter(pkg string) metric.Meter { return otel.Meter(ScopePrefix + pkg) }
+
+// Latency makes a histogram of durations in seconds (unit "s", buckets
+// LatencyBuckets) on m: Prometheus shows it as <name>_seconds_bucket,
+// _sum and _count. It never fails: an instrument the SDK refuses records
+// nothing.
+func Latency(m metric.Meter, name, help string) metric.Float64Histogram {
+	h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(help),
+		metric.WithExplicitBucketBoundaries(LatencyBuckets...))
+	if err != nil {
+		otel.Handle(fmt.Errorf("telemetry: histogram %s: %w", name, err))
+	}
+	if h == nil {
+		return noop.Float64Histogram{}
+	}
+	return h
 }
 
 // Propagator is the W3C trace-context plus baggage propagator New installs
@@ -183,6 +304,9 @@ func newResource(ctx context.Context, cfg Config, id Identity) (*resource.Resour
 		name = id.ServiceName
 	}
 	attrs := []attribute.KeyValue{semconv.ServiceName(name)}
+	if id.Build.Version != "" {
+		attrs = append(attrs, semconv.ServiceVersion(id.Build.Version))
+	}
 	if id.ClusterID != "" {
 		attrs = append(attrs, attribute.String("ursula.cluster_id", id.ClusterID))
 	}

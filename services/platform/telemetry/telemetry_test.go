@@ -42,7 +42,7 @@ func noExportEnv(tb testing.TB) {
 // newTelemetry sets up telemetry for a test and shuts it down after.
 func newTelemetry(tb testing.TB, cfg Config) *Telemetry {
 	tb.Helper()
-	tel, err := New(tb.Context(), cfg, Identity{ServiceName: "telemetry-test", ClusterID: "c1", NodeID: 7}, nil)
+	tel, err := New(tb.Context(), cfg, Identity{ServiceName: "telemetry-test", ClusterID: "c1", NodeID: 7, Build: testBuild}, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -92,13 +92,13 @@ func TestPrometheusSource(t *testing.T) {
 	appends.Store(3)
 	var late atomic.Bool
 	src := func(emit func(Sample)) {
-		emit(Sample{Name: "append_requests", Kind: Counter, Value: float64(appends.Load())})
-		emit(Sample{Name: "streams", Kind: Gauge, Value: 5})
+		emit(Sample{Name: "append_requests", Kind: Counter, Help: "h", Value: float64(appends.Load())})
+		emit(Sample{Name: "streams", Kind: Gauge, Help: "h", Value: 5})
 		for g, leader := range []float64{1, 2} {
-			emit(Sample{Name: "raft_group_leader_id", Value: leader, Attrs: []attribute.KeyValue{attribute.Int("raft_group_id", g)}})
+			emit(Sample{Name: "raft_group_leader_id", Help: "h", Value: leader, Attrs: []attribute.KeyValue{attribute.Int("raft_group_id", g)}})
 		}
 		if late.Load() {
-			emit(Sample{Name: "late_gauge", Value: 9})
+			emit(Sample{Name: "late_gauge", Help: "h", Value: 9})
 		}
 	}
 	if err := tel.RegisterSource("node", src); err != nil {
@@ -277,7 +277,7 @@ func TestOTLPExport(t *testing.T) {
 		t.Error("the SDK tracer provider is not the global one")
 	}
 	if err := tel.RegisterSource("test", func(emit func(Sample)) {
-		emit(Sample{Name: "appends", Kind: Counter, Value: 1})
+		emit(Sample{Name: "appends", Kind: Counter, Help: "h", Value: 1})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -316,13 +316,19 @@ func TestDocumentEmit(t *testing.T) {
 	}
 	d := Document{
 		Lists: map[string]List{"raft_groups": {Prefix: "raft_group_", IDKey: "raft_group_id"}},
-		Kind: func(name string) Kind {
-			if name == "append_requests" {
-				return Counter
-			}
-			return Gauge
+		Metrics: map[string]Metric{
+			"append_requests":      {Kind: Counter, Help: "h"},
+			"nested_a":             {Help: "h"},
+			"nested_bytes_written": {Help: "h"},
+			"raft_group_count":     {Name: "raft_groups", Help: "h"},
+			"raft_group_is_leader": {Help: "h"},
+			"raft_group_leader_id": {Omit: true},
+			"wal_recovery":         {Help: "h"},
+			"append_ns":            {Name: "append_time", Kind: Counter, Unit: "s", Scale: 1e-9, Help: "h"},
 		},
 	}
+	doc["append_ns"] = float64(2.5e9)
+	doc["undescribed"] = float64(1)
 	var got []string
 	d.Emit(doc, func(s Sample) {
 		line := s.Name
@@ -337,17 +343,19 @@ func TestDocumentEmit(t *testing.T) {
 	slices.Sort(got)
 	want := []string{
 		"append_requests counter 10",
+		"append_time counter 2.5",
 		"nested_a 1",
 		"nested_bytes_written 2",
-		"raft_group_count 2",
 		"raft_group_is_leader{raft_group_id=0} 1",
 		"raft_group_is_leader{raft_group_id=1} 0",
-		"raft_group_leader_id{raft_group_id=0} 1",
-		"raft_group_leader_id{raft_group_id=1} 2",
+		"raft_groups 2",
 		"wal_recovery 1",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("samples:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if got := d.Undescribed(doc); !slices.Equal(got, []string{"undescribed"}) {
+		t.Errorf("Undescribed = %v, want [undescribed]", got)
 	}
 }
 
@@ -359,9 +367,9 @@ func TestSourceNamesAfterExport(t *testing.T) {
 	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
 	var late atomic.Bool
 	if err := tel.RegisterSource("test", func(emit func(Sample)) {
-		emit(Sample{Name: "early", Kind: Counter, Value: 1})
+		emit(Sample{Name: "early", Kind: Counter, Help: "h", Value: 1})
 		if late.Load() {
-			emit(Sample{Name: "late", Value: 2})
+			emit(Sample{Name: "late", Help: "h", Value: 2})
 		}
 	}); err != nil {
 		t.Fatal(err)

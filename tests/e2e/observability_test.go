@@ -1,0 +1,417 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ursula/ursula/tests/await"
+)
+
+// The Prometheus and OpenTelemetry conventions, checked against live
+// processes: every exposition passes the Prometheus linter, the metrics
+// plane serves nothing but metrics and readiness, and OTLP/HTTP export
+// carries service.version, units, and SSE spans in their request's trace.
+
+// httpGet GETs url and returns the status and body.
+func httpGet(tb testing.TB, url string) (int, string) {
+	tb.Helper()
+	return httpDo(tb, http.MethodGet, url, nil)
+}
+
+func httpDo(tb testing.TB, method, url string, hdr http.Header) (int, string) {
+	tb.Helper()
+	req, err := http.NewRequestWithContext(tb.Context(), method, url, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, url, err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// lintScrape scrapes a Prometheus endpoint, fails tb on any promlint
+// problem, and returns the exposition.
+func lintScrape(tb testing.TB, what, url string) string {
+	tb.Helper()
+	code, text := httpGet(tb, url)
+	if code != http.StatusOK {
+		tb.Fatalf("%s: GET %s: %d %s", what, url, code, text)
+	}
+	problems, err := promlint.New(strings.NewReader(text)).Lint()
+	if err != nil {
+		tb.Fatalf("%s: promlint: %v", what, err)
+	}
+	for _, p := range problems {
+		tb.Errorf("%s: promlint: %s: %s", what, p.Metric, p.Text)
+	}
+	return text
+}
+
+// wantSeries fails tb for each metric family name missing from text.
+func wantSeries(tb testing.TB, what, text string, names ...string) {
+	tb.Helper()
+	for _, n := range names {
+		if !strings.Contains(text, "\n"+n+" ") && !strings.Contains(text, "\n"+n+"{") {
+			tb.Errorf("%s: no %s in the exposition", what, n)
+		}
+	}
+}
+
+// sseLive opens a live SSE read of stream from the start, with hdr, and
+// reads the history; once the gateway follows the stream for it (its
+// sse_hubs gauge: the shared upstream subscription runs), it appends
+// "live;" and reads it as a live event, then closes the read.
+func sseLive(tb *testing.T, c *Client, stream string, hdr http.Header) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(tb.Context(), await.DefaultTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+StreamRoot+stream+"?offset=-1&live=sse", nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatalf("SSE read: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		tb.Fatalf("SSE read: %d", resp.StatusCode)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	// nextData returns the next data event's payload.
+	nextData := func() string {
+		inData := false
+		for sc.Scan() {
+			switch line := sc.Text(); {
+			case line == "event: data":
+				inData = true
+			case inData && strings.HasPrefix(line, "data:"):
+				return line[len("data:"):]
+			}
+		}
+		tb.Fatalf("SSE read ended without data: %v", sc.Err())
+		return ""
+	}
+	nextData()
+	await.True(tb, "the gateway's upstream subscription for the SSE read", func() bool {
+		code, body := httpGet(tb, c.BaseURL+"/__ursula/metrics")
+		var m struct {
+			Hubs int `json:"sse_hubs"`
+		}
+		return code == http.StatusOK && json.Unmarshal([]byte(body), &m) == nil && m.Hubs > 0
+	})
+	mustStatus(tb, "append", 204)(c.Append(ctx, stream, "text/plain", []byte("live;"), nil))
+	for {
+		if strings.Contains(nextData(), "live;") {
+			return
+		}
+	}
+}
+
+// exercise creates stream and does what fills every histogram: appends,
+// a read, and a live SSE read.
+func exercise(tb *testing.T, c *Client, stream string, sseHdr http.Header) {
+	tb.Helper()
+	ctx := tb.Context()
+	mustStatus(tb, "create", 201)(c.Create(ctx, stream, "text/plain", nil))
+	for range 3 {
+		mustStatus(tb, "append", 204)(c.Append(ctx, stream, "text/plain", []byte("event;"), nil))
+	}
+	mustStatus(tb, "read", 200)(c.Read(ctx, stream, "-1"))
+	sseLive(tb, c, stream, sseHdr)
+}
+
+// TestPrometheusConventionsAllInOne lints a live all-in-one process's
+// exposition on its metrics plane (server.metrics_listen), finds the
+// latency histograms and ursula_build_info there, and finds nothing else
+// served on that plane.
+func TestPrometheusConventionsAllInOne(t *testing.T) {
+	bin, err := Binary("ursula")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags, err := DefinedFlags(bin, DefaultListenFlags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := StartServer(t, Options{Binary: bin, ListenFlags: append(flags, "metrics.listen")})
+	exercise(t, NewClient(srv.URL()), "obs/all", nil)
+
+	metricsBase := "http://" + srv.Addrs["metrics.listen"]
+	text := lintScrape(t, "all-in-one metrics plane", metricsBase+"/__ursula/prometheus")
+	wantSeries(t, "all-in-one", text,
+		"ursula_build_info",
+		"http_server_request_duration_seconds_count",
+		"ursula_node_append_duration_seconds_count",
+		"ursula_node_read_duration_seconds_count",
+		"ursula_raft_apply_duration_seconds_count",
+		"ursula_raft_persist_duration_seconds_count",
+		"ursula_node_append_requests_total",
+		"ursula_gateway_requests_total",
+		`ursula_raft_recovery_gates`,
+	)
+	// The admin plane serves the same exposition.
+	lintScrape(t, "all-in-one admin plane", "http://"+srv.Addrs["admin.listen"]+"/__ursula/prometheus")
+
+	if code, body := httpGet(t, metricsBase+"/__ursula/ready"); code != http.StatusOK {
+		t.Errorf("GET /__ursula/ready on the metrics plane: %d %s", code, body)
+	}
+	if code, body := httpGet(t, metricsBase+"/__ursula/metrics"); code != http.StatusOK || !strings.Contains(body, `"append_requests"`) {
+		t.Errorf("GET /__ursula/metrics on the metrics plane: %d %.200s", code, body)
+	}
+	// Nothing that changes anything, even with the admin token.
+	auth := http.Header{"Authorization": {srv.AdminAuth(t)}}
+	for _, c := range []struct {
+		method, path string
+		want         int
+	}{
+		{http.MethodPost, "/__ursula/prometheus", http.StatusMethodNotAllowed},
+		{http.MethodPost, "/__ursula/feature-level", http.StatusNotFound},
+		{http.MethodPost, "/__ursula/raft/0/recovery/accept-unsynced-loss", http.StatusNotFound},
+		{http.MethodGet, "/__ursula/audit", http.StatusNotFound},
+		{http.MethodGet, "/debug/pprof/", http.StatusNotFound},
+		{http.MethodPut, StreamRoot + "obs/other", http.StatusNotFound},
+	} {
+		if code, _ := httpDo(t, c.method, metricsBase+c.path, auth); code != c.want {
+			t.Errorf("%s %s on the metrics plane: %d, want %d", c.method, c.path, code, c.want)
+		}
+	}
+}
+
+// TestPrometheusConventionsSplit lints the expositions of a storage node
+// and of a gateway in front of a 3-node cluster.
+func TestPrometheusConventionsSplit(t *testing.T) {
+	c := StartCluster(t, ClusterOptions{Nodes: 3, GroupCount: 4, Gateway: true})
+	exercise(t, c.Client(), "obs/split", nil)
+	gw := lintScrape(t, "gateway", c.GatewayURL()+"/__ursula/prometheus")
+	wantSeries(t, "gateway", gw, "ursula_build_info", "http_server_request_duration_seconds_count", "ursula_gateway_requests_total", "ursula_upstream_node_up")
+	for _, n := range c.Nodes {
+		text := lintScrape(t, "node", "http://"+n.Config.AdminListen+"/__ursula/prometheus")
+		wantSeries(t, "node", text, "ursula_build_info", "ursula_node_raft_groups", "ursula_raft_apply_duration_seconds_count",
+			"ursula_raft_persist_duration_seconds_count", "ursula_node_raft_messages_sent_total", "ursula_node_raft_peer_connected")
+	}
+}
+
+// otlpReceiver is an OTLP/HTTP receiver: it decodes the protobuf bodies
+// posted to /v1/traces and /v1/metrics.
+type otlpReceiver struct {
+	mu       sync.Mutex
+	versions map[string]string   // service.name -> service.version
+	traces   map[string][]string // trace id -> "<service.name> <span name>"
+	units    map[string]string   // metric name -> unit
+}
+
+func newOTLPReceiver(tb testing.TB) (*otlpReceiver, string) {
+	tb.Helper()
+	o := &otlpReceiver{versions: map[string]string{}, traces: map[string][]string{}, units: map[string]string{}}
+	srv := httptest.NewServer(o)
+	tb.Cleanup(srv.Close)
+	return o, srv.URL
+}
+
+func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil || r.Header.Get("Content-Type") != "application/x-protobuf" {
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var resp proto.Message
+	switch r.URL.Path {
+	case "/v1/traces":
+		var req coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(body, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		for _, rs := range req.GetResourceSpans() {
+			var name, version string
+			for _, kv := range rs.GetResource().GetAttributes() {
+				switch kv.GetKey() {
+				case "service.name":
+					name = kv.GetValue().GetStringValue()
+				case "service.version":
+					version = kv.GetValue().GetStringValue()
+				}
+			}
+			o.versions[name] = version
+			for _, ss := range rs.GetScopeSpans() {
+				for _, sp := range ss.GetSpans() {
+					id := hex.EncodeToString(sp.GetTraceId())
+					o.traces[id] = append(o.traces[id], name+" "+sp.GetName())
+				}
+			}
+		}
+		resp = &coltracepb.ExportTraceServiceResponse{}
+	case "/v1/metrics":
+		var req colmetricpb.ExportMetricsServiceRequest
+		if err := proto.Unmarshal(body, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		for _, rm := range req.GetResourceMetrics() {
+			for _, sm := range rm.GetScopeMetrics() {
+				for _, m := range sm.GetMetrics() {
+					o.units[m.GetName()] = m.GetUnit()
+				}
+			}
+		}
+		resp = &colmetricpb.ExportMetricsServiceResponse{}
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	out, _ := proto.Marshal(resp)
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(out)
+}
+
+// otlpEnv points a process at the receiver by OTLP/HTTP, exporting often.
+func otlpEnv(endpoint string) []string {
+	return []string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint,
+		"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+		"OTEL_METRIC_EXPORT_INTERVAL=500",
+		"OTEL_BSP_SCHEDULE_DELAY=100",
+	}
+}
+
+// tracedSSE runs exercise with a fresh sampled traceparent on the SSE
+// read and returns its trace id.
+func tracedSSE(t *testing.T, c *Client, stream string) string {
+	t.Helper()
+	var id [16]byte
+	var span [8]byte
+	_, _ = rand.Read(id[:])
+	_, _ = rand.Read(span[:])
+	traceID := hex.EncodeToString(id[:])
+	exercise(t, c, stream, http.Header{"Traceparent": {"00-" + traceID + "-" + hex.EncodeToString(span[:]) + "-01"}})
+	return traceID
+}
+
+// checkOTLP waits until the receiver holds, in the SSE read's trace, each
+// of wantSpans ("<service> <span name>", a name ending in "/Subscribe"
+// matching any Subscribe RPC span), and metrics with units; then checks
+// service.version of every service and the units of the given metrics.
+func checkOTLP(t *testing.T, recv *otlpReceiver, traceID string, wantSpans []string, services []string, units map[string]string) {
+	t.Helper()
+	if !await.Until(await.DefaultTimeout, func() bool {
+		recv.mu.Lock()
+		defer recv.mu.Unlock()
+		for _, want := range wantSpans {
+			found := false
+			for _, got := range recv.traces[traceID] {
+				found = found || got == want || (strings.HasSuffix(want, "/Subscribe") && strings.HasPrefix(got, strings.Fields(want)[0]+" ") && strings.HasSuffix(got, "/Subscribe"))
+			}
+			if !found {
+				return false
+			}
+		}
+		return true
+	}) {
+		recv.mu.Lock()
+		defer recv.mu.Unlock()
+		t.Fatalf("the SSE read's trace %s holds %q, want %q", traceID, recv.traces[traceID], wantSpans)
+	}
+	await.True(t, "metrics with units at the receiver", func() bool {
+		recv.mu.Lock()
+		defer recv.mu.Unlock()
+		for name := range units {
+			if _, ok := recv.units[name]; !ok {
+				return false
+			}
+		}
+		return true
+	})
+	recv.mu.Lock()
+	defer recv.mu.Unlock()
+	for _, svc := range services {
+		if v := recv.versions[svc]; v == "" {
+			t.Errorf("spans of service %s without service.version: %v", svc, recv.versions)
+		}
+	}
+	for name, want := range units {
+		if got := recv.units[name]; got != want {
+			t.Errorf("metric %s: unit %q, want %q", name, got, want)
+		}
+	}
+	for name, unit := range recv.units {
+		if unit == "" && (strings.HasPrefix(name, "ursula.") || strings.HasPrefix(name, "http.")) {
+			t.Errorf("metric %s has no unit", name)
+		}
+	}
+}
+
+// TestOTLPHTTPExport runs the all-in-one binary with
+// OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf against a receiver in the
+// test: spans arrive with service.version, the SSE read's upstream
+// subscription is in the request's trace, and metrics arrive with units.
+func TestOTLPHTTPExport(t *testing.T) {
+	recv, endpoint := newOTLPReceiver(t)
+	srv := StartServer(t, Options{Env: otlpEnv(endpoint)})
+	traceID := tracedSSE(t, NewClient(srv.URL()), "obs/otlp")
+	checkOTLP(t, recv, traceID,
+		[]string{"ursula GET /v1/stream/{stream...}", "ursula /Subscribe"},
+		[]string{"ursula"},
+		map[string]string{
+			"http.server.request.duration": "s",
+			"ursula.node.append.duration":  "s",
+			"ursula.raft.persist.duration": "s",
+			"ursula.node.append_bytes":     "By",
+			"ursula.node.append_requests":  "{request}",
+			"ursula.build_info":            "{build}",
+		})
+}
+
+// TestOTLPHTTPExportCluster: the same with a gateway in front of a
+// 3-node cluster, every process exporting to the receiver: the SSE read's
+// trace runs from the gateway's request span through the gateway's
+// Subscribe call to the node's.
+func TestOTLPHTTPExportCluster(t *testing.T) {
+	recv, endpoint := newOTLPReceiver(t)
+	for _, kv := range otlpEnv(endpoint) {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v) // inherited by every process the cluster starts
+	}
+	c := StartCluster(t, ClusterOptions{Nodes: 3, GroupCount: 4, Gateway: true})
+	traceID := tracedSSE(t, c.Client(), "obs/otlp-cluster")
+	checkOTLP(t, recv, traceID,
+		[]string{"ursula-gateway GET /v1/stream/{stream...}", "ursula-gateway /Subscribe", "ursula-node /Subscribe"},
+		[]string{"ursula-gateway", "ursula-node"},
+		map[string]string{
+			"http.server.request.duration":   "s",
+			"ursula.node.append.duration":    "s",
+			"ursula.raft.apply.duration":     "s",
+			"ursula.node.raft_messages_sent": "{message}",
+			"ursula.upstream.known_nodes":    "{node}",
+			"ursula.build_info":              "{build}",
+		})
+}
