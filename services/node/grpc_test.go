@@ -280,7 +280,8 @@ func TestGRPCHealth(t *testing.T) {
 	s := runNode(t, cfg)
 	h := healthv1.NewHealthClient(dial(t, s.cfg.Listen))
 	ctx := t.Context()
-	watch, err := h.Watch(ctx, &healthv1.HealthCheckRequest{})
+	// The listener may not accept yet: wait for it rather than fail.
+	watch, err := h.Watch(ctx, &healthv1.HealthCheckRequest{}, grpc.WaitForReady(true))
 	if err != nil {
 		t.Fatal(err)
 	}

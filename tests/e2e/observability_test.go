@@ -161,10 +161,10 @@ func TestPrometheusConventionsAllInOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := StartServer(t, Options{Binary: bin, ListenFlags: append(flags, "metrics.listen")})
+	srv := StartServer(t, Options{Binary: bin, ListenFlags: append(flags, "server.metrics_listen")})
 	exercise(t, NewClient(srv.URL()), "obs/all", nil)
 
-	metricsBase := "http://" + srv.Addrs["metrics.listen"]
+	metricsBase := "http://" + srv.Addrs["server.metrics_listen"]
 	text := lintScrape(t, "all-in-one metrics plane", metricsBase+"/__ursula/prometheus")
 	wantSeries(t, "all-in-one", text,
 		"ursula_build_info",
