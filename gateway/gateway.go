@@ -262,6 +262,10 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
 	}
 	path := r.URL.Path
 	if strings.HasPrefix(path, ownPrefix) {
+		if isStatusPage(path) {
+			g.serveStatusPage(w, r)
+			return
+		}
 		g.serveOwn(w, r, path[len(ownPrefix):])
 		return
 	}

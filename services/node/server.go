@@ -27,6 +27,7 @@ import (
 	"github.com/ursula/ursula/services/platform/httpserver"
 	"github.com/ursula/ursula/services/platform/inproc"
 	"github.com/ursula/ursula/services/platform/listenmux"
+	"github.com/ursula/ursula/services/platform/statuspage"
 	"github.com/ursula/ursula/storage/cluster"
 	"github.com/ursula/ursula/storage/engine"
 	"github.com/ursula/ursula/storage/multiraft"
@@ -46,6 +47,10 @@ type Server struct {
 	logger      *slog.Logger
 	metrics     metrics
 	incarnation string
+	// page is the cluster status page (statuspage.go); uiStop ends its
+	// live connections when the node stops.
+	page   *statuspage.Page
+	uiStop context.Context
 	// adminToken is the digest of server.admin_token_file's token, read
 	// from adminTokenFile; adminTLS serves the admin plane over TLS (nil:
 	// plaintext, loopback only); adminHosts are the Host values it answers.
@@ -160,6 +165,9 @@ func New(cfg Config, n *engine.Node, deps Deps, logger *slog.Logger) (*Server, e
 	for _, p := range n.Config().Peers {
 		s.streams.leaderAddrs[p.ID] = p.ClientURL
 	}
+	if s.page, err = s.newStatusPage(); err != nil {
+		return nil, fmt.Errorf("status page: %w", err)
+	}
 	s.coldgc = &coldGCService{cold: n.Cold}
 	s.backup = &backupService{n: n, clusterID: cfg.ClusterID, maxMessage: cfg.MaxMessageBytes, now: time.Now}
 	s.backupBudget = httpserver.NewBudget(cfg.InflightBodySize())
@@ -215,6 +223,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	errorLog := slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn)
 	clientHTTP := s.cfg.HTTP.Server(http.MaxBytesHandler(s.httpHandler(), maxHTTPBodyBytes), errorLog)
+	uiCtx, stopUI := context.WithCancel(ctx)
+	defer stopUI()
+	s.uiStop = uiCtx
 	var adminHTTP *http.Server
 	if adminLn != nil {
 		h, err := s.adminHandler(ctx)
@@ -240,6 +251,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}()
 	}
 	run(mux.Serve)
+	run(func() error { return s.page.Run(uiCtx) })
 	run(func() error { return s.grpcServer.Serve(mux.GRPC()) })
 	run(func() error { return clientHTTP.Serve(mux.HTTP()) })
 	if adminHTTP != nil {
@@ -281,6 +293,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.stopping.Store(true)
 	s.setReady(false)
+	// The status page stops reading and ends its live connections, so
+	// that the admin plane's graceful stop does not wait for them.
+	stopUI()
 	if s.plane != nil {
 		s.handOff()
 	}
@@ -595,6 +610,9 @@ func (s *Server) adminHandler(ctx context.Context) (http.Handler, error) {
 	mux.Handle("GET /__ursula/audit", small(s.serveAudit))
 	mux.Handle("POST /__ursula/raft/{group}/recovery/accept-unsynced-loss", small(s.serveAcceptUnsyncedLoss))
 	mux.Handle("GET /__ursula/feature-level", small(s.serveFeatureLevel))
+	ui := statuspage.WithStop(s.page, s.uiStop)
+	mux.Handle("GET "+statuspage.Prefix, ui)
+	mux.Handle("GET "+statuspage.Prefix+"/", ui)
 	mux.Handle("POST /__ursula/feature-level", small(s.serveRaiseFeatureLevel))
 	s.featureTestRoutes(mux, small)
 	s.backupRoutes(mux)
