@@ -292,7 +292,7 @@ func aggregate(obs []Observation, now time.Time, known map[string]uint64, lastSe
 			}
 			snap.GroupsWithoutLeader = append(snap.GroupsWithoutLeader, id)
 		}
-		gv.Term, gv.Voters, gv.Learners = best.Term, nonNil(best.Voters), nonNil(best.Learners)
+		gv.Term, gv.Voters, gv.Learners = best.Term, sortedIDs(best.Voters), sortedIDs(best.Learners)
 		gv.Streams, gv.HotBytes = best.Streams, best.HotBytes
 		for _, r := range reps {
 			gv.Commit = max(gv.Commit, r.g.CommitIndex)
@@ -369,11 +369,11 @@ func gateSummary(gates map[string][]uint64) string {
 	return out
 }
 
-func nonNil(v []uint64) []uint64 {
-	if v == nil {
-		return []uint64{}
-	}
-	return slices.Sorted(slices.Values(v))
+// sortedIDs returns a sorted copy of ids, never nil (JSON [], not null).
+func sortedIDs(ids []uint64) []uint64 {
+	out := append(make([]uint64, 0, len(ids)), ids...)
+	slices.Sort(out)
+	return out
 }
 
 func cmpU64(a, b uint64) int {
