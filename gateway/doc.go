@@ -13,6 +13,10 @@
 //   - /__ursula/ready, /__ursula/metrics and /__ursula/prometheus (the
 //     process's metrics in the Prometheus text format, when
 //     Config.Prometheus is set) are the gateway's own.
+//   - /__ursula/ui/ is the cluster status page (Config.StatusUI, package
+//     services/platform/statuspage), served as Config.StatusPage allows:
+//     "loopback" (the default) to clients on this host only, "on" to
+//     everyone, "off" to nobody; its answers carry no CORS headers.
 //
 // # Request mapping
 //

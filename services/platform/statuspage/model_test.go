@@ -25,7 +25,7 @@ func TestDecodeMetrics(t *testing.T) {
 	want := &NodeMetrics{
 		NodeID: 2, ClusterID: "c1", ProcessIncarnation: "abc", ShedState: "maintenance-drain", PeerClusterRefusals: 3,
 		PeerClusterMismatches: []PeerMismatch{{NodeID: 4, ClusterID: "other", Address: "10.0.0.4:4439", Direction: "inbound"}},
-		AppendRequests: 10, AppendBytes: 1000, AppendNs: 5e6, ColdUploadBytes: 77, RecoveryGatesClosed: 1,
+		AppendRequests:        10, AppendBytes: 1000, AppendNs: 5e6, ColdUploadBytes: 77, RecoveryGatesClosed: 1,
 		Groups: []GroupMetrics{{GroupID: 0, LeaderID: 2, Term: 5, CommitIndex: 9, AppliedIndex: 8, Voters: []uint64{3, 1, 2}, Learners: []uint64{},
 			Streams: 4, HotBytes: 512, IsLeader: true, RecoveryGate: "open"}},
 	}
