@@ -23,10 +23,10 @@ const EnvUIScreenshot = "URSULA_UI_SCREENSHOT"
 // chromiumPath is where Debian's chromium package installs the browser.
 const chromiumPath = "/usr/bin/chromium"
 
-// browser returns the path of a Chromium, installing Debian's package when
+// chromiumBinary returns the path of a Chromium, installing Debian's package when
 // none is there and the test runs as root; it skips the test, saying why,
 // only when installing is impossible.
-func browser(t *testing.T) string {
+func chromiumBinary(t *testing.T) string {
 	t.Helper()
 	if p, err := exec.LookPath("chromium"); err == nil {
 		return p
@@ -51,14 +51,14 @@ func browser(t *testing.T) string {
 			return chromiumPath
 		}
 		if err != nil {
-			t.Logf("%s: %v\n%s", strings.Join(args, " "), err, tail(string(out), 20))
+			t.Logf("%s: %v\n%s", strings.Join(args, " "), err, lastLines(string(out), 20))
 		}
 	}
 	t.Skipf("Chromium is not installed and apt-get could not install it (see the log above)")
 	return ""
 }
 
-func tail(s string, lines int) string {
+func lastLines(s string, lines int) string {
 	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(l) > lines {
 		l = l[len(l)-lines:]
@@ -101,9 +101,10 @@ func (p *pageErrors) list() []string {
 // TestStatusPage opens the gateway's status page of a 3-node cluster in a
 // headless Chromium: the page loads without errors, shows every group's
 // leader, then shows a drained node draining and a stopped node
-// unreachable, each within seconds.
+// unreachable, each within seconds; a node's admin plane serves the same
+// page.
 func TestStatusPage(t *testing.T) {
-	chrome := browser(t)
+	chrome := chromiumBinary(t)
 	const groups = 8
 	c := StartCluster(t, ClusterOptions{Gateway: true, GroupCount: groups})
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -251,6 +252,18 @@ func TestStatusPage(t *testing.T) {
 	}
 	waitFor("node 2 unreachable", `#nodes tbody tr[data-node="2"][data-state="unreachable"]`, 10*time.Second)
 	waitFor("the live connection still up", `body[data-live="true"]`, 10*time.Second)
+
+	// Node 1's admin plane serves the same page, as node 1 sees the cluster.
+	adminURL := "http://" + c.Node(1).Config.AdminListen + "/__ursula/ui/"
+	if err := chromedp.Do(bctx, chromedp.Navigate(adminURL)); err != nil {
+		t.Fatalf("open %s: %v", adminURL, err)
+	}
+	waitFor("node 1's page live", `body[data-live="true"]`, 30*time.Second)
+	waitFor("node 2 unreachable on node 1's page", `#nodes tbody tr[data-node="2"][data-state="unreachable"]`, 10*time.Second)
+	waitFor("node 3 draining on node 1's page", `#nodes tbody tr[data-node="3"][data-state="draining"]`, 10*time.Second)
+	if src, err := chromedp.Run(bctx, chromedp.Text(chromedp.ID("source"))); err != nil || src != "node 1" {
+		t.Fatalf("node 1's page says it is served by %q (%v)", src, err)
+	}
 
 	if errs := perrs.list(); len(errs) > 0 {
 		t.Fatalf("the page reported %d errors:\n%s", len(errs), strings.Join(errs, "\n"))
