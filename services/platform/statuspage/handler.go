@@ -183,8 +183,12 @@ func writeEvent(w http.ResponseWriter, snap Snapshot, first bool) error {
 }
 
 // WithStop ends the page's live connections when stop ends (a server
-// shutting down gracefully waits for its handlers to return).
+// shutting down gracefully waits for its handlers to return). A nil stop
+// returns h.
 func WithStop(h http.Handler, stop context.Context) http.Handler {
+	if stop == nil {
+		return h
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
