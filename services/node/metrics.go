@@ -16,10 +16,13 @@ import (
 // metrics are the node's counters; snapshot renders the JSON document
 // served at /__ursula/metrics.
 type metrics struct {
-	appends          atomic.Uint64
-	appendErrors     atomic.Uint64
-	appendBytes      atomic.Uint64
-	reads            atomic.Uint64
+	appends      atomic.Uint64
+	appendErrors atomic.Uint64
+	appendBytes  atomic.Uint64
+	reads        atomic.Uint64
+	// readsImmediate counts the reads that do not wait (readNs times
+	// them).
+	readsImmediate   atomic.Uint64
 	subscribers      atomic.Int64
 	liveReadsWaiting atomic.Int64
 	// Cumulative time in Append and in reads that do not wait, and the
@@ -142,6 +145,7 @@ func (m *metrics) snapshot(ctx context.Context, n *engine.Node, clusterID, incar
 		"read_requests":               float64(m.reads.Load()),
 		"append_ns":                   float64(m.appendNs.Load()),
 		"read_ns":                     float64(m.readNs.Load()),
+		"read_requests_immediate":     float64(m.readsImmediate.Load()),
 		"sse_subscriptions_total":     float64(m.subscriptions.Load()),
 		"sse_chunks_sent":             float64(m.subscribeChunks.Load()),
 		"sse_bytes_sent":              float64(m.subscribeBytes.Load()),

@@ -25,7 +25,7 @@ func TestMetricsDocument(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := s.metricsSnapshot()
-	positive := []string{"append_requests", "append_bytes", "append_ns", "read_requests", "read_ns",
+	positive := []string{"append_requests", "append_bytes", "append_ns", "read_requests", "read_ns", "read_requests_immediate",
 		"raft_proposals", "raft_applied_entries", "raft_apply_ns", "raft_persist_ns", "raft_ready_batches",
 		"wal_writes", "wal_bytes_written", "wal_write_ns", "wal_segments", "wal_segments_started", "raft_read_index_reads"}
 	for _, k := range positive {

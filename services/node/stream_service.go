@@ -121,6 +121,7 @@ func (s *streamService) Read(ctx context.Context, req *streamv1.ReadRequest) (re
 	resp, err = s.eng.Read(ctx, req)
 	if req.GetWaitMs() == 0 {
 		s.metrics.readNs.Add(uint64(time.Since(start)))
+		s.metrics.readsImmediate.Add(1)
 	}
 	s.metrics.reads.Add(1)
 	return resp, s.status(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +18,9 @@ import (
 )
 
 // EnvUIScreenshot names a file where TestStatusPage writes a PNG of the
-// status page of a running cluster (docs/img/status-page.png is made so).
+// status page of a running cluster (docs/img/status-page.png is made so),
+// and, next to it with "-degraded" added to the name, one with a node
+// drained and another stopped.
 const EnvUIScreenshot = "URSULA_UI_SCREENSHOT"
 
 // chromiumPath is where Debian's chromium package installs the browser.
@@ -110,7 +113,8 @@ func TestStatusPage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 
-	// Some traffic, so that the charts have something to draw.
+	// Some traffic, so that the charts have something to draw: writers,
+	// and a reader following each stream.
 	writeCtx, stopWriting := context.WithCancel(ctx)
 	var writers sync.WaitGroup
 	defer func() { stopWriting(); writers.Wait() }()
@@ -121,6 +125,25 @@ func TestStatusPage(t *testing.T) {
 			if _, err := cl.Create(writeCtx, name, "text/plain", nil); err != nil {
 				return
 			}
+			// A reader follows the stream with catch-up reads, 50 a second
+			// (the load's pace, not a wait for anything): the nodes time
+			// those, not long-polls.
+			writers.Go(func() {
+				pace := time.NewTicker(20 * time.Millisecond)
+				defer pace.Stop()
+				off := "-1"
+				for {
+					select {
+					case <-writeCtx.Done():
+						return
+					case <-pace.C:
+					}
+					r, err := cl.Do(writeCtx, http.MethodGet, name, url.Values{"offset": {off}}, nil, nil)
+					if err == nil && r.NextOffset() != "" {
+						off = r.NextOffset()
+					}
+				}
+			})
 			for n := 0; writeCtx.Err() == nil; n++ {
 				_, _ = cl.Append(writeCtx, name, "text/plain", []byte(strings.Repeat("x", 200+n%800)), nil)
 			}
@@ -252,6 +275,17 @@ func TestStatusPage(t *testing.T) {
 	}
 	waitFor("node 2 unreachable", `#nodes tbody tr[data-node="2"][data-state="unreachable"]`, 10*time.Second)
 	waitFor("the live connection still up", `body[data-live="true"]`, 10*time.Second)
+	if path := os.Getenv(EnvUIScreenshot); path != "" {
+		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot: %v", err)
+		}
+		degraded := strings.TrimSuffix(path, ".png") + "-degraded.png"
+		if err := os.WriteFile(degraded, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote the screenshot of the drained and stopped nodes to %s", degraded)
+	}
 
 	// Node 1's admin plane serves the same page, as node 1 sees the cluster.
 	adminURL := "http://" + c.Node(1).Config.AdminListen + "/__ursula/ui/"

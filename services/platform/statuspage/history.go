@@ -11,7 +11,8 @@ type Sample struct {
 	AppendBytesPerSec float64 `json:"append_bytes_per_sec"`
 	ReadsPerSec       float64 `json:"reads_per_sec"`
 	// AppendMs and ReadMs are the mean time a node spent in one append and
-	// one read (that did not wait) in the interval; 0 without any.
+	// in one read that did not wait at the tail (a long-poll or a live
+	// read is not timed) in the interval; 0 without any.
 	AppendMs float64 `json:"append_ms"`
 	ReadMs   float64 `json:"read_ms"`
 	// Errors is append errors per second.
@@ -24,14 +25,14 @@ type counters struct {
 	at                             int64
 	appends, appendBytes, appendNs float64
 	appendErrors                   float64
-	reads, readNs                  float64
+	reads, readNs, readsTimed      float64
 }
 
 func countersOf(m *NodeMetrics, at int64) counters {
 	return counters{
 		incarnation: m.ProcessIncarnation, at: at,
 		appends: m.AppendRequests, appendBytes: m.AppendBytes, appendNs: m.AppendNs, appendErrors: m.AppendErrors,
-		reads: m.ReadRequests, readNs: m.ReadNs,
+		reads: m.ReadRequests, readNs: m.ReadNs, readsTimed: m.ReadImmediate,
 	}
 }
 
@@ -41,7 +42,7 @@ func countersOf(m *NodeMetrics, at int64) counters {
 // read before contributes nothing to this sample. ok is false when no
 // node contributed.
 func rates(cur map[uint64]counters, prev map[uint64]counters, at int64) (s Sample, ok bool) {
-	var appends, bytes, appendNs, errs, reads, readNs float64
+	var appends, bytes, appendNs, errs, reads, readNs, readsTimed float64
 	n := 0
 	for id, c := range cur {
 		p, seen := prev[id]
@@ -56,6 +57,7 @@ func rates(cur map[uint64]counters, prev map[uint64]counters, at int64) (s Sampl
 		reads += (c.reads - p.reads) / dt
 		appendNs += max(c.appendNs-p.appendNs, 0) / dt
 		readNs += max(c.readNs-p.readNs, 0) / dt
+		readsTimed += max(c.readsTimed-p.readsTimed, 0) / dt
 		n++
 	}
 	for id := range prev {
@@ -71,8 +73,8 @@ func rates(cur map[uint64]counters, prev map[uint64]counters, at int64) (s Sampl
 	if appends > 0 {
 		s.AppendMs = appendNs / appends / 1e6
 	}
-	if reads > 0 {
-		s.ReadMs = readNs / reads / 1e6
+	if readsTimed > 0 {
+		s.ReadMs = readNs / readsTimed / 1e6
 	}
 	return s, true
 }

@@ -39,13 +39,16 @@ type NodeMetrics struct {
 	AppendErrors          float64        `json:"append_errors"`
 	ReadRequests          float64        `json:"read_requests"`
 	ReadNs                float64        `json:"read_ns"`
-	Streams               float64        `json:"streams"`
-	HotBytes              float64        `json:"hot_bytes_awaiting_flush"`
-	ColdUploadBytes       float64        `json:"cold_upload_bytes"`
-	ColdCacheBytes        float64        `json:"cold_cache_bytes"`
-	RecoveryGatesClosed   float64        `json:"recovery_gates_closed"`
-	RecoveryGatesStalled  float64        `json:"recovery_gates_stalled"`
-	Groups                []GroupMetrics `json:"raft_groups"`
+	// ReadImmediate counts the reads read_ns times (those that do not
+	// wait at the tail).
+	ReadImmediate        float64        `json:"read_requests_immediate"`
+	Streams              float64        `json:"streams"`
+	HotBytes             float64        `json:"hot_bytes_awaiting_flush"`
+	ColdUploadBytes      float64        `json:"cold_upload_bytes"`
+	ColdCacheBytes       float64        `json:"cold_cache_bytes"`
+	RecoveryGatesClosed  float64        `json:"recovery_gates_closed"`
+	RecoveryGatesStalled float64        `json:"recovery_gates_stalled"`
+	Groups               []GroupMetrics `json:"raft_groups"`
 }
 
 // PeerMismatch is one entry of peer_cluster_mismatches.

@@ -186,6 +186,14 @@ func TestRates(t *testing.T) {
 	if !ok || s.AppendsPerSec != 2 {
 		t.Fatalf("after a restart: %+v %v, want 2 appends/s from node 2 alone", s, ok)
 	}
+	// Read latency is over the reads that did not wait: 2 of the 10
+	// reads in a second took 3 ms in all.
+	prev3 := map[uint64]counters{}
+	rates(map[uint64]counters{5: {incarnation: "x", at: 0}}, prev3, 0)
+	s, _ = rates(map[uint64]counters{5: {incarnation: "x", at: 1000, reads: 10, readsTimed: 2, readNs: 3e6}}, prev3, 1000)
+	if s.ReadsPerSec != 10 || s.ReadMs != 1.5 {
+		t.Fatalf("reads: %+v, want 10/s at 1.5 ms", s)
+	}
 	// A node that did not answer starts over.
 	rates(map[uint64]counters{1: c("a2", 5000, 2, 1, 1, 0)}, prev, 5000)
 	if _, ok := prev[2]; ok {
