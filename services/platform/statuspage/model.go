@@ -118,8 +118,6 @@ type Snapshot struct {
 	// History is every sample kept, oldest first; set only on the first
 	// event of a connection and on /__ursula/ui/snapshot.
 	History []Sample `json:"history,omitempty"`
-	// HistorySpan is how long the history reaches back, in seconds.
-	HistorySpan int `json:"history_span"`
 }
 
 // NodeView is one node's row.

@@ -173,6 +173,8 @@ type Page struct {
 	prev     map[uint64]counters
 	known    map[string]uint64
 	lastSeen map[uint64]int64
+	// reachable is each address's state at the last read, to log changes.
+	reachable map[string]bool
 }
 
 // New validates cfg and returns a page over targets; it reads nothing
@@ -252,7 +254,35 @@ func (p *Page) publish(obs []Observation) {
 		p.history.add(s)
 		snap.Sample = &s
 	}
-	snap.HistorySpan = int((time.Duration(p.cfg.History) * p.cfg.Interval).Seconds())
+	// Remember only the nodes read now (a gateway's list changes), and
+	// say when one stops or starts answering.
+	seen := make(map[string]bool, len(obs))
+	for _, o := range obs {
+		seen[o.Address] = true
+	}
+	for addr := range p.known {
+		if !seen[addr] {
+			delete(p.known, addr)
+		}
+	}
+	ids := make(map[uint64]bool, len(p.known))
+	for _, id := range p.known {
+		ids[id] = true
+	}
+	for id := range p.lastSeen {
+		if !ids[id] {
+			delete(p.lastSeen, id)
+		}
+	}
+	for _, n := range snap.Nodes {
+		if was, ok := p.reachable[n.Address]; ok && was != n.Reachable {
+			p.logger.Info("status page: node reachability changed", "node_id", n.ID, "addr", n.Address, "reachable", n.Reachable, "err", n.Error)
+		}
+	}
+	p.reachable = make(map[string]bool, len(snap.Nodes))
+	for _, n := range snap.Nodes {
+		p.reachable[n.Address] = n.Reachable
+	}
 	p.latest = snap
 	p.version++
 	close(p.changed)
