@@ -96,13 +96,14 @@ func (m *metrics) snapshot(ctx context.Context, n *engine.Node, clusterID, incar
 	views := n.Groups()
 	gates := n.Cluster.GateStates()
 	groups := make([]any, 0, len(views))
-	var hot int64
+	var hot, coldBytes int64
 	var streams int
 	var gcPending uint64
 	leaders := 0
 	issues := []any{}
 	for g, v := range views {
 		hot += v.HotBytes
+		coldBytes += v.ColdBytes
 		streams += v.Streams
 		gcPending += v.GCPending
 		rs := v.Status
@@ -120,6 +121,7 @@ func (m *metrics) snapshot(ctx context.Context, n *engine.Node, clusterID, incar
 			"learners":       learners,
 			"streams":        float64(v.Streams),
 			"hot_bytes":      float64(v.HotBytes),
+			"cold_bytes":     float64(v.ColdBytes),
 			"gc_pending":     float64(v.GCPending),
 			"last_log_index": float64(rs.LastIndex),
 			"snapshot_index": float64(rs.SnapshotIndex),
@@ -155,6 +157,7 @@ func (m *metrics) snapshot(ctx context.Context, n *engine.Node, clusterID, incar
 		"ttl_expiry_sweeps":           float64(n.Engine.TTLExpirySweeps()),
 		"ttl_expiry_sweep_due_groups": float64(n.Engine.TTLExpirySweepDueGroups()),
 		"hot_bytes_awaiting_flush":    float64(hot),
+		"cold_bytes":                  float64(coldBytes),
 		"raft_group_count":            float64(len(groups)),
 		"raft_groups_led":             float64(leaders),
 		"raft_groups":                 groups,

@@ -44,6 +44,7 @@ type NodeMetrics struct {
 	ReadImmediate        float64        `json:"read_requests_immediate"`
 	Streams              float64        `json:"streams"`
 	HotBytes             float64        `json:"hot_bytes_awaiting_flush"`
+	ColdBytes            float64        `json:"cold_bytes"`
 	ColdUploadBytes      float64        `json:"cold_upload_bytes"`
 	ColdCacheBytes       float64        `json:"cold_cache_bytes"`
 	RecoveryGatesClosed  float64        `json:"recovery_gates_closed"`
@@ -70,6 +71,7 @@ type GroupMetrics struct {
 	Learners     []uint64 `json:"learners"`
 	Streams      uint64   `json:"streams"`
 	HotBytes     uint64   `json:"hot_bytes"`
+	ColdBytes    uint64   `json:"cold_bytes"`
 	IsLeader     bool     `json:"is_leader"`
 	// RecoveryGate is "open", or the state of the group's recovery gate.
 	RecoveryGate string `json:"recovery_gate"`
@@ -140,9 +142,12 @@ type NodeView struct {
 	// PeerMismatches describes the peers refused lately.
 	PeerMismatches []string `json:"peer_mismatches"`
 	// Leads counts the groups this node leads (by the node's own word).
-	Leads                int    `json:"leads"`
-	Streams              uint64 `json:"streams"`
-	HotBytes             uint64 `json:"hot_bytes"`
+	Leads    int    `json:"leads"`
+	Streams  uint64 `json:"streams"`
+	HotBytes uint64 `json:"hot_bytes"`
+	// ColdBytes is the stream bytes of this node's replicas in the cold
+	// tier; ColdUploadBytes is what this node uploaded there.
+	ColdBytes            uint64 `json:"cold_bytes"`
 	ColdUploadBytes      uint64 `json:"cold_upload_bytes"`
 	RecoveryGatesClosed  int    `json:"recovery_gates_closed"`
 	RecoveryGatesStalled int    `json:"recovery_gates_stalled"`
@@ -166,9 +171,10 @@ type GroupView struct {
 	// behind Commit.
 	Lag []ReplicaLag `json:"lag"`
 	// MaxLag is the largest entry of Lag.
-	MaxLag   uint64 `json:"max_lag"`
-	Streams  uint64 `json:"streams"`
-	HotBytes uint64 `json:"hot_bytes"`
+	MaxLag    uint64 `json:"max_lag"`
+	Streams   uint64 `json:"streams"`
+	HotBytes  uint64 `json:"hot_bytes"`
+	ColdBytes uint64 `json:"cold_bytes"`
 	// RecoveryGate is "open" when every replica's gate is open, else the
 	// worst state with the nodes in it ("stalled on 2", "closed on 1,3").
 	RecoveryGate string `json:"recovery_gate"`
@@ -223,6 +229,7 @@ func aggregate(obs []Observation, now time.Time, known map[string]uint64, lastSe
 		nv.Streams = uint64(m.Streams)
 		nv.HotBytes = uint64(m.HotBytes)
 		nv.ColdUploadBytes = uint64(m.ColdUploadBytes)
+		nv.ColdBytes = uint64(m.ColdBytes)
 		nv.RecoveryGatesClosed = int(m.RecoveryGatesClosed)
 		nv.RecoveryGatesStalled = int(m.RecoveryGatesStalled)
 		switch {
@@ -294,7 +301,7 @@ func aggregate(obs []Observation, now time.Time, known map[string]uint64, lastSe
 			snap.GroupsWithoutLeader = append(snap.GroupsWithoutLeader, id)
 		}
 		gv.Term, gv.Voters, gv.Learners = best.Term, sortedIDs(best.Voters), sortedIDs(best.Learners)
-		gv.Streams, gv.HotBytes = best.Streams, best.HotBytes
+		gv.Streams, gv.HotBytes, gv.ColdBytes = best.Streams, best.HotBytes, best.ColdBytes
 		for _, r := range reps {
 			gv.Commit = max(gv.Commit, r.g.CommitIndex)
 		}

@@ -19,15 +19,15 @@ func metricsDoc(t testing.TB, doc string) *NodeMetrics {
 func TestDecodeMetrics(t *testing.T) {
 	m := metricsDoc(t, `{"node_id": 2, "cluster_id": "c1", "process_incarnation": "abc", "leadership_shed_state": "maintenance-drain",
 		"raft_grpc_peer_cluster_refusals": 3, "peer_cluster_mismatches": [{"node_id": 4, "cluster_id": "other", "address": "10.0.0.4:4439", "direction": "inbound"}],
-		"append_requests": 10, "append_bytes": 1000, "append_ns": 5000000, "cold_upload_bytes": 77, "recovery_gates_closed": 1,
+		"append_requests": 10, "append_bytes": 1000, "append_ns": 5000000, "cold_upload_bytes": 77, "cold_bytes": 99, "recovery_gates_closed": 1,
 		"raft_groups": [{"raft_group_id": 0, "leader_id": 2, "term": 5, "commit_index": 9, "applied_index": 8, "voters": [3, 1, 2], "learners": [],
-		"streams": 4, "hot_bytes": 512, "is_leader": true, "recovery_gate": "open", "unknown_field": {"x": 1}}], "other": [1, 2]}`)
+		"streams": 4, "hot_bytes": 512, "cold_bytes": 2048, "is_leader": true, "recovery_gate": "open", "unknown_field": {"x": 1}}], "other": [1, 2]}`)
 	want := &NodeMetrics{
 		NodeID: 2, ClusterID: "c1", ProcessIncarnation: "abc", ShedState: "maintenance-drain", PeerClusterRefusals: 3,
 		PeerClusterMismatches: []PeerMismatch{{NodeID: 4, ClusterID: "other", Address: "10.0.0.4:4439", Direction: "inbound"}},
-		AppendRequests:        10, AppendBytes: 1000, AppendNs: 5e6, ColdUploadBytes: 77, RecoveryGatesClosed: 1,
+		AppendRequests:        10, AppendBytes: 1000, AppendNs: 5e6, ColdUploadBytes: 77, ColdBytes: 99, RecoveryGatesClosed: 1,
 		Groups: []GroupMetrics{{GroupID: 0, LeaderID: 2, Term: 5, CommitIndex: 9, AppliedIndex: 8, Voters: []uint64{3, 1, 2}, Learners: []uint64{},
-			Streams: 4, HotBytes: 512, IsLeader: true, RecoveryGate: "open"}},
+			Streams: 4, HotBytes: 512, ColdBytes: 2048, IsLeader: true, RecoveryGate: "open"}},
 	}
 	if !reflect.DeepEqual(m, want) {
 		t.Fatalf("decoded\n%+v\nwant\n%+v", m, want)

@@ -146,6 +146,7 @@ function renderNodes(snap) {
       el("td", { class: "num", "data-field": "leads" }, n.reachable ? String(n.leads) : "–"),
       el("td", { class: "num" }, n.reachable ? fmtCount(n.streams) : "–"),
       el("td", { class: "num" }, n.reachable ? fmtBytes(n.hot_bytes) : "–"),
+      el("td", { class: "num" }, n.reachable ? fmtBytes(n.cold_bytes) : "–"),
       el("td", { class: "num" }, n.reachable ? fmtBytes(n.cold_upload_bytes) : "–"),
       el("td", {}, gates),
       el("td", { class: "wrap" }, refusals),
@@ -189,6 +190,7 @@ function renderGroups(snap) {
       el("td", {}, lag),
       el("td", { class: "num" }, fmtCount(g.streams)),
       el("td", { class: "num" }, fmtBytes(g.hot_bytes)),
+      el("td", { class: "num" }, fmtBytes(g.cold_bytes)),
       el("td", {}, gate));
   });
   body.replaceChildren(...rows);
