@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
