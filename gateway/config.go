@@ -19,6 +19,19 @@ const (
 	DefaultSSEReconnectInterval = 60 * time.Second
 	DefaultMaxBodyBytes         = 32 << 20
 	DefaultReadChunkBytes       = 1 << 20
+	DefaultStatusPage           = StatusPageLoopback
+)
+
+// Values of Config.StatusPage.
+const (
+	// StatusPageOff serves no status page (404).
+	StatusPageOff = "off"
+	// StatusPageLoopback serves it to clients that connect from a
+	// loopback address, name a loopback host and carry no forwarding
+	// header (a proxy in front would otherwise hand it to everyone).
+	StatusPageLoopback = "loopback"
+	// StatusPageOn serves it to every client that reaches the listener.
+	StatusPageOn = "on"
 )
 
 // Config configures the gateway.
@@ -62,6 +75,16 @@ type Config struct {
 	// Prometheus serves GET /__ursula/prometheus (the process's metrics in
 	// the Prometheus text format); nil answers 404. Set by the application.
 	Prometheus http.Handler `yaml:"-" toml:"-"`
+	// StatusPage says who may open the cluster status page
+	// (/__ursula/ui/) on this listener, which shows the cluster's
+	// internals (nodes, addresses, groups, readiness): "off", "loopback"
+	// (the default: clients connecting from a loopback address that name a
+	// loopback host and carry no Forwarded or X-Forwarded-For header) or
+	// "on" (every client: put an authenticating proxy in front).
+	StatusPage string `yaml:"status_page" toml:"status_page"`
+	// StatusUI serves the status page; nil answers 404. Set by the
+	// application.
+	StatusUI http.Handler `yaml:"-" toml:"-"`
 }
 
 // RegisterFlags registers the gateway flags on fs with "gateway." prefixes,
@@ -75,6 +98,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SSEReconnectInterval, "gateway.sse_reconnect_interval", c.SSEReconnectInterval, "SSE connections are ended after this long.")
 	fs.Int64Var(&c.MaxBodyBytes, "gateway.max_body_bytes", c.MaxBodyBytes, "Largest accepted request body in bytes (larger gets 413).")
 	fs.Int64Var(&c.ReadChunkBytes, "gateway.read_chunk_bytes", c.ReadChunkBytes, "Largest data returned by one catch-up read in bytes.")
+	fs.StringVar(&c.StatusPage, "gateway.status_page", c.StatusPage, `Who may open the cluster status page /__ursula/ui/: "off", "loopback" (clients on this host) or "on" (everyone).`)
 	c.HTTP.RegisterFlags(fs, "gateway.http.")
 }
 
@@ -97,6 +121,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.ReadChunkBytes == 0 {
 		c.ReadChunkBytes = DefaultReadChunkBytes
+	}
+	if c.StatusPage == "" {
+		c.StatusPage = DefaultStatusPage
 	}
 	c.HTTP.ApplyDefaults()
 }
@@ -129,6 +156,11 @@ func (c *Config) Validate() error {
 	}
 	if c.ReadChunkBytes < 0 {
 		errs = append(errs, fmt.Errorf("gateway: read_chunk_bytes %d must not be negative", c.ReadChunkBytes))
+	}
+	switch c.StatusPage {
+	case "", StatusPageOff, StatusPageLoopback, StatusPageOn:
+	default:
+		errs = append(errs, fmt.Errorf("gateway: status_page %q must be %q, %q or %q", c.StatusPage, StatusPageOff, StatusPageLoopback, StatusPageOn))
 	}
 	return errors.Join(errs...)
 }

@@ -17,7 +17,7 @@ import (
 // corsNotAllowed are request headers the handlers read that a page does
 // not send: a reverse proxy sets them, and the preflight machinery reads
 // its own.
-var corsNotAllowed = []string{"X-Forwarded-Host", "X-Forwarded-Proto", "Access-Control-Request-Headers"}
+var corsNotAllowed = []string{"X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-For", "Forwarded", "Access-Control-Request-Headers"}
 
 // corsAllowedUnread are allowed request headers no handler reads by name:
 // the server span continues the W3C trace context through the propagator.

@@ -14,6 +14,10 @@
 //     process's metrics in the Prometheus text format, when
 //     Config.Prometheus is set) and /__ursula/openapi.json are the
 //     gateway's own.
+//   - /__ursula/ui/ is the cluster status page (Config.StatusUI, package
+//     services/platform/statuspage), served as Config.StatusPage allows:
+//     "loopback" (the default) to clients on this host only, "on" to
+//     everyone, "off" to nobody; its answers carry no CORS headers.
 //
 // openapi.yaml is the OpenAPI 3 document of both families and the
 // gateway's own routes, kept by hand; `make generate` writes openapi.json

@@ -118,7 +118,10 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
 		return context.WithValue(ctx, connContextKey{}, c)
 	}
-	g.logger.Info("gateway listening", "addr", ln.Addr().String(), "stream_root", g.cfg.StreamRoot)
+	g.logger.Info("gateway listening", "addr", ln.Addr().String(), "stream_root", g.cfg.StreamRoot, "status_page", g.cfg.StatusPage)
+	if g.cfg.StatusPage == StatusPageOn && g.cfg.StatusUI != nil {
+		g.logger.Warn("the cluster status page answers every client of this listener (gateway.status_page = \"on\"): put an authenticating proxy in front", "path", statusPagePrefix+"/")
+	}
 	errCh := make(chan error, 1)
 	go func() { errCh <- srv.Serve(ln) }()
 	select {
@@ -287,6 +290,10 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
 	}
 	path := r.URL.Path
 	if strings.HasPrefix(path, ownPrefix) {
+		if isStatusPage(path) {
+			g.serveStatusPage(w, r)
+			return
+		}
 		g.serveOwn(w, r, path[len(ownPrefix):])
 		return
 	}

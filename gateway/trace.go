@@ -124,6 +124,9 @@ func endSpan(span trace.Span, status int) {
 // the bucket it addresses ("" when none, or when the name is invalid).
 func routeOf(root, path string) (route, bucket string) {
 	if strings.HasPrefix(path, ownPrefix) {
+		if isStatusPage(path) {
+			return statusPagePrefix + "/{file...}", ""
+		}
 		switch path[len(ownPrefix):] {
 		case "ready", "metrics", "prometheus", "openapi.json":
 			return path, ""

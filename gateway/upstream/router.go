@@ -247,6 +247,25 @@ func (r *Router) refreshAfter(ctx context.Context, gen uint64) error {
 	return f.err
 }
 
+// NodeAddrs returns the client-plane addresses of the cluster's nodes as
+// the router last learned them (by node id), or the seeds before it
+// learned any. In single-node mode it is the seed's address, which the
+// node answers on whatever it advertises.
+func (r *Router) NodeAddrs() []string {
+	v := r.view.Load()
+	if v == nil {
+		return slices.Clone(r.cfg.Nodes)
+	}
+	if v.single != nil {
+		return []string{v.single.addr}
+	}
+	out := make([]string, 0, len(v.order))
+	for _, nc := range v.order {
+		out = append(out, nc.addr)
+	}
+	return out
+}
+
 // currentNodes returns the nodes of the current view (r.mu held or not).
 func (r *Router) currentNodes() []*nodeConn {
 	if v := r.view.Load(); v != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -668,5 +669,22 @@ func TestNodeSetChanges(t *testing.T) {
 	waitNodes(3)
 	if _, err := r.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("b", "s")}); err != nil {
 		t.Fatalf("append: %v", err)
+	}
+}
+
+// TestNodeAddrs checks the addresses the status page reads: the seeds
+// before the router learned anything, then every node of the cluster (by
+// node id), those only learned included.
+func TestNodeAddrs(t *testing.T) {
+	c := newFakeCluster(t, 3, 1)
+	r := newRouter(t, c.addrs()[1:2], false)
+	if got := r.NodeAddrs(); !slices.Equal(got, c.addrs()[1:2]) {
+		t.Fatalf("before learning: %v, want the seed", got)
+	}
+	if _, err := r.GetClusterInfo(t.Context(), &streamv1.GetClusterInfoRequest{}); err != nil {
+		t.Fatalf("learn: %v", err)
+	}
+	if got := r.NodeAddrs(); !slices.Equal(got, c.addrs()) {
+		t.Fatalf("after learning: %v, want %v", got, c.addrs())
 	}
 }

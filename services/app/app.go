@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -261,7 +262,12 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 		if srv != nil && cfg.Upstream.InProcess && len(cfg.Upstream.Nodes) == 0 {
 			conn = srv.Conn()
 		}
-		gwRoles, closeGateway, err := gatewayRoles(cfg, conn, tel, logger)
+		var ui http.Handler
+		if srv != nil {
+			// The all-in-one gateway serves its node's status page.
+			ui = srv.StatusPage()
+		}
+		gwRoles, closeGateway, err := gatewayRoles(cfg, conn, ui, tel, logger)
 		if err != nil {
 			return err
 		}
@@ -274,8 +280,10 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 // gatewayRoles builds the gateway's roles: the upstream router (unless conn,
 // an in-process connection to this process's node, replaces it), the
 // subscription manager, and the gateway itself. The returned function
-// releases what they hold once they stopped.
-func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, tel *telemetry.Telemetry, logger *slog.Logger) ([]lifecycle.Role, func(), error) {
+// releases what they hold once they stopped. ui, when not nil, is the
+// status page the gateway serves (its node's, in the all-in-one process);
+// otherwise the gateway reads the nodes the router knows for its own.
+func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, ui http.Handler, tel *telemetry.Telemetry, logger *slog.Logger) ([]lifecycle.Role, func(), error) {
 	var (
 		roles   []lifecycle.Role
 		closers []func()
@@ -304,6 +312,15 @@ func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, tel *telemetry.Tel
 		registerMetrics(tel, "upstream", router.MetricsSource(), logger)
 		roles = append(roles, lifecycle.Role{Name: "upstream", Run: router.Run})
 		client = router
+		if ui == nil && cfg.Gateway.StatusPage != gateway.StatusPageOff {
+			page, err := gatewayStatusPage(ucfg.ClientPlane, router, logger)
+			if err != nil {
+				closeAll()
+				return nil, nil, err
+			}
+			ui = page
+			roles = append(roles, lifecycle.Role{Name: "statuspage", Run: page.Run})
+		}
 	}
 	// One in-flight request-body budget for every HTTP body this process
 	// reads (server.http_inflight_body_size).
@@ -324,6 +341,7 @@ func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, tel *telemetry.Tel
 	gwCfg.Subscriptions = subs
 	gwCfg.Observer = subs
 	gwCfg.Prometheus = tel.PrometheusHandler()
+	gwCfg.StatusUI = ui
 	gw, err := gateway.New(gwCfg, client, logger.With("component", "gateway"))
 	if err != nil {
 		closeAll()

@@ -54,6 +54,8 @@
 //	GET    /__ursula/metrics                        metrics document
 //	GET    /__ursula/ready                          readiness (503 when not ready)
 //	GET    /__ursula/usage                          usage counters (also on the client plane)
+//	GET    /__ursula/ui/                            cluster status page, live (statuspage.go:
+//	                                                this node in process, its peers' client planes)
 //	GET    /__ursula/leadership-shed                leadership-shed state
 //	POST   /__ursula/leadership-shed/maintenance    maintenance drain on
 //	DELETE /__ursula/leadership-shed/maintenance    maintenance drain off

@@ -19,10 +19,13 @@ import (
 // metrics are the node's counters; snapshot renders the JSON document
 // served at /__ursula/metrics.
 type metrics struct {
-	appends          atomic.Uint64
-	appendErrors     atomic.Uint64
-	appendBytes      atomic.Uint64
-	reads            atomic.Uint64
+	appends      atomic.Uint64
+	appendErrors atomic.Uint64
+	appendBytes  atomic.Uint64
+	reads        atomic.Uint64
+	// readsImmediate counts the reads that do not wait (readNs times
+	// them).
+	readsImmediate   atomic.Uint64
 	subscribers      atomic.Int64
 	liveReadsWaiting atomic.Int64
 	// Cumulative time in Append and in reads that do not wait, and the
@@ -108,13 +111,14 @@ func (m *metrics) snapshot(ctx context.Context, n *engine.Node, clusterID, incar
 	views := n.Groups()
 	gates := n.Cluster.GateStates()
 	groups := make([]any, 0, len(views))
-	var hot int64
+	var hot, coldBytes int64
 	var streams int
 	var gcPending uint64
 	leaders := 0
 	issues := []any{}
 	for g, v := range views {
 		hot += v.HotBytes
+		coldBytes += v.ColdBytes
 		streams += v.Streams
 		gcPending += v.GCPending
 		rs := v.Status
@@ -132,6 +136,7 @@ func (m *metrics) snapshot(ctx context.Context, n *engine.Node, clusterID, incar
 			"learners":       learners,
 			"streams":        float64(v.Streams),
 			"hot_bytes":      float64(v.HotBytes),
+			"cold_bytes":     float64(v.ColdBytes),
 			"gc_pending":     float64(v.GCPending),
 			"last_log_index": float64(rs.LastIndex),
 			"snapshot_index": float64(rs.SnapshotIndex),
@@ -157,6 +162,7 @@ func (m *metrics) snapshot(ctx context.Context, n *engine.Node, clusterID, incar
 		"read_requests":               float64(m.reads.Load()),
 		"append_ns":                   float64(m.appendNs.Load()),
 		"read_ns":                     float64(m.readNs.Load()),
+		"read_requests_immediate":     float64(m.readsImmediate.Load()),
 		"sse_subscriptions_total":     float64(m.subscriptions.Load()),
 		"sse_chunks_sent":             float64(m.subscribeChunks.Load()),
 		"sse_bytes_sent":              float64(m.subscribeBytes.Load()),
@@ -166,6 +172,7 @@ func (m *metrics) snapshot(ctx context.Context, n *engine.Node, clusterID, incar
 		"ttl_expiry_sweeps":           float64(n.Engine.TTLExpirySweeps()),
 		"ttl_expiry_sweep_due_groups": float64(n.Engine.TTLExpirySweepDueGroups()),
 		"hot_bytes_awaiting_flush":    float64(hot),
+		"cold_bytes":                  float64(coldBytes),
 		"raft_group_count":            float64(len(groups)),
 		"raft_groups_led":             float64(leaders),
 		"raft_groups":                 groups,

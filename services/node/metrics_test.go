@@ -25,7 +25,7 @@ func TestMetricsDocument(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := s.metricsSnapshot()
-	positive := []string{"append_requests", "append_bytes", "append_ns", "read_requests", "read_ns",
+	positive := []string{"append_requests", "append_bytes", "append_ns", "read_requests", "read_ns", "read_requests_immediate",
 		"raft_proposals", "raft_applied_entries", "raft_apply_ns", "raft_persist_ns", "raft_ready_batches",
 		"wal_writes", "wal_bytes_written", "wal_write_ns", "wal_segments", "wal_segments_started", "raft_read_index_reads"}
 	for _, k := range positive {
@@ -33,7 +33,7 @@ func TestMetricsDocument(t *testing.T) {
 			t.Errorf("%s = %v, want > 0", k, m[k])
 		}
 	}
-	present := []string{"cluster_id", "process_incarnation", "node_id", "mailbox_depth", "hot_bytes_awaiting_flush",
+	present := []string{"cluster_id", "process_incarnation", "node_id", "mailbox_depth", "hot_bytes_awaiting_flush", "cold_bytes",
 		"sse_subscribers", "live_read_waiters", "sse_chunks_sent", "wal_fsyncs", "wal_fsync_ns", "wal_segments_reclaimed",
 		"raft_snapshots", "raft_snapshot_ns", "raft_read_index_rounds", "wal_recovery", "peer_cluster_mismatches", "raft_grpc_peer_cluster_refusals"}
 	for _, k := range present {
@@ -57,7 +57,7 @@ func TestMetricsDocument(t *testing.T) {
 		t.Fatalf("raft_groups: %d entries", len(groups))
 	}
 	for _, g := range groups {
-		for _, k := range []string{"raft_group_id", "leader_id", "term", "commit_index", "applied_index", "last_log_index", "snapshot_index", "voters", "learners", "is_leader", "hot_bytes",
+		for _, k := range []string{"raft_group_id", "leader_id", "term", "commit_index", "applied_index", "last_log_index", "snapshot_index", "voters", "learners", "is_leader", "hot_bytes", "cold_bytes",
 			// The seed's recovery runbook reads these.
 			"node_id", "recovery_gate", "recovery", "last_log_term", "current_term", "committed_index", "committed_term", "committed_node",
 			"last_applied_index", "leads_live", "voter_configs", "committed_voter_configs", "maintenance", "history"} {

@@ -55,6 +55,8 @@ func TestAdminOpenAPI(t *testing.T) {
 	c.Call(t, "POST", "/__ursula/backup/group/0/import", apicheck.Headers(inc, octet, http.Header{BackupBlake3Header: []string{strings.Repeat("0", 64)}}), object, 400)
 	c.Call(t, "DELETE", "/__ursula/purge/demo", inc, nil, 200)
 	c.Call(t, "GET", "/__ursula/audit?limit=50", token, nil, 200)
+	c.Call(t, "GET", "/__ursula/ui/", nil, nil, 200)
+	c.Call(t, "GET", "/__ursula/ui/snapshot", nil, nil, 200)
 
 	// Refusals are answered in the documented error shape too; these
 	// requests break the document on purpose, so only the answer is
@@ -76,6 +78,7 @@ func TestAdminOpenAPI(t *testing.T) {
 		{"/__ursula/openapi.json", 200}, {"/__ursula/ready", 503}, {"/__ursula/usage", 200},
 		{"/__ursula/prometheus", 404}, {"/__ursula/audit", 200}, {"/__ursula/feature-level", 200},
 		{"/__ursula/backup/info", 200}, {"/__ursula/backup/group/0/export", 200},
+		{"/__ursula/ui/", 200}, {"/__ursula/ui/snapshot", 200},
 	} {
 		c.Call(t, "HEAD", h.target, nil, nil, h.status)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/ursula/ursula/services/platform/httpserver"
 	"github.com/ursula/ursula/services/platform/inproc"
 	"github.com/ursula/ursula/services/platform/listenmux"
+	"github.com/ursula/ursula/services/platform/statuspage"
 	"github.com/ursula/ursula/storage/cluster"
 	"github.com/ursula/ursula/storage/engine"
 	"github.com/ursula/ursula/storage/multiraft"
@@ -47,6 +48,10 @@ type Server struct {
 	logger      *slog.Logger
 	metrics     metrics
 	incarnation string
+	// page is the cluster status page (statuspage.go); uiStop ends its
+	// live connections when the node stops.
+	page   *statuspage.Page
+	uiStop context.Context
 	// adminToken is the digest of server.admin_token_file's token, read
 	// from adminTokenFile; adminTLS serves the admin plane over TLS (nil:
 	// plaintext, loopback only); adminHosts are the Host values it answers.
@@ -167,6 +172,9 @@ func New(cfg Config, n *engine.Node, deps Deps, logger *slog.Logger) (*Server, e
 	for _, p := range n.Config().Peers {
 		s.streams.leaderAddrs[p.ID] = p.ClientURL
 	}
+	if s.page, err = s.newStatusPage(); err != nil {
+		return nil, fmt.Errorf("status page: %w", err)
+	}
 	s.coldgc = &coldGCService{cold: n.Cold}
 	s.backup = &backupService{n: n, clusterID: cfg.ClusterID, maxMessage: cfg.MaxMessageBytes, now: time.Now}
 	s.backupBudget = httpserver.NewBudget(cfg.InflightBodySize())
@@ -243,6 +251,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	errorLog := slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn)
 	clientHTTP := s.cfg.HTTP.Server(http.MaxBytesHandler(s.httpHandler(), maxHTTPBodyBytes), errorLog)
+	uiCtx, stopUI := context.WithCancel(ctx)
+	defer stopUI()
+	s.uiStop = uiCtx
 	var (
 		adminHTTP *http.Server
 		adminMux  *listenmux.Mux
@@ -282,6 +293,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}()
 	}
 	run(mux.Serve)
+	run(func() error { return s.page.Run(uiCtx) })
 	run(func() error { return s.grpcServer.Serve(mux.GRPC()) })
 	run(func() error { return clientHTTP.Serve(mux.HTTP()) })
 	if adminHTTP != nil {
@@ -339,6 +351,9 @@ func (s *Server) Run(ctx context.Context) error {
 	s.stopping.Store(true)
 	s.setReady(false)
 	stopHealth()
+	// The status page stops reading and ends its live connections, so
+	// that the admin plane's graceful stop does not wait for them.
+	stopUI()
 	if s.plane != nil {
 		s.handOff()
 	}
@@ -681,6 +696,8 @@ func (s *Server) adminHandler(ctx context.Context) (http.Handler, error) {
 	mux.Handle("GET /__ursula/openapi.json", small(s.serveOpenAPI))
 	mux.Handle("POST /__ursula/raft/{group}/recovery/accept-unsynced-loss", small(s.serveAcceptUnsyncedLoss))
 	mux.Handle("GET /__ursula/feature-level", small(s.serveFeatureLevel))
+	// The mux redirects /__ursula/ui to /__ursula/ui/ (statuspage.Prefix).
+	mux.Handle("GET /__ursula/ui/", statuspage.WithStop(s.page, s.uiStop))
 	mux.Handle("POST /__ursula/feature-level", small(s.serveRaiseFeatureLevel))
 	s.featureTestRoutes(mux, small)
 	s.backupRoutes(mux)

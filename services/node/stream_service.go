@@ -125,6 +125,7 @@ func (s *streamService) Read(ctx context.Context, req *streamv1.ReadRequest) (re
 		d := time.Since(start)
 		s.metrics.readNs.Add(uint64(d))
 		s.metrics.readDuration.Record(ctx, d.Seconds())
+		s.metrics.readsImmediate.Add(1)
 	}
 	s.metrics.reads.Add(1)
 	return resp, s.status(err)

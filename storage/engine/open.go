@@ -233,9 +233,12 @@ func (n *Node) ClusterPlane() *cluster.GRPC { return n.grpc }
 
 // GroupView is one group as metrics show it.
 type GroupView struct {
-	Status    multiraft.GroupStatus
-	Streams   int
-	HotBytes  int64
+	Status   multiraft.GroupStatus
+	Streams  int
+	HotBytes int64
+	// ColdBytes is the group's own stream bytes in the cold tier above
+	// their retention (stream.Stats).
+	ColdBytes int64
 	GCPending uint64
 }
 
@@ -244,7 +247,7 @@ func (n *Node) Groups() []GroupView {
 	out := make([]GroupView, len(n.machines))
 	for g, m := range n.machines {
 		st := m.Stats()
-		out[g] = GroupView{Status: n.host.Status(uint32(g)), Streams: st.Streams, HotBytes: st.HotBytes, GCPending: m.GCPending("")}
+		out[g] = GroupView{Status: n.host.Status(uint32(g)), Streams: st.Streams, HotBytes: st.HotBytes, ColdBytes: st.ColdBytes, GCPending: m.GCPending("")}
 	}
 	return out
 }

@@ -100,7 +100,9 @@ func (m *Machine) applyColdFlush(now int64, c *storagev1.ColdFlush) *Result {
 		return &Result{Err: err}
 	}
 	s.meta.ColdIndex = levels
+	before := coldBytes(s.meta)
 	s.meta.ColdEnd = pos
+	m.coldSize.Add(coldBytes(s.meta) - before)
 	s.meta.HotRecord = hotRecord
 	m.hotSize.Add(-int64(s.buf.TrimTo(pos)))
 	s.trimMarks()
@@ -152,7 +154,9 @@ func (m *Machine) applySetRetention(c *storagev1.SetRetention) *Result {
 		return &Result{Err: fault.Errorf(fault.ErrOffsetOutOfRange, "retention offset %s is beyond the tail %s", FormatOffset(c.GetPosition()), FormatOffset(s.buf.End()))}
 	}
 	if c.GetPosition() > s.meta.GetRetained() {
+		before := coldBytes(s.meta)
 		s.meta.Retained = c.GetPosition()
+		m.coldSize.Add(coldBytes(s.meta) - before)
 		s.meta.RecordFirst = max(s.meta.GetRecordFirst(), min(c.GetRecordFirst(), s.meta.GetRecordNext()))
 		s.signal.Notify()
 	}

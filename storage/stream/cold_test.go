@@ -250,3 +250,57 @@ func TestColdRetentionSwapGCAndPurge(t *testing.T) {
 		t.Fatalf("second purge: removed %d pending %d", again.Removed, again.GCPending)
 	}
 }
+
+// TestColdBytes checks the running sum behind Stats.ColdBytes against a
+// walk over the streams after every step that moves a cold range, a
+// retention or a stream's existence, and across a snapshot.
+func TestColdBytes(t *testing.T) {
+	a := newApplier(t)
+	walk := func(m *Machine) int64 {
+		m.mu.RLock()
+		defer m.mu.RUnlock()
+		var n int64
+		for _, s := range m.streams {
+			n += coldBytes(s.meta)
+		}
+		return n
+	}
+	check := func(step string, want int64) {
+		t.Helper()
+		if got, walked := a.m.Stats().ColdBytes, walk(a.m); got != want || walked != want {
+			t.Fatalf("%s: cold bytes %d (a walk finds %d), want %d", step, got, walked, want)
+		}
+	}
+	a.apply(1, &storagev1.CreateBucket{Bucket: "b"})
+	incs := map[string]uint64{}
+	for _, name := range []string{"s", "t"} {
+		incs[name] = a.apply(1, &storagev1.CreateStream{Bucket: "b", Stream: name, ContentType: "application/octet-stream"}).Meta.Incarnation
+		for i := range 5 {
+			a.apply(1, &storagev1.Append{Bucket: "b", Stream: name, ContentType: "application/octet-stream", Body: fmt.Appendf(nil, "%04d", i)})
+		}
+	}
+	check("nothing flushed", 0)
+	flushAll(t, a, "s", incs["s"])
+	check("s flushed", 20)
+	flushAll(t, a, "t", incs["t"])
+	check("both flushed", 40)
+	a.apply(1, &storagev1.Append{Bucket: "b", Stream: "s", ContentType: "application/octet-stream", Body: []byte("hot!")})
+	check("a hot append", 40)
+	a.apply(1, &storagev1.SetRetention{Bucket: "b", Stream: "s", Incarnation: incs["s"], Position: 6})
+	check("retention at 6 in s", 34)
+	a.apply(1, &storagev1.SetRetention{Bucket: "b", Stream: "s", Incarnation: incs["s"], Position: 22})
+	check("retention in the hot window of s", 20)
+	snap, err := a.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := NewMachine(0)
+	if err := b.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Stats().ColdBytes; got != 20 {
+		t.Fatalf("cold bytes after a restore: %d, want 20", got)
+	}
+	a.apply(1, &storagev1.DeleteStream{Bucket: "b", Stream: "t"})
+	check("t deleted", 0)
+}

@@ -60,6 +60,9 @@ type Machine struct {
 	mu      sync.RWMutex
 	applied uint64
 	hotSize atomic.Int64
+	// coldSize is the sum of coldBytes over the streams: kept as the cold
+	// range or the retention of a stream moves, recomputed at install.
+	coldSize atomic.Int64
 	// removals and removedBytes count the streams dropped since the host
 	// last asked (TakeRemoved; shard worker only).
 	removals     int
@@ -573,6 +576,7 @@ func (m *Machine) drop(now int64, key Key, s *stream) []*storagev1.ForkOrigin {
 	m.removals++
 	m.removedBytes += s.buf.End() - s.meta.GetBase()
 	m.hotSize.Add(-int64(s.buf.Bytes()))
+	m.coldSize.Add(-coldBytes(s.meta))
 	// Objects of the stream's earlier incarnations (before a new history)
 	// live under their own prefixes.
 	for _, e := range s.meta.GetEarlier() {
@@ -932,12 +936,25 @@ type Stats struct {
 	Streams  int
 	Buckets  int
 	HotBytes int64
-	Applied  uint64
+	// ColdBytes is the streams' own bytes in the cold tier above their
+	// retention (coldBytes, summed).
+	ColdBytes int64
+	Applied   uint64
+}
+
+// coldBytes is a stream's own bytes that the cold index covers and that
+// are still readable: [max(Base, Retained), ColdEnd).
+func coldBytes(st *storagev1.StreamState) int64 {
+	from := max(st.GetBase(), st.GetRetained())
+	if st.GetColdEnd() <= from {
+		return 0
+	}
+	return int64(st.GetColdEnd() - from)
 }
 
 // Stats returns current counters.
 func (m *Machine) Stats() Stats {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return Stats{Streams: len(m.streams), Buckets: len(m.buckets), HotBytes: m.hotSize.Load(), Applied: m.applied}
+	return Stats{Streams: len(m.streams), Buckets: len(m.buckets), HotBytes: m.hotSize.Load(), ColdBytes: m.coldSize.Load(), Applied: m.applied}
 }

@@ -201,6 +201,11 @@ func (m *Machine) install(st *state, hotBytes int64) {
 	old := m.streams
 	m.state = *st
 	m.hotSize.Store(hotBytes)
+	var cold int64
+	for _, s := range m.streams {
+		cold += coldBytes(s.meta)
+	}
+	m.coldSize.Store(cold)
 	for _, s := range old {
 		s.signal.Notify() // wake readers of the replaced state
 	}

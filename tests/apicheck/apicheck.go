@@ -20,7 +20,7 @@ import (
 func init() {
 	// Bodies the documents declare as bytes: decoded as strings, which
 	// their schemas (type string, format binary) accept.
-	for _, ct := range []string{"application/octet-stream", "multipart/mixed", "text/event-stream", "application/vnd.durable-stream-records+ndjson"} {
+	for _, ct := range []string{"application/octet-stream", "multipart/mixed", "text/event-stream", "application/vnd.durable-stream-records+ndjson", "text/html"} {
 		if openapi3filter.RegisteredBodyDecoder(ct) == nil {
 			openapi3filter.RegisterBodyDecoder(ct, openapi3filter.FileBodyDecoder)
 		}

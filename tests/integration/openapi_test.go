@@ -63,6 +63,9 @@ func TestDataPlaneOpenAPI(t *testing.T) {
 	c.Call(t, "GET", "/__ursula/ready", nil, nil, 200)
 	c.Call(t, "GET", "/__ursula/metrics", nil, nil, 200)
 	c.Call(t, "GET", "/__ursula/prometheus", nil, nil, 404)
+	// No status page in this gateway (tests/e2e TestStatusPage opens a real one).
+	c.Call(t, "GET", "/__ursula/ui/", nil, nil, 404)
+	c.Call(t, "GET", "/__ursula/ui/snapshot", nil, nil, 404)
 	c.Call(t, "HEAD", "/__ursula/openapi.json", nil, nil, 200)
 	c.Call(t, "HEAD", "/__ursula/ready", nil, nil, 200)
 	c.Call(t, "HEAD", "/__ursula/metrics", nil, nil, 200)
