@@ -272,6 +272,9 @@ func Load(args []string, target string) (*Config, *Flags, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
 	}
+	if err := resolveNodeID(&cfg.Engine, os.Hostname); err != nil {
+		return nil, nil, err
+	}
 	cfg.Engine.ShardCount = cfg.Runtime.CoreCount
 	if cfg.Cold.Backend == objstore.BackendFS && cfg.Cold.Dir == "" {
 		cfg.Cold.Dir = filepath.Join(cfg.Engine.DataDir, "cold")

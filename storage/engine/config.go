@@ -16,6 +16,10 @@ type Config struct {
 	DataDir string `toml:"data_dir"`
 	// NodeID is this node's Raft id (non-zero).
 	NodeID uint64 `toml:"node_id"`
+	// NodeIDFromHostname, when true, derives NodeID from this host's name
+	// "<name>-<n>" as n+1 (a Kubernetes StatefulSet's ordinal), overriding
+	// node_id; a host name without such an ordinal refuses to start.
+	NodeIDFromHostname bool `toml:"node_id_from_hostname"`
 	// Peers are every voter of the cluster, this node included; empty
 	// means a single-node cluster of NodeID.
 	Peers []cluster.Peer `toml:"peers"`
@@ -97,6 +101,7 @@ func (c *Config) deletedDataMaxAge() time.Duration {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory for the WAL and snapshots")
 	fs.Uint64Var(&c.NodeID, "raft.node-id", 1, "this node's Raft id")
+	fs.BoolVar(&c.NodeIDFromHostname, "raft.node-id-from-hostname", false, `derive raft.node_id from the host name "<name>-<n>" as n+1 (a StatefulSet ordinal)`)
 	fs.IntVar(&c.GroupCount, "raft.group-count", 64, "number of Raft groups (bound to the WAL)")
 	fs.StringVar(&c.Fsync, "raft.fsync", "never", `WAL fsync policy: "never" or "always"`)
 	fs.Uint64Var(&c.ReadChunkBytes, "read-chunk-bytes", 1<<20, "maximum bytes returned by one read")
