@@ -23,7 +23,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
@@ -55,7 +55,7 @@ type rendered struct {
 type object struct {
 	source string
 	kind   string
-	meta   *v1.ObjectMeta
+	meta   *metav1.ObjectMeta
 	typed  any
 }
 
@@ -145,7 +145,7 @@ func decodeAll(t testing.TB, manifest string) *rendered {
 		if m := sourceRE.FindStringSubmatch(doc); m != nil {
 			source = m[1]
 		}
-		var tm v1.TypeMeta
+		var tm metav1.TypeMeta
 		if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
 			t.Fatalf("%s: not YAML: %v\n%s", source, err, doc)
 		}
@@ -401,10 +401,10 @@ func checkRelease(t *testing.T, r *rendered, replicas int) {
 	if pdb == nil || pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.MinAvailable != nil {
 		t.Fatalf("PDB %+v: want maxUnavailable 1", pdb)
 	}
-	if sel, err := v1.LabelSelectorAsSelector(pdb.Spec.Selector); err != nil || !sel.Matches(podLabels) {
+	if sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err != nil || !sel.Matches(podLabels) {
 		t.Errorf("PDB selector %v does not select the voters (%v)", pdb.Spec.Selector, err)
 	}
-	if sel, err := v1.LabelSelectorAsSelector(sts.Spec.Selector); err != nil || !sel.Matches(podLabels) {
+	if sel, err := metav1.LabelSelectorAsSelector(sts.Spec.Selector); err != nil || !sel.Matches(podLabels) {
 		t.Errorf("StatefulSet selector %v does not select its pods", sts.Spec.Selector)
 	}
 	headless := r.services[sts.Spec.ServiceName]
@@ -473,7 +473,7 @@ func checkRelease(t *testing.T, r *rendered, replicas int) {
 	specs = append(specs, pod)
 	for _, d := range r.deployments {
 		specs = append(specs, &d.Spec.Template.Spec)
-		if sel, err := v1.LabelSelectorAsSelector(d.Spec.Selector); err != nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+		if sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector); err != nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
 			t.Errorf("Deployment %s selector does not select its pods", d.Name)
 		}
 	}
@@ -626,9 +626,13 @@ func threeVoters() map[string]any {
 // TestRenderedConfigsLoad passes every rendered configuration file to the
 // product's loader: bin/<binary> -verify-config -config <file>.
 func TestRenderedConfigsLoad(t *testing.T) {
-	bin, err := filepath.Abs("../../../../bin")
-	if err != nil {
-		t.Fatal(err)
+	// make build's binaries, or those of $URSULA_BIN_DIR.
+	bin := os.Getenv("URSULA_BIN_DIR")
+	if bin == "" {
+		var err error
+		if bin, err = filepath.Abs("../../../../bin"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(bin, "ursula-node")); err != nil {
 		t.Skipf("bin/ursula-node is absent (make build): %v", err)
@@ -784,7 +788,9 @@ func legacyNames(t *testing.T, text string) string {
 // and the metrics listener does not know yet.
 var pendingKeys = regexp.MustCompile(`^(raft\.wal\.(path|fsync)|storage\.cold(\..*)?|server\.metrics_listen)$`)
 
-var unknownKeysRE = regexp.MustCompile(`unknown keys \[([^\]]*)\]`)
+// unknownKeysRE finds the unknown keys of a refusal: "unknown keys [a
+// b]" or "unknown keys a, b (...)".
+var unknownKeysRE = regexp.MustCompile(`unknown keys \[?([^\]\(\n]*)`)
 
 // predatesVocabulary reports whether a -verify-config failure is only a
 // build's not knowing the canonical names: every unknown key is one of
@@ -794,7 +800,7 @@ func predatesVocabulary(out []byte) bool {
 	if m == nil {
 		return false
 	}
-	for _, k := range strings.Fields(string(m[1])) {
+	for _, k := range strings.Fields(strings.ReplaceAll(string(m[1]), ",", " ")) {
 		if !pendingKeys.MatchString(k) {
 			return false
 		}
@@ -865,6 +871,24 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 			if !yield(k) {
 				return
 			}
+		}
+	}
+}
+
+func TestPredatesVocabulary(t *testing.T) {
+	tests := []struct {
+		out  string
+		want bool
+	}{
+		{"config f: unknown keys [raft.wal.path raft.wal.fsync storage.cold storage.cold.backend]", true},
+		{"config f: unknown keys server.metrics_listen, storage.cold.root (every key is listed by -h)", true},
+		{"config f: unknown keys [raft.wal.path raft.wal.fsinc]", false},
+		{"config f: unknown keys server.metrics_listen, raft.node_id_from_hostname (every key is listed by -h)", false},
+		{"invalid configuration: raft.node_id must be non-zero", false},
+	}
+	for _, tc := range tests {
+		if got := predatesVocabulary([]byte(tc.out)); got != tc.want {
+			t.Errorf("predatesVocabulary(%q) = %v, want %v", tc.out, got, tc.want)
 		}
 	}
 }
