@@ -655,7 +655,19 @@ func TestRenderedConfigsLoad(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cm := decodeAll(t, manifest).configMaps["prod-ursula-config"]
+			r := decodeAll(t, manifest)
+			// The helm test pod's manifest loads in ursulactl: wait-ready
+			// gets as far as dialing the voters (unreachable here).
+			m := strings.Replace(r.configMaps["prod-ursula-manifest"].Data["manifest.toml"], "/etc/ursula/tls/ca.crt", filepath.Join(pki, "ca.crt"), 1)
+			mfile := filepath.Join(t.TempDir(), "manifest.toml")
+			if err := os.WriteFile(mfile, []byte(m), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, _ := exec.Command(filepath.Join(bin, "ursulactl"), "--manifest", mfile, "--timeout", "1s", "wait-ready").CombinedOutput()
+			if !bytes.Contains(out, []byte("wait-ready: not healthy")) || !bytes.Contains(out, []byte("unreachable")) {
+				t.Errorf("ursulactl wait-ready with the rendered manifest: %s\n%s", out, m)
+			}
+			cm := r.configMaps["prod-ursula-config"]
 			for _, key := range slices.Sorted(mapKeys(cm.Data)) {
 				role := strings.TrimSuffix(key, ".toml")
 				binary := "ursula-" + role
@@ -889,6 +901,35 @@ func TestPredatesVocabulary(t *testing.T) {
 	for _, tc := range tests {
 		if got := predatesVocabulary([]byte(tc.out)); got != tc.want {
 			t.Errorf("predatesVocabulary(%q) = %v, want %v", tc.out, got, tc.want)
+		}
+	}
+}
+
+// TestReadmeListsEveryValue keeps the chart's README table in step with
+// values.yaml: every value (a leaf, an empty table or a list) has a row.
+func TestReadmeListsEveryValue(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(chartDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leaves []string
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			if sub, ok := v.(map[string]any); ok && len(sub) > 0 {
+				walk(prefix+k+".", sub)
+				continue
+			}
+			leaves = append(leaves, prefix+k)
+		}
+	}
+	walk("", readValues(t, "values.yaml"))
+	if len(leaves) < 50 {
+		t.Fatalf("only %d values found: %v", len(leaves), leaves)
+	}
+	for _, v := range leaves {
+		if !bytes.Contains(readme, []byte("| `"+v+"` |")) {
+			t.Errorf("README.md has no row for %s", v)
 		}
 	}
 }
