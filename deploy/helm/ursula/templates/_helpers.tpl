@@ -131,7 +131,7 @@ capabilities:
 
 {{/* S3 credentials as environment variables, when a Secret is named. */}}
 {{- define "ursula.s3Env" -}}
-{{- with .Values.storage.cold.s3.credentialsSecret }}
+{{- with .Values.storage.cold.s3.credentialsSecret -}}
 - name: AWS_ACCESS_KEY_ID
   valueFrom:
     secretKeyRef:

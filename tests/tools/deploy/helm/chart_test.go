@@ -490,6 +490,11 @@ func checkRelease(t *testing.T, r *rendered, replicas int) {
 				t.Errorf("container %s may escalate privileges", c.Name)
 			}
 		}
+		// Service links would put URSULA_GATEWAY_* variables (a release
+		// named ursula) into the environment, refused as unknown settings.
+		if s.EnableServiceLinks == nil || *s.EnableServiceLinks {
+			t.Errorf("a pod of %s has Service environment variables (enableServiceLinks)", s.Containers[0].Name)
+		}
 		if s.SecurityContext == nil || s.SecurityContext.RunAsUser == nil || *s.SecurityContext.RunAsUser != 65532 {
 			t.Errorf("a pod of %s does not run as the image's user 65532", s.Containers[0].Name)
 		}
