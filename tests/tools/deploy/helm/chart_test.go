@@ -938,3 +938,28 @@ func TestReadmeListsEveryValue(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeStrictRefuses shows that the decoding the rendered objects go
+// through refuses what the API server would not take silently.
+func TestDecodeStrictRefuses(t *testing.T) {
+	for name, doc := range map[string]string{
+		"unknown nested field": "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: a}\nspec:\n  template:\n    spec:\n      terminationGracePeriodSecond: 30\n",
+		"duplicate field":      "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {a: x}\ndata: {b: y}\n",
+		"wrong type":           "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: a}\nspec: {maxUnavailable: [1]}\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			var err error
+			switch {
+			case strings.Contains(doc, "StatefulSet"):
+				_, err = decodeStrict[appsv1.StatefulSet]([]byte(doc))
+			case strings.Contains(doc, "ConfigMap"):
+				_, err = decodeStrict[corev1.ConfigMap]([]byte(doc))
+			default:
+				_, err = decodeStrict[policyv1.PodDisruptionBudget]([]byte(doc))
+			}
+			if err == nil {
+				t.Fatal("decoded")
+			}
+		})
+	}
+}
