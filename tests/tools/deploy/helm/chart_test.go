@@ -580,6 +580,7 @@ func TestSchemaRejects(t *testing.T) {
 			sub(sub(v, "storage"), "cold")["backend"] = "fs"
 		}, []string{"backend"}},
 		{"backup to a directory", func(v map[string]any) { sub(v, "backup")["location"] = "/backups" }, []string{"location"}},
+		{"HPA without a CPU request", func(v map[string]any) { delete(sub(sub(sub(v, "gateway"), "resources"), "requests"), "cpu") }, []string{"cpu"}},
 		{"bad duration", func(v map[string]any) { sub(v, "raft")["deletedDataMaxAge"] = "an hour" }, []string{"deletedDataMaxAge"}},
 		{"cluster port out of range", func(v map[string]any) { sub(sub(v, "server"), "ports")["cluster"] = 70000 }, []string{"cluster"}},
 	}
