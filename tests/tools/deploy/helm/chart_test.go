@@ -964,3 +964,25 @@ func TestDecodeStrictRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestLongNames renders with the longest full name the schema allows: the
+// StatefulSet's name leaves room for its pods' revision label (at most 52
+// characters) and every name stays valid.
+func TestLongNames(t *testing.T) {
+	vals := threeVoters()
+	vals["fullnameOverride"] = strings.Repeat("u", 40)
+	manifest, err := render(t, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := decodeAll(t, manifest)
+	for name := range r.statefulSets {
+		if len(name) > 52 {
+			t.Errorf("StatefulSet name %q is longer than 52", name)
+		}
+	}
+	vals["fullnameOverride"] = strings.Repeat("u", 41)
+	if _, err := render(t, vals); err == nil || !strings.Contains(err.Error(), "fullnameOverride") {
+		t.Errorf("a 41-character fullnameOverride: %v, want a schema refusal", err)
+	}
+}
