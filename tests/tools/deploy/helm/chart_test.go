@@ -337,6 +337,9 @@ func TestRenderProduction(t *testing.T) {
 	if got := dig(node, "server", "metrics_listen"); got != "0.0.0.0:4440" {
 		t.Errorf("server.metrics_listen %v", got)
 	}
+	if a := sts.Spec.Template.Annotations; a["prometheus.io/port"] != "4440" || a["prometheus.io/path"] != "/__ursula/prometheus" {
+		t.Errorf("voter scrape annotations %v", a)
+	}
 	gw := parseTOML(t, r.configMaps["prod-ursula-config"].Data["gateway.toml"])
 	if got := dig(gw, "gateway", "max_body_bytes"); got != int64(16777216) {
 		t.Errorf("gateway.max_body_bytes %v (%T), want 16777216", got, got)
