@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/BurntSushi/toml"
@@ -673,88 +674,140 @@ func TestRenderedConfigsLoad(t *testing.T) {
 				t.Fatal(err)
 			}
 			out, _ := exec.Command(filepath.Join(bin, "ursulactl"), "--manifest", mfile, "--timeout", "1s", "wait-ready").CombinedOutput()
-			if !bytes.Contains(out, []byte("wait-ready: not healthy")) || !bytes.Contains(out, []byte("unreachable")) {
+			if !bytes.Contains(out, []byte("not healthy")) || !bytes.Contains(out, []byte("unreachable")) {
 				t.Errorf("ursulactl wait-ready with the rendered manifest: %s\n%s", out, m)
 			}
 			cm := r.configMaps["prod-ursula-config"]
 			for _, key := range slices.Sorted(mapKeys(cm.Data)) {
-				role := strings.TrimSuffix(key, ".toml")
-				binary := "ursula-" + role
-				// The files a pod of the role mounts, under a root of their own.
-				root := podRoot(t, pki, role)
-				text := strings.NewReplacer("/etc/ursula/", root+"/etc/ursula/", "/var/lib/ursula", root+"/var/lib/ursula").Replace(cm.Data[key])
-				if key == "node.toml" {
-					// The binary knows raft.node_id_from_hostname: it refuses
-					// this machine's host name for want of an ordinal...
-					if out, err := verifyConfig(t, filepath.Join(bin, binary), key, text); err != nil && !bytes.Contains(out, []byte(`raft.node_id_from_hostname: the host name does not end in "-<n>"`)) && !predatesVocabulary(out) {
-						t.Errorf("%s -verify-config %s: %v\n%s", binary, key, err, out)
-					}
-					// ...so check the rest as node 1.
-					text = strings.Replace(text, "node_id_from_hostname = true", "node_id = 1", 1)
-				}
-				out, err := verifyConfig(t, filepath.Join(bin, binary), key, text)
-				if err != nil && predatesVocabulary(out) {
-					// A build from before the canonical names: check the
-					// rest of the file under the names it knows.
-					t.Logf("%s predates the canonical names (%s); verifying %s under the legacy names", binary, bytes.TrimSpace(out), key)
-					legacy := legacyNames(t, text)
-					out, err = verifyConfig(t, filepath.Join(bin, binary), key, legacy)
-					text = legacy
-				}
-				if err != nil {
-					t.Errorf("%s -verify-config %s: %v\n%s\n%s", binary, key, err, out, text)
+				// The files a pod of the role mounts, owned by this process.
+				checkConfig(t, podFS{bin: bin, pki: pki}, key, cm.Data[key])
+				// And as the kubelet mounts them for the image's user.
+				if os.Geteuid() == 0 {
+					checkConfig(t, podFS{bin: bin, pki: pki, asImageUser: true}, key, cm.Data[key])
 				}
 			}
 		})
 	}
+	if os.Geteuid() != 0 {
+		t.Log("not root: the files were not checked as the kubelet mounts them for user 65532")
+	}
 }
 
-// podRoot lays out what a pod of role mounts: its TLS Secret at
+// imageUser is the user (and group, and fsGroup) the chart runs as.
+const imageUser = 65532
+
+// podFS lays out what a pod mounts, under a root directory of its own.
+type podFS struct {
+	bin, pki string
+	// asImageUser lays the files out as the kubelet mounts Secrets for the
+	// pod's fsGroup (owner root, group 65532, mode 0440; the data volume
+	// group-writable) and runs the binary as user 65532; otherwise the
+	// files are this process's, mode 600.
+	asImageUser bool
+}
+
+// layout creates the root of one pod of role: its TLS Secret at
 // etc/ursula/tls (node 1's for a node), the admin token Secret at
 // etc/ursula/admin/token and the data volume at var/lib/ursula.
-func podRoot(t *testing.T, pki, role string) string {
+func (p podFS) layout(t *testing.T, role string) string {
 	t.Helper()
-	root := t.TempDir()
+	root, err := os.MkdirTemp("", "ursula-pod-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
 	cert := role
 	if role == "node" {
 		cert = "node1"
 	}
-	files := map[string]string{
-		"etc/ursula/tls/ca.crt":  filepath.Join(pki, "ca.crt"),
-		"etc/ursula/tls/tls.crt": filepath.Join(pki, cert+".crt"),
-		"etc/ursula/tls/tls.key": filepath.Join(pki, cert+".key"),
+	dirMode, fileMode, gid := os.FileMode(0o700), os.FileMode(0o600), -1
+	if p.asImageUser {
+		dirMode, fileMode, gid = 0o755, 0o440, imageUser
 	}
-	for dst, src := range files {
-		b, err := os.ReadFile(src)
+	if err := os.Chmod(root, dirMode); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{"etc/ursula/admin/token": []byte(strings.Repeat("k", 48))}
+	for dst, src := range map[string]string{"ca.crt": "ca.crt", "tls.crt": cert + ".crt", "tls.key": cert + ".key"} {
+		b, err := os.ReadFile(filepath.Join(p.pki, src))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(dst)), 0o700); err != nil {
+		files["etc/ursula/tls/"+dst] = b
+	}
+	for name, b := range files {
+		path := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(path), dirMode); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(root, dst), b, 0o600); err != nil {
+		if err := os.WriteFile(path, b, fileMode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(path, -1, gid); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, dir := range []string{"etc/ursula/admin", "var/lib/ursula"} {
-		if err := os.MkdirAll(filepath.Join(root, dir), 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(root, "etc/ursula/admin/token"), []byte(strings.Repeat("k", 48)), 0o600); err != nil {
+	data := filepath.Join(root, "var/lib/ursula")
+	if err := os.MkdirAll(data, dirMode); err != nil {
 		t.Fatal(err)
+	}
+	if p.asImageUser {
+		if err := os.Chown(data, 0, imageUser); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(data, 0o2775); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return root
 }
 
-// verifyConfig runs binary -verify-config on text.
-func verifyConfig(t *testing.T, binary, name, text string) ([]byte, error) {
+// verify runs binary -verify-config on text in a pod root.
+func (p podFS) verify(t *testing.T, root, binary, name, text string) ([]byte, error) {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+	file := filepath.Join(root, name)
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return exec.Command(binary, "-verify-config", "-config", file).CombinedOutput()
+	cmd := exec.Command(filepath.Join(p.bin, binary), "-verify-config", "-config", file)
+	if p.asImageUser {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: imageUser, Gid: imageUser, Groups: []uint32{imageUser}}}
+	}
+	return cmd.CombinedOutput()
+}
+
+// checkConfig passes one rendered file (key of the config ConfigMap) to
+// its binary's -verify-config, with the files it names in place.
+func checkConfig(t *testing.T, p podFS, key, rendered string) {
+	t.Helper()
+	role := strings.TrimSuffix(key, ".toml")
+	binary := "ursula-" + role
+	root := p.layout(t, role)
+	text := strings.NewReplacer("/etc/ursula/", root+"/etc/ursula/", "/var/lib/ursula", root+"/var/lib/ursula").Replace(rendered)
+	how := "as this process's files"
+	if p.asImageUser {
+		how = "as user 65532 with the kubelet's Secret modes"
+	}
+	if key == "node.toml" {
+		// The binary knows raft.node_id_from_hostname: it refuses this
+		// machine's host name for want of an ordinal...
+		if out, err := p.verify(t, root, binary, key, text); err != nil && !bytes.Contains(out, []byte(`raft.node_id_from_hostname: the host name does not end in "-<n>"`)) && !predatesVocabulary(out) {
+			t.Errorf("%s -verify-config %s (%s): %v\n%s", binary, key, how, err, out)
+		}
+		// ...so check the rest as node 1.
+		text = strings.Replace(text, "node_id_from_hostname = true", "node_id = 1", 1)
+	}
+	out, err := p.verify(t, root, binary, key, text)
+	if err != nil && predatesVocabulary(out) {
+		// A build from before the canonical names: check the rest of the
+		// file under the names it knows.
+		t.Logf("%s predates the canonical names (%s); verifying %s under the legacy names", binary, bytes.TrimSpace(out), key)
+		text = legacyNames(t, text)
+		out, err = p.verify(t, root, binary, key, text)
+	}
+	if err != nil {
+		t.Errorf("%s -verify-config %s (%s): %v\n%s\n%s", binary, key, how, err, out, text)
+	}
 }
 
 // legacyNames rewrites a rendered file to the names a build from before
