@@ -101,6 +101,17 @@ func TestRenderProduction(t *testing.T) {
 		}
 	}
 
+	// The backup service reaches the bucket with the SDK's settings.
+	var region string
+	for _, e := range r.deployments["prod-ursula-backup"].Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "AWS_REGION" {
+			region = e.Value
+		}
+	}
+	if region != "eu-west-1" {
+		t.Errorf("backup AWS_REGION %q, want eu-west-1 (storage.cold.s3.region)", region)
+	}
+
 	hpa := r.hpas["prod-ursula-gateway"]
 	if hpa == nil {
 		t.Fatal("no gateway HPA")
