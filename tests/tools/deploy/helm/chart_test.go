@@ -12,6 +12,7 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -47,8 +48,8 @@ func TestRenderDefault(t *testing.T) {
 	}
 	r := decodeAll(t, manifest)
 	checkRelease(t, r, 1)
-	if len(r.hpas) != 0 {
-		t.Errorf("default values render an HPA: %v", keys(r.hpas))
+	if len(r.hpas) != 0 || len(r.netpols) != 0 {
+		t.Errorf("default values render an HPA %v or a NetworkPolicy %v", keys(r.hpas), keys(r.netpols))
 	}
 	for _, name := range []string{"prod-ursula-coldgc", "prod-ursula-backup"} {
 		if _, ok := r.deployments[name]; ok {
@@ -110,6 +111,53 @@ func TestRenderProduction(t *testing.T) {
 	}
 	if region != "eu-west-1" {
 		t.Errorf("backup AWS_REGION %q, want eu-west-1 (storage.cold.s3.region)", region)
+	}
+
+	// The NetworkPolicy: the cluster plane from voters only; the client
+	// plane from every workload of the release.
+	np := r.netpols["prod-ursula-node"]
+	if np == nil {
+		t.Fatalf("no NetworkPolicy (have %v)", keys(r.netpols))
+	}
+	if sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector); err != nil || !sel.Matches(labels.Set(sts.Spec.Template.Labels)) {
+		t.Errorf("NetworkPolicy selects %v, not the voters", np.Spec.PodSelector)
+	}
+	allowed := func(port int, podLabels map[string]string) bool {
+		for _, rule := range np.Spec.Ingress {
+			if !slices.ContainsFunc(rule.Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Port.IntValue() == port }) {
+				continue
+			}
+			if len(rule.From) == 0 {
+				return true
+			}
+			for _, from := range rule.From {
+				if sel, err := metav1.LabelSelectorAsSelector(from.PodSelector); err == nil && from.PodSelector != nil && sel.Matches(labels.Set(podLabels)) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	voter, gateway := sts.Spec.Template.Labels, r.deployments["prod-ursula-gateway"].Spec.Template.Labels
+	for _, c := range []struct {
+		who    string
+		port   int
+		labels map[string]string
+		want   bool
+	}{
+		{"a voter on the cluster plane", 4439, voter, true},
+		{"a gateway on the cluster plane", 4439, gateway, false},
+		{"a gateway on the client plane", 4437, gateway, true},
+		{"the cold-GC worker on the client plane", 4437, r.deployments["prod-ursula-coldgc"].Spec.Template.Labels, true},
+		{"the backup service on the client plane", 4437, r.deployments["prod-ursula-backup"].Spec.Template.Labels, true},
+		{"the helm test pod on the client plane", 4437, r.pods["prod-ursula-test"].Labels, true},
+		{"another pod on the client plane", 4437, map[string]string{"app": "other"}, false},
+		{"anyone on the metrics plane", 4440, map[string]string{"app": "other"}, true},
+		{"a voter on the admin port", 4438, voter, false},
+	} {
+		if got := allowed(c.port, c.labels); got != c.want {
+			t.Errorf("NetworkPolicy: %s allowed = %v, want %v", c.who, got, c.want)
+		}
 	}
 
 	hpa := r.hpas["prod-ursula-gateway"]

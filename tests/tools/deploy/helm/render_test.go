@@ -20,6 +20,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -46,6 +47,7 @@ type rendered struct {
 	pods         map[string]*corev1.Pod // hooks: the helm test pod
 	pdbs         map[string]*policyv1.PodDisruptionBudget
 	hpas         map[string]*autoscalingv2.HorizontalPodAutoscaler
+	netpols      map[string]*networkingv1.NetworkPolicy
 }
 
 // object is one decoded document and where it came from.
@@ -133,6 +135,7 @@ func decodeAll(t testing.TB, manifest string) *rendered {
 		pods:         map[string]*corev1.Pod{},
 		pdbs:         map[string]*policyv1.PodDisruptionBudget{},
 		hpas:         map[string]*autoscalingv2.HorizontalPodAutoscaler{},
+		netpols:      map[string]*networkingv1.NetworkPolicy{},
 	}
 	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(manifest, -1) {
 		if strings.TrimSpace(regexp.MustCompile(`(?m)^#.*$`).ReplaceAllString(doc, "")) == "" {
@@ -193,6 +196,11 @@ func decodeAll(t testing.TB, manifest string) *rendered {
 			var v *autoscalingv2.HorizontalPodAutoscaler
 			if v, err = decodeStrict[autoscalingv2.HorizontalPodAutoscaler]([]byte(doc)); err == nil {
 				r.hpas[v.Name], o.meta, o.typed = v, &v.ObjectMeta, v
+			}
+		case "networking.k8s.io/v1 NetworkPolicy":
+			var v *networkingv1.NetworkPolicy
+			if v, err = decodeStrict[networkingv1.NetworkPolicy]([]byte(doc)); err == nil {
+				r.netpols[v.Name], o.meta, o.typed = v, &v.ObjectMeta, v
 			}
 		default:
 			t.Fatalf("%s: unexpected object %s %s", source, tm.APIVersion, tm.Kind)
