@@ -43,7 +43,7 @@ CHAOS_TIMEOUT ?= 60m
 LOCAL_CLUSTER := deploy/local-cluster
 
 .PHONY: help build run run-cluster generate verify lint test test-unit test-integration test-e2e \
-	test-chaos-short test-chaos test-conformance conformance conformance-deps bench clean
+	test-chaos-short test-chaos test-conformance test-deploy conformance conformance-deps bench clean
 
 help: ## Show this help
 	@printf 'Usage: make <target> [VAR=value]\n\nTargets:\n'
@@ -138,7 +138,7 @@ lint: bin/buf bin/staticcheck ## Lint the protos (buf lint) and the Go code (go 
 GO_TEST_TARGETS := test-unit test-integration test-e2e test-chaos-short test-chaos test-conformance
 $(GO_TEST_TARGETS): export VERSITYGW := $(BIN)/versitygw
 
-test: test-unit test-integration test-e2e test-chaos-short test-conformance ## Run every test: unit (race), integration, e2e, short chaos, conformance
+test: test-unit test-integration test-e2e test-chaos-short test-conformance test-deploy ## Run every test: unit (race), integration, e2e, short chaos, conformance, deployment
 	@echo "make test: all test tiers passed"
 
 test-unit: bin/versitygw ## Unit tests and fuzz seed corpora; -race on storage/, gateway/, services/
@@ -162,6 +162,12 @@ test-integration: bin/versitygw ## In-process cluster tests (tests/integration),
 
 test-e2e: build bin/versitygw bin/gojq bin/grpcurl ## Spawned-binary tests (tests/e2e): durability under SIGKILL/SIGTERM, a wiped node rejoining, peers of another cluster, a rolling upgrade across two builds (the test builds ursula-node -tags featuretest itself)
 	URSULA_BIN=$(BIN)/ursula URSULA_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout $(TEST_TIMEOUT) ./tests/e2e/...
+
+# The deployment tests live in the tests/tools module (Helm and the
+# Kubernetes API types stay out of the product's go.mod); they check the
+# rendered configuration files with the binaries of make build.
+test-deploy: build ## Deployment tests (tests/tools/deploy): the Helm chart linted, rendered, decoded strictly, its schema and configuration files checked
+	cd tests/tools && URSULA_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./deploy/...
 
 test-chaos-short: build bin/versitygw ## Short chaos run (about 90 s, part of make test): 3-node cluster, kills, power losses of one node and partitions, history checked
 	URSULA_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout $(TEST_TIMEOUT) ./tests/chaos/...

@@ -244,11 +244,17 @@ func (s *Source) read() (*material, []stamp, error) {
 	return m, st, nil
 }
 
-// checkKeyFileMode refuses a key others may read.
+// checkKeyFileMode refuses a key others may read: group and others must
+// not read it, except that a file root manages for a process that is not
+// root may be readable by its group (a Kubernetes Secret mounted for the
+// pod's fsGroup, mode 0440).
 func checkKeyFileMode(name string) error {
 	fi, err := os.Stat(name)
 	if err != nil {
 		return fmt.Errorf("pki: %w", err)
+	}
+	if rootManaged(fi) && fi.Mode().Perm()&0o037 == 0 {
+		return nil
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
 		return fmt.Errorf("pki: key_file %s has mode %04o: group and others must not read it (chmod 600)", name, fi.Mode().Perm())

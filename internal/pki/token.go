@@ -30,7 +30,7 @@ func ReadSecretFile(path string, max int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckSecretFileMode(li.Mode()); err != nil {
+	if err := checkSecretFileInfo(li); err != nil {
 		return nil, err
 	}
 	f, err := os.Open(path)
@@ -70,16 +70,40 @@ func CheckSecretFileMode(m fs.FileMode) error {
 	return nil
 }
 
+// checkSecretFileInfo is CheckSecretFileMode, except that a file root
+// manages for a process that is not root may also be readable (never
+// writable) by its group: only root can have written it, and it is how
+// Kubernetes mounts a Secret for such a process (owner root, group the
+// pod's fsGroup, mode 0440) and how a host hands a service's group a file
+// root manages (0640).
+func checkSecretFileInfo(fi fs.FileInfo) error {
+	m := fi.Mode()
+	if rootManaged(fi) && m.IsRegular() && m.Perm()&0o037 == 0 {
+		return nil
+	}
+	return CheckSecretFileMode(m)
+}
+
+// geteuid is os.Geteuid; tests replace it.
+var geteuid = os.Geteuid
+
+// rootManaged reports whether root owns the file and this process is not
+// root.
+func rootManaged(fi fs.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Uid == 0 && geteuid() != 0
+}
+
 // CheckSecretFileOwner refuses a secret file a server should not trust: one
-// owned by another user than the process's, or in a directory group or
-// others may write (where another user could replace it).
+// owned by another user than the process's or root, or in a directory
+// group or others may write (where another user could replace it).
 func CheckSecretFileOwner(path string) error {
 	fi, err := os.Lstat(path)
 	if err != nil {
 		return err
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("the file is owned by uid %d, not by this process's user (uid %d)", st.Uid, os.Geteuid())
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != geteuid() && st.Uid != 0 {
+		return fmt.Errorf("the file is owned by uid %d, not by this process's user (uid %d) or root", st.Uid, geteuid())
 	}
 	dir := filepath.Dir(path)
 	di, err := os.Stat(dir)

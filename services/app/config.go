@@ -321,6 +321,9 @@ func load(args, environ []string, target string) (*Config, *Flags, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
 	}
+	if err := resolveNodeID(&cfg.Engine, os.Hostname); err != nil {
+		return nil, nil, err
+	}
 	f.Deprecated = d.used
 	cfg.resolve()
 	return &cfg, f, nil

@@ -21,8 +21,8 @@ type adminToken [sha256.Size]byte
 
 // loadAdminToken reads server.admin_token_file. The file must be a regular
 // file (not a symlink) owned by this process's user, not readable or
-// writable by group or others, in a directory group and others cannot
-// write, and hold exactly one token of at least 32 bytes with no carriage
+// writable by group or others (a file root owns may be readable by its
+// group, package pki), in a directory group and others cannot write, and hold exactly one token of at least 32 bytes with no carriage
 // return, NUL, other control character or inner newline, and no
 // surrounding blanks; one trailing newline is allowed and is not part of
 // the token. An empty path means no token (nil). Errors name the file and

@@ -19,6 +19,10 @@ type Config struct {
 	DataDir string `toml:"-"`
 	// NodeID is this node's Raft id (non-zero).
 	NodeID uint64 `toml:"node_id"`
+	// NodeIDFromHostname, when true, derives NodeID from this host's name
+	// "<name>-<n>" as n+1 (a Kubernetes StatefulSet's ordinal), overriding
+	// node_id; a host name without such an ordinal refuses to start.
+	NodeIDFromHostname bool `toml:"node_id_from_hostname"`
 	// Peers are every voter of the cluster, this node included; empty
 	// means a single-node cluster of NodeID. On the command line:
 	// -raft.peers <id>/<cluster_url>/<client_url>,... (see ParsePeers).
@@ -113,6 +117,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.WAL.Fsync, "raft.wal.fsync", "never", `WAL fsync policy: "never" (acknowledge from the page cache) or "always"`)
 	fs.Int64Var(&c.WAL.SegmentSize, "raft.wal.segment_size", 64<<20, "journal segment size in bytes")
 	fs.Uint64Var(&c.NodeID, "raft.node_id", 1, "this node's Raft id")
+	fs.BoolVar(&c.NodeIDFromHostname, "raft.node_id_from_hostname", false, `derive raft.node_id from the host name "<name>-<n>" as n+1 (a StatefulSet ordinal)`)
 	fs.Func("raft.peers", "every voter of the cluster, this node included: comma-separated <id>/<cluster_url>/<client_url> (the [[raft.peers]] tables); empty: a single-node cluster", func(v string) error {
 		peers, err := ParsePeers(v)
 		if err != nil {
