@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -68,6 +69,11 @@ func Main(args []string, target string) int {
 		return 0
 	}
 	logger := newLogger(cfg.Log, os.Stderr)
+	sm, err := newServiceManager(os.Getenv, logger)
+	if err != nil {
+		logger.Error("cannot talk to the service manager", "err", err)
+		return 1
+	}
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -86,7 +92,7 @@ func Main(args []string, target string) int {
 		os.Exit(1)
 	}()
 
-	if err := Run(ctx, cfg, logger); err != nil {
+	if err := Run(ctx, cfg, logger, sm); err != nil {
 		logger.Error("ursula stopped with an error", "err", err)
 		return 1
 	}
@@ -156,8 +162,9 @@ func registerMetrics(tel *telemetry.Telemetry, name string, src telemetry.Source
 // one supervisor (package lifecycle): roles start in dependency order and
 // stop in reverse, so the gateway drains first, then the node's listeners,
 // then the storage, which syncs its journals last; the first role that
-// fails stops the process, and Run returns its error.
-func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
+// fails stops the process, and Run returns its error. sm (nil: none)
+// hears when the process is ready and when it stops (notify.go).
+func Run(ctx context.Context, cfg *Config, logger *slog.Logger, sm *serviceManager) error {
 	lim, err := memlimit.New(cfg.Runtime.Config, logger.With("component", "memlimit"))
 	if err != nil {
 		return err
@@ -169,7 +176,7 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 			return err
 		}
 		defer closeConn()
-		return lifecycle.Run(ctx, logger, append(roles, lifecycle.Role{Name: "coldgc", Run: worker.Run})...)
+		return sm.run(ctx, logger, nil, "cold GC worker running", append(roles, lifecycle.Role{Name: "coldgc", Run: worker.Run})...)
 	}
 	tel, stopTelemetry, err := startTelemetry(ctx, cfg, logger)
 	if err != nil {
@@ -182,11 +189,15 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 			return err
 		}
 		defer closeConns()
-		return lifecycle.Run(ctx, logger, append(roles, lifecycle.Role{Name: "backup", Run: svc.Run})...)
+		return sm.run(ctx, logger, nil, "backup service running", append(roles, lifecycle.Role{Name: "backup", Run: svc.Run})...)
 	}
 
-	var srv *node.Server
+	var (
+		srv   *node.Server
+		ready []<-chan struct{}
+	)
 	if cfg.Target != TargetGateway {
+		sm.status("recovering storage")
 		store, err := openColdStore(ctx, cfg.Cold.Config)
 		if err != nil {
 			return err
@@ -222,6 +233,7 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 		if srv, err = node.New(cfg.Node, storage, deps, logger.With("component", "node")); err != nil {
 			return err
 		}
+		ready = append(ready, srv.Listening())
 		roles = append(roles,
 			lifecycle.Role{Name: "storage", Run: storage.Run},
 			lifecycle.Role{Name: "node", Run: srv.Run})
@@ -248,21 +260,23 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 		if srv != nil && cfg.Upstream.InProcess && len(cfg.Upstream.Nodes) == 0 {
 			conn = srv.Conn()
 		}
-		gwRoles, closeGateway, err := gatewayRoles(cfg, conn, tel, logger)
+		gwRoles, listening, closeGateway, err := gatewayRoles(cfg, conn, tel, logger)
 		if err != nil {
 			return err
 		}
 		defer closeGateway()
 		roles = append(roles, gwRoles...)
+		ready = append(ready, listening)
 	}
-	return lifecycle.Run(ctx, logger, roles...)
+	return sm.run(ctx, logger, ready, "serving (target "+cfg.Target+"); cluster readiness: GET /__ursula/ready", roles...)
 }
 
 // gatewayRoles builds the gateway's roles: the upstream router (unless conn,
 // an in-process connection to this process's node, replaces it), the
-// subscription manager, and the gateway itself. The returned function
-// releases what they hold once they stopped.
-func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, tel *telemetry.Telemetry, logger *slog.Logger) ([]lifecycle.Role, func(), error) {
+// subscription manager, and the gateway itself. The returned channel is
+// closed once the gateway's listener is bound; the function releases what
+// the roles hold once they stopped.
+func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, tel *telemetry.Telemetry, logger *slog.Logger) ([]lifecycle.Role, <-chan struct{}, func(), error) {
 	var (
 		roles   []lifecycle.Role
 		closers []func()
@@ -285,7 +299,7 @@ func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, tel *telemetry.Tel
 		}
 		router, err := upstream.New(ucfg, logger.With("component", "upstream"))
 		if err != nil {
-			return nil, nil, fmt.Errorf("gateway upstream: %w", err)
+			return nil, nil, nil, fmt.Errorf("gateway upstream: %w", err)
 		}
 		closers = append(closers, router.Close)
 		registerMetrics(tel, "upstream", router.MetricsSource(), logger)
@@ -303,7 +317,7 @@ func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, tel *telemetry.Tel
 	subs, err := subscription.New(subCfg, client, logger.With("component", "subscriptions"))
 	if err != nil {
 		closeAll()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	closers = append(closers, subs.Close)
 	gwCfg := cfg.Gateway
@@ -314,14 +328,24 @@ func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, tel *telemetry.Tel
 	gw, err := gateway.New(gwCfg, client, logger.With("component", "gateway"))
 	if err != nil {
 		closeAll()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	closers = append(closers, gw.Close)
 	registerMetrics(tel, "gateway", gw.MetricsSource(), logger)
+	listening := make(chan struct{})
 	roles = append(roles,
 		lifecycle.Role{Name: "subscriptions", Run: subs.Run},
-		lifecycle.Role{Name: "gateway", Run: gw.Run})
-	return roles, closeAll, nil
+		lifecycle.Role{Name: "gateway", Run: func(ctx context.Context) error {
+			// gw.Run, with a word once the listener is bound.
+			var lc net.ListenConfig
+			ln, err := lc.Listen(ctx, "tcp", gw.Config().Listen)
+			if err != nil {
+				return fmt.Errorf("gateway: listen %s: %w", gw.Config().Listen, err)
+			}
+			close(listening)
+			return gw.Serve(ctx, ln)
+		}})
+	return roles, listening, closeAll, nil
 }
 
 // loadClusterTLS loads the cluster plane's certificates (nil when the
