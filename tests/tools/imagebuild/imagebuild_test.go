@@ -88,3 +88,17 @@ func TestCABundle(t *testing.T) {
 		t.Fatalf("CA bundle: %d certificates, stable %v", strings.Count(string(a), "BEGIN CERTIFICATE"), string(a) == string(b))
 	}
 }
+
+func TestFullName(t *testing.T) {
+	for ref, want := range map[string]string{
+		"ursula:v1":                "docker.io/library/ursula:v1",
+		"acme/ursula:v1":           "docker.io/acme/ursula:v1",
+		"ghcr.io/acme/ursula:v1":   "ghcr.io/acme/ursula:v1",
+		"localhost:5000/ursula:v1": "localhost:5000/ursula:v1",
+		"localhost/ursula:v1":      "localhost/ursula:v1",
+	} {
+		if got := fullName(ref); got != want {
+			t.Errorf("fullName(%q) = %q, want %q", ref, got, want)
+		}
+	}
+}

@@ -174,7 +174,7 @@ func Build(cfg Config, w io.Writer) (Result, error) {
 	}
 	ref := cfg.Repository + ":" + tag
 	manifestDesc.Annotations = map[string]string{
-		"io.containerd.image.name":          ref,
+		"io.containerd.image.name":          fullName(ref),
 		"org.opencontainers.image.ref.name": tag,
 	}
 	index, _, err := blob(MediaTypeIndex, map[string]any{
@@ -207,6 +207,20 @@ func Build(cfg Config, w io.Writer) (Result, error) {
 	}
 	manifestDesc.Annotations = nil
 	return Result{Manifest: manifestDesc, Config: configDesc, Reference: ref}, nil
+}
+
+// fullName is a reference as containerd spells it: a short Docker Hub
+// name gets its registry (and library/ for an official one).
+func fullName(ref string) string {
+	first, _, found := strings.Cut(ref, "/")
+	switch {
+	case !found:
+		return "docker.io/library/" + ref
+	case strings.ContainsAny(first, ".:") || first == "localhost":
+		return ref
+	default:
+		return "docker.io/" + ref
+	}
 }
 
 // tagInvalid matches what a Docker tag may not hold.

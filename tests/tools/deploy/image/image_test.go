@@ -108,8 +108,8 @@ func images(t *testing.T) (oci, docker v1.Image) {
 	if len(im.Manifests) != 1 {
 		t.Fatalf("index.json names %d manifests, want 1", len(im.Manifests))
 	}
-	if ref := im.Manifests[0].Annotations["io.containerd.image.name"]; !strings.HasPrefix(ref, "ursula:") {
-		t.Errorf("index.json names the image %q, want ursula:<version>", ref)
+	if ref := im.Manifests[0].Annotations["io.containerd.image.name"]; !strings.HasPrefix(ref, "docker.io/library/ursula:") {
+		t.Errorf("index.json names the image %q, want docker.io/library/ursula:<version>", ref)
 	}
 	if oci, err = idx.Image(im.Manifests[0].Digest); err != nil {
 		t.Fatal(err)
