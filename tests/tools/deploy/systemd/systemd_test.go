@@ -214,7 +214,9 @@ func TestSystemdSecurityExposure(t *testing.T) {
 	}
 	// Without its hardening a unit scores far worse: the parse above reads
 	// the number systemd computes, not a constant.
-	bare := stage(t, func(s string) string { return s[:strings.Index(s, "CapabilityBoundingSet=")] + "[Install]\nWantedBy=multi-user.target\n" })
+	bare := stage(t, func(s string) string {
+		return s[:strings.Index(s, "CapabilityBoundingSet=")] + "[Install]\nWantedBy=multi-user.target\n"
+	})
 	if exposure := securityExposure(t, filepath.Join(bare, "ursula-node.service")); exposure <= maxExposure {
 		t.Fatalf("an unhardened unit scores %.1f: the check cannot fail", exposure)
 	}
