@@ -74,6 +74,7 @@ func Main(args []string, target string) int {
 		logger.Error("cannot talk to the service manager", "err", err)
 		return 1
 	}
+	defer sm.startWatchdog()()
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

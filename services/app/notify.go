@@ -15,7 +15,8 @@ import (
 // serviceManager tells the service manager that started the process
 // (systemd, for a unit of Type=notify) how it is doing: READY=1 once the
 // process serves, STATUS= lines, STOPPING=1 when a graceful shutdown
-// begins, and WATCHDOG=1 every half of WatchdogSec while it runs. Without
+// begins, and WATCHDOG=1 every half of WatchdogSec while it runs
+// (startWatchdog). Without
 // $NOTIFY_SOCKET it says nothing; nil is valid and silent.
 //
 // What "serves" means, per target (READY=1):
@@ -66,9 +67,31 @@ func (m *serviceManager) status(format string, args ...any) {
 	}
 }
 
+// startWatchdog pings the watchdog every half of its timeout from now
+// until the returned function is called: from the start of the process,
+// so that a long journal replay before READY=1 is not taken for a hang,
+// to its end, through the graceful shutdown. The pings say that the Go
+// runtime still schedules goroutines; a role that hangs is not detected.
+func (m *serviceManager) startWatchdog() (stop func()) {
+	if m == nil || m.watchdog <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.sd.RunWatchdog(ctx, m.watchdog, nil, func(err error) {
+			m.logger.Warn("watchdog ping failed", "err", err)
+		})
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // run runs roles under lifecycle.Run, says READY=1 once every channel of
-// ready is closed, STOPPING=1 once ctx ends, and pings the watchdog until
-// lifecycle.Run returns.
+// ready is closed, and STOPPING=1 once ctx ends.
 func (m *serviceManager) run(ctx context.Context, logger *slog.Logger, ready []<-chan struct{}, status string, roles ...lifecycle.Role) error {
 	if m == nil {
 		return lifecycle.Run(ctx, logger, roles...)
@@ -98,15 +121,8 @@ func (m *serviceManager) run(ctx context.Context, logger *slog.Logger, ready []<
 		case <-done:
 		}
 	})
-	wdCtx, stopWatchdog := context.WithCancel(context.WithoutCancel(ctx))
-	wg.Go(func() {
-		m.sd.RunWatchdog(wdCtx, m.watchdog, nil, func(err error) {
-			m.logger.Warn("watchdog ping failed", "err", err)
-		})
-	})
 	err := lifecycle.Run(ctx, logger, roles...)
 	close(done)
-	stopWatchdog()
 	wg.Wait()
 	if err != nil {
 		m.status("failed: %v", err)

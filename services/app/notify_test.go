@@ -83,6 +83,8 @@ func TestServiceManagerHearsReadyWatchdogAndStopping(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			errc := make(chan error, 1)
+			stopWatchdog := sm.startWatchdog()
+			defer stopWatchdog()
 			go func() { errc <- Run(ctx, cfg, logger, sm) }()
 
 			await(t, msgs, "STATUS=recovering storage")
