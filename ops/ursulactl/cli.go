@@ -158,6 +158,7 @@ func newRootCommand(env *Env, made func(*Controller)) *cobra.Command {
 		auditCommand(ctl),
 		recoverCommand(ctl, o),
 		clusterCommand(ctl),
+		probeCommand(env, o),
 	)
 	root.AddCommand(backupCommands(ctl, env, o)...)
 	return root
