@@ -34,7 +34,9 @@
 // One tar file that is both an OCI image layout (oci-layout, index.json,
 // blobs/sha256/<digest>) and a `docker load` archive (manifest.json, whose
 // Config and Layers name the same blobs): Docker 25+ reads the former,
-// older engines and podman the latter. Layers are stored uncompressed
+// older engines and podman the latter. The image is tagged twice,
+// <repository>:<version> and <repository>:latest (what deploy/compose
+// runs). Layers are stored uncompressed
 // (media type application/vnd.oci.image.layer.v1.tar), so a layer's
 // digest is its diff id; compression would cost time on every build and
 // buy nothing for a local archive. Entries are in name order and carry

@@ -8,6 +8,7 @@ import (
 	"io"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -85,8 +86,9 @@ type Result struct {
 	// Config is the image configuration's; its digest is the image ID
 	// Docker shows.
 	Config Descriptor
-	// Reference is the name `docker load` tags the image with.
-	Reference string
+	// References are the names `docker load` tags the image with:
+	// <repository>:<version> and <repository>:latest.
+	References []string
 }
 
 // Build writes the image archive (see the package documentation) to w.
@@ -172,15 +174,26 @@ func Build(cfg Config, w io.Writer) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	ref := cfg.Repository + ":" + tag
-	manifestDesc.Annotations = map[string]string{
-		"io.containerd.image.name":          fullName(ref),
-		"org.opencontainers.image.ref.name": tag,
+	// Tagged with the version, and as latest (what deploy/compose runs).
+	var refs []string
+	var manifests []Descriptor
+	for _, t := range []string{tag, "latest"} {
+		ref := cfg.Repository + ":" + t
+		if slices.Contains(refs, ref) {
+			continue
+		}
+		refs = append(refs, ref)
+		d := manifestDesc
+		d.Annotations = map[string]string{
+			"io.containerd.image.name":          fullName(ref),
+			"org.opencontainers.image.ref.name": t,
+		}
+		manifests = append(manifests, d)
 	}
 	index, _, err := blob(MediaTypeIndex, map[string]any{
 		"schemaVersion": 2,
 		"mediaType":     MediaTypeIndex,
-		"manifests":     []Descriptor{manifestDesc},
+		"manifests":     manifests,
 	})
 	if err != nil {
 		return Result{}, err
@@ -191,7 +204,7 @@ func Build(cfg Config, w io.Writer) (Result, error) {
 	}
 	dockerManifest, _, err := blob("", []map[string]any{{
 		"Config":   blobPath(configDesc),
-		"RepoTags": []string{ref},
+		"RepoTags": refs,
 		"Layers":   layerPaths,
 	}})
 	if err != nil {
@@ -205,8 +218,7 @@ func Build(cfg Config, w io.Writer) (Result, error) {
 	if err := a.writeTo(w); err != nil {
 		return Result{}, fmt.Errorf("write image: %w", err)
 	}
-	manifestDesc.Annotations = nil
-	return Result{Manifest: manifestDesc, Config: configDesc, Reference: ref}, nil
+	return Result{Manifest: manifestDesc, Config: configDesc, References: refs}, nil
 }
 
 // fullName is a reference as containerd spells it: a short Docker Hub

@@ -5,8 +5,8 @@
 //	ursula-image -bin-dir bin/image/linux-amd64 -arch amd64 -version v1.2.0 \
 //	  -revision <commit> -source <url> -out bin/ursula-image.tar
 //
-// -created defaults to $SOURCE_DATE_EPOCH. It prints the image's
-// reference and manifest digest.
+// -created defaults to $SOURCE_DATE_EPOCH. It prints the archive, the
+// image's references and its manifest digest.
 package main
 
 import (
@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ursula/ursula/tests/tools/imagebuild"
@@ -80,6 +81,6 @@ func run(args []string) error {
 	if err := os.Rename(tmp.Name(), out); err != nil {
 		return err
 	}
-	fmt.Printf("%s %s %s\n", out, res.Reference, res.Manifest.Digest)
+	fmt.Printf("%s %s %s\n", out, strings.Join(res.References, " "), res.Manifest.Digest)
 	return nil
 }

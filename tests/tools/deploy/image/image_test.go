@@ -105,11 +105,16 @@ func images(t *testing.T) (oci, docker v1.Image) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(im.Manifests) != 1 {
-		t.Fatalf("index.json names %d manifests, want 1", len(im.Manifests))
+	// One image under two names: its version and latest.
+	var refs []string
+	for _, m := range im.Manifests {
+		if m.Digest != im.Manifests[0].Digest {
+			t.Fatalf("index.json names two images: %s, %s", m.Digest, im.Manifests[0].Digest)
+		}
+		refs = append(refs, m.Annotations["io.containerd.image.name"])
 	}
-	if ref := im.Manifests[0].Annotations["io.containerd.image.name"]; !strings.HasPrefix(ref, "docker.io/library/ursula:") {
-		t.Errorf("index.json names the image %q, want docker.io/library/ursula:<version>", ref)
+	if len(refs) != 2 || !strings.HasPrefix(refs[0], "docker.io/library/ursula:") || refs[1] != "docker.io/library/ursula:latest" {
+		t.Errorf("index.json names the image %q, want docker.io/library/ursula:<version> and :latest", refs)
 	}
 	if oci, err = idx.Image(im.Manifests[0].Digest); err != nil {
 		t.Fatal(err)
