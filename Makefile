@@ -195,7 +195,7 @@ test-conformance: build bin/versitygw conformance-deps ## Official conformance s
 test-deploy: image ## Deployment tests (tests/tools/deploy): the image (contents, binaries run, reproducible), deploy/compose, the systemd units (systemd-analyze)
 	cd tests/tools && URSULA_IMAGE=$(IMAGE) URSULA_IMAGE_BIN_DIR=$(IMAGE_BIN) URSULA_IMAGE_ARCH=$(IMAGE_ARCH) \
 		URSULA_IMAGE_CREATED='$(SOURCE_DATE_EPOCH)' \
-		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./deploy/...
+		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./deploy/... ./imagebuild/...
 
 conformance: ## Conformance suite against CONFORMANCE_TEST_URL (a running server) if set, else as test-conformance
 ifneq ($(CONFORMANCE_TEST_URL),)
