@@ -106,6 +106,9 @@ func (m *serviceManager) run(ctx context.Context, logger *slog.Logger, ready []<
 				return
 			}
 		}
+		if ctx.Err() != nil {
+			return // stopping already: never ready
+		}
 		if err := m.sd.Ready(status); err != nil {
 			m.logger.Warn("cannot tell the service manager that the process is ready", "err", err)
 			return
