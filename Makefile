@@ -192,9 +192,9 @@ test-conformance: build bin/versitygw conformance-deps ## Official conformance s
 # The deployment tests live in the tests/tools module (heavy third-party
 # loaders stay out of the product's go.mod). They read make image's archive
 # and binaries.
-test-deploy: image ## Deployment tests (tests/tools/deploy): the image (contents, binaries run, reproducible), deploy/compose, the systemd units (systemd-analyze)
+test-deploy: image bin/versitygw ## Deployment tests (tests/tools/deploy): the image (contents, binaries run, reproducible), deploy/compose (loaded, and run as processes), the systemd units (systemd-analyze)
 	cd tests/tools && URSULA_IMAGE=$(IMAGE) URSULA_IMAGE_BIN_DIR=$(IMAGE_BIN) URSULA_IMAGE_ARCH=$(IMAGE_ARCH) \
-		URSULA_IMAGE_CREATED='$(SOURCE_DATE_EPOCH)' \
+		URSULA_IMAGE_CREATED='$(SOURCE_DATE_EPOCH)' VERSITYGW=$(BIN)/versitygw \
 		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./deploy/... ./imagebuild/...
 
 conformance: ## Conformance suite against CONFORMANCE_TEST_URL (a running server) if set, else as test-conformance

@@ -4,6 +4,8 @@
 // the loader cannot know: that services, images, volumes, healthchecks,
 // ports and the mounted Ursula configurations agree with each other, and
 // that each configuration passes its binary's -verify-config.
+// TestClusterOnLoopback (cluster_test.go) then runs the services as
+// processes.
 package compose_test
 
 import (
