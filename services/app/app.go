@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -333,20 +332,10 @@ func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, tel *telemetry.Tel
 	}
 	closers = append(closers, gw.Close)
 	registerMetrics(tel, "gateway", gw.MetricsSource(), logger)
-	listening := make(chan struct{})
 	roles = append(roles,
 		lifecycle.Role{Name: "subscriptions", Run: subs.Run},
-		lifecycle.Role{Name: "gateway", Run: func(ctx context.Context) error {
-			// gw.Run, with a word once the listener is bound.
-			var lc net.ListenConfig
-			ln, err := lc.Listen(ctx, "tcp", gw.Config().Listen)
-			if err != nil {
-				return fmt.Errorf("gateway: listen %s: %w", gw.Config().Listen, err)
-			}
-			close(listening)
-			return gw.Serve(ctx, ln)
-		}})
-	return roles, listening, closeAll, nil
+		lifecycle.Role{Name: "gateway", Run: gw.Run})
+	return roles, gw.Listening(), closeAll, nil
 }
 
 // loadClusterTLS loads the cluster plane's certificates (nil when the
