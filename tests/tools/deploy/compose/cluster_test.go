@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,13 +20,21 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 )
 
-// The loopback addresses that stand for the compose services' hosts in
-// TestClusterOnLoopback: every service keeps its ports, on an address of
-// its own.
-var loopback = map[string]string{
-	"node1": "127.77.0.1", "node2": "127.77.0.2", "node3": "127.77.0.3",
-	"s3": "127.77.0.10", "gateway": "127.77.0.20", "coldgc": "127.77.0.21", "backup": "127.77.0.22",
-}
+// loopbackHosts are the last bytes of the loopback addresses that stand
+// for the compose services' hosts in TestClusterOnLoopback: every service
+// keeps its ports, on an address of its own in a 127.x.y.0/24 picked at
+// random, so that two runs on one machine do not collide.
+var loopbackHosts = map[string]int{"node1": 1, "node2": 2, "node3": 3, "s3": 10, "gateway": 20, "coldgc": 21, "backup": 22}
+
+// loopback maps the services to their addresses in this run.
+var loopback = func() map[string]string {
+	x, y := 1+rand.IntN(254), 1+rand.IntN(254)
+	m := map[string]string{}
+	for name, h := range loopbackHosts {
+		m[name] = fmt.Sprintf("127.%d.%d.%d", x, y, h)
+	}
+	return m
+}()
 
 // TestClusterOnLoopback runs the compose cluster without containers: each
 // service's binary on its mounted configuration and with its environment
