@@ -3,6 +3,8 @@ package compose_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -75,7 +77,7 @@ func TestClusterOnLoopback(t *testing.T) {
 	procs := &processes{t: t}
 	defer procs.killAll()
 	procs.start("s3", root, versitygw, []string{"--port", loopback["s3"] + ":7070", "--health", "/health", "--quiet", "posix", s3Dir}, p.Services["s3"].Environment)
-	procs.waitOK(ctx, "http://"+loopback["s3"]+":7070/health")
+	procs.waitOK(ctx, http.DefaultClient, "http://"+loopback["s3"]+":7070/health")
 
 	for _, name := range []string{"node1", "node2", "node3", "gateway", "coldgc", "backup"} {
 		s := p.Services[name]
@@ -100,28 +102,35 @@ func TestClusterOnLoopback(t *testing.T) {
 			env[k] = &vv
 		}
 		procs.start(name, dir, bin, []string{"-config", file}, env)
+		if name == "node3" {
+			// As compose starts the others: once the nodes are healthy
+			// (their healthcheck, over TLS with the pki's CA; the dev
+			// certificates name localhost).
+			client := tlsClient(t, filepath.Join(pkiDir, "ca.crt"), "localhost")
+			for _, n := range nodes {
+				procs.waitOK(ctx, client, "https://"+loopback[n]+":4437/__ursula/ready")
+			}
+		}
 	}
 
 	gw := "http://" + loopback["gateway"] + ":4437"
-	procs.waitOK(ctx, gw+"/__ursula/ready")
-	procs.waitOK(ctx, "http://"+loopback["backup"]+":4436/__ursula/ready")
+	procs.waitOK(ctx, http.DefaultClient, gw+"/__ursula/ready")
+	procs.waitOK(ctx, http.DefaultClient, "http://"+loopback["backup"]+":4436/__ursula/ready")
 	stream := gw + "/v1/stream/compose-check"
 	for _, step := range []struct {
 		method string
 		body   string
 		want   int
 	}{{http.MethodPut, "", http.StatusCreated}, {http.MethodPost, "hello from compose", http.StatusNoContent}} {
-		req, err := http.NewRequestWithContext(ctx, step.method, stream, strings.NewReader(step.body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "text/plain")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		// A ready gateway may still answer 503 while it learns where
+		// the leaders are: a client retries that.
+		resp, b := retry503(ctx, t, func() (*http.Request, error) {
+			req, err := http.NewRequestWithContext(ctx, step.method, stream, strings.NewReader(step.body))
+			if err == nil {
+				req.Header.Set("Content-Type", "text/plain")
+			}
+			return req, err
+		})
 		if resp.StatusCode != step.want {
 			t.Fatalf("%s %s: %s %s, want %d", step.method, stream, resp.Status, b, step.want)
 		}
@@ -294,7 +303,7 @@ func tail(l *logBuffer) string {
 // waitOK polls url until it answers 200, failing when ctx ends or a
 // process exits first: readiness is a condition only the service can
 // report.
-func (ps *processes) waitOK(ctx context.Context, url string) {
+func (ps *processes) waitOK(ctx context.Context, client *http.Client, url string) {
 	t := ps.t
 	t.Helper()
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -302,7 +311,7 @@ func (ps *processes) waitOK(ctx context.Context, url string) {
 	last := ""
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -322,6 +331,50 @@ func (ps *processes) waitOK(ctx context.Context, url string) {
 		case <-tick.C:
 		}
 	}
+}
+
+// retry503 sends the request again while it is answered 503, until ctx
+// ends; it returns the last answer and its body.
+func retry503(ctx context.Context, t *testing.T, newReq func() (*http.Request, error)) (*http.Response, []byte) {
+	t.Helper()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req, err := newReq()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			return resp, b
+		}
+		select {
+		case <-ctx.Done():
+			return resp, b
+		case <-tick.C:
+		}
+	}
+}
+
+// tlsClient trusts the CA of caFile and checks the server's name.
+func tlsClient(t *testing.T, caFile, serverName string) *http.Client {
+	t.Helper()
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		t.Fatalf("%s holds no certificate", caFile)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: tr}
 }
 
 func get200(ctx context.Context, t *testing.T, url string) string {
