@@ -40,9 +40,9 @@ var (
 	}
 )
 
-// load reads compose.yaml as `docker compose` does, with an empty
-// environment (every variable takes its default).
-func load(t *testing.T) *types.Project {
+// load reads compose.yaml as `docker compose` does, with the environment
+// env (none: every variable takes its default).
+func load(t *testing.T, env ...string) *types.Project {
 	t.Helper()
 	dir, err := filepath.Abs(composeDir)
 	if err != nil {
@@ -50,7 +50,7 @@ func load(t *testing.T) *types.Project {
 	}
 	opts, err := cli.NewProjectOptions([]string{filepath.Join(dir, "compose.yaml")},
 		cli.WithWorkingDirectory(dir),
-		cli.WithEnv([]string{}),
+		cli.WithEnv(env),
 		cli.WithInterpolation(true),
 		cli.WithNormalization(true),
 		cli.WithConsistency(true),
@@ -407,4 +407,23 @@ func formerNames(m map[string]any) map[string]any {
 		}
 	}
 	return m
+}
+
+// The variables compose.yaml documents reach every service that needs them.
+func TestVariables(t *testing.T) {
+	p := load(t, "S3_ACCESS_KEY=access-1", "S3_SECRET_KEY=secret-1", "CLUSTER_IMAGE=registry.example/ursula:v9")
+	for name, s := range p.Services {
+		if _, ok := ursulaEntries[name]; ok && s.Image != "registry.example/ursula:v9" {
+			t.Errorf("%s runs %q, want CLUSTER_IMAGE", name, s.Image)
+		}
+		if v := s.Environment["AWS_ACCESS_KEY_ID"]; v != nil && *v != "access-1" {
+			t.Errorf("%s: AWS_ACCESS_KEY_ID=%s, want S3_ACCESS_KEY", name, *v)
+		}
+		if v := s.Environment["AWS_SECRET_ACCESS_KEY"]; v != nil && *v != "secret-1" {
+			t.Errorf("%s: AWS_SECRET_ACCESS_KEY=%s, want S3_SECRET_KEY", name, *v)
+		}
+	}
+	if v := p.Services["s3"].Environment["ROOT_SECRET_KEY"]; v == nil || *v != "secret-1" {
+		t.Errorf("s3: ROOT_SECRET_KEY=%v, want S3_SECRET_KEY", v)
+	}
 }
