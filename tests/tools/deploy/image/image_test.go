@@ -12,11 +12,14 @@ import (
 	"encoding/pem"
 	"errors"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -243,6 +246,10 @@ func TestFilesystemAndBinaries(t *testing.T) {
 		}
 	})
 
+	t.Run("serves", func(t *testing.T) {
+		serves(t, filepath.Join(root, "usr/local/bin/ursula"), filepath.Join(root, "data"))
+	})
+
 	version := cf.Config.Labels["org.opencontainers.image.version"]
 	for _, b := range imagebuild.Binaries {
 		t.Run(b, func(t *testing.T) {
@@ -348,4 +355,69 @@ func fileDigest(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return h.Sum(nil)
+}
+
+// serves runs the image's entrypoint as `docker run` would with no
+// arguments but a gateway address (the image's working directory, an
+// environment of PATH only) and wants its readiness to answer 200, then a
+// clean exit on SIGTERM.
+func serves(t *testing.T, bin, workDir string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	var log bytes.Buffer
+	cmd := exec.Command(bin, "-gateway.listen", addr, "-node.listen", "127.0.0.1:0", "-admin.listen", "")
+	cmd.Dir = workDir
+	cmd.Env = []string{"PATH=/usr/local/bin"}
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		select {
+		case <-done:
+		default:
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("log:\n%s", log.String())
+		}
+	}()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(time.Minute)
+	for {
+		resp, err := http.Get("http://" + addr + "/__ursula/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("exited before it was ready: %v", err)
+		case <-deadline:
+			t.Fatalf("not ready within a minute (last: %v)", err)
+		case <-tick.C:
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		done <- err
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+	done <- nil
+	if _, err := os.Stat(filepath.Join(workDir, "data")); err != nil {
+		t.Errorf("no data directory under the working directory: %v", err)
+	}
 }
