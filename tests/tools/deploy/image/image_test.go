@@ -1,7 +1,8 @@
 // Package image_test checks the container image archive of make image
 // with an independent reader (go-containerregistry): its configuration,
-// its files, that every binary runs from the extracted filesystem, that
-// the CA bundle parses, and that building again gives the same bytes.
+// its files, that every binary runs from the extracted filesystem (and
+// the entrypoint serves), that the CA bundle parses, and that building
+// again gives the same bytes.
 package image_test
 
 import (
