@@ -24,6 +24,16 @@ LDFLAGS := -X $(MODULE)/internal/buildinfo.version=$(VERSION) -X $(MODULE)/inter
 # Every binary: each directory under services/cmd and ops/cmd with a main.go.
 CMDS := $(patsubst %/main.go,./%,$(sort $(wildcard services/cmd/*/main.go ops/cmd/*/main.go)))
 
+# The container image of make image: every binary, statically linked for
+# linux/IMAGE_ARCH into IMAGE_BIN, then one archive (OCI layout and docker
+# load format) written by tests/tools/cmd/ursula-image. Reproducible: file
+# and image times are SOURCE_DATE_EPOCH (default: the last commit's time).
+IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
+IMAGE_BIN := $(BIN)/image/linux-$(IMAGE_ARCH)
+IMAGE := $(BIN)/ursula-image.tar
+IMAGE_SOURCE ?= https://github.com/ursula/ursula
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+
 # Packages that run goroutines are tested with the race detector.
 RACE_PKGS := $(addsuffix /...,$(addprefix ./,$(wildcard storage gateway services)))
 # Test tiers under tests/ that need built binaries, npm or their own target.
@@ -42,7 +52,7 @@ CHAOS_TIMEOUT ?= 60m
 # The configuration files of make run-cluster.
 LOCAL_CLUSTER := deploy/local-cluster
 
-.PHONY: help build run run-cluster generate verify lint test test-unit test-integration test-e2e \
+.PHONY: help build image run run-cluster generate verify lint test test-unit test-integration test-e2e \
 	test-chaos-short test-chaos test-conformance test-deploy conformance conformance-deps bench clean
 
 help: ## Show this help
@@ -54,12 +64,25 @@ help: ## Show this help
 		"CONFORMANCE_TEST_URL=url" "make conformance runs against this server instead of spawning one" \
 		"BENCH_ARGS=..." "flags for the load generator (go run ./tests/bench -h)" \
 		"TEST_TIMEOUT=$(TEST_TIMEOUT)" "go test -timeout for each test step" \
+		"IMAGE_ARCH=$(IMAGE_ARCH)" "GOARCH of make image (amd64 or arm64)" \
+		"SOURCE_DATE_EPOCH=..." "time of make image's files (default: the last commit's)" \
 		"CHAOS_DURATION=$(CHAOS_DURATION)" "how long make test-chaos injects faults" \
 		"CHAOS_TIMEOUT=$(CHAOS_TIMEOUT)" "go test -timeout of make test-chaos"
 
 build: ## Build every binary (ursula, ursula-node, ursula-gateway, ...) into bin/
 	@if [ -z "$(CMDS)" ]; then echo "build: no main packages under services/cmd or ops/cmd" >&2; exit 1; fi
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(CMDS)
+
+# -trimpath and fixed times make the same source give the same image bytes;
+# -buildvcs=auto records the commit where git is there (buildinfo).
+image: ## Build the container image bin/ursula-image.tar offline (static binaries, no base image; docker load < bin/ursula-image.tar)
+	@if [ -z "$(CMDS)" ]; then echo "image: no main packages under services/cmd or ops/cmd" >&2; exit 1; fi
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -buildvcs=auto \
+		-ldflags '-s -w $(LDFLAGS)' -o $(IMAGE_BIN)/ $(CMDS)
+	$(GO) -C tests/tools build -o $(BIN)/ursula-image ./cmd/ursula-image
+	$(BIN)/ursula-image -bin-dir $(IMAGE_BIN) -arch $(IMAGE_ARCH) -version '$(VERSION)' \
+		-revision "$$(git rev-parse HEAD 2>/dev/null || true)" -source '$(IMAGE_SOURCE)' \
+		-created '$(SOURCE_DATE_EPOCH)' -out $(IMAGE)
 
 run: build ## Build, then run bin/ursula (all roles, one node, ./data, gateway on 127.0.0.1:4437)
 	$(BIN)/ursula $(ARGS)
@@ -166,9 +189,6 @@ test-e2e: build bin/versitygw bin/gojq bin/grpcurl ## Spawned-binary tests (test
 # The deployment tests live in the tests/tools module (Helm and the
 # Kubernetes API types stay out of the product's go.mod); they check the
 # rendered configuration files with the binaries of make build.
-test-deploy: build ## Deployment tests (tests/tools/deploy): the Helm chart linted, rendered, decoded strictly, its schema and configuration files checked
-	cd tests/tools && URSULA_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./deploy/...
-
 test-chaos-short: build bin/versitygw ## Short chaos run (about 90 s, part of make test): 3-node cluster, kills, power losses of one node and partitions, history checked
 	URSULA_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout $(TEST_TIMEOUT) ./tests/chaos/...
 
@@ -178,6 +198,14 @@ test-chaos: build bin/versitygw ## Long chaos run: faults for CHAOS_DURATION (de
 
 test-conformance: build bin/versitygw conformance-deps ## Official conformance suite (338 tests) against bin/ursula and against a 3-node cluster behind ursula-gateway
 	URSULA_BIN=$(BIN)/ursula URSULA_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout $(TEST_TIMEOUT) ./tests/conformance/...
+
+# The deployment tests live in the tests/tools module (heavy third-party
+# loaders stay out of the product's go.mod). They read make image's archive
+# and binaries.
+test-deploy: build image bin/versitygw ## Deployment tests (tests/tools/deploy): the Helm chart (linted, rendered, decoded strictly, schema, configuration files), the image (contents, binaries run, reproducible), deploy/compose (loaded, and run as processes), the systemd units (systemd-analyze)
+	cd tests/tools && URSULA_BIN_DIR=$(BIN) URSULA_IMAGE=$(IMAGE) URSULA_IMAGE_BIN_DIR=$(IMAGE_BIN) URSULA_IMAGE_ARCH=$(IMAGE_ARCH) \
+		URSULA_IMAGE_CREATED='$(SOURCE_DATE_EPOCH)' VERSITYGW=$(BIN)/versitygw \
+		$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./deploy/... ./imagebuild/...
 
 conformance: ## Conformance suite against CONFORMANCE_TEST_URL (a running server) if set, else as test-conformance
 ifneq ($(CONFORMANCE_TEST_URL),)

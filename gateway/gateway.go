@@ -59,6 +59,10 @@ type Gateway struct {
 
 	// hubs are the shared upstream subscriptions of SSE clients.
 	hubs hubSet
+
+	// listening is closed once Serve serves (Listening).
+	listening     chan struct{}
+	listeningOnce sync.Once
 }
 
 // New validates cfg and returns a gateway; it starts nothing.
@@ -73,7 +77,7 @@ func New(cfg Config, client streamv1.StreamServiceClient, logger *slog.Logger) (
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	g := &Gateway{cfg: cfg, client: client, logger: logger, budget: cfg.BodyBudget}
+	g := &Gateway{cfg: cfg, client: client, logger: logger, budget: cfg.BodyBudget, listening: make(chan struct{})}
 	if g.budget == nil {
 		g.budget = httpserver.NewBudget(0)
 	}
@@ -90,6 +94,11 @@ func (g *Gateway) Config() Config { return g.cfg }
 // Handler returns the gateway's HTTP handler, without the body and write
 // progress deadlines Serve adds (Config.HTTP).
 func (g *Gateway) Handler() http.Handler { return g.handler }
+
+// Listening is closed once Run (or Serve) has its listener and serves:
+// the process's service manager hears then that the gateway is up
+// (services/app).
+func (g *Gateway) Listening() <-chan struct{} { return g.listening }
 
 // Run listens on Config.Listen and serves until ctx ends or Close is
 // called, then shuts the server down gracefully.
@@ -122,6 +131,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	if g.cfg.StatusPage == StatusPageOn && g.cfg.StatusUI != nil {
 		g.logger.Warn("the cluster status page answers every client of this listener (gateway.status_page = \"on\"): put an authenticating proxy in front", "path", statusPagePrefix+"/")
 	}
+	g.listeningOnce.Do(func() { close(g.listening) })
 	errCh := make(chan error, 1)
 	go func() { errCh <- srv.Serve(ln) }()
 	select {

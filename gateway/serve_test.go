@@ -166,3 +166,23 @@ func TestRegisterFlags(t *testing.T) {
 		t.Fatalf("flags gave %+v", c)
 	}
 }
+
+func TestListening(t *testing.T) {
+	g, err := New(Config{Listen: "127.0.0.1:0"}, &fakeClient{t: t}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-g.Listening():
+		t.Fatal("Listening closed before Run")
+	default:
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	<-g.Listening() // the test's deadline bounds it
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}

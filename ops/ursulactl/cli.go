@@ -249,6 +249,7 @@ func newRootCommand(a *app) *cobra.Command {
 		auditCommand(a),
 		recoverCommand(a),
 		clusterCommand(a),
+		probeCommand(a),
 	)
 	root.AddCommand(backupCommands(a)...)
 	addCompletions(a, root)

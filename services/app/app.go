@@ -82,6 +82,12 @@ func Main(args []string, target string) int {
 		fmt.Println("configuration ok")
 		return 0
 	}
+	sm, err := newServiceManager(os.Getenv, logger)
+	if err != nil {
+		logger.Error("cannot talk to the service manager", "err", err)
+		return 1
+	}
+	defer sm.startWatchdog()()
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -100,7 +106,7 @@ func Main(args []string, target string) int {
 		os.Exit(1)
 	}()
 
-	if err := Run(ctx, cfg, logger); err != nil {
+	if err := Run(ctx, cfg, logger, sm); err != nil {
 		logger.Error("ursula stopped with an error", "err", err)
 		return 1
 	}
@@ -170,8 +176,9 @@ func registerMetrics(tel *telemetry.Telemetry, name string, src telemetry.Source
 // one supervisor (package lifecycle): roles start in dependency order and
 // stop in reverse, so the gateway drains first, then the node's listeners,
 // then the storage, which syncs its journals last; the first role that
-// fails stops the process, and Run returns its error.
-func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
+// fails stops the process, and Run returns its error. sm (nil: none)
+// hears when the process is ready and when it stops (notify.go).
+func Run(ctx context.Context, cfg *Config, logger *slog.Logger, sm *serviceManager) error {
 	lim, err := memlimit.New(cfg.Runtime.Config, logger.With("component", "memlimit"))
 	if err != nil {
 		return err
@@ -183,7 +190,7 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 			return err
 		}
 		defer closeConn()
-		return lifecycle.Run(ctx, logger, append(roles, lifecycle.Role{Name: "coldgc", Run: worker.Run})...)
+		return sm.run(ctx, logger, nil, "cold GC worker running", append(roles, lifecycle.Role{Name: "coldgc", Run: worker.Run})...)
 	}
 	tel, stopTelemetry, err := startTelemetry(ctx, cfg, logger)
 	if err != nil {
@@ -196,11 +203,15 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 			return err
 		}
 		defer closeConns()
-		return lifecycle.Run(ctx, logger, append(roles, lifecycle.Role{Name: "backup", Run: svc.Run})...)
+		return sm.run(ctx, logger, nil, "backup service running", append(roles, lifecycle.Role{Name: "backup", Run: svc.Run})...)
 	}
 
-	var srv *node.Server
+	var (
+		srv   *node.Server
+		ready []<-chan struct{}
+	)
 	if cfg.Target != TargetGateway {
+		sm.status("recovering storage")
 		store, err := openColdStore(ctx, cfg.Storage.Cold.Config)
 		if err != nil {
 			return err
@@ -236,6 +247,7 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 		if srv, err = node.New(cfg.Node, storage, deps, logger.With("component", "node")); err != nil {
 			return err
 		}
+		ready = append(ready, srv.Listening())
 		roles = append(roles,
 			lifecycle.Role{Name: "storage", Run: storage.Run},
 			lifecycle.Role{Name: "node", Run: srv.Run})
@@ -267,23 +279,25 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger) error {
 			// The all-in-one gateway serves its node's status page.
 			ui = srv.StatusPage()
 		}
-		gwRoles, closeGateway, err := gatewayRoles(cfg, conn, ui, tel, logger)
+		gwRoles, listening, closeGateway, err := gatewayRoles(cfg, conn, ui, tel, logger)
 		if err != nil {
 			return err
 		}
 		defer closeGateway()
 		roles = append(roles, gwRoles...)
+		ready = append(ready, listening)
 	}
-	return lifecycle.Run(ctx, logger, roles...)
+	return sm.run(ctx, logger, ready, "serving (target "+cfg.Target+"); cluster readiness: GET /__ursula/ready", roles...)
 }
 
 // gatewayRoles builds the gateway's roles: the upstream router (unless conn,
 // an in-process connection to this process's node, replaces it), the
-// subscription manager, and the gateway itself. The returned function
-// releases what they hold once they stopped. ui, when not nil, is the
+// subscription manager, and the gateway itself. The returned channel is
+// closed once the gateway's listener is bound; the function releases what
+// the roles hold once they stopped. ui, when not nil, is the
 // status page the gateway serves (its node's, in the all-in-one process);
 // otherwise the gateway reads the nodes the router knows for its own.
-func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, ui http.Handler, tel *telemetry.Telemetry, logger *slog.Logger) ([]lifecycle.Role, func(), error) {
+func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, ui http.Handler, tel *telemetry.Telemetry, logger *slog.Logger) ([]lifecycle.Role, <-chan struct{}, func(), error) {
 	var (
 		roles   []lifecycle.Role
 		closers []func()
@@ -306,7 +320,7 @@ func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, ui http.Handler, t
 		}
 		router, err := upstream.New(ucfg, logger.With("component", "upstream"))
 		if err != nil {
-			return nil, nil, fmt.Errorf("gateway upstream: %w", err)
+			return nil, nil, nil, fmt.Errorf("gateway upstream: %w", err)
 		}
 		closers = append(closers, router.Close)
 		registerMetrics(tel, "upstream", router.MetricsSource(), logger)
@@ -316,7 +330,7 @@ func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, ui http.Handler, t
 			page, err := gatewayStatusPage(ucfg.ClientPlane, router, logger)
 			if err != nil {
 				closeAll()
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			ui = page
 			roles = append(roles, lifecycle.Role{Name: "statuspage", Run: page.Run})
@@ -333,7 +347,7 @@ func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, ui http.Handler, t
 	subs, err := subscription.New(subCfg, client, logger.With("component", "subscriptions"))
 	if err != nil {
 		closeAll()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	closers = append(closers, subs.Close)
 	gwCfg := cfg.Gateway
@@ -345,14 +359,14 @@ func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, ui http.Handler, t
 	gw, err := gateway.New(gwCfg, client, logger.With("component", "gateway"))
 	if err != nil {
 		closeAll()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	closers = append(closers, gw.Close)
 	registerMetrics(tel, "gateway", gw.MetricsSource(), logger)
 	roles = append(roles,
 		lifecycle.Role{Name: "subscriptions", Run: subs.Run},
 		lifecycle.Role{Name: "gateway", Run: gw.Run})
-	return roles, closeAll, nil
+	return roles, gw.Listening(), closeAll, nil
 }
 
 // loadClusterTLS loads the cluster plane's certificates (nil when the

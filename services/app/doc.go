@@ -44,4 +44,10 @@
 // and gives it to the gateway and the subscription APIs; the start is
 // refused (InflightBodyBudgetTooSmall) when it is below the gateway's
 // max_body_bytes, or, on a node, below 64 MiB.
+//
+// Under a service manager (systemd, Type=notify: $NOTIFY_SOCKET set), Main
+// tells it READY=1 once the process serves, STATUS= lines, STOPPING=1 when
+// a graceful shutdown begins, and WATCHDOG=1 every half of WatchdogSec
+// (notify.go says what "serves" means for each target; package
+// services/platform/sdnotify speaks the protocol).
 package app

@@ -93,6 +93,8 @@ type Server struct {
 	// stopping is set when a graceful shutdown begins.
 	stopping atomic.Bool
 	ready    bool
+	// listening is closed once Run has bound every listener (Listening).
+	listening chan struct{}
 }
 
 // Deps are what a node server takes from the roles that share its process.
@@ -141,6 +143,7 @@ func New(cfg Config, n *engine.Node, deps Deps, logger *slog.Logger) (*Server, e
 		deps:        deps,
 		logger:      logger,
 		incarnation: strconv.FormatInt(time.Now().UnixNano(), 36),
+		listening:   make(chan struct{}),
 	}
 	s.metrics.newLatencies()
 	var err error
@@ -208,6 +211,11 @@ func (s *Server) Conn() grpc.ClientConnInterface { return s.local }
 
 // Incarnation identifies this process run.
 func (s *Server) Incarnation() string { return s.incarnation }
+
+// Listening is closed once Run has bound the client, admin and cluster
+// planes' listeners (the process's service manager hears that the node
+// serves: services/app). It stays open when Run fails to bind one.
+func (s *Server) Listening() <-chan struct{} { return s.listening }
 
 // Run serves the client and admin planes until ctx ends, then drains them.
 func (s *Server) Run(ctx context.Context) error {
@@ -329,6 +337,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.logger.Info("node listening", "client", clientLn.Addr().String(), "admin", s.cfg.AdminListen, "cluster", s.cfg.ClusterListen, "metrics", s.cfg.MetricsListen,
 		"client_grpc_reflection", s.cfg.reflection(s.cfg.Listen).String(), "admin_grpc_reflection", s.cfg.reflection(s.cfg.AdminListen).String())
+	close(s.listening)
 	go func() {
 		if err := s.n.WaitReady(ctx); err == nil {
 			s.setReady(true)

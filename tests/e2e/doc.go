@@ -163,7 +163,11 @@
 //   - TestProxy: the proxy's modes, without binaries;
 //   - TestExampleConfig, TestLocalClusterConfig: every binary accepts
 //     deploy/ursula.example.toml, and the files of make run-cluster
-//     (deploy/local-cluster) are valid and consistent.
+//     (deploy/local-cluster) are valid and consistent;
+//   - TestSystemdNotify (sdnotify_test.go): bin/ursula started as systemd
+//     starts a unit of Type=notify ($NOTIFY_SOCKET, $WATCHDOG_USEC) says
+//     READY=1 by the time it serves, pings the watchdog, and says
+//     STOPPING=1 on SIGTERM.
 //
 // Run with `make test-e2e`, or `go test ./tests/e2e` (which builds the
 // binaries itself when URSULA_BIN / URSULA_BIN_DIR are unset). The cold-tier
