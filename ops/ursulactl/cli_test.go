@@ -157,6 +157,7 @@ var jsonArgs = map[string]struct {
 	"backup-verify":                {args: []string{"--location", "@tmp"}},
 	"backup-list":                  {args: []string{"--location", "@tmp"}, ok: true},
 	"restore":                      {args: []string{"--location", "@tmp"}},
+	"probe":                        {args: []string{"http://127.0.0.1:1/__ursula/ready"}}, // nothing listens there
 	"no manifest (bad invocation)": {args: []string{"--manifest", "@tmp/none.toml", "status"}},
 }
 

@@ -9,7 +9,6 @@
 package compose_test
 
 import (
-	"bytes"
 	"net"
 	"os"
 	"os/exec"
@@ -344,22 +343,8 @@ func TestVerifyConfig(t *testing.T) {
 			continue
 		}
 		t.Run(name, func(t *testing.T) {
-			file, cfg := serviceConfig(t, p, p.Services[name])
+			file, _ := serviceConfig(t, p, p.Services[name])
 			out, err := verify(filepath.Join(binDir, bin), file)
-			if err != nil && strings.Contains(out, "unknown keys") {
-				// A build from before the canonical key names: check the
-				// same settings under their former names.
-				t.Logf("%s does not know the canonical key names yet (%s): checking the file under the former ones", bin, strings.TrimSpace(out))
-				legacy := filepath.Join(t.TempDir(), filepath.Base(file))
-				var b bytes.Buffer
-				if err := toml.NewEncoder(&b).Encode(formerNames(cfg)); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(legacy, b.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				out, err = verify(filepath.Join(binDir, bin), legacy)
-			}
 			if err != nil {
 				t.Fatalf("%s -config %s -verify-config: %v\n%s", bin, file, err, out)
 			}
@@ -370,43 +355,6 @@ func TestVerifyConfig(t *testing.T) {
 func verify(bin, file string) (string, error) {
 	out, err := exec.Command(bin, "-config", file, "-verify-config").CombinedOutput()
 	return string(out), err
-}
-
-// formerNames maps the canonical keys these files use to the names a
-// build from before the configuration change reads: raft.wal.path and
-// raft.wal.fsync were raft.data_dir and raft.fsync, [storage.cold] was
-// [cold], its root cold.dir (fs) or cold.s3.prefix (s3).
-func formerNames(m map[string]any) map[string]any {
-	if wal, ok := get(m, "raft.wal").(map[string]any); ok {
-		raft := m["raft"].(map[string]any)
-		for canonical, former := range map[string]string{"path": "data_dir", "fsync": "fsync"} {
-			if v, ok := wal[canonical]; ok {
-				raft[former] = v
-				delete(wal, canonical)
-			}
-		}
-		if len(wal) == 0 {
-			delete(raft, "wal")
-		}
-	}
-	if c, ok := get(m, "storage.cold").(map[string]any); ok {
-		if root, ok := c["root"]; ok {
-			delete(c, "root")
-			if c["backend"] == "s3" {
-				s3, _ := c["s3"].(map[string]any)
-				s3["prefix"] = root
-			} else {
-				c["dir"] = root
-			}
-		}
-		m["cold"] = c
-		storage := m["storage"].(map[string]any)
-		delete(storage, "cold")
-		if len(storage) == 0 {
-			delete(m, "storage")
-		}
-	}
-	return m
 }
 
 // The variables compose.yaml documents reach every service that needs them.

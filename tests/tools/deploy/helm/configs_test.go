@@ -5,13 +5,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
-
-	"github.com/BurntSushi/toml"
 )
 
 // TestRenderedConfigsLoad passes every rendered configuration file to the
@@ -172,111 +169,14 @@ func checkConfig(t *testing.T, p podFS, key, rendered string) {
 	if key == "node.toml" {
 		// The binary knows raft.node_id_from_hostname: it refuses this
 		// machine's host name for want of an ordinal...
-		if out, err := p.verify(t, root, binary, key, text); err != nil && !bytes.Contains(out, []byte(`raft.node_id_from_hostname: the host name does not end in "-<n>"`)) && !predatesVocabulary(out) {
+		if out, err := p.verify(t, root, binary, key, text); err != nil && !bytes.Contains(out, []byte(`raft.node_id_from_hostname: the host name does not end in "-<n>"`)) {
 			t.Errorf("%s -verify-config %s (%s): %v\n%s", binary, key, how, err, out)
 		}
 		// ...so check the rest as node 1.
 		text = strings.Replace(text, "node_id_from_hostname = true", "node_id = 1", 1)
 	}
 	out, err := p.verify(t, root, binary, key, text)
-	if err != nil && predatesVocabulary(out) {
-		// A build from before the canonical names: check the rest of the
-		// file under the names it knows.
-		t.Logf("%s predates the canonical names (%s); verifying %s under the legacy names", binary, bytes.TrimSpace(out), key)
-		text = legacyNames(t, text)
-		out, err = p.verify(t, root, binary, key, text)
-	}
 	if err != nil {
 		t.Errorf("%s -verify-config %s (%s): %v\n%s\n%s", binary, key, how, err, out, text)
-	}
-}
-
-// legacyNames rewrites a rendered file to the names a build from before
-// the configuration vocabulary knows: raft.wal.{path,fsync} to
-// raft.{data_dir,fsync}, [storage.cold] to [cold] (root to dir or
-// s3.prefix), without server.metrics_listen.
-func legacyNames(t *testing.T, text string) string {
-	t.Helper()
-	m := parseTOML(t, text)
-	if wal, ok := dig(m, "raft", "wal").(map[string]any); ok {
-		raft := m["raft"].(map[string]any)
-		if v, ok := wal["path"]; ok {
-			raft["data_dir"] = v
-			delete(wal, "path")
-		}
-		if v, ok := wal["fsync"]; ok {
-			raft["fsync"] = v
-			delete(wal, "fsync")
-		}
-		if len(wal) == 0 {
-			delete(raft, "wal")
-		}
-	}
-	if server, ok := m["server"].(map[string]any); ok {
-		delete(server, "metrics_listen")
-	}
-	if cold, ok := dig(m, "storage", "cold").(map[string]any); ok {
-		if root, ok := cold["root"]; ok {
-			delete(cold, "root")
-			if cold["backend"] == "s3" {
-				cold["s3"].(map[string]any)["prefix"] = root
-			} else {
-				cold["dir"] = root
-			}
-		}
-		m["cold"] = cold
-		storage := m["storage"].(map[string]any)
-		delete(storage, "cold")
-		if len(storage) == 0 {
-			delete(m, "storage")
-		}
-	}
-	var b bytes.Buffer
-	if err := toml.NewEncoder(&b).Encode(m); err != nil {
-		t.Fatal(err)
-	}
-	return b.String()
-}
-
-// pendingKeys are the canonical names the chart renders that a build
-// from before the configuration vocabulary (raft.wal.*, [storage.cold])
-// and the metrics listener does not know yet.
-var pendingKeys = regexp.MustCompile(`^(raft\.wal\.(path|fsync)|storage\.cold(\..*)?|server\.metrics_listen)$`)
-
-// unknownKeysRE finds the unknown keys of a refusal: "unknown keys [a
-// b]" or "unknown keys a, b (...)".
-var unknownKeysRE = regexp.MustCompile(`unknown keys \[?([^\]\(\n]*)`)
-
-// predatesVocabulary reports whether a -verify-config failure is only a
-// build's not knowing the canonical names: every unknown key is one of
-// pendingKeys (a misspelled key still fails the test).
-func predatesVocabulary(out []byte) bool {
-	m := unknownKeysRE.FindSubmatch(out)
-	if m == nil {
-		return false
-	}
-	for _, k := range strings.Fields(strings.ReplaceAll(string(m[1]), ",", " ")) {
-		if !pendingKeys.MatchString(k) {
-			return false
-		}
-	}
-	return true
-}
-
-func TestPredatesVocabulary(t *testing.T) {
-	tests := []struct {
-		out  string
-		want bool
-	}{
-		{"config f: unknown keys [raft.wal.path raft.wal.fsync storage.cold storage.cold.backend]", true},
-		{"config f: unknown keys server.metrics_listen, storage.cold.root (every key is listed by -h)", true},
-		{"config f: unknown keys [raft.wal.path raft.wal.fsinc]", false},
-		{"config f: unknown keys server.metrics_listen, raft.node_id_from_hostname (every key is listed by -h)", false},
-		{"invalid configuration: raft.node_id must be non-zero", false},
-	}
-	for _, tc := range tests {
-		if got := predatesVocabulary([]byte(tc.out)); got != tc.want {
-			t.Errorf("predatesVocabulary(%q) = %v, want %v", tc.out, got, tc.want)
-		}
 	}
 }
