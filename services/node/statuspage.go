@@ -42,7 +42,7 @@ func (s *Server) newStatusPage() (*statuspage.Page, error) {
 		if addr == "" {
 			addr = fmt.Sprintf("node %d (no client_url)", p.ID)
 		}
-		targets = append(targets, statuspage.HTTPTarget{Address: addr, BaseURL: scheme + p.ClientURL, Client: client})
+		targets = append(targets, statuspage.HTTPTarget{Address: addr, NodeID: p.ID, BaseURL: scheme + p.ClientURL, Client: client})
 	}
 	return statuspage.New(statuspage.Config{Source: fmt.Sprintf("node %d", self)}, statuspage.Fixed(targets...), s.logger.With("component", "statuspage"))
 }

@@ -84,7 +84,8 @@ func TestChaos(t *testing.T) {
 		// copied forward and the segments deleted every few seconds,
 		// while nodes are killed and lose power.
 		RaftTuning: `deleted_data_max_age = "8s"`,
-		Extra:      "[raft.wal]\nsegment_size = 65536\n\n[storage.snapshot]\ndrive_interval = \"250ms\"\n",
+		WALTuning:  "segment_size = 65536",
+		Extra:      "[storage.snapshot]\ndrive_interval = \"250ms\"\n",
 	})
 	client := c.Client()
 	h := NewHistory()

@@ -58,8 +58,10 @@ type NodeConfig struct {
 	ColdTuning string
 	// Extra is appended to the file verbatim (further keys or sections).
 	Extra string
-	// RaftTuning is added to the [raft] section ("key = value" lines).
+	// RaftTuning is added to the [raft] section ("key = value" lines),
+	// WALTuning to its [raft.wal] table.
 	RaftTuning string
+	WALTuning  string
 	// ClusterTLS is the node's cluster-plane certificate set; zero with
 	// InsecurePlaintext runs the plane plaintext.
 	ClusterTLS        pki.Files
@@ -94,8 +96,8 @@ func (c NodeConfig) TOML() string {
 	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "[runtime]\ncore_count = %d\n\n", c.CoreCount)
-	fmt.Fprintf(&b, "[raft]\nnode_id = %d\ngroup_count = %d\n%s\n[raft.wal]\npath = %s\nfsync = %s\n\n",
-		c.NodeID, c.GroupCount, c.RaftTuning, q(c.DataDir), q(c.Fsync))
+	fmt.Fprintf(&b, "[raft]\nnode_id = %d\ngroup_count = %d\n%s\n[raft.wal]\npath = %s\nfsync = %s\n%s\n",
+		c.NodeID, c.GroupCount, c.RaftTuning, q(c.DataDir), q(c.Fsync), c.WALTuning)
 	for _, p := range c.Peers {
 		fmt.Fprintf(&b, "[[raft.peers]]\nid = %d\ncluster_url = %s\nclient_url = %s\n\n", p.ID, q(p.ClusterURL), q(p.ClientURL))
 	}
@@ -144,10 +146,11 @@ type ClusterOptions struct {
 	// ColdTuning.
 	Cold       string
 	ColdTuning string
-	// Extra is appended to every node's configuration file, and
-	// RaftTuning to its [raft] section.
+	// Extra is appended to every node's configuration file, RaftTuning
+	// to its [raft] section and WALTuning to its [raft.wal] table.
 	Extra      string
 	RaftTuning string
+	WALTuning  string
 	// ReadyTimeout bounds the wait for readiness at start; zero means 120 s.
 	ReadyTimeout time.Duration
 	// Plaintext runs the cluster plane without TLS (loopback only);
@@ -316,6 +319,7 @@ func NewCluster(tb testing.TB, opts ClusterOptions) *Cluster {
 			Cold:          opts.Cold,
 			ColdTuning:    opts.ColdTuning,
 			RaftTuning:    opts.RaftTuning,
+			WALTuning:     opts.WALTuning,
 			ColdDir:       filepath.Join(c.Dir, "cold"),
 			Extra:         opts.Extra,
 		}

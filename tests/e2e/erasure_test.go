@@ -107,7 +107,8 @@ func nodeErasure(tb testing.TB, n *Node) erasureState {
 func TestDeletedDataErasedFromEveryFile(t *testing.T) {
 	c := StartCluster(t, ClusterOptions{Nodes: 3, Gateway: true, GroupCount: 8, ColdTuning: TinyFlushTOML,
 		RaftTuning: fmt.Sprintf("deleted_data_max_age = %q", erasureBound.String()),
-		Extra:      "[raft.wal]\nsegment_size = 65536\n\n[storage.snapshot]\ndrive_interval = \"250ms\"\n"})
+		WALTuning:  "segment_size = 65536",
+		Extra:      "[storage.snapshot]\ndrive_interval = \"250ms\"\n"})
 	coldDir := filepath.Join(c.Dir, "cold")
 	c.StartColdGC(t, coldDir, "")
 	ctx := t.Context()

@@ -14,6 +14,10 @@ type Observation struct {
 	// Address is where the node was asked (its client-plane address, or
 	// "local" for the node serving the page).
 	Address string
+	// NodeID is the node id configured for Address, when the reader knows
+	// it (a node's peers): an unreachable node that never answered is
+	// shown under it. 0: unknown until the node answers.
+	NodeID uint64
 	// Metrics is the metrics document; nil when Err is set.
 	Metrics *NodeMetrics
 	// Ready is the readiness answer; nil when it could not be read.
@@ -202,6 +206,9 @@ func aggregate(obs []Observation, now time.Time, known map[string]uint64, lastSe
 		nv := NodeView{Address: o.Address, PeerMismatches: []string{}}
 		if o.Err != nil || o.Metrics == nil {
 			nv.ID = known[o.Address]
+			if nv.ID == 0 {
+				nv.ID = o.NodeID
+			}
 			nv.Reason = "unreachable"
 			if o.Err != nil {
 				nv.Error = o.Err.Error()

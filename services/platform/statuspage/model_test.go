@@ -93,10 +93,13 @@ func TestAggregate(t *testing.T) {
 				{Address: "a", Metrics: node(1, "normal", group(0, 1, 5, 10, 10, "open")), Ready: &Readiness{Reason: "raft_replica_unready"}},
 				{Address: "c", Err: errors.New("connection refused")},
 				{Address: "new", Err: errors.New("timeout")},
+				// A configured peer that never answered shows its id.
+				{Address: "peer", NodeID: 7, Err: errors.New("connection refused")},
 			},
 			nodes: []NodeView{
 				{ID: 1, Address: "a", Reachable: true, Reason: "raft_replica_unready", ShedState: "normal", Leads: 1},
 				{ID: 3, Address: "c", Reason: "unreachable"},
+				{ID: 7, Address: "peer", Reason: "unreachable"},
 				{ID: 0, Address: "new", Reason: "unreachable"},
 			},
 			groups: []GroupView{{ID: 0, Leader: 1, Term: 5, Commit: 10, Lag: []ReplicaLag{{1, 0}}, RecoveryGate: "open"}},

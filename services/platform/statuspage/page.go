@@ -79,6 +79,9 @@ type HTTPTarget struct {
 	// Address is the node's address as configured (host:port), shown on
 	// the page.
 	Address string
+	// NodeID is the node's configured id (0: unknown), shown while it
+	// does not answer.
+	NodeID uint64
 	// BaseURL is "http://host:port" or "https://host:port".
 	BaseURL string
 	// Client makes the requests (TLS configured by the caller).
@@ -87,7 +90,7 @@ type HTTPTarget struct {
 
 // Observe implements Target.
 func (t HTTPTarget) Observe(ctx context.Context) Observation {
-	o := Observation{Address: t.Address}
+	o := Observation{Address: t.Address, NodeID: t.NodeID}
 	body, _, err := t.get(ctx, "/__ursula/metrics")
 	if err != nil {
 		o.Err = err
