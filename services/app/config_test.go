@@ -145,19 +145,7 @@ max_subscriptions_per_stream = 3
 			if err != nil {
 				t.Fatalf("Load: %v", err)
 			}
-			err = cfg.Validate()
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("Validate = %v, want an error mentioning %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("Validate: %v", err)
-			}
-			if tc.check != nil {
-				tc.check(t, cfg)
-			}
+			checkValidate(t, cfg, tc.wantErr, tc.check)
 		})
 	}
 }
@@ -218,19 +206,26 @@ listen = "127.0.0.1:0"
 			if err != nil {
 				t.Fatalf("Load: %v", err)
 			}
-			err = cfg.Validate()
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("Validate = %v, want an error mentioning %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("Validate: %v", err)
-			}
-			if tc.check != nil {
-				tc.check(t, cfg)
-			}
+			checkValidate(t, cfg, tc.wantErr, tc.check)
 		})
+	}
+}
+
+// checkValidate validates cfg: it must fail mentioning wantErr when that
+// is set, and otherwise pass and then satisfy check (when set).
+func checkValidate(t *testing.T, cfg *Config, wantErr string, check func(*testing.T, *Config)) {
+	t.Helper()
+	err := cfg.Validate()
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("Validate = %v, want an error mentioning %q", err, wantErr)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	if check != nil {
+		check(t, cfg)
 	}
 }

@@ -438,19 +438,7 @@ func TestSeedSettings(t *testing.T) {
 			if err != nil {
 				t.Fatalf("load: %v", err)
 			}
-			err = cfg.Validate()
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("Validate = %v, want an error mentioning %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("Validate: %v", err)
-			}
-			if tc.check != nil {
-				tc.check(t, cfg)
-			}
+			checkValidate(t, cfg, tc.wantErr, tc.check)
 		})
 	}
 }
