@@ -97,10 +97,10 @@ func TestProtocols(t *testing.T) {
 		wantTrace, wantMetr string
 		wantErr             string
 	}{
-		{"default", nil, ProtocolGRPC, ProtocolGRPC, ""},
+		{"default", nil, ProtocolHTTPProtobuf, ProtocolHTTPProtobuf, ""},
 		{"common http", map[string]string{EnvProtocol: "http/protobuf"}, ProtocolHTTPProtobuf, ProtocolHTTPProtobuf, ""},
 		{"signal overrides common", map[string]string{EnvProtocol: "http/protobuf", EnvTracesProtocol: "grpc"}, ProtocolGRPC, ProtocolHTTPProtobuf, ""},
-		{"metrics only", map[string]string{EnvMetricsProtocol: "http/protobuf"}, ProtocolGRPC, ProtocolHTTPProtobuf, ""},
+		{"metrics only", map[string]string{EnvMetricsProtocol: "grpc"}, ProtocolHTTPProtobuf, ProtocolGRPC, ""},
 		{"json refused", map[string]string{EnvProtocol: "http/json"}, "", "", EnvProtocol},
 		{"unknown signal value", map[string]string{EnvTracesProtocol: "udp"}, "", "", EnvTracesProtocol},
 	}

@@ -13,8 +13,8 @@
 // a context value. The exporter reads the standard OTEL_EXPORTER_OTLP_*
 // variables (headers, TLS, timeout) and the sampler OTEL_TRACES_SAMPLER.
 // OTEL_EXPORTER_OTLP_PROTOCOL, or the signal's own _TRACES_PROTOCOL /
-// _METRICS_PROTOCOL, picks the transport of each signal: grpc (the default)
-// or http/protobuf; New refuses any other value with ErrProtocol, so a
+// _METRICS_PROTOCOL, picks the transport of each signal: http/protobuf (the
+// specification's default) or grpc; New refuses any other value with ErrProtocol, so a
 // wrong setting stops the process at start instead of failing every
 // export. The resource has service.name, service.version (the build's
 // version, internal/buildinfo) and the node's identity.

@@ -60,9 +60,10 @@ const (
 var ErrProtocol = errors.New("telemetry: unsupported OTLP protocol")
 
 // Protocols returns the OTLP protocol of traces and of metrics: the
-// signal's own variable, else OTEL_EXPORTER_OTLP_PROTOCOL, else grpc (this
-// server's default since before it spoke HTTP; the specification's is
-// http/protobuf). A value other than grpc or http/protobuf (http/json
+// signal's own variable, else OTEL_EXPORTER_OTLP_PROTOCOL, else
+// http/protobuf, the specification's default (earlier releases defaulted
+// to grpc: a collector reached on its gRPC port 4317 now needs
+// OTEL_EXPORTER_OTLP_PROTOCOL=grpc). A value other than grpc or http/protobuf (http/json
 // included, which the Go exporters do not speak) is an error naming the
 // variable.
 func Protocols() (traces, metrics string, err error) {
@@ -73,7 +74,7 @@ func Protocols() (traces, metrics string, err error) {
 		}
 		switch v {
 		case "":
-			return ProtocolGRPC, nil
+			return ProtocolHTTPProtobuf, nil
 		case ProtocolGRPC, ProtocolHTTPProtobuf:
 			return v, nil
 		}

@@ -264,6 +264,7 @@ func TestOTLPExport(t *testing.T) {
 	noExportEnv(t)
 	c, endpoint := startCollector(t)
 	t.Setenv(EnvEndpoint, endpoint)
+	t.Setenv(EnvProtocol, ProtocolGRPC)
 	t.Setenv("OTEL_SERVICE_NAME", "otlp-test")
 	t.Cleanup(func() { otel.SetTracerProvider(tracenoop.NewTracerProvider()) })
 	tel, err := New(t.Context(), Config{}, Identity{ServiceName: "default-name"}, nil)
