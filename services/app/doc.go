@@ -2,7 +2,10 @@
 // configures every role; a target selects which roles run: "all" (node +
 // gateway + subscriptions in one process, talking to each other over the
 // same gRPC clients as a split deployment), "node", "gateway", "coldgc" or
-// "backup". Main is what every binary's main calls.
+// "backup". Main is what every binary's main calls. The ursula binary
+// takes its default target from the name it runs as (TargetForName): run
+// as ursula-node, ursula-gateway, ursula-coldgc or ursula-backup (the
+// container image's links to ursula), it is that binary.
 //
 // # Configuration vocabulary
 //

@@ -41,6 +41,22 @@ const metaUsage = `  -config file
   -h, -help
         print this help and exit`
 
+// TargetForName is the default target of a binary run under the name
+// arg0 (os.Args[0]): a per-role binary's name (ursula-node,
+// ursula-gateway, ursula-coldgc, ursula-backup) selects its target,
+// anything else "all". The ursula binary's main passes it to Main, so a
+// link named ursula-node to ursula runs exactly as ursula-node does: the
+// same default target, defaults, -version and -h name and service.name.
+func TargetForName(arg0 string) string {
+	name := filepath.Base(arg0)
+	for target, binary := range serviceNames {
+		if binary == name {
+			return target
+		}
+	}
+	return TargetAll
+}
+
 // binaryName is the name a binary reports itself by: its file name, or the
 // default binary of target.
 func binaryName(arg0, target string) string {
