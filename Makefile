@@ -24,12 +24,17 @@ LDFLAGS := -X $(MODULE)/internal/buildinfo.version=$(VERSION) -X $(MODULE)/inter
 # Every binary: each directory under services/cmd and ops/cmd with a main.go.
 CMDS := $(patsubst %/main.go,./%,$(sort $(wildcard services/cmd/*/main.go ops/cmd/*/main.go)))
 
-# The container image of make image: every binary, statically linked for
-# linux/IMAGE_ARCH into IMAGE_BIN, then one archive (OCI layout and docker
-# load format) written by tests/tools/cmd/ursula-image. Reproducible: file
-# and image times are SOURCE_DATE_EPOCH (default: the last commit's time).
+# The container image of make image: ursula and ursulactl, statically
+# linked for linux/IMAGE_ARCH into IMAGE_BIN, beside IMAGE_LINKS, the
+# per-role names as symbolic links to ursula (which runs as the binary it
+# is named as), then one archive (OCI layout and docker load format, the
+# same links in /usr/local/bin) written by tests/tools/cmd/ursula-image.
+# Reproducible: file and image times are SOURCE_DATE_EPOCH (default: the
+# last commit's time).
 IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
 IMAGE_BIN := $(BIN)/image/linux-$(IMAGE_ARCH)
+IMAGE_CMDS := ./services/cmd/ursula ./ops/cmd/ursulactl
+IMAGE_LINKS := ursula-backup ursula-coldgc ursula-gateway ursula-node
 IMAGE := $(BIN)/ursula-image.tar
 IMAGE_SOURCE ?= https://github.com/ursula/ursula
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
@@ -75,10 +80,10 @@ build: ## Build every binary (ursula, ursula-node, ursula-gateway, ...) into bin
 
 # -trimpath and fixed times make the same source give the same image bytes;
 # -buildvcs=auto records the commit where git is there (buildinfo).
-image: ## Build the container image bin/ursula-image.tar offline (static binaries, no base image; docker load < bin/ursula-image.tar)
-	@if [ -z "$(CMDS)" ]; then echo "image: no main packages under services/cmd or ops/cmd" >&2; exit 1; fi
+image: ## Build the container image bin/ursula-image.tar offline (static ursula and ursulactl, the per-role names as links to ursula, no base image; docker load < bin/ursula-image.tar)
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -buildvcs=auto \
-		-ldflags '-s -w $(LDFLAGS)' -o $(IMAGE_BIN)/ $(CMDS)
+		-ldflags '-s -w $(LDFLAGS)' -o $(IMAGE_BIN)/ $(IMAGE_CMDS)
+	for l in $(IMAGE_LINKS); do ln -sfn ursula $(IMAGE_BIN)/$$l; done
 	$(GO) -C tests/tools build -o $(BIN)/ursula-image ./cmd/ursula-image
 	$(BIN)/ursula-image -bin-dir $(IMAGE_BIN) -arch $(IMAGE_ARCH) -version '$(VERSION)' \
 		-revision "$$(git rev-parse HEAD 2>/dev/null || true)" -source '$(IMAGE_SOURCE)' \

@@ -32,6 +32,9 @@ type entry struct {
 	// the build machine to copy instead.
 	data []byte
 	path string
+	// link, when set, makes the entry a symbolic link to it (relative to
+	// the link's directory).
+	link string
 }
 
 // layer is a filesystem change set, written as a tar by write.
@@ -63,6 +66,13 @@ func (l layer) write(w io.Writer, created time.Time) error {
 			hdr.Typeflag = tar.TypeDir
 			if err := tw.WriteHeader(hdr); err != nil {
 				return err
+			}
+			continue
+		}
+		if e.link != "" {
+			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, e.link
+			if err := tw.WriteHeader(hdr); err != nil {
+				return fmt.Errorf("layer %q: %s: %w", l.comment, e.name, err)
 			}
 			continue
 		}

@@ -6,9 +6,10 @@
 //
 // # Contents
 //
-// Two layers, each an uncompressed tar with sorted entries, owner root
-// unless said otherwise, and every modification time set to
-// Config.Created:
+// Two layers, each an uncompressed tar (PAX format) with entries sorted by
+// name, owner root unless said otherwise, and every modification time set
+// to Config.Created; no entry depends on the build machine but a copied
+// binary's content:
 //
 //	base      etc/passwd, etc/group       root (0) and ursula (65532)
 //	          etc/nsswitch.conf           "hosts: files dns"
@@ -22,7 +23,21 @@
 //	                                      PEM file cannot express, are left
 //	                                      out
 //	          data/ (ursula, 0750), tmp/ (1777)
-//	binaries  usr/local/bin/<binary>     mode 0755, for each of Binaries
+//	binaries  usr/, usr/local/, usr/local/bin/
+//	                                      directories, mode 0755
+//	          usr/local/bin/<binary>      regular file, mode 0755, for each
+//	                                      of Binaries (ursula, ursulactl)
+//	          usr/local/bin/<role link>   symbolic link (tar type '2'),
+//	                                      mode 0777, size 0, link name
+//	                                      "ursula" (LinkTarget, relative),
+//	                                      for each of RoleLinks
+//	                                      (ursula-backup, ursula-coldgc,
+//	                                      ursula-gateway, ursula-node)
+//
+// The per-role names are links, not copies: ursula runs as the binary
+// named by os.Args[0] (services/app.TargetForName), so
+// /usr/local/bin/ursula-node is ursula-node, and the image holds one
+// server binary instead of five identical ones.
 //
 // The image runs as 65532:65532, with entrypoint /usr/local/bin/ursula,
 // working directory /data, PATH=/usr/local/bin, the ports of Ports exposed,

@@ -1,9 +1,14 @@
 package imagebuild
 
 import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -100,5 +105,59 @@ func TestFullName(t *testing.T) {
 		if got := fullName(ref); got != want {
 			t.Errorf("fullName(%q) = %q, want %q", ref, got, want)
 		}
+	}
+}
+
+// A layer with a role link holds a symbolic link entry with a relative
+// target and no content, and writing it twice gives the same bytes.
+func TestLayerSymlink(t *testing.T) {
+	created := time.Unix(1700000000, 0)
+	l := layer{comment: "test", entries: []entry{
+		{name: "usr/local/bin/ursula-node", mode: 0o777, link: LinkTarget},
+		{name: "usr/local/bin/ursula", mode: 0o755, data: []byte("binary")},
+		{name: "usr/local/bin/", mode: 0o755},
+	}}
+	var a, b bytes.Buffer
+	if err := l.write(&a, created); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.write(&b, created); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Bytes(), b.Bytes()) {
+		t.Fatal("the same layer written twice differs")
+	}
+	tr := tar.NewReader(&a)
+	var got []string
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, hdr.Name)
+		if !hdr.ModTime.Equal(created) {
+			t.Errorf("%s: time %v, want %v", hdr.Name, hdr.ModTime, created)
+		}
+		if hdr.Name != "usr/local/bin/ursula-node" {
+			continue
+		}
+		if hdr.Typeflag != tar.TypeSymlink || hdr.Linkname != "ursula" || hdr.Size != 0 || hdr.Uid != 0 || hdr.Gid != 0 {
+			t.Errorf("role link: type %q, link %q, size %d, owner %d:%d; want a symbolic link to ursula, no content, owned by root",
+				hdr.Typeflag, hdr.Linkname, hdr.Size, hdr.Uid, hdr.Gid)
+		}
+	}
+	want := []string{"usr/local/bin/", "usr/local/bin/ursula", "usr/local/bin/ursula-node"}
+	if !slices.Equal(got, want) {
+		t.Errorf("entries %q, want %q in name order", got, want)
+	}
+}
+
+func TestCommands(t *testing.T) {
+	want := []string{"ursula", "ursula-backup", "ursula-coldgc", "ursula-gateway", "ursula-node", "ursulactl"}
+	if got := Commands(); !slices.Equal(got, want) {
+		t.Fatalf("Commands() = %q, want %q", got, want)
 	}
 }

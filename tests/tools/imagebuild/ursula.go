@@ -16,8 +16,25 @@ import (
 	"golang.org/x/crypto/x509roots/fallback/bundle"
 )
 
-// Binaries are the programs the image holds, in /usr/local/bin.
-var Binaries = []string{"ursula", "ursula-backup", "ursula-coldgc", "ursula-gateway", "ursula-node", "ursulactl"}
+// Binaries are the programs the image holds as files, in /usr/local/bin:
+// the only ones make image builds.
+var Binaries = []string{"ursula", "ursulactl"}
+
+// RoleLinks are the per-role binaries' names, each a symbolic link in
+// /usr/local/bin to LinkTarget: ursula takes its default target from the
+// name it runs as (services/app.TargetForName), so a link is the per-role
+// binary at no cost in size.
+var RoleLinks = []string{"ursula-backup", "ursula-coldgc", "ursula-gateway", "ursula-node"}
+
+// LinkTarget is what every RoleLinks link points to, relative to
+// /usr/local/bin.
+const LinkTarget = "ursula"
+
+// Commands are all the names in /usr/local/bin: Binaries and RoleLinks,
+// sorted.
+func Commands() []string {
+	return slices.Sorted(slices.Values(append(slices.Clone(Binaries), RoleLinks...)))
+}
 
 // Ports are the ports the image exposes: backup 4436, client (gateway,
 // or a node's client plane) 4437, cluster 4439 and metrics 4440. The
@@ -40,7 +57,8 @@ const (
 
 // Config says what to build the image from.
 type Config struct {
-	// BinDir holds the Binaries, statically linked for linux/Arch.
+	// BinDir holds the Binaries, statically linked for linux/Arch (the
+	// RoleLinks are not read from it).
 	BinDir string
 	// Arch is the binaries' GOARCH: amd64 or arm64.
 	Arch string
@@ -104,13 +122,16 @@ func Build(cfg Config, w io.Writer) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	bins := layer{comment: "the Ursula binaries"}
+	bins := layer{comment: "the Ursula binaries and their per-role links"}
 	for _, b := range Binaries {
 		path := filepath.Join(cfg.BinDir, b)
 		if err := checkStatic(path, cfg.Arch); err != nil {
 			return Result{}, err
 		}
 		bins.entries = append(bins.entries, entry{name: "usr/local/bin/" + b, mode: 0o755, path: path})
+	}
+	for _, l := range RoleLinks {
+		bins.entries = append(bins.entries, entry{name: "usr/local/bin/" + l, mode: 0o777, link: LinkTarget})
 	}
 	for _, dir := range []string{"usr/", "usr/local/", "usr/local/bin/"} {
 		bins.entries = append(bins.entries, entry{name: dir, mode: 0o755})

@@ -125,8 +125,8 @@ func TestServices(t *testing.T) {
 			if s.Image != "ursula:latest" {
 				t.Errorf("image %q, want ursula:latest (make image tags it)", s.Image)
 			}
-			if len(s.Entrypoint) != 1 || s.Entrypoint[0] != bin || !slices.Contains(imagebuild.Binaries, bin) {
-				t.Errorf("entrypoint %q, want [%s], one of the image's binaries", s.Entrypoint, bin)
+			if len(s.Entrypoint) != 1 || s.Entrypoint[0] != bin || !slices.Contains(imagebuild.Commands(), bin) {
+				t.Errorf("entrypoint %q, want [%s], one of the image's commands", s.Entrypoint, bin)
 			}
 			if s.User != "" {
 				t.Errorf("user %q: the image's non-root user is meant", s.User)

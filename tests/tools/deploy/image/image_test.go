@@ -1,8 +1,9 @@
 // Package image_test checks the container image archive of make image
 // with an independent reader (go-containerregistry): its configuration,
-// its files, that every binary runs from the extracted filesystem (and
-// the entrypoint serves), that the CA bundle parses, and that building
-// again gives the same bytes.
+// its files, that every command runs from the extracted filesystem and
+// names itself (the per-role names through their symbolic links to
+// ursula, each with its own default target; the entrypoint serves), that
+// the CA bundle parses, and that building again gives the same bytes.
 package image_test
 
 import (
@@ -12,6 +13,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -82,6 +84,18 @@ func extract(t *testing.T, r io.Reader, dir string) map[string]*tar.Header {
 				t.Fatal(err)
 			}
 			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+		case tar.TypeSymlink:
+			// Only links that stay inside the root, relative to their
+			// directory, as the image's role links are.
+			if target := filepath.Join(filepath.Dir(name), hdr.Linkname); filepath.IsAbs(hdr.Linkname) || !filepath.IsLocal(target) {
+				t.Fatalf("tar entry %q links to %q, outside the root or absolute", hdr.Name, hdr.Linkname)
+			}
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(hdr.Linkname, p); err != nil {
 				t.Fatal(err)
 			}
 		default:
@@ -255,49 +269,80 @@ func TestFilesystemAndBinaries(t *testing.T) {
 	for _, b := range imagebuild.Binaries {
 		t.Run(b, func(t *testing.T) {
 			h := hdrs["usr/local/bin/"+b]
-			if h == nil || h.Mode&0o111 == 0 || h.Uid != 0 {
-				t.Fatalf("/usr/local/bin/%s: %+v, want an executable owned by root", b, h)
+			if h == nil || h.Typeflag != tar.TypeReg || h.Mode&0o111 == 0 || h.Uid != 0 {
+				t.Fatalf("/usr/local/bin/%s: %+v, want an executable file owned by root", b, h)
 			}
 			runVersion(t, filepath.Join(root, "usr/local/bin", b), b, version)
 		})
 	}
+	for _, b := range imagebuild.RoleLinks {
+		t.Run(b, func(t *testing.T) {
+			h := hdrs["usr/local/bin/"+b]
+			if h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "ursula" || h.Uid != 0 {
+				t.Fatalf("/usr/local/bin/%s: %+v, want a symbolic link to ursula owned by root", b, h)
+			}
+			path := filepath.Join(root, "usr/local/bin", b)
+			if fi, err := os.Lstat(path); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+				t.Fatalf("extracted /usr/local/bin/%s is not a symbolic link: %v, %v", b, fi, err)
+			}
+			runVersion(t, path, b, version)
+			runHelp(t, path, b)
+		})
+	}
+	t.Run("ursula target", func(t *testing.T) {
+		runHelp(t, filepath.Join(root, "usr/local/bin/ursula"), "ursula")
+	})
 }
 
-// runVersion runs a binary of the extracted image with its version flag
-// and checks the version it reports. Until a binary has the flag (another
-// change adds it), it runs a command that proves the binary starts:
-// ursulactl --help, or printing the default configuration.
+// runVersion runs a command of the extracted image with its version flag
+// and checks that it names itself and the image's version:
+// "<name> <version> (commit ...)".
 func runVersion(t *testing.T, path, name, version string) {
 	t.Helper()
 	flag := "-version"
 	if name == "ursulactl" {
 		flag = "--version"
 	}
-	cmd := exec.Command(path, flag)
+	out := run(t, path, flag)
+	if want := name + " " + version + " "; !strings.HasPrefix(out, want) {
+		t.Fatalf("%s %s printed %q, want it to start with %q", name, flag, out, want)
+	}
+}
+
+// targets are the default targets of the server's names.
+var targets = map[string]string{
+	"ursula":         "all",
+	"ursula-node":    "node",
+	"ursula-gateway": "gateway",
+	"ursula-coldgc":  "coldgc",
+	"ursula-backup":  "backup",
+}
+
+// runHelp runs a server command of the extracted image with -h and checks
+// that it names itself and runs its own default target: the ursula binary
+// run through a role link is that role's binary.
+func runHelp(t *testing.T, path, name string) {
+	t.Helper()
+	out := run(t, path, "-h")
+	for _, want := range []string{"Usage: " + name + " ", fmt.Sprintf("Runs the %q target", targets[name])} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("%s -h does not say %q:\n%.400s", name, want, out)
+		}
+	}
+}
+
+// run runs a command of the extracted image as the image would (an
+// environment of PATH only) and returns its output.
+func run(t *testing.T, path string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(path, args...)
 	cmd.Dir = t.TempDir()
 	cmd.Env = []string{"PATH=/nonexistent"}
 	out, err := cmd.CombinedOutput()
-	if err == nil {
-		if !strings.Contains(string(out), version) {
-			t.Fatalf("%s %s printed %q, want the image's version %q", name, flag, out, version)
-		}
-		return
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(path), strings.Join(args, " "), err, out)
 	}
-	if !strings.Contains(string(out), "not defined: -version") && !strings.Contains(string(out), "unknown flag: --version") {
-		t.Fatalf("%s %s: %v\n%s", name, flag, err, out)
-	}
-	// The all-in-one's loopback defaults pass validation in every binary.
-	fallback := []string{"-target", "all", "-node.listen", "127.0.0.1:4447", "-print-config"}
-	if name == "ursulactl" {
-		fallback = []string{"--help"}
-	}
-	cmd = exec.Command(path, fallback...)
-	cmd.Dir = t.TempDir()
-	cmd.Env = []string{"PATH=/nonexistent"}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s has no %s yet, and %s failed: %v\n%s", name, flag, strings.Join(fallback, " "), err, out)
-	}
-	t.Logf("%s has no %s flag yet: ran %s instead", name, flag, strings.Join(fallback, " "))
+	return string(out)
 }
 
 func TestReproducible(t *testing.T) {
@@ -341,6 +386,19 @@ func TestReproducible(t *testing.T) {
 	}
 	if other.Manifest.Digest == res.Manifest.Digest {
 		t.Fatal("another creation time gave the same image digest")
+	}
+}
+
+// The binaries directory of make image holds the image's role links too
+// (the compose process test runs ursula-node from it): the Makefile's
+// IMAGE_LINKS are imagebuild.RoleLinks.
+func TestBinDirLinks(t *testing.T) {
+	dir := env(t, "URSULA_IMAGE_BIN_DIR")
+	for _, b := range imagebuild.RoleLinks {
+		target, err := os.Readlink(filepath.Join(dir, b))
+		if err != nil || target != imagebuild.LinkTarget {
+			t.Errorf("%s/%s: link to %q (%v), want a symbolic link to %s", dir, b, target, err, imagebuild.LinkTarget)
+		}
 	}
 }
 
