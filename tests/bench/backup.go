@@ -48,8 +48,8 @@ type BackupSet struct {
 // hotOnlyArgs keep every byte hot (nothing reaches the flush thresholds);
 // coldHeavyArgs flush nearly everything into 1 MiB chunks at once.
 var (
-	hotOnlyArgs   = []string{"-cold.flush-bytes=1073741824", "-cold.flush-age=1h", "-cold.group-flush-bytes=60000000", "-cold.hot-cap-bytes=64000000"}
-	coldHeavyArgs = []string{"-cold.flush-bytes=262144", "-cold.flush-age=10ms", "-cold.group-flush-bytes=1048576", "-cold.flush-interval=10ms"}
+	hotOnlyArgs   = []string{"-storage.cold.flush_bytes=1073741824", "-storage.cold.flush_age=1h", "-storage.cold.group_flush_bytes=60000000", "-storage.cold.hot_cap_bytes=64000000"}
+	coldHeavyArgs = []string{"-storage.cold.flush_bytes=262144", "-storage.cold.flush_age=10ms", "-storage.cold.group_flush_bytes=1048576", "-storage.cold.flush_interval=10ms"}
 )
 
 // backupWorkload measures backup and restore on the all-in-one binary with
@@ -187,7 +187,7 @@ func backupUnderLoad(ctx context.Context, c config, bin string, res *BackupResul
 func startBackupServer(ctx context.Context, bin, dir string, args []string) (*e2e.Server, error) {
 	srv, err := e2e.NewServer(e2e.Options{
 		Binary: bin, WorkDir: dir,
-		Args: append([]string{"-raft.fsync=never", "-cold.backend=fs", "-cold.dir=" + filepath.Join(dir, "cold")}, args...),
+		Args: append([]string{"-raft.wal.fsync=never", "-storage.cold.backend=fs", "-storage.cold.root=" + filepath.Join(dir, "cold")}, args...),
 	})
 	if err != nil {
 		return nil, err

@@ -34,11 +34,11 @@
 //     that answers 204 to every request and stores nothing. It bounds what
 //     the client and the loopback can do on this machine; Ursula's numbers
 //     are reported as ratios to it;
-//   - ursula with -raft.fsync=never, then with -raft.fsync=always, each
+//   - ursula with -raft.wal.fsync=never, then with -raft.wal.fsync=always, each
 //     started as `make run` starts it (embedded defaults: the cold store is
 //     a local directory; a fresh temporary working and data directory)
 //     except for free loopback listen ports and -hot-cap;
-//   - with -cold s3 (the default), ursula with -raft.fsync=never once more,
+//   - with -cold s3 (the default), ursula with -raft.wal.fsync=never once more,
 //     its cold tier on a versitygw S3 server the bench starts (bin/versitygw
 //     or $VERSITYGW), under a date-stamped prefix.
 //

@@ -54,12 +54,12 @@ func main() {
 	flag.StringVar(&c.server, "server", "", "ursula binary to start (default $URSULA_BIN, else go build ./services/cmd/ursula)")
 	flag.StringVar(&c.target, "target", "", "measure this running server (origin URL) instead of starting one")
 	flag.IntVar(&c.pid, "pid", 0, "with -target: the server's pid, for RSS")
-	flag.StringVar(&c.fsyncModes, "fsync", "never,always", "raft.fsync modes to start ursula with, in order")
+	flag.StringVar(&c.fsyncModes, "fsync", "never,always", "raft.wal.fsync modes to start ursula with, in order")
 	flag.StringVar(&c.workloads, "workloads", "multi-stream,fan-out,replay,bootstrap,memory,backup", "workloads to run, in order (memory runs only against fsync=never servers; backup starts servers of its own)")
 	flag.StringVar(&c.cold, "cold", "s3", `also run the fsync=never server with this cold store ("s3": a versitygw the bench starts; "" for none) and compare it with the local-directory run`)
 	flag.Int64Var(&c.memWarmup, "memory-warmup", 20<<20, "memory: bytes appended before the first RSS sample")
 	flag.Int64Var(&c.memTotal, "memory-total", 2<<30, "memory: bytes appended before the second RSS sample")
-	flag.Int64Var(&c.hotCap, "hot-cap", 64<<20, "cold.hot-cap-bytes of the servers the bench starts")
+	flag.Int64Var(&c.hotCap, "hot-cap", 64<<20, "storage.cold.hot_cap_bytes of the servers the bench starts")
 	flag.Int64Var(&c.backupBytes, "backup-bytes", 256<<20, "backup: stream bytes each backed-up data set holds")
 	flag.DurationVar(&c.duration, "duration", 10*time.Second, "how long each workload runs")
 	flag.IntVar(&c.streams, "streams", 500, "multi-stream: number of streams (one append in flight each)")
@@ -200,10 +200,10 @@ func run(ctx context.Context, c config) (*Report, error) {
 			return rep, err
 		}
 	}
-	hotCap := fmt.Sprintf("-cold.hot-cap-bytes=%d", c.hotCap)
+	hotCap := fmt.Sprintf("-storage.cold.hot_cap_bytes=%d", c.hotCap)
 	for _, mode := range splitList(c.fsyncModes) {
 		sr, err := measure(ctx, c, "ursula fsync="+mode, e2e.Options{
-			Binary: bin, Args: []string{"-raft.fsync=" + mode, hotCap},
+			Binary: bin, Args: []string{"-raft.wal.fsync=" + mode, hotCap},
 		}, false, workloads, logf)
 		if sr != nil {
 			rep.Servers = append(rep.Servers, sr)
@@ -225,8 +225,8 @@ func run(ctx context.Context, c config) (*Report, error) {
 		prefix := "ursula-bench-" + time.Now().UTC().Format("20060102T150405Z")
 		sr, err := measure(ctx, c, "ursula fsync=never cold=s3", e2e.Options{
 			Binary: bin,
-			Args: []string{"-raft.fsync=never", hotCap, "-cold.backend=s3", "-cold.s3.bucket=" + bucket, "-cold.s3.prefix=" + prefix,
-				"-cold.s3.endpoint=" + s3.Endpoint, "-cold.s3.region=us-east-1", "-cold.s3.path-style"},
+			Args: []string{"-raft.wal.fsync=never", hotCap, "-storage.cold.backend=s3", "-storage.cold.s3.bucket=" + bucket, "-storage.cold.root=" + prefix,
+				"-storage.cold.s3.endpoint=" + s3.Endpoint, "-storage.cold.s3.region=us-east-1", "-storage.cold.s3.path_style"},
 			Env: []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey},
 		}, false, workloads, logf)
 		if sr != nil {
