@@ -41,6 +41,7 @@ type route struct {
 	method, path string
 	re           *regexp.Regexp
 	params       []string
+	patterns     []*regexp.Regexp // each parameter's schema pattern, or nil
 	literal      int
 	item         *openapi3.PathItem
 	op           *openapi3.Operation
@@ -77,11 +78,22 @@ func Load(tb testing.TB, raw []byte) *Document {
 				r.literal += i
 				name := rest[i+1 : j]
 				r.params = append(r.params, name)
-				if p := pathParam(item, op, name); p != nil && p.Schema != nil && p.Schema.Value != nil && p.Schema.Value.Pattern == ".+" {
+				var pattern string
+				if p := pathParam(item, op, name); p != nil && p.Schema != nil && p.Schema.Value != nil {
+					pattern = p.Schema.Value.Pattern
+				}
+				if pattern == ".+" {
 					expr.WriteString("(.+)")
 				} else {
 					expr.WriteString("([^/]+)")
 				}
+				var re *regexp.Regexp
+				if pattern != "" {
+					if re, err = regexp.Compile(pattern); err != nil {
+						tb.Fatalf("%s %s: parameter %s: %v", method, path, name, err)
+					}
+				}
+				r.patterns = append(r.patterns, re)
 				rest = rest[j+1:]
 			}
 			expr.WriteString("$")
@@ -103,6 +115,36 @@ func (d *Document) Templates() [][2]string {
 		out = append(out, [2]string{r.method, r.path})
 	}
 	return out
+}
+
+// Operation returns the path template of the operation that serves method
+// on path (no query): the most specific one whose path parameters match
+// their schema patterns.
+func (d *Document) Operation(method, path string) (string, bool) {
+	var found []*route
+	for _, r := range d.routes {
+		if r.method != method {
+			continue
+		}
+		m := r.re.FindStringSubmatch(path)
+		if m == nil {
+			continue
+		}
+		ok := true
+		for i, re := range r.patterns {
+			if re != nil && !re.MatchString(m[i+1]) {
+				ok = false
+			}
+		}
+		if ok {
+			found = append(found, r)
+		}
+	}
+	if len(found) == 0 {
+		return "", false
+	}
+	slices.SortFunc(found, moreSpecific)
+	return found[0].path, true
 }
 
 func pathParam(item *openapi3.PathItem, op *openapi3.Operation, name string) *openapi3.Parameter {

@@ -66,6 +66,12 @@ func TestDataPlaneOpenAPI(t *testing.T) {
 	// No status page in this gateway (tests/e2e TestStatusPage opens a real one).
 	c.Call(t, "GET", "/__ursula/ui/", nil, nil, 404)
 	c.Call(t, "GET", "/__ursula/ui/snapshot", nil, nil, 404)
+	c.Call(t, "GET", "/__ursula/ui", nil, nil, 404)
+	c.Call(t, "GET", "/__ursula/ui/events", nil, nil, 404)
+	c.Call(t, "GET", "/__ursula/ui/app.js", nil, nil, 404)
+	for _, p := range []string{"/__ursula/ui", "/__ursula/ui/", "/__ursula/ui/snapshot", "/__ursula/ui/events", "/__ursula/ui/app.js"} {
+		c.Call(t, "HEAD", p, nil, nil, 404)
+	}
 	c.Call(t, "HEAD", "/__ursula/openapi.json", nil, nil, 200)
 	c.Call(t, "HEAD", "/__ursula/ready", nil, nil, 200)
 	c.Call(t, "HEAD", "/__ursula/metrics", nil, nil, 200)
