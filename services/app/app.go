@@ -184,19 +184,28 @@ func Run(ctx context.Context, cfg *Config, logger *slog.Logger, sm *serviceManag
 		return err
 	}
 	roles := []lifecycle.Role{{Name: "memlimit", Run: lim.Run}}
-	if cfg.Target == TargetColdGC {
-		worker, closeConn, err := newColdGC(ctx, cfg, logger)
-		if err != nil {
-			return err
-		}
-		defer closeConn()
-		return sm.run(ctx, logger, nil, "cold GC worker running", append(roles, lifecycle.Role{Name: "coldgc", Run: worker.Run})...)
-	}
 	tel, stopTelemetry, err := startTelemetry(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
 	defer stopTelemetry()
+	if cfg.Target == TargetColdGC {
+		worker, closeConn, err := newColdGC(ctx, cfg, tel, logger)
+		if err != nil {
+			return err
+		}
+		defer closeConn()
+		roles = append(roles, lifecycle.Role{Name: "coldgc", Run: worker.Run})
+		var ready []<-chan struct{}
+		if cfg.Node.MetricsListen != "" {
+			// The worker's only listener: read-only, for a remote
+			// Prometheus and a load balancer's readiness check.
+			plane := coldgc.NewMetricsPlane(cfg.Node.MetricsListen, worker, tel.PrometheusHandler(), logger.With("component", "coldgc"))
+			roles = append(roles, lifecycle.Role{Name: "metrics", Run: plane.Run})
+			ready = append(ready, plane.Listening())
+		}
+		return sm.run(ctx, logger, ready, "cold GC worker running", roles...)
+	}
 	if cfg.Target == TargetBackup {
 		svc, closeConns, err := newBackup(cfg, tel, logger)
 		if err != nil {
@@ -408,9 +417,9 @@ func openColdStore(ctx context.Context, cfg objstore.Config) (objstore.Store, er
 }
 
 // newColdGC builds the cold-GC worker of a split deployment against a
-// storage node's ColdGCService; the returned function closes its
-// connection.
-func newColdGC(ctx context.Context, cfg *Config, logger *slog.Logger) (*coldgc.Worker, func(), error) {
+// storage node's ColdGCService and exports its metrics; the returned
+// function closes its connection.
+func newColdGC(ctx context.Context, cfg *Config, tel *telemetry.Telemetry, logger *slog.Logger) (*coldgc.Worker, func(), error) {
 	store, err := openColdStore(ctx, cfg.Storage.Cold.Config)
 	if err != nil {
 		return nil, nil, err
@@ -428,6 +437,7 @@ func newColdGC(ctx context.Context, cfg *Config, logger *slog.Logger) (*coldgc.W
 		_ = conn.Close()
 		return nil, nil, err
 	}
+	registerMetrics(tel, "coldgc", worker.MetricsSource(), logger)
 	logger.Info("cold GC worker started", "node", cfg.Upstream.Nodes[0])
 	return worker, func() { _ = conn.Close() }, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -212,6 +213,13 @@ func (c *Config) Validate() error {
 			errs = append(errs, errors.New("upstream.nodes (a storage node's client plane) is required for the coldgc target"))
 		}
 		errs = append(errs, c.Upstream.ClientPlane.Validate("upstream"))
+		if c.Node.MetricsListen != "" {
+			// The worker's only listener (GET /__ursula/prometheus and
+			// /__ursula/ready); the rest of server.* is not used.
+			if _, _, err := net.SplitHostPort(c.Node.MetricsListen); err != nil {
+				errs = append(errs, fmt.Errorf("server.metrics_listen %q: %w", c.Node.MetricsListen, err))
+			}
+		}
 		errs = append(errs, c.Runtime.Config.Validate())
 		errs = append(errs, c.Log.validate())
 		return errors.Join(errs...)

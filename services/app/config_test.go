@@ -229,3 +229,29 @@ func checkValidate(t *testing.T, cfg *Config, wantErr string, check func(*testin
 		check(t, cfg)
 	}
 }
+
+// TestColdGCConfig: the coldgc target's only listener,
+// server.metrics_listen, must be host:port when set.
+func TestColdGCConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"no listener", nil, ""},
+		{"port only", []string{"-server.metrics_listen=:4440"}, ""},
+		{"host and port", []string{"-server.metrics_listen=127.0.0.1:0"}, ""},
+		{"no port", []string{"-server.metrics_listen=localhost"}, "server.metrics_listen"},
+		{"url", []string{"-server.metrics_listen=http://0.0.0.0:4440/"}, "server.metrics_listen"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"-upstream.nodes=127.0.0.1:4441"}, tc.args...)
+			cfg, _, err := Load(args, TargetColdGC)
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			checkValidate(t, cfg, tc.wantErr, nil)
+		})
+	}
+}

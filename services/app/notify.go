@@ -30,7 +30,8 @@ import (
 //   - gateway: its listener is bound (and, split, its upstream router
 //     built); requests before the nodes are ready are answered 503.
 //   - all: both of the above.
-//   - coldgc: the cold store is opened and its format checked.
+//   - coldgc: the cold store is opened and its format checked, and the
+//     metrics listener (server.metrics_listen), when set, is bound.
 //   - backup: the service is built (location, schedule and node
 //     connections configured); its listener is bound right after.
 type serviceManager struct {

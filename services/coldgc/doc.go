@@ -28,4 +28,10 @@
 // that group's queue (GetGCQueueResponse.held) and answers the sweep's
 // calls COLD_GC_HELD while any group is held. The worker skips such a
 // group or sweep quietly (coldgc_held_skips counts them), not as an error.
+//
+// Metrics (metrics.go): one table describes the worker's counters for
+// both exports: its own source (MetricsSource, ursula_coldgc_*_total in
+// the coldgc target) and the all-in-one node's document (AddMetrics,
+// DocumentMetrics: coldgc_*). In the coldgc target, MetricsPlane serves
+// them read-only on server.metrics_listen with the worker's readiness.
 package coldgc

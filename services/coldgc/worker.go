@@ -87,6 +87,8 @@ type Worker struct {
 	logger *slog.Logger
 	now    func() time.Time
 	stats  Stats
+	// running is set while Run runs (the metrics plane's readiness).
+	running atomic.Bool
 }
 
 // New returns a worker.
@@ -102,6 +104,8 @@ func (w *Worker) Stats() *Stats { return &w.stats }
 
 // Run runs the three jobs until ctx ends.
 func (w *Worker) Run(ctx context.Context) error {
+	w.running.Store(true)
+	defer w.running.Store(false)
 	lastCompact, lastSweep := w.now(), w.now()
 	t := time.NewTicker(w.cfg.Interval)
 	defer t.Stop()
@@ -440,23 +444,4 @@ func streamPrefix(key string) (string, bool) {
 // DeletePrefix deletes every object under a bucket's or stream's prefix.
 func (w *Worker) DeletePrefix(ctx context.Context, prefix string) error {
 	return w.deletePrefix(ctx, prefix)
-}
-
-// AddMetrics adds the worker's counters to a metrics document.
-func (w *Worker) AddMetrics(out map[string]any) {
-	st := &w.stats
-	for k, v := range map[string]uint64{
-		"coldgc_passes":              st.Passes.Load(),
-		"coldgc_reclaimed_entries":   st.Reclaimed.Load(),
-		"coldgc_deleted_objects":     st.DeletedObjects.Load(),
-		"coldgc_errors":              st.Errors.Load(),
-		"coldgc_compactions":         st.Compactions.Load(),
-		"coldgc_corrupt_objects":     st.CorruptObjects.Load(),
-		"coldgc_compaction_rejected": st.CompactRejected.Load(),
-		"coldgc_orphans_deleted":     st.OrphansDeleted.Load(),
-		"coldgc_sweeps":              st.Sweeps.Load(),
-		"coldgc_held_skips":          st.HeldSkips.Load(),
-	} {
-		out[k] = float64(v)
-	}
 }

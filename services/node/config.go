@@ -31,7 +31,9 @@ type Config struct {
 	// MetricsListen, when set (":4440"), serves the process's metrics to
 	// a remote Prometheus on a plane that carries no mutation: GET
 	// /__ursula/prometheus, /__ursula/metrics and /__ursula/ready, nothing
-	// else (see metricsHandler). Empty: off.
+	// else (see metricsHandler). The coldgc target serves its worker's
+	// /__ursula/prometheus and /__ursula/ready there, its only listener.
+	// Empty: off.
 	MetricsListen string `toml:"metrics_listen"`
 	// AllowNonLoopbackAdmin permits a non-loopback admin address.
 	AllowNonLoopbackAdmin bool `toml:"allow_non_loopback_admin"`
@@ -119,7 +121,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultListen, defaultClusterLi
 	fs.StringVar(&c.Listen, "server.listen", defaultListen, "client plane address (gRPC + HTTP)")
 	fs.StringVar(&c.ClusterListen, "server.cluster_listen", defaultClusterListen, "cluster plane address (Raft transport)")
 	fs.StringVar(&c.AdminListen, "server.admin_listen", "127.0.0.1:4438", "admin plane address (loopback only unless server.allow_non_loopback_admin)")
-	fs.StringVar(&c.MetricsListen, "server.metrics_listen", "", "metrics plane address (read-only: GET /__ursula/prometheus, /__ursula/metrics, /__ursula/ready), e.g. :4440; empty: off")
+	fs.StringVar(&c.MetricsListen, "server.metrics_listen", "", "metrics plane address (read-only: GET /__ursula/prometheus, /__ursula/metrics, /__ursula/ready; the coldgc target serves /__ursula/prometheus and /__ursula/ready), e.g. :4440; empty: off")
 	fs.BoolVar(&c.AllowNonLoopbackAdmin, "server.allow_non_loopback_admin", false, "allow a non-loopback admin address (requires server.admin_tls)")
 	fs.StringVar(&c.AdminTokenFile, "server.admin_token_file", "", "file holding the admin plane's bearer token (mode 600, one token of at least 32 bytes); empty: <raft.wal.path>/admin.token, created on first start")
 	fs.StringVar(&c.AdminTLS.CAFile, "server.admin_tls.ca_file", "", "admin plane: PEM bundle of the CA of operator client certificates")

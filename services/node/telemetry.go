@@ -1,6 +1,7 @@
 package node
 
 import (
+	"maps"
 	"net/http"
 	"strconv"
 
@@ -9,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc/stats"
 
+	"github.com/ursula/ursula/services/coldgc"
 	"github.com/ursula/ursula/services/platform/errcode"
 	"github.com/ursula/ursula/services/platform/telemetry"
 )
@@ -126,8 +128,11 @@ var omit = telemetry.Metric{Omit: true}
 // nodeMetrics gives every numeric value of the node's metrics document its
 // instrument (see telemetry.Document): conventional names, base units
 // (seconds, bytes), counters for what only grows. A test holds it against
-// a live document (TestNodeMetricsDescribed).
-var nodeMetrics = map[string]telemetry.Metric{
+// a live document (TestNodeMetricsDescribed). The values of the
+// all-in-one process's cold-GC worker (coldgc_*, Deps.ExtraMetrics) are
+// described next to the worker (coldgc.DocumentMetrics), which its own
+// target exports too.
+var nodeMetrics = withMetrics(coldgc.DocumentMetrics(), map[string]telemetry.Metric{
 	// requests
 	"append_requests":             counter("{request}", "Append calls served by this node."),
 	"append_errors":               counter("{request}", "Append calls that failed."),
@@ -261,17 +266,6 @@ var nodeMetrics = map[string]telemetry.Metric{
 	"cold_cache_fetch_errors":      counter("{error}", "Failed fetches into the cold cache."),
 	"cold_cache_bytes":             gauge("By", "Bytes in the cold cache."),
 	"cold_hot_cap_bytes_per_group": gauge("By", "The hot tier's cap per group."),
-	// the cold-GC worker of the all-in-one process
-	"coldgc_passes":              counter("{pass}", "Cold GC passes."),
-	"coldgc_reclaimed_entries":   counter("{entry}", "Cold-tier entries reclaimed."),
-	"coldgc_deleted_objects":     counter("{object}", "Cold objects deleted."),
-	"coldgc_errors":              counter("{error}", "Cold GC errors."),
-	"coldgc_compactions":         counter("{compaction}", "Cold GC compactions."),
-	"coldgc_corrupt_objects":     counter("{object}", "Corrupt cold objects found."),
-	"coldgc_compaction_rejected": counter("{compaction}", "Cold GC compactions refused."),
-	"coldgc_orphans_deleted":     counter("{object}", "Orphaned cold objects deleted."),
-	"coldgc_sweeps":              counter("{sweep}", "Orphan sweeps."),
-	"coldgc_held_skips":          counter("{object}", "Objects a pass skipped because a backup holds them."),
 	// the cluster transport
 	"raft_grpc_peer_cluster_refusals":         counter("{connection}", "Peers refused for belonging to another cluster."),
 	"raft_grpc_unidentified_peer_refusals":    counter("{connection}", "Peers refused for not saying which node they are."),
@@ -303,4 +297,10 @@ var nodeMetrics = map[string]telemetry.Metric{
 	"cluster_tls_cert_not_after_seconds": gauge("s", "When the cluster plane's certificate expires (Unix time; 0 without TLS)."),
 	"client_tls_cert_not_after_seconds":  gauge("s", "When the client plane's certificate expires (Unix time; 0 without TLS)."),
 	"admin_tls_cert_not_after_seconds":   gauge("s", "When the admin plane's certificate expires (Unix time; 0 without TLS)."),
+})
+
+// withMetrics adds the descriptions of more to m and returns it.
+func withMetrics(more, m map[string]telemetry.Metric) map[string]telemetry.Metric {
+	maps.Copy(m, more)
+	return m
 }

@@ -114,8 +114,9 @@ func TestColdGCWorkerOnCluster(t *testing.T) {
 
 // StartColdGC runs ursula-coldgc beside the cluster on the fs cold store
 // in coldDir, passing every 100 ms, with tuning added to its [coldgc]
-// section; it is killed when the test ends (its log printed on failure).
-func (c *Cluster) StartColdGC(t *testing.T, coldDir, tuning string) *exec.Cmd {
+// section and args to its command line; it is killed when the test ends
+// (its log printed on failure).
+func (c *Cluster) StartColdGC(t *testing.T, coldDir, tuning string, args ...string) *exec.Cmd {
 	t.Helper()
 	cfg := filepath.Join(c.Dir, "coldgc.toml")
 	toml := fmt.Sprintf("[upstream]\nnodes = [%q]\n"+c.ClientPlaneTOML(pki.RoleColdGC)+"\n[cold]\nbackend = \"fs\"\ndir = %q\n\n[coldgc]\ninterval = \"100ms\"\n%s\n",
@@ -132,7 +133,7 @@ func (c *Cluster) StartColdGC(t *testing.T, coldDir, tuning string) *exec.Cmd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-config", cfg)
+	cmd := exec.Command(bin, append([]string{"-config", cfg}, args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -217,6 +219,78 @@ func TestPrometheusConventionsSplit(t *testing.T) {
 		wantSeries(t, "node", text, "ursula_build_info", "ursula_node_raft_groups", "ursula_raft_apply_duration_seconds_count",
 			"ursula_raft_persist_duration_seconds_count", "ursula_node_raft_messages_sent_total", "ursula_node_raft_peer_connected")
 	}
+}
+
+// TestPrometheusConventionsColdGC scrapes ursula-coldgc's only listener,
+// its metrics plane (server.metrics_listen), beside a 2-node cluster: the
+// exposition passes the linter and shows the build and a pass counter that
+// grows, under service.name ursula-coldgc; the plane answers ready and
+// refuses anything else.
+func TestPrometheusConventionsColdGC(t *testing.T) {
+	c := StartCluster(t, ClusterOptions{Nodes: 2, GroupCount: 2})
+	addrs, err := FreeAddrs(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + addrs[0]
+	cmd := c.StartColdGC(t, filepath.Join(c.Dir, "cold"), "", "-server.metrics_listen", addrs[0])
+	await.True(t, "ursula-coldgc ready on its metrics plane", func() bool {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/__ursula/ready", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	text := lintScrape(t, "coldgc", base+"/__ursula/prometheus")
+	wantSeries(t, "coldgc", text, "ursula_build_info", "ursula_coldgc_passes_total", "ursula_coldgc_errors_total")
+	if !strings.Contains(text, `service_name="ursula-coldgc"`) {
+		t.Errorf("coldgc: no target_info with service.name ursula-coldgc in the exposition")
+	}
+	first := sampleValue(t, text, "ursula_coldgc_passes_total")
+	await.True(t, "ursula_coldgc_passes_total grows", func() bool {
+		return sampleValue(t, lintScrape(t, "coldgc", base+"/__ursula/prometheus"), "ursula_coldgc_passes_total") > first
+	})
+	for _, tc := range []struct {
+		method, path string
+		want         int
+	}{
+		{http.MethodPost, "/__ursula/prometheus", http.StatusMethodNotAllowed},
+		{http.MethodPost, "/__ursula/ready", http.StatusMethodNotAllowed},
+		{http.MethodDelete, "/__ursula/prometheus", http.StatusMethodNotAllowed},
+		{http.MethodGet, "/__ursula/metrics", http.StatusNotFound},
+		{http.MethodGet, "/debug/pprof/", http.StatusNotFound},
+		{http.MethodPost, "/", http.StatusNotFound},
+	} {
+		if code, _ := httpDo(t, tc.method, base+tc.path, nil); code != tc.want {
+			t.Errorf("%s %s on the coldgc metrics plane: %d, want %d", tc.method, tc.path, code, tc.want)
+		}
+	}
+	if cmd.ProcessState != nil {
+		t.Fatalf("ursula-coldgc exited: %v", cmd.ProcessState)
+	}
+}
+
+// sampleValue returns the value of the series name (without labels) in a
+// Prometheus exposition.
+func sampleValue(tb testing.TB, text, name string) float64 {
+	tb.Helper()
+	for line := range strings.Lines(text) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+" "); ok {
+			f, err := strconv.ParseFloat(strings.Fields(v)[0], 64)
+			if err != nil {
+				tb.Fatalf("%s: %v", name, err)
+			}
+			return f
+		}
+	}
+	tb.Fatalf("no %s in the exposition", name)
+	return 0
 }
 
 // otlpReceiver is an OTLP/HTTP receiver: it decodes the protobuf bodies

@@ -113,6 +113,7 @@ func TestClusterOnLoopback(t *testing.T) {
 	gw := "http://" + loopback["gateway"] + ":4437"
 	procs.waitOK(ctx, http.DefaultClient, gw+"/__ursula/ready")
 	procs.waitOK(ctx, http.DefaultClient, "http://"+loopback["backup"]+":4436/__ursula/ready")
+	procs.waitOK(ctx, http.DefaultClient, "http://"+loopback["coldgc"]+":4440/__ursula/ready")
 	stream := gw + "/v1/stream/compose-check"
 	for _, step := range []struct {
 		method string
@@ -141,6 +142,9 @@ func TestClusterOnLoopback(t *testing.T) {
 		if body := get200(ctx, t, "http://"+loopback[n]+":4440/__ursula/prometheus"); !strings.Contains(body, "ursula_build_info{") {
 			t.Errorf("%s's metrics port serves no ursula_build_info:\n%.500s", n, body)
 		}
+	}
+	if body := get200(ctx, t, "http://"+loopback["coldgc"]+":4440/__ursula/prometheus"); !strings.Contains(body, "ursula_coldgc_passes_total ") {
+		t.Errorf("the cold-GC worker's metrics port serves no ursula_coldgc_passes_total:\n%.500s", body)
 	}
 	// Stopped in the reverse order of depends_on, as compose stops them.
 	for _, name := range []string{"backup", "coldgc", "gateway", "node3", "node2", "node1", "s3"} {

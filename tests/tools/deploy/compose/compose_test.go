@@ -273,7 +273,11 @@ func TestFronts(t *testing.T) {
 			t.Errorf("%s publishes %v", name, s.Ports)
 		}
 	}
-	checkS3(t, p, p.Services["coldgc"], func() map[string]any { _, c := serviceConfig(t, p, p.Services["coldgc"]); return c }())
+	_, ccfg := serviceConfig(t, p, p.Services["coldgc"])
+	checkS3(t, p, p.Services["coldgc"], ccfg)
+	// The cold-GC worker's only listener, its metrics plane, is its
+	// healthcheck.
+	checkHealthcheck(t, p.Services["coldgc"], "http://127.0.0.1:"+port(t, str(ccfg, "server.metrics_listen"))+"/__ursula/ready")
 
 	b := p.Services["backup"]
 	_, bcfg := serviceConfig(t, p, b)

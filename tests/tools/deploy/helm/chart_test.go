@@ -187,6 +187,20 @@ func TestRenderProduction(t *testing.T) {
 	if a := sts.Spec.Template.Annotations; a["prometheus.io/port"] != "4440" || a["prometheus.io/path"] != "/__ursula/prometheus" {
 		t.Errorf("voter scrape annotations %v", a)
 	}
+	// The cold-GC worker's only listener is its metrics plane: scraped,
+	// and its readiness probe.
+	coldgc := parseTOML(t, r.configMaps["prod-ursula-config"].Data["coldgc.toml"])
+	if got := dig(coldgc, "server", "metrics_listen"); got != "0.0.0.0:4440" {
+		t.Errorf("coldgc server.metrics_listen %v", got)
+	}
+	cgc := r.deployments["prod-ursula-coldgc"].Spec.Template
+	if a := cgc.Annotations; a["prometheus.io/port"] != "4440" || a["prometheus.io/path"] != "/__ursula/prometheus" {
+		t.Errorf("cold-GC worker scrape annotations %v", a)
+	}
+	if p := cgc.Spec.Containers[0].ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/__ursula/ready" ||
+		containerPort(cgc.Spec.Containers[0], p.HTTPGet.Port.String()) != 4440 {
+		t.Errorf("cold-GC worker readiness probe %+v: want GET /__ursula/ready on the metrics port 4440", p)
+	}
 	gw := parseTOML(t, r.configMaps["prod-ursula-config"].Data["gateway.toml"])
 	if got := dig(gw, "gateway", "max_body_bytes"); got != int64(16777216) {
 		t.Errorf("gateway.max_body_bytes %v (%T), want 16777216", got, got)
