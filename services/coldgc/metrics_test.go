@@ -8,12 +8,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/ursula/ursula/services/platform/telemetry"
 	"github.com/ursula/ursula/storage/objstore"
+	"github.com/ursula/ursula/tests/await"
 )
 
 // TestMetricsConventions: every counter of the worker has an instrument,
@@ -94,13 +94,7 @@ func TestHandler(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for do(http.MethodGet, "/__ursula/ready") != http.StatusOK {
-		if time.Now().After(deadline) {
-			t.Fatal("not ready while Run runs")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	await.True(t, "ready while Run runs", func() bool { return do(http.MethodGet, "/__ursula/ready") == http.StatusOK })
 	tests := []struct {
 		name, method, path string
 		want               int
