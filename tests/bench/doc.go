@@ -41,13 +41,25 @@
 //   - with -cold s3 (the default), ursula with -raft.wal.fsync=never once more,
 //     its cold tier on a versitygw S3 server the bench starts (bin/versitygw
 //     or $VERSITYGW), under a date-stamped prefix.
+//   - with -peers node (make bench passes it), the Node reference server
+//     (npm @durable-streams/server, pinned by node-peer/package-lock.json,
+//     which the binary embeds): installed with npm ci into -peer-dir
+//     (bin/node-peer next to -server) when that does not hold the same lock
+//     already, and started by node-peer/serve.mjs twice, in memory ("node
+//     memory") and on its file store in a fresh directory ("node files").
+//     Without node or npm on PATH it is skipped with a note in the report.
+//     The Ursula-only workloads (bootstrap) fail against it, and are
+//     reported as errors.
 //
 // While a workload runs, the server's VmRSS is sampled from /proc every
 // 100 ms; VmHWM (peak RSS) is read before the server is stopped.
 //
+// The server's CPU time (utime+stime of /proc/<pid>/stat) is read before
+// and after each workload: server_cpu_s, and cpu_per_op_us per operation.
+//
 // The result is one JSON document on stdout: per server and workload the
-// ops/s, latency (count, mean, p50, p90, p99, p999, max in ms), errors and
-// RSS, the ratios to null, and each target below with its measured value:
+// ops/s, latency (count, mean, p50, p90, p99, p999, max in ms), errors,
+// server CPU and RSS, the ratios to null, and each target below with its measured value:
 //
 //   - multi-stream at 500 streams: ≥ 0.68 × null with fsync never,
 //     ≥ 0.50 × null with fsync always;

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -47,6 +48,8 @@ type config struct {
 	memTotal    int64
 	hotCap      int64
 	backupBytes int64
+	peers       string
+	peerDir     string
 }
 
 func main() {
@@ -75,6 +78,8 @@ func main() {
 	flag.StringVar(&c.nullListen, "null.listen", "", "run only the null server on this address (used internally)")
 	flag.StringVar(&c.clusterURL, "cluster-url", "", "also measure a running cluster's gateway (e.g. make run-cluster's http://127.0.0.1:4437) in the same run")
 	flag.StringVar(&c.clusterPIDs, "cluster-pids", "", "with -cluster-url: comma-separated pids of the cluster's processes, for RSS")
+	flag.StringVar(&c.peers, "peers", "", `peer servers to measure in the same run ("node": the Node reference server in memory and on files, installed with npm ci into -peer-dir)`)
+	flag.StringVar(&c.peerDir, "peer-dir", "", "where -peers node installs the Node reference server (default node-peer next to the -server binary, else bin/node-peer)")
 	flag.Parse()
 
 	if c.nullListen != "" {
@@ -185,7 +190,7 @@ func run(ctx context.Context, c config) (*Report, error) {
 		}
 		sr, err := measure(ctx, c, "null", e2e.Options{
 			Binary: self, ListenFlags: []string{"null.listen"}, ReadyFlag: "null.listen",
-		}, true, workloads, logf)
+		}, true, nil, workloads, logf)
 		if sr != nil {
 			rep.Servers = append(rep.Servers, sr)
 		}
@@ -204,12 +209,43 @@ func run(ctx context.Context, c config) (*Report, error) {
 	for _, mode := range splitList(c.fsyncModes) {
 		sr, err := measure(ctx, c, "ursula fsync="+mode, e2e.Options{
 			Binary: bin, Args: []string{"-raft.wal.fsync=" + mode, hotCap},
-		}, false, workloads, logf)
+		}, false, nil, workloads, logf)
 		if sr != nil {
 			rep.Servers = append(rep.Servers, sr)
 		}
 		if err != nil {
 			return rep, err
+		}
+	}
+	for _, p := range splitList(c.peers) {
+		if p != "node" {
+			return rep, fmt.Errorf("unknown peer %q (known: node)", p)
+		}
+		dir := c.peerDir
+		if dir == "" {
+			dir = filepath.Join("bin", "node-peer")
+			if c.server != "" {
+				dir = filepath.Join(filepath.Dir(c.server), "node-peer")
+			}
+		}
+		script, err := installNodePeer(ctx, dir, logf)
+		if errors.Is(err, errNoNPM) {
+			logf("node peer: skipped: %v", err)
+			rep.addNote("node_peer", "skipped: node and npm are not on PATH")
+			continue
+		}
+		if err != nil {
+			return rep, fmt.Errorf("install the node peer: %w", err)
+		}
+		rep.Machine["node"] = nodeVersion()
+		for _, p := range nodePeerOptions(script) {
+			sr, err := measure(ctx, c, p.name, p.opts, false, waitAnswer, workloads, logf)
+			if sr != nil {
+				rep.Servers = append(rep.Servers, sr)
+			}
+			if err != nil {
+				return rep, err
+			}
 		}
 	}
 	if c.cold == "s3" {
@@ -228,7 +264,7 @@ func run(ctx context.Context, c config) (*Report, error) {
 			Args: []string{"-raft.wal.fsync=never", hotCap, "-storage.cold.backend=s3", "-storage.cold.s3.bucket=" + bucket, "-storage.cold.root=" + prefix,
 				"-storage.cold.s3.endpoint=" + s3.Endpoint, "-storage.cold.s3.region=us-east-1", "-storage.cold.s3.path_style"},
 			Env: []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey},
-		}, false, workloads, logf)
+		}, false, nil, workloads, logf)
 		if sr != nil {
 			rep.Servers = append(rep.Servers, sr)
 		}
@@ -264,7 +300,8 @@ func run(ctx context.Context, c config) (*Report, error) {
 }
 
 // measure starts one server, runs the workloads against it and stops it.
-func measure(ctx context.Context, c config, name string, opts e2e.Options, isNull bool, workloads []string, logf func(string, ...any)) (*ServerRun, error) {
+// ready waits until the server serves; nil means srv.WaitReady.
+func measure(ctx context.Context, c config, name string, opts e2e.Options, isNull bool, ready func(context.Context, *e2e.Server) error, workloads []string, logf func(string, ...any)) (*ServerRun, error) {
 	srv, err := e2e.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -273,7 +310,10 @@ func measure(ctx context.Context, c config, name string, opts e2e.Options, isNul
 	if err := srv.Start(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	if err := srv.WaitReady(ctx); err != nil {
+	if ready == nil {
+		ready = func(ctx context.Context, srv *e2e.Server) error { return srv.WaitReady(ctx) }
+	}
+	if err := ready(ctx, srv); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	sr := &ServerRun{Name: name, Command: srv.Bin + " " + strings.Join(srv.Args(), " "), PID: srv.PID()}
@@ -305,6 +345,7 @@ func runWorkloads(ctx context.Context, c config, b *bench, sr *ServerRun, worklo
 		b.logf("%s: %s for %v", sr.Name, w, c.duration)
 		var res *Result
 		var err error
+		cpu0, cpuErr := procCPU(b.pid)
 		switch w {
 		case "multi-stream":
 			res, err = b.multiStream(ctx, c.streams, c.payload, c.duration)
@@ -330,10 +371,21 @@ func runWorkloads(ctx context.Context, c config, b *bench, sr *ServerRun, worklo
 			b.logf("%s: %s failed: %v", sr.Name, w, err)
 			continue
 		}
+		if cpu1, err := procCPU(b.pid); err == nil && cpuErr == nil && res.Ops > 0 {
+			res.ServerCPUS = round3((cpu1 - cpu0).Seconds())
+			res.CPUPerOpUS = round3(float64((cpu1-cpu0)/time.Nanosecond) / 1e3 / float64(res.Ops))
+		}
 		sr.Workloads[w] = res
 		b.logf("%s: %s: %.0f ops/s, p50 %.2f ms, p99 %.2f ms, p999 %.2f ms, errors %v",
 			sr.Name, w, res.OpsPerSec, res.Latency.P50MS, res.Latency.P99MS, res.Latency.P999MS, res.Errors)
 	}
+}
+
+func (rep *Report) addNote(k, v string) {
+	if rep.Notes == nil {
+		rep.Notes = map[string]string{}
+	}
+	rep.Notes[k] = v
 }
 
 func (sr *ServerRun) addErr(k string, err error) {
@@ -429,8 +481,8 @@ func evaluate(rep *Report, c config) {
 		}
 	}
 	if c.streams != 500 || c.subscribers != 1000 || c.replayCl != 100 {
-		rep.Notes = map[string]string{"targets": "throughput and latency targets are defined for 500 streams, " +
-			"1000 subscribers and 100 replay clients; those of other sizes are left out"}
+		rep.addNote("targets", "throughput and latency targets are defined for 500 streams, "+
+			"1000 subscribers and 100 replay clients; those of other sizes are left out")
 	}
 }
 

@@ -29,6 +29,10 @@ type Result struct {
 	Extra map[string]any `json:"extra,omitempty"`
 	// RSSMaxMiB is the highest VmRSS sampled while the workload ran.
 	RSSMaxMiB float64 `json:"rss_max_mib,omitempty"`
+	// ServerCPUS is the server's user and system CPU time during the
+	// workload (/proc/<pid>/stat), and CPUPerOpUS that divided by Ops.
+	ServerCPUS float64 `json:"server_cpu_s,omitempty"`
+	CPUPerOpUS float64 `json:"cpu_per_op_us,omitempty"`
 	// Note says why figures are missing or meaningless (null server).
 	Note string `json:"note,omitempty"`
 }
