@@ -71,6 +71,16 @@
 //   - fan-out to 1000 subscribers: p99 ≤ 25 ms, every event delivered;
 //   - replay of 100 clients: p99 ≤ 28 ms.
 //
+// With -report FILE.md (make bench writes docs/benchmarks.md) a run that
+// completed also writes a Markdown report: the machine (CPU model, cores,
+// memory, Go and Node versions), the configuration, and per workload a
+// table of each server's ops/s, ratio to null, p50/p99, server CPU per
+// operation, RSS and errors; with hand-written SVG plots beside it in
+// img/bench-throughput.svg (ratio to null per workload and server) and
+// img/bench-latency-<workload>.svg (p50 and p99 per server, log scale).
+// testdata/ holds a fixed report and its golden renderings
+// (go test ./tests/bench -update rewrites them).
+//
 // With -strict the command exits 1 when a target is missed. With -target URL
 // it measures an already running server instead (RSS only with -pid).
 package main

@@ -50,6 +50,7 @@ type config struct {
 	backupBytes int64
 	peers       string
 	peerDir     string
+	report      string
 }
 
 func main() {
@@ -80,6 +81,7 @@ func main() {
 	flag.StringVar(&c.clusterPIDs, "cluster-pids", "", "with -cluster-url: comma-separated pids of the cluster's processes, for RSS")
 	flag.StringVar(&c.peers, "peers", "", `peer servers to measure in the same run ("node": the Node reference server in memory and on files, installed with npm ci into -peer-dir)`)
 	flag.StringVar(&c.peerDir, "peer-dir", "", "where -peers node installs the Node reference server (default node-peer next to the -server binary, else bin/node-peer)")
+	flag.StringVar(&c.report, "report", "", "also write a Markdown report to this file, with SVG plots in img/bench-*.svg beside it")
 	flag.Parse()
 
 	if c.nullListen != "" {
@@ -99,6 +101,11 @@ func main() {
 		if c.out != "" {
 			b, _ := json.MarshalIndent(rep, "", "  ")
 			if werr := os.WriteFile(c.out, append(b, '\n'), 0o644); werr != nil {
+				fmt.Fprintln(os.Stderr, "bench:", werr)
+			}
+		}
+		if c.report != "" && err == nil {
+			if werr := writeReport(rep, c.report); werr != nil {
 				fmt.Fprintln(os.Stderr, "bench:", werr)
 			}
 		}
@@ -160,6 +167,7 @@ func run(ctx context.Context, c config) (*Report, error) {
 			"replay_events": c.replayEv, "replay_event_bytes": c.replayBytes, "workloads": c.workloads,
 		},
 	}
+	machineInfo(rep.Machine)
 	workloads := splitList(c.workloads)
 	for _, w := range workloads {
 		switch w {
