@@ -228,9 +228,9 @@ tests/conformance/node_modules/.package-lock.json: tests/conformance/package.jso
 	cd tests/conformance && npm ci --no-audit --no-fund
 	@touch $@
 
-bench: build bin/versitygw ## Load benchmarks (not in make test): bin/ursula with fsync never and always (local-directory cold store), then with S3 (versitygw), against a null server and the Node reference server (npm ci into bin/node-peer)
+bench: build bin/versitygw ## Load benchmarks (not in make test): bin/ursula with fsync never and always (local-directory cold store), then with S3 (versitygw), against a null server and the Node reference server (npm ci into bin/node-peer); writes docs/benchmarks.md and docs/img/bench-*.svg
 	$(GO) build -o $(BIN)/ursula-bench ./tests/bench
-	VERSITYGW=$(BIN)/versitygw $(BIN)/ursula-bench -server $(BIN)/ursula -peers node $(BENCH_ARGS)
+	VERSITYGW=$(BIN)/versitygw $(BIN)/ursula-bench -server $(BIN)/ursula -peers node -report docs/benchmarks.md $(BENCH_ARGS)
 
 clean: ## Remove bin/ and the conformance suite's node_modules (never ./data)
 	rm -rf $(BIN) tests/conformance/node_modules
