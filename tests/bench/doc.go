@@ -48,8 +48,7 @@
 //     already, and started by node-peer/serve.mjs twice, in memory ("node
 //     memory") and on its file store in a fresh directory ("node files").
 //     Without node or npm on PATH it is skipped with a note in the report.
-//     The Ursula-only workloads (bootstrap) fail against it, and are
-//     reported as errors.
+//     The Ursula-only workload (bootstrap) is not run against it.
 //
 // While a workload runs, the server's VmRSS is sampled from /proc every
 // 100 ms; VmHWM (peak RSS) is read before the server is stopped.
