@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
-
 	"github.com/ursula/ursula/services/platform/telemetry"
+	"github.com/ursula/ursula/tests/otelcheck"
 )
 
 // TestMetricsConventions: every numeric value of the metrics document has
@@ -31,12 +30,8 @@ func TestMetricsConventions(t *testing.T) {
 	rec := httptest.NewRecorder()
 	tel.PrometheusHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/__ursula/prometheus", nil))
 	text := rec.Body.String()
-	problems, err := promlint.New(strings.NewReader(text)).Lint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	for _, p := range otelcheck.Lint(t, text) {
+		t.Errorf("promlint: %s", p)
 	}
 	for _, want := range []string{"ursula_backup_backups_total 2", "ursula_backup_last_success_unix_seconds 0", "ursula_backup_last_bytes 0", "ursula_build_info{"} {
 		if !strings.Contains(text, want) {

@@ -9,11 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
-
 	"github.com/ursula/ursula/services/platform/telemetry"
 	"github.com/ursula/ursula/storage/objstore"
 	"github.com/ursula/ursula/tests/await"
+	"github.com/ursula/ursula/tests/otelcheck"
 )
 
 // TestMetricsConventions: every counter of the worker has an instrument,
@@ -58,12 +57,8 @@ func TestMetricsConventions(t *testing.T) {
 		t.Fatalf("GET /__ursula/prometheus: %d", rec.Code)
 	}
 	text := rec.Body.String()
-	problems, err := promlint.New(strings.NewReader(text)).Lint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	for _, p := range otelcheck.Lint(t, text) {
+		t.Errorf("promlint: %s", p)
 	}
 	want := []string{"ursula_build_info{", "ursula_coldgc_passes_total 1"}
 	for name, m := range metrics {

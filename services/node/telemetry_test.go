@@ -8,11 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
-
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/telemetry"
 	"github.com/ursula/ursula/tests/await"
+	"github.com/ursula/ursula/tests/otelcheck"
 )
 
 // TestNodeMetricsDescribed: every numeric value of a live node's metrics
@@ -47,12 +46,8 @@ func TestNodeMetricsDescribed(t *testing.T) {
 	tel.PrometheusHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/__ursula/prometheus", nil))
 	body, _ := io.ReadAll(rec.Body)
 	text := string(body)
-	problems, err := promlint.New(strings.NewReader(text)).Lint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	for _, p := range otelcheck.Lint(t, text) {
+		t.Errorf("promlint: %s", p)
 	}
 	for _, want := range []string{
 		"ursula_node_append_requests_total 1",

@@ -8,19 +8,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
-	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/ursula/ursula/tests/await"
+	"github.com/ursula/ursula/tests/otelcheck"
 )
 
 // The Prometheus and OpenTelemetry conventions, checked against live
@@ -63,12 +57,8 @@ func lintScrape(tb testing.TB, what, url string) string {
 	if code != http.StatusOK {
 		tb.Fatalf("%s: GET %s: %d %s", what, url, code, text)
 	}
-	problems, err := promlint.New(strings.NewReader(text)).Lint()
-	if err != nil {
-		tb.Fatalf("%s: promlint: %v", what, err)
-	}
-	for _, p := range problems {
-		tb.Errorf("%s: promlint: %s: %s", what, p.Metric, p.Text)
+	for _, p := range otelcheck.Lint(tb, text) {
+		tb.Errorf("%s: promlint: %s", what, p)
 	}
 	return text
 }
@@ -293,81 +283,6 @@ func sampleValue(tb testing.TB, text, name string) float64 {
 	return 0
 }
 
-// otlpReceiver is an OTLP/HTTP receiver: it decodes the protobuf bodies
-// posted to /v1/traces and /v1/metrics.
-type otlpReceiver struct {
-	mu       sync.Mutex
-	versions map[string]string   // service.name -> service.version
-	traces   map[string][]string // trace id -> "<service.name> <span name>"
-	units    map[string]string   // metric name -> unit
-}
-
-func newOTLPReceiver(tb testing.TB) (*otlpReceiver, string) {
-	tb.Helper()
-	o := &otlpReceiver{versions: map[string]string{}, traces: map[string][]string{}, units: map[string]string{}}
-	srv := httptest.NewServer(o)
-	tb.Cleanup(srv.Close)
-	return o, srv.URL
-}
-
-func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil || r.Header.Get("Content-Type") != "application/x-protobuf" {
-		http.Error(w, "bad request", http.StatusBadRequest)
-		return
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	var resp proto.Message
-	switch r.URL.Path {
-	case "/v1/traces":
-		var req coltracepb.ExportTraceServiceRequest
-		if err := proto.Unmarshal(body, &req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		for _, rs := range req.GetResourceSpans() {
-			var name, version string
-			for _, kv := range rs.GetResource().GetAttributes() {
-				switch kv.GetKey() {
-				case "service.name":
-					name = kv.GetValue().GetStringValue()
-				case "service.version":
-					version = kv.GetValue().GetStringValue()
-				}
-			}
-			o.versions[name] = version
-			for _, ss := range rs.GetScopeSpans() {
-				for _, sp := range ss.GetSpans() {
-					id := hex.EncodeToString(sp.GetTraceId())
-					o.traces[id] = append(o.traces[id], name+" "+sp.GetName())
-				}
-			}
-		}
-		resp = &coltracepb.ExportTraceServiceResponse{}
-	case "/v1/metrics":
-		var req colmetricpb.ExportMetricsServiceRequest
-		if err := proto.Unmarshal(body, &req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		for _, rm := range req.GetResourceMetrics() {
-			for _, sm := range rm.GetScopeMetrics() {
-				for _, m := range sm.GetMetrics() {
-					o.units[m.GetName()] = m.GetUnit()
-				}
-			}
-		}
-		resp = &colmetricpb.ExportMetricsServiceResponse{}
-	default:
-		http.NotFound(w, r)
-		return
-	}
-	out, _ := proto.Marshal(resp)
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	_, _ = w.Write(out)
-}
-
 // otlpEnv points a process at the receiver by OTLP/HTTP, exporting often.
 func otlpEnv(endpoint string) []string {
 	return []string{
@@ -395,14 +310,13 @@ func tracedSSE(t *testing.T, c *Client, stream string) string {
 // of wantSpans ("<service> <span name>", a name ending in "/Subscribe"
 // matching any Subscribe RPC span), and metrics with units; then checks
 // service.version of every service and the units of the given metrics.
-func checkOTLP(t *testing.T, recv *otlpReceiver, traceID string, wantSpans []string, services []string, units map[string]string) {
+func checkOTLP(t *testing.T, recv *otelcheck.Receiver, traceID string, wantSpans []string, services []string, units map[string]string) {
 	t.Helper()
 	if !await.Until(await.DefaultTimeout, func() bool {
-		recv.mu.Lock()
-		defer recv.mu.Unlock()
+		trace := recv.Received().Traces[traceID]
 		for _, want := range wantSpans {
 			found := false
-			for _, got := range recv.traces[traceID] {
+			for _, got := range trace {
 				found = found || got == want || (strings.HasSuffix(want, "/Subscribe") && strings.HasPrefix(got, strings.Fields(want)[0]+" ") && strings.HasSuffix(got, "/Subscribe"))
 			}
 			if !found {
@@ -411,33 +325,29 @@ func checkOTLP(t *testing.T, recv *otlpReceiver, traceID string, wantSpans []str
 		}
 		return true
 	}) {
-		recv.mu.Lock()
-		defer recv.mu.Unlock()
-		t.Fatalf("the SSE read's trace %s holds %q, want %q", traceID, recv.traces[traceID], wantSpans)
+		t.Fatalf("the SSE read's trace %s holds %q, want %q", traceID, recv.Received().Traces[traceID], wantSpans)
 	}
 	await.True(t, "metrics with units at the receiver", func() bool {
-		recv.mu.Lock()
-		defer recv.mu.Unlock()
+		got := recv.Received().Units
 		for name := range units {
-			if _, ok := recv.units[name]; !ok {
+			if _, ok := got[name]; !ok {
 				return false
 			}
 		}
 		return true
 	})
-	recv.mu.Lock()
-	defer recv.mu.Unlock()
+	got := recv.Received()
 	for _, svc := range services {
-		if v := recv.versions[svc]; v == "" {
-			t.Errorf("spans of service %s without service.version: %v", svc, recv.versions)
+		if v := got.Versions[svc]; v == "" {
+			t.Errorf("spans of service %s without service.version: %v", svc, got.Versions)
 		}
 	}
 	for name, want := range units {
-		if got := recv.units[name]; got != want {
-			t.Errorf("metric %s: unit %q, want %q", name, got, want)
+		if u := got.Units[name]; u != want {
+			t.Errorf("metric %s: unit %q, want %q", name, u, want)
 		}
 	}
-	for name, unit := range recv.units {
+	for name, unit := range got.Units {
 		if unit == "" && (strings.HasPrefix(name, "ursula.") || strings.HasPrefix(name, "http.")) {
 			t.Errorf("metric %s has no unit", name)
 		}
@@ -449,7 +359,7 @@ func checkOTLP(t *testing.T, recv *otlpReceiver, traceID string, wantSpans []str
 // test: spans arrive with service.version, the SSE read's upstream
 // subscription is in the request's trace, and metrics arrive with units.
 func TestOTLPHTTPExport(t *testing.T) {
-	recv, endpoint := newOTLPReceiver(t)
+	recv, endpoint := otelcheck.NewReceiver(t)
 	srv := StartServer(t, Options{Env: otlpEnv(endpoint)})
 	traceID := tracedSSE(t, NewClient(srv.URL()), "obs/otlp")
 	checkOTLP(t, recv, traceID,
@@ -470,7 +380,7 @@ func TestOTLPHTTPExport(t *testing.T) {
 // trace runs from the gateway's request span through the gateway's
 // Subscribe call to the node's.
 func TestOTLPHTTPExportCluster(t *testing.T) {
-	recv, endpoint := newOTLPReceiver(t)
+	recv, endpoint := otelcheck.NewReceiver(t)
 	for _, kv := range otlpEnv(endpoint) {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v) // inherited by every process the cluster starts

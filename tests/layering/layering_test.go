@@ -63,7 +63,7 @@ var rules = []rule{
 
 // testHelpers are the only packages under tests/ that test files of other
 // trees may import.
-var testHelpers = []string{"tests/await", "tests/apicheck"}
+var testHelpers = []string{"tests/await", "tests/apicheck", "tests/otelcheck"}
 
 type pkg struct {
 	ImportPath   string

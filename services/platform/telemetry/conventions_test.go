@@ -3,40 +3,19 @@ package telemetry
 import (
 	"context"
 	"errors"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"go.opentelemetry.io/otel"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
-	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/ursula/ursula/tests/otelcheck"
 )
 
 // testBuild is the build the tests' telemetry describes.
 var testBuild = Build{Version: "v1.2.3-test", Commit: "abc123", GoVersion: "go1.x"}
-
-// lint runs the Prometheus linter over a text exposition.
-func lint(tb testing.TB, text string) []string {
-	tb.Helper()
-	problems, err := promlint.New(strings.NewReader(text)).Lint()
-	if err != nil {
-		tb.Fatalf("promlint: %v", err)
-	}
-	var out []string
-	for _, p := range problems {
-		out = append(out, p.Metric+": "+p.Text)
-	}
-	return out
-}
 
 // TestPrometheusConventions: what the sources and histograms export passes
 // promlint: descriptions become HELP, units become _seconds and _bytes,
@@ -58,7 +37,7 @@ func TestPrometheusConventions(t *testing.T) {
 	h.Record(t.Context(), 0.003)
 
 	text := scrape(t, tel.PrometheusHandler())
-	if problems := lint(t, text); len(problems) > 0 {
+	if problems := otelcheck.Lint(t, text); len(problems) > 0 {
 		t.Errorf("promlint found %d problems:\n%s\nin:\n%s", len(problems), strings.Join(problems, "\n"), text)
 	}
 	bi := testBuild
@@ -128,79 +107,12 @@ func TestProtocols(t *testing.T) {
 	}
 }
 
-// httpCollector is an OTLP/HTTP receiver: it decodes the protobuf bodies
-// POSTed to /v1/traces and /v1/metrics.
-type httpCollector struct {
-	mu      sync.Mutex
-	spans   []string
-	version string            // service.version of the last trace export
-	units   map[string]string // metric name -> unit
-}
-
-func (c *httpCollector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil || r.Method != http.MethodPost || r.Header.Get("Content-Type") != "application/x-protobuf" {
-		http.Error(w, "bad request", http.StatusBadRequest)
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch r.URL.Path {
-	case "/v1/traces":
-		var req coltracepb.ExportTraceServiceRequest
-		if err := proto.Unmarshal(body, &req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		for _, rs := range req.GetResourceSpans() {
-			c.version = attrString(rs.GetResource().GetAttributes(), "service.version")
-			for _, ss := range rs.GetScopeSpans() {
-				for _, sp := range ss.GetSpans() {
-					c.spans = append(c.spans, sp.GetName())
-				}
-			}
-		}
-		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write(out)
-	case "/v1/metrics":
-		var req colmetricpb.ExportMetricsServiceRequest
-		if err := proto.Unmarshal(body, &req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		for _, rm := range req.GetResourceMetrics() {
-			for _, sm := range rm.GetScopeMetrics() {
-				for _, m := range sm.GetMetrics() {
-					c.units[m.GetName()] = m.GetUnit()
-				}
-			}
-		}
-		out, _ := proto.Marshal(&colmetricpb.ExportMetricsServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write(out)
-	default:
-		http.NotFound(w, r)
-	}
-}
-
-func attrString(attrs []*commonpb.KeyValue, key string) string {
-	for _, kv := range attrs {
-		if kv.GetKey() == key {
-			return kv.GetValue().GetStringValue()
-		}
-	}
-	return ""
-}
-
 // TestOTLPHTTPExport: OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf exports
 // spans and metrics over OTLP/HTTP, with service.version and units.
 func TestOTLPHTTPExport(t *testing.T) {
 	noExportEnv(t)
-	c := &httpCollector{units: map[string]string{}}
-	srv := httptest.NewServer(c)
-	t.Cleanup(srv.Close)
-	t.Setenv(EnvEndpoint, srv.URL)
+	recv, endpoint := otelcheck.NewReceiver(t)
+	t.Setenv(EnvEndpoint, endpoint)
 	t.Setenv(EnvProtocol, ProtocolHTTPProtobuf)
 	t.Cleanup(func() { otel.SetTracerProvider(tracenoop.NewTracerProvider()) })
 	tel, err := New(t.Context(), Config{}, Identity{ServiceName: "otlp-http-test", Build: testBuild}, nil)
@@ -220,14 +132,17 @@ func TestOTLPHTTPExport(t *testing.T) {
 	if err := tel.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !slices.Contains(c.spans, "test.Op") || c.version != testBuild.Version {
-		t.Errorf("spans %v with service.version %q; want test.Op with %q", c.spans, c.version, testBuild.Version)
+	got := recv.Received()
+	var spans []string
+	for _, trace := range got.Traces {
+		spans = append(spans, trace...)
+	}
+	if !slices.Contains(spans, "otlp-http-test test.Op") || got.Versions["otlp-http-test"] != testBuild.Version {
+		t.Errorf("spans %v with service.version %v; want test.Op of otlp-http-test with %q", spans, got.Versions, testBuild.Version)
 	}
 	for name, unit := range map[string]string{"ursula.test.appended": "By", "ursula.test.duration": "s", "ursula.build_info": "{build}"} {
-		if got, ok := c.units[name]; !ok || got != unit {
-			t.Errorf("metric %s: unit %q (exported %v), want %q; got %v", name, got, ok, unit, c.units)
+		if u, ok := got.Units[name]; !ok || u != unit {
+			t.Errorf("metric %s: unit %q (exported %v), want %q; got %v", name, u, ok, unit, got.Units)
 		}
 	}
 }
