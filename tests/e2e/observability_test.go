@@ -49,6 +49,23 @@ func httpDo(tb testing.TB, method, url string, hdr http.Header) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
+// refusal is a request a read-only plane must refuse, and its status.
+type refusal struct {
+	method, path string
+	want         int
+}
+
+// wantRefused sends each request to base (with hdr) and fails tb for each
+// answer other than its refusal.
+func wantRefused(tb testing.TB, plane, base string, hdr http.Header, rs []refusal) {
+	tb.Helper()
+	for _, r := range rs {
+		if code, _ := httpDo(tb, r.method, base+r.path, hdr); code != r.want {
+			tb.Errorf("%s %s on %s: %d, want %d", r.method, r.path, plane, code, r.want)
+		}
+	}
+}
+
 // lintScrape scrapes a Prometheus endpoint, fails tb on any promlint
 // problem, and returns the exposition.
 func lintScrape(tb testing.TB, what, url string) string {
@@ -180,21 +197,14 @@ func TestPrometheusConventionsAllInOne(t *testing.T) {
 	}
 	// Nothing that changes anything, even with the admin token.
 	auth := http.Header{"Authorization": {srv.AdminAuth(t)}}
-	for _, c := range []struct {
-		method, path string
-		want         int
-	}{
+	wantRefused(t, "the metrics plane", metricsBase, auth, []refusal{
 		{http.MethodPost, "/__ursula/prometheus", http.StatusMethodNotAllowed},
 		{http.MethodPost, "/__ursula/feature-level", http.StatusNotFound},
 		{http.MethodPost, "/__ursula/raft/0/recovery/accept-unsynced-loss", http.StatusNotFound},
 		{http.MethodGet, "/__ursula/audit", http.StatusNotFound},
 		{http.MethodGet, "/debug/pprof/", http.StatusNotFound},
 		{http.MethodPut, StreamRoot + "obs/other", http.StatusNotFound},
-	} {
-		if code, _ := httpDo(t, c.method, metricsBase+c.path, auth); code != c.want {
-			t.Errorf("%s %s on the metrics plane: %d, want %d", c.method, c.path, code, c.want)
-		}
-	}
+	})
 }
 
 // TestPrometheusConventionsSplit lints the expositions of a storage node
@@ -246,21 +256,14 @@ func TestPrometheusConventionsColdGC(t *testing.T) {
 	await.True(t, "ursula_coldgc_passes_total grows", func() bool {
 		return sampleValue(t, lintScrape(t, "coldgc", base+"/__ursula/prometheus"), "ursula_coldgc_passes_total") > first
 	})
-	for _, tc := range []struct {
-		method, path string
-		want         int
-	}{
+	wantRefused(t, "the coldgc metrics plane", base, nil, []refusal{
 		{http.MethodPost, "/__ursula/prometheus", http.StatusMethodNotAllowed},
 		{http.MethodPost, "/__ursula/ready", http.StatusMethodNotAllowed},
 		{http.MethodDelete, "/__ursula/prometheus", http.StatusMethodNotAllowed},
 		{http.MethodGet, "/__ursula/metrics", http.StatusNotFound},
 		{http.MethodGet, "/debug/pprof/", http.StatusNotFound},
 		{http.MethodPost, "/", http.StatusNotFound},
-	} {
-		if code, _ := httpDo(t, tc.method, base+tc.path, nil); code != tc.want {
-			t.Errorf("%s %s on the coldgc metrics plane: %d, want %d", tc.method, tc.path, code, tc.want)
-		}
-	}
+	})
 	if cmd.ProcessState != nil {
 		t.Fatalf("ursula-coldgc exited: %v", cmd.ProcessState)
 	}
