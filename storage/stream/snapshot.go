@@ -1,13 +1,14 @@
 package stream
 
 import (
-	"bytes"
 	"fmt"
 	"maps"
 	"slices"
 	"sort"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	"github.com/ursula/ursula/storage/hot"
@@ -68,43 +69,136 @@ func (m *Machine) CaptureSnapshotAt() (encode func() ([]byte, error), applied ui
 		}
 		return keys[i].Stream < keys[j].Stream
 	})
-	data := make([][][]byte, len(keys)) // per stream: its hot bytes, as stored
+	// Each stream's metadata is encoded here, into one pointer-free buffer,
+	// rather than cloned for the encoder: a group of many idle streams
+	// used to allocate a clone of every one of them per snapshot, and the
+	// collector then scanned them all (see streamEncoding).
+	enc := streamEncoding{metas: make([]byte, 0, 128*len(keys)), ends: make([]int, len(keys)), data: make([][][]byte, len(keys))}
 	for i, k := range keys {
-		s := m.streams[k]
-		st := proto.CloneOf(s.meta)
-		data[i] = hotSegments(s)
-		s.buf.Holes(func(_, _ uint64, tag any) {
-			st.HotExternal = append(st.HotExternal, &storagev1.HotExternal{Ref: tag.(*storagev1.ColdRef)})
-		})
-		st.Records = append([]uint64(nil), s.records...)
-		ids := make([]string, 0, len(s.producers))
-		for id := range s.producers {
-			ids = append(ids, id)
+		if err := enc.add(i, m.streams[k]); err != nil {
+			return func() ([]byte, error) { return nil, fmt.Errorf("stream: encode %q/%q: %w", k.Bucket, k.Stream, err) }, snap.AppliedIndex
 		}
-		sort.Strings(ids)
-		for _, id := range ids {
-			st.Producers = append(st.Producers, proto.CloneOf(s.producers[id]))
-		}
-		snap.Streams = append(snap.Streams, st)
 	}
 	return func() ([]byte, error) {
-		for i, st := range snap.Streams {
-			st.Data = join(data[i])
+		head, err := snapshotMarshal.Marshal(snap)
+		if err != nil {
+			return nil, err
 		}
-		return proto.MarshalOptions{Deterministic: true}.Marshal(snap)
+		return enc.appendTo(head), nil
 	}, snap.AppliedIndex
 }
 
-// join concatenates stored segments; one segment needs no copy (Marshal
-// only reads it).
-func join(segs [][]byte) []byte {
-	switch len(segs) {
-	case 0:
-		return nil
-	case 1:
-		return segs[0]
+var snapshotMarshal = proto.MarshalOptions{Deterministic: true}
+
+// Field numbers of the snapshot's streams and of the parts of a stream's
+// state that the machine keeps outside its metadata message.
+var (
+	snapshotStreamsField = fieldNumber(&storagev1.Snapshot{}, "streams")
+	producersField       = fieldNumber(&storagev1.StreamState{}, "producers")
+	recordsField         = fieldNumber(&storagev1.StreamState{}, "records")
+	hotExternalField     = fieldNumber(&storagev1.StreamState{}, "hot_external")
+	dataField            = fieldNumber(&storagev1.StreamState{}, "data")
+)
+
+func fieldNumber(m proto.Message, name protoreflect.Name) protowire.Number {
+	return m.ProtoReflect().Descriptor().Fields().ByName(name).Number()
+}
+
+// streamEncoding is the streams of a captured snapshot: every stream's
+// StreamState encoded without its hot bytes (its metadata message as the
+// machine keeps it, followed by its producers, records and hot external
+// payloads, which the machine keeps outside that message), and the hot
+// bytes as slices of the stored chunks, which never change. A message's
+// fields may come in any order on the wire, so appending the parts the
+// metadata message lacks yields a valid StreamState, decoded by Restore
+// like any other.
+type streamEncoding struct {
+	metas []byte
+	ends  []int      // ends[i]: where stream i's part of metas ends
+	data  [][][]byte // data[i]: stream i's hot bytes
+}
+
+// add encodes stream s as the i-th stream. The metadata message never
+// holds data, records, producers or hot externals of its own (install
+// and create leave them empty), so nothing is written twice.
+func (e *streamEncoding) add(i int, s *stream) error {
+	var err error
+	if e.metas, err = snapshotMarshal.MarshalAppend(e.metas, s.meta); err != nil {
+		return err
 	}
-	return bytes.Join(segs, nil)
+	ids := make([]string, 0, len(s.producers))
+	for id := range s.producers {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if e.metas, err = appendMessageField(e.metas, producersField, s.producers[id]); err != nil {
+			return err
+		}
+	}
+	if len(s.records) > 0 {
+		n := 0
+		for _, r := range s.records {
+			n += protowire.SizeVarint(r)
+		}
+		e.metas = protowire.AppendTag(e.metas, recordsField, protowire.BytesType)
+		e.metas = protowire.AppendVarint(e.metas, uint64(n))
+		for _, r := range s.records {
+			e.metas = protowire.AppendVarint(e.metas, r)
+		}
+	}
+	s.buf.Holes(func(_, _ uint64, tag any) {
+		if err == nil {
+			e.metas, err = appendMessageField(e.metas, hotExternalField, &storagev1.HotExternal{Ref: tag.(*storagev1.ColdRef)})
+		}
+	})
+	e.ends[i] = len(e.metas)
+	e.data[i] = hotSegments(s)
+	return err
+}
+
+// appendMessageField appends m as field num of the message being encoded.
+func appendMessageField(b []byte, num protowire.Number, m proto.Message) ([]byte, error) {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(snapshotMarshal.Size(m)))
+	return snapshotMarshal.MarshalAppend(b, m)
+}
+
+// appendTo appends the streams, as the snapshot's streams field, to head
+// (the snapshot without them).
+func (e *streamEncoding) appendTo(head []byte) []byte {
+	size := len(head) + len(e.metas)
+	for _, segs := range e.data {
+		for _, seg := range segs {
+			size += len(seg)
+		}
+	}
+	out := make([]byte, 0, size+24*len(e.ends))
+	out = append(out, head...)
+	start := 0
+	for i, end := range e.ends {
+		meta := e.metas[start:end]
+		start = end
+		n := 0
+		for _, seg := range e.data[i] {
+			n += len(seg)
+		}
+		body := len(meta)
+		if n > 0 {
+			body += protowire.SizeTag(dataField) + protowire.SizeVarint(uint64(n)) + n
+		}
+		out = protowire.AppendTag(out, snapshotStreamsField, protowire.BytesType)
+		out = protowire.AppendVarint(out, uint64(body))
+		out = append(out, meta...)
+		if n > 0 {
+			out = protowire.AppendTag(out, dataField, protowire.BytesType)
+			out = protowire.AppendVarint(out, uint64(n))
+			for _, seg := range e.data[i] {
+				out = append(out, seg...)
+			}
+		}
+	}
+	return out
 }
 
 // Restore replaces the state with a snapshot's encoding. On error the

@@ -9,5 +9,10 @@
 // the runtime's other memory plus the live heap plus the headroom,
 // recomputed after every collection, so the heap's growth between
 // collections stays within the headroom. Below it, GOGC paces the collector
-// as usual. An explicit GOMEMLIMIT in the environment turns this off.
+// as usual.
+//
+// The headroom is never less than half the scannable heap: a node with
+// many idle streams holds its live heap in small pointerful objects the
+// collector must scan, and a growth fixed in bytes would make it collect
+// (and scan them all) ever more often as the stream count grows. An explicit GOMEMLIMIT in the environment turns this off.
 package memlimit

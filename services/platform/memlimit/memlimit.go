@@ -72,6 +72,7 @@ func (l *Limiter) Run(ctx context.Context) error {
 		{Name: "/memory/classes/heap/free:bytes"},
 		{Name: "/memory/classes/heap/objects:bytes"},
 		{Name: "/memory/classes/heap/unused:bytes"},
+		{Name: "/gc/scan/heap:bytes"},
 	}
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
@@ -96,7 +97,7 @@ func (l *Limiter) Run(ctx context.Context) error {
 		// stacks, metadata and the like. The heap, fragmentation
 		// included, gets live plus headroom.
 		other := u(2) - u(3) - u(4) - u(5) - u(6)
-		limit := Limit(live, other, l.cfg.Headroom)
+		limit := Limit(live, u(7), other, l.cfg.Headroom)
 		if limit != set {
 			debug.SetMemoryLimit(limit)
 			set = limit
@@ -104,12 +105,23 @@ func (l *Limiter) Run(ctx context.Context) error {
 	}
 }
 
-// Limit is the soft memory limit for a live heap of live bytes and other
-// bytes of runtime memory: none (math.MaxInt64) while the live heap is
-// within the headroom, else other + live + headroom.
-func Limit(live, other, headroom int64) int64 {
+// scanShare is the part of the scannable heap the heap may always grow by
+// between collections (1/scanShare of it): a collection costs in
+// proportion to the bytes it scans (pointer-free buffers it only marks), so
+// tying the growth to them bounds the collector's work per allocated byte
+// the way GOGC does. A fixed headroom does not: a node holding a million
+// idle streams has a live heap of about a gigabyte of small pointerful
+// objects, and a 48 MiB headroom made it collect, and scan all of them,
+// about once a second under load (the collector took ~45 % of the CPU).
+const scanShare = 2
+
+// Limit is the soft memory limit for a live heap of live bytes, of which
+// scan are scannable, and other bytes of runtime memory: none
+// (math.MaxInt64) while the live heap is within the headroom, else other +
+// live + the larger of headroom and scan/scanShare.
+func Limit(live, scan, other, headroom int64) int64 {
 	if live <= headroom || other < 0 {
 		return math.MaxInt64
 	}
-	return other + live + headroom
+	return other + live + max(headroom, scan/scanShare)
 }

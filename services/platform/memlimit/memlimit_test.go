@@ -12,17 +12,18 @@ import (
 
 func TestLimit(t *testing.T) {
 	tests := []struct {
-		name                  string
-		live, other, headroom int64
-		want                  int64
+		name                        string
+		live, scan, other, headroom int64
+		want                        int64
 	}{
-		{"live within headroom: GOGC alone", 60 << 20, 20 << 20, 64 << 20, math.MaxInt64},
-		{"live past headroom", 100 << 20, 20 << 20, 64 << 20, 184 << 20},
-		{"inconsistent reading", 100 << 20, -1, 64 << 20, math.MaxInt64},
+		{"live within headroom: GOGC alone", 60 << 20, 10 << 20, 20 << 20, 64 << 20, math.MaxInt64},
+		{"live past headroom, mostly buffers", 100 << 20, 10 << 20, 20 << 20, 64 << 20, 184 << 20},
+		{"live past headroom, mostly pointers: half the scanned heap", 1000 << 20, 900 << 20, 20 << 20, 64 << 20, (1020 + 450) << 20},
+		{"inconsistent reading", 100 << 20, 0, -1, 64 << 20, math.MaxInt64},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Limit(tt.live, tt.other, tt.headroom); got != tt.want {
+			if got := Limit(tt.live, tt.scan, tt.other, tt.headroom); got != tt.want {
 				t.Fatalf("Limit = %d, want %d", got, tt.want)
 			}
 		})
