@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
+	"unique"
 
 	"google.golang.org/protobuf/proto"
 
@@ -42,7 +43,7 @@ type stream struct {
 	meta      *storagev1.StreamState
 	buf       *hot.Buffer
 	records   []uint64
-	producers map[string]*storagev1.ProducerState
+	producers map[string]*storagev1.ProducerState // nil until the first producer writes
 	// marks are the JSON record checkpoints of the hot window (see
 	// records.go): derived from the hot bytes, not replicated.
 	marks  []recordMark
@@ -51,6 +52,11 @@ type stream struct {
 	// It is not replicated (the engine proposes Touch now and then).
 	readTouchMs atomic.Int64
 }
+
+// intern returns the canonical copy of a string many streams share (a
+// bucket name, a content type), so that a million streams of one bucket
+// do not each keep their own copy of its name.
+func intern(s string) string { return unique.Make(s).Value() }
 
 // Machine is the state machine of one group. Apply runs on the group's
 // shard worker; readers use the exported query methods concurrently.
@@ -282,7 +288,7 @@ func (m *Machine) applyCreateBucket(index uint64, now int64, c *storagev1.Create
 }
 
 func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream) *Result {
-	key := Key{c.GetBucket(), c.GetStream()}
+	key := Key{intern(c.GetBucket()), c.GetStream()}
 	if _, ok := m.fenced[key.Bucket]; ok {
 		return &Result{Err: fault.Errorf(fault.ErrBucketNotFound, "bucket %s was purged", key.Bucket)}
 	}
@@ -312,7 +318,7 @@ func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream
 		Bucket:      key.Bucket,
 		Stream:      key.Stream,
 		Incarnation: m.newIncarnation(index),
-		ContentType: c.GetContentType(),
+		ContentType: intern(c.GetContentType()),
 		Json:        c.GetJson(),
 		HasTtl:      c.GetHasTtl(),
 		TtlSeconds:  c.GetTtlSeconds(),
@@ -329,7 +335,7 @@ func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream
 		HotRecord:   c.GetBaseRecord(),
 		RecordNext:  c.GetBaseRecord(),
 	}
-	s := &stream{meta: st, buf: hot.NewBuffer(base), producers: map[string]*storagev1.ProducerState{}}
+	s := &stream{meta: st, buf: hot.NewBuffer(base)}
 	s.appendStored(now, c.GetBody(), nil, c.GetBodyRecords(), &m.hotSize)
 	n := uint64(len(c.GetBody()))
 	m.countWrite(key.Bucket, n, writeRecords(n, c.GetBodyRecords()))
@@ -500,6 +506,9 @@ func (s *stream) putProducer(ps *storagev1.ProducerState) {
 			}
 		}
 		delete(s.producers, victim.GetId())
+	}
+	if s.producers == nil {
+		s.producers = map[string]*storagev1.ProducerState{}
 	}
 	s.producers[ps.GetId()] = ps
 }

@@ -271,7 +271,11 @@ func decodeState(snap *storagev1.Snapshot) (*state, int64, error) {
 	for _, st := range snap.GetStreams() {
 		// Format 1 had no cold tier: every byte from base was hot.
 		st.ColdEnd = max(st.GetColdEnd(), st.GetBase())
-		s := &stream{buf: hot.NewBuffer(st.GetColdEnd()), producers: make(map[string]*storagev1.ProducerState, len(st.GetProducers()))}
+		st.Bucket, st.ContentType = intern(st.GetBucket()), intern(st.GetContentType())
+		s := &stream{buf: hot.NewBuffer(st.GetColdEnd())}
+		if len(st.GetProducers()) > 0 {
+			s.producers = make(map[string]*storagev1.ProducerState, len(st.GetProducers()))
+		}
 		if err := fillHot(s.buf, st.GetData(), st.GetHotExternal()); err != nil {
 			return nil, 0, fmt.Errorf("stream %q: %w", st.GetStream(), err)
 		}

@@ -120,15 +120,17 @@ func ReadFile(fsys FS, name string) ([]byte, error) {
 
 // WriteFileAtomic writes data to name via name.tmp: write, fsync, rename,
 // fsync the directory.
-func WriteFileAtomic(fsys FS, dir, name string, data []byte) error {
+func WriteFileAtomic(fsys FS, dir, name string, data ...[]byte) error {
 	tmp := name + ".tmp"
 	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", tmp, err)
 	}
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("write %s: %w", tmp, err)
+	for _, part := range data {
+		if _, err := f.Write(part); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("write %s: %w", tmp, err)
+		}
 	}
 	if err := f.Sync(); err != nil {
 		_ = f.Close()
