@@ -105,6 +105,7 @@ func (m *Machine) applyColdFlush(now int64, c *storagev1.ColdFlush) *Result {
 	m.coldSize.Add(coldBytes(s.meta) - before)
 	s.meta.HotRecord = hotRecord
 	m.hotSize.Add(-int64(s.buf.TrimTo(pos)))
+	m.unmarkHot(s)
 	s.trimMarks()
 	i := sort.Search(len(s.records), func(i int) bool { return s.records[i] > pos })
 	s.records = append([]uint64(nil), s.records[i:]...)
@@ -307,9 +308,9 @@ func (m *Machine) HotStreams() []HotStream {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	var out []HotStream
-	for k, s := range m.streams {
-		if s.buf.Len() == 0 {
-			continue
+	for s, k := range m.hot {
+		if s.buf.Len() == 0 || m.streams[k] != s {
+			continue // stale until the writer prunes it
 		}
 		out = append(out, HotStream{Key: k, Incarnation: s.meta.GetIncarnation(), ColdEnd: s.meta.GetColdEnd(),
 			Tail: s.buf.End(), HotBytes: s.buf.Bytes(), HotSinceMs: s.meta.GetHotSinceMs()})

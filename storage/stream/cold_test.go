@@ -3,6 +3,7 @@ package stream
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -303,4 +304,50 @@ func TestColdBytes(t *testing.T) {
 	}
 	a.apply(1, &storagev1.DeleteStream{Bucket: "b", Stream: "t"})
 	check("t deleted", 0)
+}
+
+// TestHotIndex: after every step of a varied history (appends, external
+// payloads, flushes, retention, forks, deletes, purges, a history event)
+// and after a restore, the hot index holds exactly the streams whose hot
+// window holds positions, and HotStreams lists exactly those.
+func TestHotIndex(t *testing.T) {
+	check := func(what string, m *Machine) {
+		t.Helper()
+		want := map[Key]bool{}
+		for k, s := range m.streams {
+			if s.buf.Len() > 0 {
+				want[k] = true
+			}
+		}
+		got := map[Key]bool{}
+		for s, k := range m.hot {
+			if m.streams[k] != s || s.buf.Len() == 0 {
+				t.Fatalf("after %s: stale hot index entry %v", what, k)
+			}
+			got[k] = true
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("after %s: hot index %v, want %v", what, got, want)
+		}
+		listed := map[Key]bool{}
+		for _, h := range m.HotStreams() {
+			listed[h.Key] = true
+		}
+		if !maps.Equal(listed, want) {
+			t.Fatalf("after %s: HotStreams lists %v, want %v", what, listed, want)
+		}
+	}
+	a := variedGroup(t, func(what string, a *applier) { check(what, a.m) })
+	if len(a.m.hot) == 0 {
+		t.Fatal("no hot stream at the end: the test proves nothing")
+	}
+	raw, err := a.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored := NewMachine(0)
+	if err := restored.Restore(raw); err != nil {
+		t.Fatal(err)
+	}
+	check("restore", restored)
 }

@@ -237,6 +237,7 @@ func decodeState(snap *storagev1.Snapshot) (*state, int64, error) {
 	out := &state{
 		buckets: make(map[string]struct{}, len(snap.GetBuckets())),
 		streams: make(map[Key]*stream, len(snap.GetStreams())),
+		hot:     map[*stream]Key{},
 		fenced:  make(map[string]struct{}, len(snap.GetFencedBuckets())),
 		gc:      snap.GetGcQueue(), gcNextSeq: max(snap.GetGcNextSeq(), 1), gcReclaimed: snap.GetGcReclaimed(),
 		usage: usage, bucketCreated: created,
@@ -289,6 +290,9 @@ func decodeState(snap *storagev1.Snapshot) (*state, int64, error) {
 		s.numberLegacyRecords()
 		s.rebuildMarks()
 		out.streams[Key{st.GetBucket(), st.GetStream()}] = s
+		if s.buf.Len() > 0 {
+			out.hot[s] = Key{st.GetBucket(), st.GetStream()}
+		}
 	}
 	return out, hotBytes, nil
 }
