@@ -52,7 +52,7 @@ type stagedGroup struct {
 }
 
 type stagedStream struct {
-	bucket string
+	key    stream.Key
 	listed bool
 	parts  map[uint64]map[uint32]stagedPart // position → part number → part
 	// committing marks the positions a commit is reading: their parts
@@ -86,10 +86,10 @@ func (x *stagedIndex) group(g uint32, term uint64) *stagedGroup {
 }
 
 // stream returns the parts of the stream under prefix. Callers hold x.mu.
-func (sg *stagedGroup) stream(prefix, bucket string) *stagedStream {
+func (sg *stagedGroup) stream(prefix string, k stream.Key) *stagedStream {
 	ss := sg.streams[prefix]
 	if ss == nil {
-		ss = &stagedStream{bucket: bucket, parts: map[uint64]map[uint32]stagedPart{}, committing: map[uint64]bool{}}
+		ss = &stagedStream{key: k, parts: map[uint64]map[uint32]stagedPart{}, committing: map[uint64]bool{}}
 		sg.streams[prefix] = ss
 	}
 	return ss
@@ -113,7 +113,7 @@ func (ss *stagedStream) bytes() uint64 {
 func (t *Tier) listStaged(ctx context.Context, g uint32, term uint64, k stream.Key, prefix string) error {
 	t.staged.mu.Lock()
 	sg := t.staged.group(g, term)
-	listed := sg == nil || sg.stream(prefix, k.Bucket).listed
+	listed := sg == nil || sg.stream(prefix, k).listed
 	t.staged.mu.Unlock()
 	if listed {
 		return nil
@@ -146,7 +146,7 @@ func (t *Tier) listStaged(ctx context.Context, g uint32, term uint64, k stream.K
 	if sg = t.staged.group(g, term); sg == nil {
 		return nil
 	}
-	ss := sg.stream(prefix, k.Bucket)
+	ss := sg.stream(prefix, k)
 	if ss.listed {
 		return nil
 	}
@@ -169,6 +169,14 @@ func (t *Tier) listStaged(ctx context.Context, g uint32, term uint64, k stream.K
 			}
 		}
 	}
+	if len(ss.parts) == 0 && len(ss.committing) == 0 {
+		// Nothing staged: keep no entry, so that the seed listing of a
+		// group of a million streams without parts holds no memory per
+		// stream. A later need lists the prefix again, which is only
+		// redundant.
+		delete(sg.streams, prefix)
+		return nil
+	}
 	ss.listed = true
 	return nil
 }
@@ -189,7 +197,7 @@ func (t *Tier) StagePart(ctx context.Context, g uint32, term uint64, k stream.Ke
 	var committing bool
 	t.staged.mu.Lock()
 	if sg := t.staged.group(g, term); sg != nil {
-		ss := sg.stream(prefix, k.Bucket)
+		ss := sg.stream(prefix, k)
 		staged = ss.bytes() - ss.parts[pos][n].size
 		committing = ss.committing[pos]
 	}
@@ -209,7 +217,7 @@ func (t *Tier) StagePart(ctx context.Context, g uint32, term uint64, k stream.Ke
 	var replaced string
 	t.staged.mu.Lock()
 	if sg := t.staged.group(g, term); sg != nil {
-		ss := sg.stream(prefix, k.Bucket)
+		ss := sg.stream(prefix, k)
 		if ss.committing[pos] {
 			t.staged.mu.Unlock()
 			t.Discard(key)
@@ -263,7 +271,7 @@ func (t *Tier) BeginCommit(ctx context.Context, g uint32, term uint64, k stream.
 	defer t.staged.mu.Unlock()
 	var ps map[uint32]stagedPart
 	if sg := t.staged.group(g, term); sg != nil {
-		c.ss = sg.stream(prefix, k.Bucket)
+		c.ss = sg.stream(prefix, k)
 		if c.ss.committing[pos] {
 			return nil, errCommitting(pos)
 		}
@@ -408,19 +416,21 @@ func (t *Tier) StagedUsage(context.Context) []StagedUsage {
 		}
 		st := t.groups.Status(g)
 		t.startCounting(g, st.Term)
-		live := t.groups.Machine(g).CurrentPrefixes() // parts staged under an earlier incarnation can never be committed
+		m := t.groups.Machine(g)
 		u := StagedUsage{GroupID: g, Term: st.Term, Bytes: map[string]uint64{}}
 		t.staged.mu.Lock()
 		if sg := t.staged.group(g, st.Term); sg != nil {
 			u.CountingFinished = sg.counted
 			for prefix, ss := range sg.streams {
-				if _, ok := live[prefix]; !ok {
+				// Parts staged under an earlier incarnation can never be
+				// committed.
+				if cur, ok := m.CurrentPrefix(ss.key); !ok || cur != prefix {
 					// The stream is gone: its prefix's GC took the parts.
 					delete(sg.streams, prefix)
 					continue
 				}
 				if n := ss.bytes(); n > 0 {
-					u.Bytes[ss.bucket] += n
+					u.Bytes[ss.key.Bucket] += n
 				}
 			}
 		}

@@ -207,7 +207,34 @@ func startClusterTuned(tb testing.TB, size int, fs func(id uint64, dataDir strin
 	for _, e := range c.engines {
 		e.waitReady(tb)
 	}
+	c.waitBalanced(tb)
 	return c
+}
+
+// waitBalanced waits until every group has a leader that all nodes agree
+// on and no node leads more than its share, so that the leadership
+// balancer (which moves one leadership per tick until then) does not move
+// a group under a test that picked its leader a moment before.
+func (c *memCluster) waitBalanced(tb testing.TB) {
+	tb.Helper()
+	groups := uint32(c.engines[1].Config().GroupCount)
+	fair := (int(groups) + len(c.engines) - 1) / len(c.engines)
+	await.True(tb, "every group led and the leaderships balanced", func() bool {
+		counts := map[uint64]int{}
+		for g := range groups {
+			l := c.leaderOf(g)
+			if l == 0 {
+				return false
+			}
+			counts[l]++
+		}
+		for _, n := range counts {
+			if n > fair {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // open opens node id's engine on its own in-memory network end.

@@ -494,6 +494,18 @@ func (m *Machine) CurrentPrefixes() map[string]Key {
 	return out
 }
 
+// CurrentPrefix is CurrentPrefixes for one stream: the prefix of its
+// current incarnation, if the group holds it.
+func (m *Machine) CurrentPrefix(k Key) (string, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s := m.streams[k]
+	if s == nil {
+		return "", false
+	}
+	return coldfmt.StreamPrefix(k.Bucket, k.Stream, s.meta.GetIncarnation()), true
+}
+
 // HotExternalKeys returns the keys of external payloads in a stream's hot
 // window (referenced, but not yet in the index).
 func (m *Machine) HotExternalKeys(key Key, inc uint64) []string {
