@@ -308,10 +308,8 @@ func (m *Machine) HotStreams() []HotStream {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	var out []HotStream
-	for s, k := range m.hot {
-		if s.buf.Len() == 0 || m.streams[k] != s {
-			continue // stale until the writer prunes it
-		}
+	for s := range m.hot {
+		k := Key{s.meta.GetBucket(), s.meta.GetStream()}
 		out = append(out, HotStream{Key: k, Incarnation: s.meta.GetIncarnation(), ColdEnd: s.meta.GetColdEnd(),
 			Tail: s.buf.End(), HotBytes: s.buf.Bytes(), HotSinceMs: s.meta.GetHotSinceMs()})
 	}

@@ -320,7 +320,8 @@ func TestHotIndex(t *testing.T) {
 			}
 		}
 		got := map[Key]bool{}
-		for s, k := range m.hot {
+		for s := range m.hot {
+			k := Key{s.meta.GetBucket(), s.meta.GetStream()}
 			if m.streams[k] != s || s.buf.Len() == 0 {
 				t.Fatalf("after %s: stale hot index entry %v", what, k)
 			}

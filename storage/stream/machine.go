@@ -58,11 +58,11 @@ type stream struct {
 // do not each keep their own copy of its name.
 func intern(s string) string { return unique.Make(s).Value() }
 
-// markHot indexes s (at key) as hot when its hot window holds positions.
+// markHot indexes s as hot when its hot window holds positions.
 // Callers hold m.mu for writing.
-func (m *Machine) markHot(key Key, s *stream) {
+func (m *Machine) markHot(s *stream) {
 	if s.buf.Len() > 0 {
-		m.hot[s] = key
+		m.hot[s] = struct{}{}
 	}
 }
 
@@ -105,7 +105,7 @@ type state struct {
 	// exactly the streams of streams with a non-empty hot window: the
 	// writers that fill, empty or drop a window update it (markHot,
 	// unmarkHot, drop).
-	hot map[*stream]Key
+	hot map[*stream]struct{}
 	// fenced buckets were purged; nothing creates or writes them again.
 	fenced map[string]struct{}
 	// gc is the replicated cold-GC queue, in seq order.
@@ -137,7 +137,7 @@ type state struct {
 
 // NewMachine returns an empty state machine for a group.
 func NewMachine(group uint32) *Machine {
-	return &Machine{group: group, state: state{buckets: map[string]struct{}{}, streams: map[Key]*stream{}, hot: map[*stream]Key{},
+	return &Machine{group: group, state: state{buckets: map[string]struct{}{}, streams: map[Key]*stream{}, hot: map[*stream]struct{}{},
 		fenced: map[string]struct{}{}, gcNextSeq: 1, gcReclaimed: map[string]uint64{},
 		usage: map[string]*storagev1.BucketUsage{}, bucketCreated: map[string]int64{}, gcHolds: map[string]int64{},
 		bucketGen: map[string]uint64{}, bucketFences: map[string]uint64{}}}
@@ -364,7 +364,7 @@ func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream
 	n := uint64(len(c.GetBody()))
 	m.countWrite(key.Bucket, n, writeRecords(n, c.GetBodyRecords()))
 	m.streams[key] = s
-	m.markHot(key, s)
+	m.markHot(s)
 	return &Result{Created: true, Meta: s.metaView(), Release: release}
 }
 
@@ -474,7 +474,7 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 	}
 	start, recStart := s.buf.End(), st.GetRecordNext()
 	s.appendStored(now, body, ext, rel, &m.hotSize)
-	m.markHot(key, s)
+	m.markHot(s)
 	if ps != nil {
 		ps.RecordStart, ps.RecordNext = recStart, st.GetRecordNext()
 		s.putProducer(ps)

@@ -237,7 +237,7 @@ func decodeState(snap *storagev1.Snapshot) (*state, int64, error) {
 	out := &state{
 		buckets: make(map[string]struct{}, len(snap.GetBuckets())),
 		streams: make(map[Key]*stream, len(snap.GetStreams())),
-		hot:     map[*stream]Key{},
+		hot:     map[*stream]struct{}{},
 		fenced:  make(map[string]struct{}, len(snap.GetFencedBuckets())),
 		gc:      snap.GetGcQueue(), gcNextSeq: max(snap.GetGcNextSeq(), 1), gcReclaimed: snap.GetGcReclaimed(),
 		usage: usage, bucketCreated: created,
@@ -291,7 +291,7 @@ func decodeState(snap *storagev1.Snapshot) (*state, int64, error) {
 		s.rebuildMarks()
 		out.streams[Key{st.GetBucket(), st.GetStream()}] = s
 		if s.buf.Len() > 0 {
-			out.hot[s] = Key{st.GetBucket(), st.GetStream()}
+			out.hot[s] = struct{}{}
 		}
 	}
 	return out, hotBytes, nil
