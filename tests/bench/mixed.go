@@ -66,6 +66,11 @@ func (b *bench) mixed(ctx context.Context, c config) (*Result, error) {
 		res.Note = "not run: the null server has no SSE to subscribe to"
 		return res, nil
 	}
+	// Streams of their own: the parts alone ran on this server already,
+	// and their stream names derive from the run id.
+	own := *b
+	own.runID = runID() + "-mixed"
+	b = &own
 	bar := newBarrier(len(mixedParts))
 	results := make([]*Result, len(mixedParts))
 	errs := make([]error, len(mixedParts))
