@@ -56,6 +56,10 @@ type config struct {
 	cardStreams       string
 	cardWriters       int
 	cardCreateTimeout time.Duration
+
+	// changed lists the flags set to other than their defaults, apart
+	// from those that say where things are (changedFlags).
+	changed string
 }
 
 // defaultWorkloads is -workloads' default: a run with it (and every other
@@ -96,6 +100,7 @@ func main() {
 	flag.DurationVar(&c.cardCreateTimeout, "cardinality-create-timeout", 5*time.Minute, "cardinality: how long creating one sweep point's streams may take; a point that does not make it is reported as such, and larger ones are not tried")
 	flag.StringVar(&c.report, "report", "", "also write a Markdown report to this file, with SVG plots in img/bench-*.svg beside it")
 	flag.Parse()
+	c.changed = changedFlags(flag.CommandLine)
 
 	if c.nullListen != "" {
 		if err := runNullServer(c.nullListen); err != nil {
@@ -188,6 +193,9 @@ func run(ctx context.Context, c config) (*Report, error) {
 			"subscribers": c.subscribers, "writer_rate": c.writerRate, "replay_clients": c.replayCl,
 			"replay_events": c.replayEv, "replay_event_bytes": c.replayBytes, "workloads": c.workloads,
 		},
+	}
+	if c.changed != "" {
+		rep.Config["flags"] = c.changed
 	}
 	machineInfo(rep.Machine)
 	workloads := splitList(c.workloads)
@@ -680,6 +688,22 @@ func evaluate(rep *Report, c config) {
 		rep.addNote("targets", "throughput and latency targets are defined for 500 streams, "+
 			"1000 subscribers and 100 replay clients; those of other sizes are left out")
 	}
+}
+
+// placeFlags say where binaries, peers and outputs are, or how strict the
+// exit status is: they do not change what a run measures.
+var placeFlags = map[string]bool{"server": true, "peers": true, "peer-dir": true, "report": true, "out": true, "strict": true}
+
+// changedFlags lists the flags of fs set to a value other than their
+// default (placeFlags apart), as "-name=value" separated by spaces.
+func changedFlags(fs *flag.FlagSet) string {
+	var out []string
+	fs.Visit(func(f *flag.Flag) {
+		if !placeFlags[f.Name] && f.Value.String() != f.DefValue {
+			out = append(out, "-"+f.Name+"="+f.Value.String())
+		}
+	})
+	return strings.Join(out, " ")
 }
 
 // workload is the result of w, nil when s or the result is missing.
