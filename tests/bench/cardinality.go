@@ -172,6 +172,9 @@ func cardinalityPoint(ctx context.Context, c config, n int, spec serverSpec, log
 	cctx, cancel := context.WithTimeout(ctx, c.cardCreateTimeout)
 	created, err := b.createMany(cctx, cc, n, name, "application/octet-stream", createInFlight)
 	cancel()
+	// Idle keep-alive connections would hold up a server's graceful stop
+	// (the Node peer waits for them).
+	cc.CloseIdleConnections()
 	el := time.Since(t0)
 	p.Created, p.CreateS = created, round3(el.Seconds())
 	if el > 0 {

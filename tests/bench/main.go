@@ -419,8 +419,16 @@ func startServer(ctx context.Context, spec serverSpec) (*e2e.Server, error) {
 	return srv, nil
 }
 
-// measure starts one server, runs the workloads against it and stops it.
+// ownServers are the workloads that start servers of their own.
+var ownServers = map[string]bool{"backup": true, "cardinality": true}
+
+// measure starts one server, runs the workloads against it and stops it;
+// it starts nothing (and returns nil) when every workload starts servers
+// of its own.
 func measure(ctx context.Context, c config, spec serverSpec, isNull bool, workloads []string, logf func(string, ...any)) (*ServerRun, error) {
+	if !slices.ContainsFunc(workloads, func(w string) bool { return !ownServers[w] }) {
+		return nil, nil
+	}
 	srv, err := startServer(ctx, spec)
 	if err != nil {
 		return nil, err
@@ -451,8 +459,8 @@ func runWorkloads(ctx context.Context, c config, b *bench, sr *ServerRun, worklo
 			return
 		}
 		switch {
-		case w == "backup" || w == "cardinality":
-			continue // start servers of their own
+		case ownServers[w]:
+			continue
 		case w == "bootstrap" && strings.HasPrefix(sr.Name, "node "):
 			continue // Ursula's own route: the Node peer answers 404
 		case w == "memory" && (b.isNull || !strings.Contains(sr.Name, "never") || len(b.procs) > 1):
