@@ -67,6 +67,13 @@ type CardinalityPoint struct {
 	Skipped string `json:"skipped,omitempty"`
 	// Note records trouble that does not void the figures (a slow stop).
 	Note string `json:"note,omitempty"`
+	// At the sweep's largest count, for a server that keeps its data
+	// (Ursula): seconds from starting the process again to ready, after
+	// a graceful stop (StopS is how long that stop took) and after a
+	// SIGKILL.
+	StopS            float64 `json:"stop_s,omitempty"`
+	StartAfterStopS  float64 `json:"start_after_stop_s,omitempty"`
+	StartAfterCrashS float64 `json:"start_after_crash_s,omitempty"`
 }
 
 // parseCounts parses the -cardinality-streams list: positive integers,
@@ -138,7 +145,7 @@ func fillRatios(points []*CardinalityPoint) {
 func cardinality(ctx context.Context, c config, counts []int, spec serverSpec, logf func(string, ...any)) *CardinalityRun {
 	run := &CardinalityRun{Server: spec.name, Writers: c.cardWriters}
 	run.Points = runSweep(ctx, counts, func(ctx context.Context, n int) *CardinalityPoint {
-		p := cardinalityPoint(ctx, c, n, spec, logf)
+		p := cardinalityPoint(ctx, c, n, spec, spec.durable && n == counts[len(counts)-1], logf)
 		switch {
 		case p.Skipped != "":
 			logf("%s: cardinality %d: %s", spec.name, n, p.Skipped)
@@ -152,7 +159,9 @@ func cardinality(ctx context.Context, c config, counts []int, spec serverSpec, l
 }
 
 // cardinalityPoint measures one stream count on a fresh server.
-func cardinalityPoint(ctx context.Context, c config, n int, spec serverSpec, logf func(string, ...any)) *CardinalityPoint {
+// With restarts it then times a start after a graceful stop and one after
+// a SIGKILL, each bounded by restartTimeout.
+func cardinalityPoint(ctx context.Context, c config, n int, spec serverSpec, restarts bool, logf func(string, ...any)) *CardinalityPoint {
 	p := &CardinalityPoint{Streams: n}
 	srv, err := startServer(ctx, spec)
 	if err != nil {
@@ -211,11 +220,48 @@ func cardinalityPoint(ctx context.Context, c config, n int, spec serverSpec, log
 	p.Append = res
 	// A server holding many streams may take long to stop; that is not
 	// this workload's figure, but a failure to stop is worth a note.
-	if err := srv.Terminate(60 * time.Second); err != nil {
+	t0 = time.Now()
+	if err := srv.Terminate(restartTimeout); err != nil {
 		p.Note = "stop: " + oneLine(err.Error())
+		return p
+	}
+	p.StopS = round3(time.Since(t0).Seconds())
+	if !restarts {
+		return p
+	}
+	start := func() (float64, error) {
+		rctx, cancel := context.WithTimeout(ctx, restartTimeout)
+		defer cancel()
+		t0 := time.Now()
+		err := srv.Restart(rctx)
+		return round3(time.Since(t0).Seconds()), err
+	}
+	logf("%s: cardinality %d: start after a graceful stop", spec.name, n)
+	if p.StartAfterStopS, err = start(); err != nil {
+		p.Note = fmt.Sprintf("start after a graceful stop: not ready within %v: %s", restartTimeout, oneLine(err.Error()))
+		p.StartAfterStopS = 0
+		return p
+	}
+	if err := srv.Kill(); err != nil {
+		p.Note = "kill: " + oneLine(err.Error())
+		return p
+	}
+	logf("%s: cardinality %d: start after SIGKILL", spec.name, n)
+	if p.StartAfterCrashS, err = start(); err != nil {
+		p.Note = fmt.Sprintf("start after SIGKILL: not ready within %v: %s", restartTimeout, oneLine(err.Error()))
+		p.StartAfterCrashS = 0
+		return p
+	}
+	logf("%s: cardinality %d: stop %.1f s, start after it %.1f s, start after SIGKILL %.1f s", spec.name, n, p.StopS, p.StartAfterStopS, p.StartAfterCrashS)
+	if err := srv.Terminate(restartTimeout); err != nil {
+		p.Note = "stop after the restarts: " + oneLine(err.Error())
 	}
 	return p
 }
+
+// restartTimeout bounds a stop and a start to ready in the cardinality
+// workload.
+const restartTimeout = 2 * time.Minute
 
 // createMany creates streams name(0) … name(n-1) with inFlight PUTs in
 // flight and returns how many it created. A 503 or 429 (backpressure) or a

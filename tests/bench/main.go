@@ -267,6 +267,7 @@ func run(ctx context.Context, c config) (*Report, error) {
 	// The servers the cardinality sweep runs against, each started fresh
 	// per stream count.
 	cardServers := []serverSpec{ursula("never")}
+	cardServers[0].durable = true
 	for _, mode := range splitList(c.fsyncModes) {
 		sr, err := measure(ctx, c, ursula(mode), false, workloads, logf)
 		if sr != nil {
@@ -395,6 +396,9 @@ type serverSpec struct {
 	name  string
 	opts  e2e.Options
 	ready func(context.Context, *e2e.Server) error
+	// durable says the server keeps its streams across a restart (the
+	// cardinality workload times its start at the largest count).
+	durable bool
 }
 
 // startServer starts a server and waits until it serves. The caller
@@ -645,6 +649,8 @@ func evaluate(rep *Report, c config) {
 			continue
 		}
 		add("1,000,000 streams, fsync never: peak RSS (MiB)", "<= 1536", top.RSSPeakMiB, top.RSSPeakMiB > 0 && top.RSSPeakMiB <= 1536)
+		add("1,000,000 streams, fsync never: start after a graceful stop (s)", "<= 30", top.StartAfterStopS, top.StartAfterStopS > 0 && top.StartAfterStopS <= 30)
+		add("1,000,000 streams, fsync never: start after SIGKILL (s)", "<= 30", top.StartAfterCrashS, top.StartAfterCrashS > 0 && top.StartAfterCrashS <= 30)
 		if base != nil && base.Append != nil && base.Append.OpsPerSec > 0 {
 			r := round3(top.Append.OpsPerSec / base.Append.OpsPerSec)
 			add("1,000,000 streams, fsync never: append ops/s vs 500 streams", ">= 0.80", r, r >= 0.80)
@@ -688,9 +694,7 @@ func evaluate(rep *Report, c config) {
 	}
 	if len(rep.Cardinality) > 0 {
 		rep.Targets = append(rep.Targets,
-			Target{Name: "1,000,000 streams: startup after a graceful stop and after a crash (s)", Want: "<= 30 (not measured by the bench)", NotMeasured: true},
-			Target{Name: "1,000,000 streams on the 3-node cluster", Want: "as on one node (not measured by the bench)", NotMeasured: true},
-		)
+			Target{Name: "1,000,000 streams on the 3-node cluster", Want: "as on one node (not measured by the bench)", NotMeasured: true})
 	}
 	if c.streams != 500 || c.subscribers != 1000 || c.replayCl != 100 {
 		rep.addNote("targets", "throughput and latency targets are defined for 500 streams, "+

@@ -180,6 +180,12 @@ func renderCardinality(b *bytes.Buffer, rep *Report) {
 				fmtOr(a.CPUPerOpUS, "%.1f"), fmtOr(pt.RSSAfterCreateMiB, "%.0f"), fmtOr(pt.RSSPeakMiB, "%.0f"), errs)
 		}
 		p("\n")
+		for _, pt := range run.Points {
+			if pt.StartAfterStopS > 0 {
+				p("With %d streams: a graceful stop took %.1f s, a start after it %.1f s to ready, a start after SIGKILL %s s.\n\n",
+					pt.Streams, pt.StopS, pt.StartAfterStopS, fmtOr(pt.StartAfterCrashS, "%.1f"))
+			}
+		}
 	}
 }
 
