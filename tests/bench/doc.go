@@ -113,8 +113,8 @@
 // ready within 30 s after a graceful stop and after a crash. The targets
 // this run cannot check (against the official Go server, which is not in
 // the run; the gateway's CPU against the all-in-one's HTTP front alone; a
-// million streams on the cluster) are listed as
-// not measured, with the figure that bears on them; -strict ignores them.
+// million streams on the cluster) are listed as not measured, with the
+// figure that bears on them; -strict ignores them.
 //
 // With -report FILE.md a run that completed also writes a Markdown report:
 // the machine (host, CPU model, cores, memory, kernel, Go and Node
@@ -136,8 +136,10 @@
 // single-node servers and the peers, 1 for the cluster, 2 for mixed load,
 // and the rest for the cardinality sweep (creating a million streams on
 // each of ursula and the Node peer, each bounded by
-// -cardinality-create-timeout, and ursula's two restarts with them). -cardinality-streams 500,10k and a
-// shorter -duration make a run of a few minutes.
+// -cardinality-create-timeout, and ursula's two restarts with them).
+// -cardinality-streams 500,10k and a shorter -duration make a run of a few
+// minutes.
+//
 // testdata/ holds a fixed report and its golden renderings
 // (go test ./tests/bench -update rewrites them).
 //
