@@ -174,6 +174,7 @@ func cardinalityPoint(ctx context.Context, c config, n int, spec serverSpec, res
 	logf("%s: cardinality: creating %d streams (%d in flight, at most %v)", spec.name, n, createInFlight, c.cardCreateTimeout)
 
 	cc := newHTTPClient(createInFlight, 30*time.Second)
+	cc.Timeout = time.Minute // every phase bounded, bodies too
 	defer cc.CloseIdleConnections()
 	name := func(i int) string { return "bench-card-" + b.runID + "-" + strconv.Itoa(i) }
 	cpu0, cpuErr := procCPU(pid)
@@ -367,6 +368,7 @@ func writerStreams(w, writers, n int) []int {
 // own producer id and a sequence number per stream, for d.
 func (b *bench) appendRoundRobin(ctx context.Context, n, writers, payloadBytes int, name func(int) string, d time.Duration) *Result {
 	c := newHTTPClient(writers, 30*time.Second)
+	c.Timeout = time.Minute // every phase bounded, bodies too
 	defer c.CloseIdleConnections()
 	payload := make([]byte, payloadBytes)
 	rng := rand.New(rand.NewPCG(1, 2))
