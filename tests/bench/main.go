@@ -309,6 +309,7 @@ func run(ctx context.Context, c config) (*Report, error) {
 			sr, err := measure(ctx, c, spec, false, workloads, logf)
 			if sr != nil {
 				rep.Servers = append(rep.Servers, sr)
+				noteNode404(rep, sr)
 			}
 			if err != nil {
 				return rep, err

@@ -74,3 +74,25 @@ func TestMixedRatios(t *testing.T) {
 		t.Error("ratios without a mixed result")
 	}
 }
+
+func TestNoteNode404(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sr   *ServerRun
+		want bool
+	}{
+		{"append 404s", &ServerRun{Name: "node files", Workloads: map[string]*Result{"multi-stream": {Errors: map[string]int{"status_404": 3}}}}, true},
+		{"a part of mixed", &ServerRun{Name: "node files", Workloads: map[string]*Result{"mixed": {Parts: map[string]*Result{"replay": {Errors: map[string]int{"status_404": 1}}}}}}, true},
+		{"a failed workload", &ServerRun{Name: "node files", Workloads: map[string]*Result{}, Errors: map[string]string{"mixed": "replay: pre-fill x: 404 Not Found"}}, true},
+		{"no 404", &ServerRun{Name: "node files", Workloads: map[string]*Result{"multi-stream": {}}}, false},
+		{"another server", &ServerRun{Name: "node memory", Workloads: map[string]*Result{"multi-stream": {Errors: map[string]int{"status_404": 3}}}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := &Report{}
+			noteNode404(rep, tc.sr)
+			if got := rep.Notes["node_files_404"] != ""; got != tc.want {
+				t.Errorf("note = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
