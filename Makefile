@@ -67,7 +67,7 @@ help: ## Show this help
 	@printf '  %-26s %s\n' \
 		"ARGS=..." "extra flags for bin/ursula in make run" \
 		"CONFORMANCE_TEST_URL=url" "make conformance runs against this server instead of spawning one" \
-		"BENCH_ARGS=..." "flags for the load generator (go run ./tests/bench -h)" \
+		"BENCH_ARGS=..." "flags for the load generator (go run ./tests/bench -h); with them make bench leaves docs/benchmarks.md alone" \
 		"TEST_TIMEOUT=$(TEST_TIMEOUT)" "go test -timeout for each test step" \
 		"IMAGE_ARCH=$(IMAGE_ARCH)" "GOARCH of make image (amd64 or arm64)" \
 		"SOURCE_DATE_EPOCH=..." "time of make image's files (default: the last commit's)" \
@@ -228,9 +228,12 @@ tests/conformance/node_modules/.package-lock.json: tests/conformance/package.jso
 	cd tests/conformance && npm ci --no-audit --no-fund
 	@touch $@
 
-bench: build bin/versitygw ## Load benchmarks (not in make test): bin/ursula with fsync never and always (local-directory cold store), then with S3 (versitygw), against a null server and the Node reference server (npm ci into bin/node-peer); writes docs/benchmarks.md and docs/img/bench-*.svg
+# Only a full run (no BENCH_ARGS) rewrites docs/benchmarks.md: a shortened
+# run's figures must not replace a clean run's. Put -report FILE in
+# BENCH_ARGS to render one elsewhere.
+bench: build bin/versitygw ## Load benchmarks (not in make test; about 25 min on 2 cores): bin/ursula with fsync never and always (local-directory cold store), then with S3 (versitygw), a 3-node cluster behind ursula-gateway, a null server and the Node reference server (npm ci into bin/node-peer), mixed load, and the cardinality sweep to 1M streams; without BENCH_ARGS writes docs/benchmarks.md and docs/img/bench-*.svg
 	$(GO) build -o $(BIN)/ursula-bench ./tests/bench
-	VERSITYGW=$(BIN)/versitygw $(BIN)/ursula-bench -server $(BIN)/ursula -peers node -report docs/benchmarks.md $(BENCH_ARGS)
+	VERSITYGW=$(BIN)/versitygw $(BIN)/ursula-bench -server $(BIN)/ursula -peers node $(if $(BENCH_ARGS),,-report docs/benchmarks.md) $(BENCH_ARGS)
 
 clean: ## Remove bin/ and the conformance suite's node_modules (never ./data)
 	rm -rf $(BIN) tests/conformance/node_modules

@@ -144,7 +144,7 @@ func backupUnderLoad(ctx context.Context, c config, bin string, res *BackupResul
 		return err
 	}
 	b := &bench{base: srv.URL(), root: e2e.StreamRoot, runID: runID(), pid: srv.PID(), logf: logf}
-	idle, err := b.multiStream(ctx, c.streams, c.payload, c.duration)
+	idle, err := b.multiStream(ctx, c.streams, c.payload, c.duration, nil)
 	if err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func backupUnderLoad(ctx context.Context, c config, bin string, res *BackupResul
 		}
 	})
 	b.runID = runID()
-	busy, err := b.multiStream(ctx, c.streams, c.payload, c.duration)
+	busy, err := b.multiStream(ctx, c.streams, c.payload, c.duration, nil)
 	stop()
 	wg.Wait()
 	if err != nil {

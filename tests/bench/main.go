@@ -51,7 +51,20 @@ type config struct {
 	peers       string
 	peerDir     string
 	report      string
+	cluster     bool
+
+	cardStreams       string
+	cardWriters       int
+	cardCreateTimeout time.Duration
+
+	// changed lists the flags set to other than their defaults, apart
+	// from those that say where things are (changedFlags).
+	changed string
 }
+
+// defaultWorkloads is -workloads' default: a run with it (and every other
+// sizing flag at its default) is a full run.
+const defaultWorkloads = "multi-stream,fan-out,replay,mixed,bootstrap,memory,backup,cardinality"
 
 func main() {
 	var c config
@@ -59,7 +72,7 @@ func main() {
 	flag.StringVar(&c.target, "target", "", "measure this running server (origin URL) instead of starting one")
 	flag.IntVar(&c.pid, "pid", 0, "with -target: the server's pid, for RSS")
 	flag.StringVar(&c.fsyncModes, "fsync", "never,always", "raft.wal.fsync modes to start ursula with, in order")
-	flag.StringVar(&c.workloads, "workloads", "multi-stream,fan-out,replay,bootstrap,memory,backup", "workloads to run, in order (memory runs only against fsync=never servers; backup starts servers of its own)")
+	flag.StringVar(&c.workloads, "workloads", defaultWorkloads, "workloads to run, in order (memory runs only against fsync=never servers; backup and cardinality start servers of their own; mixed runs multi-stream, fan-out and replay at once)")
 	flag.StringVar(&c.cold, "cold", "s3", `also run the fsync=never server with this cold store ("s3": a versitygw the bench starts; "" for none) and compare it with the local-directory run`)
 	flag.Int64Var(&c.memWarmup, "memory-warmup", 20<<20, "memory: bytes appended before the first RSS sample")
 	flag.Int64Var(&c.memTotal, "memory-total", 2<<30, "memory: bytes appended before the second RSS sample")
@@ -77,12 +90,17 @@ func main() {
 	flag.BoolVar(&c.strict, "strict", false, "exit 1 when a target is missed")
 	flag.StringVar(&c.out, "out", "", "also write the JSON report to this file")
 	flag.StringVar(&c.nullListen, "null.listen", "", "run only the null server on this address (used internally)")
-	flag.StringVar(&c.clusterURL, "cluster-url", "", "also measure a running cluster's gateway (e.g. make run-cluster's http://127.0.0.1:4437) in the same run")
+	flag.BoolVar(&c.cluster, "cluster", true, "also start a 3-node cluster behind ursula-gateway (fsync never; ursula-node and ursula-gateway next to -server) and run multi-stream, fan-out, replay and mixed against it")
+	flag.StringVar(&c.clusterURL, "cluster-url", "", "measure a running cluster's gateway (e.g. make run-cluster's http://127.0.0.1:4437) instead of starting one")
 	flag.StringVar(&c.clusterPIDs, "cluster-pids", "", "with -cluster-url: comma-separated pids of the cluster's processes, for RSS")
 	flag.StringVar(&c.peers, "peers", "", `peer servers to measure in the same run ("node": the Node reference server in memory and on files, installed with npm ci into -peer-dir)`)
 	flag.StringVar(&c.peerDir, "peer-dir", "", "where -peers node installs the Node reference server (default node-peer next to the -server binary, else bin/node-peer)")
+	flag.StringVar(&c.cardStreams, "cardinality-streams", "500,10000,100000,1000000", "cardinality: the stream counts of the sweep (k and m suffixes allowed; a shorter list for a quick run, e.g. 500,10k)")
+	flag.IntVar(&c.cardWriters, "cardinality-writers", 500, "cardinality: writers appending round-robin over the streams, one request in flight each")
+	flag.DurationVar(&c.cardCreateTimeout, "cardinality-create-timeout", 5*time.Minute, "cardinality: how long creating one sweep point's streams may take; a point that does not make it is reported as such, and larger ones are not tried")
 	flag.StringVar(&c.report, "report", "", "also write a Markdown report to this file, with SVG plots in img/bench-*.svg beside it")
 	flag.Parse()
+	c.changed = changedFlags(flag.CommandLine)
 
 	if c.nullListen != "" {
 		if err := runNullServer(c.nullListen); err != nil {
@@ -117,7 +135,7 @@ func main() {
 	}
 	if c.strict {
 		for _, t := range rep.Targets {
-			if !t.OK {
+			if !t.OK && !t.NotMeasured {
 				fmt.Fprintf(os.Stderr, "bench: target missed: %s (want %s, got %v)\n", t.Name, t.Want, t.Got)
 				os.Exit(1)
 			}
@@ -127,14 +145,16 @@ func main() {
 
 // Report is the JSON document bench prints.
 type Report struct {
-	Started string            `json:"started"`
-	Machine map[string]any    `json:"machine"`
-	Config  map[string]any    `json:"config"`
-	Servers []*ServerRun      `json:"servers"`
-	Ratios  map[string]any    `json:"ratios_to_null,omitempty"`
-	Targets []Target          `json:"targets,omitempty"`
-	Backup  *BackupResult     `json:"backup,omitempty"`
-	Notes   map[string]string `json:"notes,omitempty"`
+	Started string         `json:"started"`
+	Machine map[string]any `json:"machine"`
+	Config  map[string]any `json:"config"`
+	Servers []*ServerRun   `json:"servers"`
+	Ratios  map[string]any `json:"ratios_to_null,omitempty"`
+	Targets []Target       `json:"targets,omitempty"`
+	Backup  *BackupResult  `json:"backup,omitempty"`
+	// Cardinality is the cardinality sweep per server.
+	Cardinality []*CardinalityRun `json:"cardinality,omitempty"`
+	Notes       map[string]string `json:"notes,omitempty"`
 }
 
 // ServerRun is every workload against one server process.
@@ -144,9 +164,12 @@ type ServerRun struct {
 	PID     int    `json:"pid,omitempty"`
 	// RSSPeakMiB is VmHWM before the server was stopped, or before the
 	// memory workload started when it ran: its peak RSS.
-	RSSPeakMiB float64            `json:"rss_peak_mib,omitempty"`
-	Workloads  map[string]*Result `json:"workloads"`
-	Errors     map[string]string  `json:"errors,omitempty"`
+	RSSPeakMiB float64 `json:"rss_peak_mib,omitempty"`
+	// RSSPeakPerProcessMiB is VmHWM per process of a server made of
+	// several (a cluster); RSSPeakMiB is then their sum.
+	RSSPeakPerProcessMiB map[string]float64 `json:"rss_peak_per_process_mib,omitempty"`
+	Workloads            map[string]*Result `json:"workloads"`
+	Errors               map[string]string  `json:"errors,omitempty"`
 }
 
 // Target is one published goal and whether this run met it.
@@ -155,6 +178,10 @@ type Target struct {
 	Want string `json:"want"`
 	Got  any    `json:"got"`
 	OK   bool   `json:"ok"`
+	// NotMeasured marks a target of the issue this run cannot check (its
+	// reference is not in the run); Got is then context, and -strict
+	// ignores it.
+	NotMeasured bool `json:"not_measured,omitempty"`
 }
 
 func run(ctx context.Context, c config) (*Report, error) {
@@ -167,14 +194,27 @@ func run(ctx context.Context, c config) (*Report, error) {
 			"replay_events": c.replayEv, "replay_event_bytes": c.replayBytes, "workloads": c.workloads,
 		},
 	}
+	if c.changed != "" {
+		rep.Config["flags"] = c.changed
+	}
 	machineInfo(rep.Machine)
 	workloads := splitList(c.workloads)
 	for _, w := range workloads {
 		switch w {
-		case "multi-stream", "fan-out", "replay", "bootstrap", "memory", "backup":
+		case "multi-stream", "fan-out", "replay", "mixed", "bootstrap", "memory", "backup", "cardinality":
 		default:
 			return nil, fmt.Errorf("unknown workload %q", w)
 		}
+	}
+	var counts []int
+	if slices.Contains(workloads, "cardinality") {
+		var err error
+		if counts, err = parseCounts(c.cardStreams); err != nil {
+			return nil, fmt.Errorf("-cardinality-streams: %w", err)
+		}
+		rep.Config["cardinality_streams"] = c.cardStreams
+		rep.Config["cardinality_writers"] = c.cardWriters
+		rep.Config["cardinality_create_timeout_s"] = c.cardCreateTimeout.Seconds()
 	}
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05")+" "+format+"\n", args...)
@@ -182,12 +222,19 @@ func run(ctx context.Context, c config) (*Report, error) {
 
 	if c.target != "" {
 		sr := &ServerRun{Name: "target", Command: c.target, PID: c.pid}
-		b := &bench{base: strings.TrimRight(c.target, "/"), root: e2e.StreamRoot, runID: runID(), pid: c.pid, logf: logf}
+		var procs []proc
+		if c.pid > 0 {
+			procs = []proc{{"target", c.pid}}
+		}
+		b := newBench(c.target, procs, false, logf)
 		runWorkloads(ctx, c, b, sr, workloads)
 		if c.pid > 0 {
 			sr.RSSPeakMiB, _ = procStatusMiB(c.pid, "VmHWM")
 		}
 		rep.Servers = append(rep.Servers, sr)
+		if len(counts) > 0 {
+			rep.addNote("cardinality", "not run against -target: it needs a fresh server per stream count")
+		}
 		return rep, ctx.Err()
 	}
 
@@ -196,9 +243,9 @@ func run(ctx context.Context, c config) (*Report, error) {
 		if err != nil {
 			return rep, err
 		}
-		sr, err := measure(ctx, c, "null", e2e.Options{
+		sr, err := measure(ctx, c, serverSpec{name: "null", opts: e2e.Options{
 			Binary: self, ListenFlags: []string{"null.listen"}, ReadyFlag: "null.listen",
-		}, true, nil, workloads, logf)
+		}}, true, workloads, logf)
 		if sr != nil {
 			rep.Servers = append(rep.Servers, sr)
 		}
@@ -214,10 +261,15 @@ func run(ctx context.Context, c config) (*Report, error) {
 		}
 	}
 	hotCap := fmt.Sprintf("-storage.cold.hot_cap_bytes=%d", c.hotCap)
+	ursula := func(mode string) serverSpec {
+		return serverSpec{name: "ursula fsync=" + mode, opts: e2e.Options{Binary: bin, Args: []string{"-raft.wal.fsync=" + mode, hotCap}}}
+	}
+	// The servers the cardinality sweep runs against, each started fresh
+	// per stream count.
+	cardServers := []serverSpec{ursula("never")}
+	cardServers[0].durable = true
 	for _, mode := range splitList(c.fsyncModes) {
-		sr, err := measure(ctx, c, "ursula fsync="+mode, e2e.Options{
-			Binary: bin, Args: []string{"-raft.wal.fsync=" + mode, hotCap},
-		}, false, nil, workloads, logf)
+		sr, err := measure(ctx, c, ursula(mode), false, workloads, logf)
 		if sr != nil {
 			rep.Servers = append(rep.Servers, sr)
 		}
@@ -250,9 +302,14 @@ func run(ctx context.Context, c config) (*Report, error) {
 			rep.addNote("bootstrap", "not run against the Node peer: /{bucket}/{stream}/bootstrap is Ursula's own route")
 		}
 		for _, p := range nodePeerOptions(script) {
-			sr, err := measure(ctx, c, p.name, p.opts, false, waitAnswer, workloads, logf)
+			spec := serverSpec{name: p.name, opts: p.opts, ready: waitAnswer}
+			if p.name == "node memory" {
+				cardServers = append(cardServers, spec)
+			}
+			sr, err := measure(ctx, c, spec, false, workloads, logf)
 			if sr != nil {
 				rep.Servers = append(rep.Servers, sr)
+				noteNode404(rep, sr)
 			}
 			if err != nil {
 				return rep, err
@@ -270,12 +327,12 @@ func run(ctx context.Context, c config) (*Report, error) {
 			return rep, fmt.Errorf("create the S3 bucket: %w", err)
 		}
 		prefix := "ursula-bench-" + time.Now().UTC().Format("20060102T150405Z")
-		sr, err := measure(ctx, c, "ursula fsync=never cold=s3", e2e.Options{
+		sr, err := measure(ctx, c, serverSpec{name: "ursula fsync=never cold=s3", opts: e2e.Options{
 			Binary: bin,
 			Args: []string{"-raft.wal.fsync=never", hotCap, "-storage.cold.backend=s3", "-storage.cold.s3.bucket=" + bucket, "-storage.cold.root=" + prefix,
 				"-storage.cold.s3.endpoint=" + s3.Endpoint, "-storage.cold.s3.region=us-east-1", "-storage.cold.s3.path_style"},
 			Env: []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey},
-		}, false, nil, workloads, logf)
+		}}, false, workloads, logf)
 		if sr != nil {
 			rep.Servers = append(rep.Servers, sr)
 		}
@@ -283,17 +340,10 @@ func run(ctx context.Context, c config) (*Report, error) {
 			return rep, err
 		}
 	}
-	if slices.Contains(workloads, "backup") {
-		logf("backup: create and restore, hot-only and cold-heavy, %d MiB each", c.backupBytes>>20)
-		res, err := backupWorkload(ctx, c, bin, logf)
-		rep.Backup = res
-		if err != nil {
-			return rep, fmt.Errorf("backup workload: %w", err)
-		}
-	}
-	if c.clusterURL != "" {
-		sr := &ServerRun{Name: "cluster", Command: c.clusterURL}
-		b := &bench{base: strings.TrimRight(c.clusterURL, "/"), root: e2e.StreamRoot, runID: runID(), logf: logf}
+	switch {
+	case c.clusterURL != "":
+		sr := &ServerRun{Name: clusterName, Command: c.clusterURL}
+		b := newBench(c.clusterURL, nil, false, logf)
 		logf("cluster: measuring %s", c.clusterURL)
 		runWorkloads(ctx, c, b, sr, workloads)
 		for _, p := range splitList(c.clusterPIDs) {
@@ -305,31 +355,94 @@ func run(ctx context.Context, c config) (*Report, error) {
 			}
 		}
 		rep.Servers = append(rep.Servers, sr)
+	case c.cluster:
+		sr, err := measureCluster(ctx, c, bin, workloads, logf)
+		if sr != nil {
+			rep.Servers = append(rep.Servers, sr)
+		}
+		if err != nil {
+			// A cluster that does not start is a finding, not a reason to
+			// lose the rest of the run.
+			if ctx.Err() != nil {
+				return rep, err
+			}
+			logf("cluster: %v", err)
+			rep.addNote("cluster", "not measured: "+oneLine(err.Error()))
+		}
+	}
+	if slices.Contains(workloads, "backup") {
+		logf("backup: create and restore, hot-only and cold-heavy, %d MiB each", c.backupBytes>>20)
+		res, err := backupWorkload(ctx, c, bin, logf)
+		rep.Backup = res
+		if err != nil {
+			return rep, fmt.Errorf("backup workload: %w", err)
+		}
+	}
+	if len(counts) > 0 {
+		for _, spec := range cardServers {
+			logf("%s: cardinality sweep over %v streams, a fresh server each", spec.name, counts)
+			rep.Cardinality = append(rep.Cardinality, cardinality(ctx, c, counts, spec, logf))
+			if ctx.Err() != nil {
+				return rep, ctx.Err()
+			}
+		}
 	}
 	evaluate(rep, c)
 	return rep, nil
 }
 
-// measure starts one server, runs the workloads against it and stops it.
-// ready waits until the server serves; nil means srv.WaitReady.
-func measure(ctx context.Context, c config, name string, opts e2e.Options, isNull bool, ready func(context.Context, *e2e.Server) error, workloads []string, logf func(string, ...any)) (*ServerRun, error) {
-	srv, err := e2e.NewServer(opts)
+// serverSpec is how the bench starts one server: its process options and
+// how to wait until it serves (nil: srv.WaitReady).
+type serverSpec struct {
+	name  string
+	opts  e2e.Options
+	ready func(context.Context, *e2e.Server) error
+	// durable says the server keeps its streams across a restart (the
+	// cardinality workload times its start at the largest count).
+	durable bool
+}
+
+// startServer starts a server and waits until it serves. The caller
+// closes it.
+func startServer(ctx context.Context, spec serverSpec) (*e2e.Server, error) {
+	srv, err := e2e.NewServer(spec.opts)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, fmt.Errorf("%s: %w", spec.name, err)
 	}
-	defer srv.Close()
 	if err := srv.Start(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		srv.Close()
+		return nil, fmt.Errorf("%s: %w", spec.name, err)
 	}
+	ready := spec.ready
 	if ready == nil {
 		ready = func(ctx context.Context, srv *e2e.Server) error { return srv.WaitReady(ctx) }
 	}
 	if err := ready(ctx, srv); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		srv.Close()
+		return nil, fmt.Errorf("%s: %w", spec.name, err)
 	}
+	return srv, nil
+}
+
+// ownServers are the workloads that start servers of their own.
+var ownServers = map[string]bool{"backup": true, "cardinality": true}
+
+// measure starts one server, runs the workloads against it and stops it;
+// it starts nothing (and returns nil) when every workload starts servers
+// of its own.
+func measure(ctx context.Context, c config, spec serverSpec, isNull bool, workloads []string, logf func(string, ...any)) (*ServerRun, error) {
+	if !slices.ContainsFunc(workloads, func(w string) bool { return !ownServers[w] }) {
+		return nil, nil
+	}
+	srv, err := startServer(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Close()
+	name := spec.name
 	sr := &ServerRun{Name: name, Command: srv.Bin + " " + strings.Join(srv.Args(), " "), PID: srv.PID()}
 	logf("%s: pid %d ready at %s", name, srv.PID(), srv.URL())
-	b := &bench{base: srv.URL(), root: e2e.StreamRoot, runID: runID(), pid: srv.PID(), isNull: isNull, logf: logf}
+	b := newBench(srv.URL(), []proc{{name, srv.PID()}}, isNull, logf)
 	runWorkloads(ctx, c, b, sr, workloads)
 	if v, err := procStatusMiB(srv.PID(), "VmHWM"); err == nil && sr.RSSPeakMiB == 0 {
 		sr.RSSPeakMiB = v
@@ -350,48 +463,73 @@ func runWorkloads(ctx context.Context, c config, b *bench, sr *ServerRun, worklo
 		if ctx.Err() != nil {
 			return
 		}
-		if w == "backup" {
-			continue // starts servers of its own (backupWorkload)
-		}
-		if w == "bootstrap" && strings.HasPrefix(sr.Name, "node ") {
+		switch {
+		case ownServers[w]:
+			continue
+		case w == "bootstrap" && strings.HasPrefix(sr.Name, "node "):
 			continue // Ursula's own route: the Node peer answers 404
-		}
-		b.logf("%s: %s for %v", sr.Name, w, c.duration)
-		var res *Result
-		var err error
-		cpu0, cpuErr := procCPU(b.pid)
-		switch w {
-		case "multi-stream":
-			res, err = b.multiStream(ctx, c.streams, c.payload, c.duration)
-		case "fan-out":
-			res, err = b.fanOut(ctx, c.subscribers, c.writerRate, c.payload, c.duration)
-		case "replay":
-			res, err = b.replay(ctx, c.replayCl, c.replayEv, c.replayBytes, c.duration)
-		case "bootstrap":
-			res, err = b.bootstrap(ctx, c.replayCl, c.replayEv, c.replayBytes, c.duration)
-		case "memory":
-			if b.isNull || !strings.Contains(sr.Name, "never") {
-				continue
-			}
+		case w == "memory" && (b.isNull || !strings.Contains(sr.Name, "never") || len(b.procs) > 1):
+			continue
+		case w == "memory":
 			// The peak RSS target is about the other workloads: record
 			// it before this one fills the hot windows on purpose.
 			if v, err := procStatusMiB(b.pid, "VmHWM"); err == nil {
 				sr.RSSPeakMiB = v
 			}
+		}
+		b.logf("%s: %s for %v", sr.Name, w, c.duration)
+		var res *Result
+		var err error
+		cpu0, cpuErr := cpuTimes(b.procs)
+		var each *rssSampler
+		if len(b.procs) > 1 {
+			each = sampleRSS(b.procs...)
+		}
+		switch w {
+		case "multi-stream":
+			res, err = b.multiStream(ctx, c.streams, c.payload, c.duration, nil)
+		case "fan-out":
+			res, err = b.fanOut(ctx, c.subscribers, c.writerRate, c.payload, c.duration, nil)
+		case "replay":
+			res, err = b.replay(ctx, c.replayCl, c.replayEv, c.replayBytes, c.duration, nil)
+		case "mixed":
+			res, err = b.mixed(ctx, c)
+		case "bootstrap":
+			res, err = b.bootstrap(ctx, c.replayCl, c.replayEv, c.replayBytes, c.duration)
+		case "memory":
 			res, err = b.memoryGrowth(ctx, c.memWarmup, c.memTotal)
+		}
+		if each != nil {
+			each.Stop()
 		}
 		if err != nil {
 			sr.addErr(w, err)
 			b.logf("%s: %s failed: %v", sr.Name, w, err)
 			continue
 		}
-		if cpu1, err := procCPU(b.pid); err == nil && cpuErr == nil && res.Ops > 0 {
-			res.ServerCPUS = round3((cpu1 - cpu0).Seconds())
-			res.CPUPerOpUS = round3(float64((cpu1-cpu0)/time.Nanosecond) / 1e3 / float64(res.Ops))
+		cpu1, err := cpuTimes(b.procs)
+		if err == nil && cpuErr == nil && len(b.procs) > 0 && res.Ops > 0 {
+			var total time.Duration
+			for i, p := range b.procs {
+				d := cpu1[i] - cpu0[i]
+				total += d
+				if each != nil {
+					if res.Processes == nil {
+						res.Processes = map[string]*ProcUsage{}
+					}
+					res.Processes[p.name] = &ProcUsage{
+						ServerCPUS: round3(d.Seconds()),
+						CPUPerOpUS: round3(float64(d) / 1e3 / float64(res.Ops)),
+						RSSMaxMiB:  each.perProcess()[p.name],
+					}
+				}
+			}
+			res.ServerCPUS = round3(total.Seconds())
+			res.CPUPerOpUS = round3(float64(total) / 1e3 / float64(res.Ops))
 		}
 		sr.Workloads[w] = res
-		b.logf("%s: %s: %.0f ops/s, p50 %.2f ms, p99 %.2f ms, p999 %.2f ms, errors %v",
-			sr.Name, w, res.OpsPerSec, res.Latency.P50MS, res.Latency.P99MS, res.Latency.P999MS, res.Errors)
+		b.logf("%s: %s: %.0f ops/s, p50 %.2f ms, p99 %.2f ms, p999 %.2f ms, server CPU %.1f µs/op, errors %v",
+			sr.Name, w, res.OpsPerSec, res.Latency.P50MS, res.Latency.P99MS, res.Latency.P999MS, res.CPUPerOpUS, res.Errors)
 	}
 }
 
@@ -481,7 +619,45 @@ func evaluate(rep *Report, c config) {
 		add(fmt.Sprintf("%s: RSS after %v <= RSS after %v + hot cap (MiB)", s.Name, x["total_label"], x["warmup_label"]),
 			fmt.Sprintf("<= %.1f", bound), tot, tot > 0 && tot <= bound)
 	}
-	if s := find("cluster"); s != nil {
+	never, always := find("ursula fsync=never"), find("ursula fsync=always")
+	if never != nil && always != nil && never.Workloads["multi-stream"] != nil && always.Workloads["multi-stream"] != nil && never.Workloads["multi-stream"].OpsPerSec > 0 {
+		r := round3(always.Workloads["multi-stream"].OpsPerSec / never.Workloads["multi-stream"].OpsPerSec)
+		rep.Ratios["multi_stream_ops_always_vs_never"] = r
+		add("multi-stream: fsync always vs fsync never, ops/s", ">= 0.90", r, r >= 0.90)
+	}
+	if m := never.workload("multi-stream"); m != nil {
+		notMeasured := func(name, want string, got any) {
+			rep.Targets = append(rep.Targets, Target{Name: name, Want: want, Got: got, NotMeasured: true})
+		}
+		notMeasured("multi-stream, fsync never: server CPU per append (µs)", "<= 0.8 × the official Go server's in memory (not in this run; checked independently)", m.CPUPerOpUS)
+		notMeasured("multi-stream, fsync never: ops/s vs null", ">= 1.15 × the official Go server's in memory (not in this run; checked independently)", rep.Ratios["multi_stream_ops_fsync_never"])
+	}
+	if never != nil {
+		for _, mr := range mixedRatios(never) {
+			add(fmt.Sprintf("mixed load, fsync never: %s p99 vs alone", mr.Workload), "<= 1.50", mr.Ratio, mr.Ratio > 0 && mr.Ratio <= 1.5)
+		}
+	}
+	for _, run := range rep.Cardinality {
+		if run.Server != "ursula fsync=never" {
+			continue
+		}
+		base, top := cardPoint(run, 500), cardPoint(run, 1_000_000)
+		if top == nil {
+			continue
+		}
+		if top.Append == nil {
+			add("1,000,000 streams, fsync never: measured", "created and appended to", top.Skipped, false)
+			continue
+		}
+		add("1,000,000 streams, fsync never: peak RSS (MiB)", "<= 1536", top.RSSPeakMiB, top.RSSPeakMiB > 0 && top.RSSPeakMiB <= 1536)
+		add("1,000,000 streams, fsync never: start after a graceful stop (s)", "<= 30", top.StartAfterStopS, top.StartAfterStopS > 0 && top.StartAfterStopS <= 30)
+		add("1,000,000 streams, fsync never: start after SIGKILL (s)", "<= 30", top.StartAfterCrashS, top.StartAfterCrashS > 0 && top.StartAfterCrashS <= 30)
+		if base != nil && base.Append != nil && base.Append.OpsPerSec > 0 {
+			r := round3(top.Append.OpsPerSec / base.Append.OpsPerSec)
+			add("1,000,000 streams, fsync never: append ops/s vs 500 streams", ">= 0.80", r, r >= 0.80)
+		}
+	}
+	if s := find(clusterName); s != nil {
 		if r, ok := ratio(s, "multi-stream"); ok {
 			rep.Ratios["multi_stream_ops_cluster"] = r
 			if c.streams == 500 {
@@ -493,11 +669,72 @@ func evaluate(rep *Report, c config) {
 			add("fan-out 1000 subscribers, 3-node cluster: p99 ms", "<= 25", f.Latency.P99MS, f.Latency.P99MS <= 25 && f.Latency.Count > 0)
 			add("fan-out 1000 subscribers, 3-node cluster: events missed", "0", f.Extra["missing"], all)
 		}
+		errs := 0
+		for _, w := range []string{"multi-stream", "fan-out", "replay", "mixed"} {
+			if r := s.Workloads[w]; r != nil {
+				for _, n := range r.Errors {
+					errs += n
+				}
+			}
+		}
+		if len(s.Workloads) > 0 {
+			add("3-node cluster: 503s and other errors under load, no faults", "0", errs, errs == 0)
+		}
+		if m := s.Workloads["multi-stream"]; m != nil && m.Processes["gateway"] != nil {
+			ref := "?"
+			if a := never.workload("multi-stream"); a != nil {
+				ref = fmt.Sprintf("%.1f", a.CPUPerOpUS)
+			}
+			rep.Targets = append(rep.Targets, Target{
+				Name:        "3-node cluster: gateway CPU per append (µs)",
+				Want:        "<= the all-in-one binary's HTTP front (its whole process: " + ref + " µs; the front's share needs a profile)",
+				Got:         m.Processes["gateway"].CPUPerOpUS,
+				NotMeasured: true,
+			})
+		}
+	}
+	if len(rep.Cardinality) > 0 {
+		rep.Targets = append(rep.Targets,
+			Target{Name: "1,000,000 streams on the 3-node cluster", Want: "as on one node (not measured by the bench)", NotMeasured: true})
 	}
 	if c.streams != 500 || c.subscribers != 1000 || c.replayCl != 100 {
 		rep.addNote("targets", "throughput and latency targets are defined for 500 streams, "+
 			"1000 subscribers and 100 replay clients; those of other sizes are left out")
 	}
+}
+
+// placeFlags say where binaries, peers and outputs are, or how strict the
+// exit status is: they do not change what a run measures.
+var placeFlags = map[string]bool{"server": true, "peers": true, "peer-dir": true, "report": true, "out": true, "strict": true}
+
+// changedFlags lists the flags of fs set to a value other than their
+// default (placeFlags apart), as "-name=value" separated by spaces.
+func changedFlags(fs *flag.FlagSet) string {
+	var out []string
+	fs.Visit(func(f *flag.Flag) {
+		if !placeFlags[f.Name] && f.Value.String() != f.DefValue {
+			out = append(out, "-"+f.Name+"="+f.Value.String())
+		}
+	})
+	return strings.Join(out, " ")
+}
+
+// workload is the result of w, nil when s or the result is missing.
+func (s *ServerRun) workload(w string) *Result {
+	if s == nil {
+		return nil
+	}
+	return s.Workloads[w]
+}
+
+// cardPoint is run's point for n streams, nil if the sweep had none.
+func cardPoint(run *CardinalityRun, n int) *CardinalityPoint {
+	for _, p := range run.Points {
+		if p.Streams == n {
+			return p
+		}
+	}
+	return nil
 }
 
 // runNullServer answers 204 to every request without storing anything (200

@@ -85,7 +85,7 @@ func (b *bench) memoryGrowth(ctx context.Context, warmup, total int64) (*Result,
 		v, _ := procStatusMiB(b.pid, "VmRSS")
 		return v
 	}
-	rss := sampleRSS(b.pid)
+	rss := sampleRSS(b.procs...)
 	start := time.Now()
 	if err := appendUpTo(warmup); err != nil {
 		rss.Stop()

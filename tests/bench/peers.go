@@ -90,6 +90,43 @@ func nodePeerOptions(script string) []struct {
 	}
 }
 
+// nodeFiles404 explains the 404s the Node peer's file store answers under
+// load (read in the pinned version's dist/index.js and reproduced with 500
+// streams appended to at once): a bench finding about the peer, not a
+// fault of the bench.
+const nodeFiles404 = "node files: its 404s are the peer's own: the file store of @durable-streams/server 0.3.7 keeps at most 100 file handles " +
+	"(DurableStreamTestServer does not pass maxFileHandles on), and an append whose handle was evicted before its fsync fails with " +
+	"\"handle not found\", which its HTTP layer maps to 404 Stream not found"
+
+// noteNode404 adds nodeFiles404 when the file-store run met a 404.
+func noteNode404(rep *Report, sr *ServerRun) {
+	if sr == nil || sr.Name != "node files" {
+		return
+	}
+	for _, r := range sr.Workloads {
+		for _, p := range append([]*Result{r}, partsOf(r)...) {
+			if p.Errors["status_404"] > 0 {
+				rep.addNote("node_files_404", nodeFiles404)
+				return
+			}
+		}
+	}
+	for _, e := range sr.Errors {
+		if strings.Contains(e, "404") {
+			rep.addNote("node_files_404", nodeFiles404)
+			return
+		}
+	}
+}
+
+func partsOf(r *Result) []*Result {
+	var out []*Result
+	for _, p := range r.Parts {
+		out = append(out, p)
+	}
+	return out
+}
+
 // waitAnswer waits until the server answers HTTP at all: the Node peer has
 // no readiness route.
 func waitAnswer(ctx context.Context, srv *e2e.Server) error {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Markdown report and SVG plots of a Report (-report). Everything here is a
@@ -35,6 +36,12 @@ func machineInfo(m map[string]any) {
 			}
 		}
 		f.Close()
+	}
+	if h, err := os.Hostname(); err == nil {
+		m["host"] = h
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m["kernel"] = strings.TrimSpace(string(b))
 	}
 	if f, err := os.Open("/proc/meminfo"); err == nil {
 		sc := bufio.NewScanner(f)
@@ -69,9 +76,18 @@ func writeReport(rep *Report, path string) error {
 
 // reportFiles are the plots by file name.
 func reportFiles(rep *Report) map[string][]byte {
-	out := map[string][]byte{"bench-throughput.svg": renderThroughputSVG(rep)}
+	out := map[string][]byte{
+		"bench-throughput.svg": renderThroughputSVG(rep),
+		"bench-cpu.svg":        renderCPUSVG(rep),
+		"bench-rss.svg":        renderRSSSVG(rep),
+	}
 	for _, w := range reportWorkloads(rep) {
 		out["bench-latency-"+w+".svg"] = renderLatencySVG(rep, w)
+	}
+	if len(rep.Cardinality) > 0 {
+		for _, k := range cardinalityPlots {
+			out["bench-cardinality-"+k.file+".svg"] = renderCardinalitySVG(rep, k)
+		}
 	}
 	return out
 }
@@ -124,18 +140,25 @@ func renderMarkdown(rep *Report) []byte {
 	p("Every server ran on this machine, one after the other in the same run, with the load generator on the same cores; ")
 	p("\"× null\" is the throughput divided by that of the null server (answers 204, stores nothing) in the same run.\n\n")
 
-	p("## Machine\n\n| CPU | cores | memory | OS | Go | Node |\n|---|---|---|---|---|---|\n")
+	p("## Machine\n\n| host | CPU | cores | memory | OS | kernel | Go | Node |\n|---|---|---|---|---|---|---|---|\n")
 	mem := "?"
 	if v, ok := num(rep.Machine["mem_total_mib"]); ok {
 		mem = fmt.Sprintf("%.1f GiB", v/1024)
 	}
-	p("| %s | %s | %s | %s | %s | %s |\n\n", cell(rep.Machine["cpu_model"]), cell(rep.Machine["cpus"]), mem,
-		cell(rep.Machine["os"]), cell(rep.Machine["go"]), cell(rep.Machine["node"]))
+	p("| %s | %s | %s | %s | %s | %s | %s | %s |\n\n", cell(rep.Machine["host"]), cell(rep.Machine["cpu_model"]), cell(rep.Machine["cpus"]), mem,
+		cell(rep.Machine["os"]), cell(rep.Machine["kernel"]), cell(rep.Machine["go"]), cell(rep.Machine["node"]))
 
 	p("## Configuration\n\n")
+	if f, ok := rep.Config["flags"].(string); ok && f != "" {
+		p("A shortened or changed run: flags other than the defaults: `%s`. Its figures are not comparable with a full run's.\n\n", f)
+	} else {
+		p("A full run: every workload and size at its default.\n\n")
+	}
 	keys := make([]string, 0, len(rep.Config))
 	for k := range rep.Config {
-		keys = append(keys, k)
+		if k != "flags" { // said above
+			keys = append(keys, k)
+		}
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
@@ -146,7 +169,12 @@ func renderMarkdown(rep *Report) []byte {
 		p("| %s | `%s` | %s |\n", s.Name, strings.ReplaceAll(s.Command, "|", `\|`), fmtOr(s.RSSPeakMiB, "%.0f"))
 	}
 
-	p("\n## Throughput\n\n![Throughput per workload and server, as a ratio to the null server](%s/bench-throughput.svg)\n", reportImgDir)
+	p("\n## Throughput\n\n![Throughput per workload and server, as a ratio to the null server](%s/bench-throughput.svg)\n\n", reportImgDir)
+	p("A workload the null server cannot run (fan-out: it has no SSE) is plotted as a ratio to the fastest server instead, as its label says.\n")
+	p("\n## CPU and memory\n\n![Server CPU per operation per workload and server](%s/bench-cpu.svg)\n\n", reportImgDir)
+	p("![Peak RSS per server](%s/bench-rss.svg)\n\n", reportImgDir)
+	p("Server CPU is the user and system time of the server's processes (/proc/<pid>/stat) during the workload, divided by its operations (appends, deliveries, reads); ")
+	p("for the cluster it is the sum over the three nodes and the gateway. Peak RSS is VmHWM before the memory workload (summed over the cluster's processes).\n")
 	for _, w := range reportWorkloads(rep) {
 		p("\n## %s\n\n![p50 and p99 latency of %s per server](%s/bench-latency-%s.svg)\n\n", w, w, reportImgDir, w)
 		p("| server | ops/s | × null | p50 (ms) | p99 (ms) | server CPU per op (µs) | RSS max (MiB) | errors |\n")
@@ -167,11 +195,18 @@ func renderMarkdown(rep *Report) []byte {
 				r.Latency.P50MS, r.Latency.P99MS, fmtOr(r.CPUPerOpUS, "%.1f"), fmtOr(r.RSSMaxMiB, "%.0f"), errText(r.Errors))
 		}
 	}
+	renderMixed(&b, rep)
+	renderCluster(&b, rep)
+	renderCardinality(&b, rep)
 	if len(rep.Targets) > 0 {
-		p("\n## Targets\n\n| target | want | got | met |\n|---|---|---|---|\n")
+		p("\n## Targets\n\nEvery target of the issue, with this run's figure; those this run cannot check say so.\n\n")
+		p("| target | want | got | met |\n|---|---|---|---|\n")
 		for _, t := range rep.Targets {
 			met := "no"
-			if t.OK {
+			switch {
+			case t.NotMeasured:
+				met = "not measured here"
+			case t.OK:
 				met = "yes"
 			}
 			p("| %s | %s | %s | %s |\n", t.Name, t.Want, cell(t.Got), met)
@@ -244,6 +279,16 @@ func oneLine(s string) string {
 // palette colours the servers in their order in the run.
 var palette = []string{"#9e9e9e", "#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#9467bd"}
 
+// color is a server's colour in every plot: by its place in the run.
+func (rep *Report) color(name string) string {
+	for i, s := range rep.Servers {
+		if s.Name == name {
+			return palette[i%len(palette)]
+		}
+	}
+	return palette[len(palette)-1]
+}
+
 // svg is a tiny writer of hand-written SVG.
 type svg struct{ b bytes.Buffer }
 
@@ -312,7 +357,8 @@ type barChart struct {
 
 func (c barChart) render() []byte {
 	const h = 360
-	const left, right, top, bottom = 64.0, 200.0, 36.0, 40.0
+	const left, top, bottom = 64.0, 36.0, 40.0
+	right := legendWidth(c.series)
 	// Wide enough for a server's name under each group.
 	w := max(760, int(left+right)+170*len(c.groups))
 	pw, ph := float64(w)-left-right, h-top-bottom
@@ -364,16 +410,21 @@ func (c barChart) render() []byte {
 		gw := pw / float64(len(c.groups))
 		bw := gw * 0.8 / float64(len(c.series))
 		for gi, g := range c.groups {
-			x0 := left + gw*float64(gi) + gw*0.1
+			// Only the series with a value take a slot, centred in the
+			// group: a server without a figure leaves no hole.
+			var present []int
 			for si := range c.series {
-				v := c.value[gi][si]
-				if math.IsNaN(v) {
-					continue
+				if !math.IsNaN(c.value[gi][si]) {
+					present = append(present, si)
 				}
+			}
+			x0 := left + gw*float64(gi) + (gw-bw*float64(len(present)))/2
+			for k, si := range present {
+				v := c.value[gi][si]
 				bh := scale(v)
-				s.rect(x0+bw*float64(si), top+ph-bh, bw*0.9, bh, c.colors[si], c.label[gi][si])
+				s.rect(x0+bw*float64(k), top+ph-bh, bw*0.9, bh, c.colors[si], c.label[gi][si])
 				if c.text != nil && c.text[gi][si] != "" {
-					s.text(x0+bw*(float64(si)+0.45), top+ph-bh-4, "middle", c.text[gi][si], ` font-size="10"`)
+					s.text(x0+bw*(float64(k)+0.45), top+ph-bh-4, "middle", c.text[gi][si], ` font-size="10"`)
 				}
 			}
 			s.text(left+gw*(float64(gi)+0.5), top+ph+18, "middle", g, "")
@@ -385,6 +436,16 @@ func (c barChart) render() []byte {
 		s.text(left+pw+32, y+9, "start", name, "")
 	}
 	return s.bytes()
+}
+
+// legendWidth is the right margin that holds the legend: a swatch and
+// the longest name, at about 7 px per character of the 12 px font.
+func legendWidth(names []string) float64 {
+	longest := 0
+	for _, n := range names {
+		longest = max(longest, utf8.RuneCountInString(n))
+	}
+	return max(120, 48+7*float64(longest))
 }
 
 func trimFloat(v float64) string {
@@ -400,10 +461,11 @@ func renderThroughputSVG(rep *Report) []byte {
 	if rep.server("null") == nil {
 		c.yLabel = "ops/s ÷ fastest server"
 	}
-	for i, s := range rep.Servers {
+	for _, s := range rep.Servers {
 		c.series = append(c.series, s.Name)
-		c.colors = append(c.colors, palette[i%len(palette)])
+		c.colors = append(c.colors, rep.color(s.Name))
 	}
+	c.groups = nil
 	for _, w := range ws {
 		best := 0.0
 		for _, s := range rep.Servers {
@@ -411,6 +473,15 @@ func renderThroughputSVG(rep *Report) []byte {
 				best = max(best, r.OpsPerSec)
 			}
 		}
+		// Without a null figure for w (fan-out: the null server has no
+		// SSE), the ratio is to the fastest server, and the label says so.
+		null := rep.server("null")
+		toBest := null == nil || null.Workloads[w] == nil || null.Workloads[w].OpsPerSec == 0
+		group := w
+		if toBest && null != nil {
+			group = w + " (÷ fastest)"
+		}
+		c.groups = append(c.groups, group)
 		vals, labels, texts := make([]float64, len(rep.Servers)), make([]string, len(rep.Servers)), make([]string, len(rep.Servers))
 		for i, s := range rep.Servers {
 			r := s.Workloads[w]
@@ -420,7 +491,7 @@ func renderThroughputSVG(rep *Report) []byte {
 			}
 			if v, ok := rep.ratioToNull(s, w); ok {
 				vals[i] = v
-			} else if rep.server("null") == nil && best > 0 {
+			} else if toBest && best > 0 && r.OpsPerSec > 0 {
 				vals[i] = r.OpsPerSec / best
 			}
 			labels[i] = fmt.Sprintf("%s, %s: %.0f ops/s", s.Name, w, r.OpsPerSec)

@@ -83,26 +83,46 @@ func procStatusMiB(pid int, field string) (float64, error) {
 	return round3(float64(v) / (1 << 20)), nil
 }
 
-// rssSampler records the highest VmRSS of a process, sampled every 100 ms.
-type rssSampler struct {
-	stop chan struct{}
-	done chan struct{}
-	max  float64
+// proc is one process of the server under test (a cluster has several).
+type proc struct {
+	name string
+	pid  int
 }
 
-func sampleRSS(pid int) *rssSampler {
+// rssSampler records, every 100 ms, the highest VmRSS of each process and
+// the highest sum over the processes.
+type rssSampler struct {
+	stop  chan struct{}
+	done  chan struct{}
+	max   float64
+	procs []proc
+	each  []float64
+}
+
+func sampleRSS(procs ...proc) *rssSampler {
 	s := &rssSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	for _, p := range procs {
+		if p.pid > 0 {
+			s.procs = append(s.procs, p)
+		}
+	}
+	s.each = make([]float64, len(s.procs))
 	go func() {
 		defer close(s.done)
-		if pid <= 0 {
+		if len(s.procs) == 0 {
 			return
 		}
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if v, err := procStatusMiB(pid, "VmRSS"); err == nil && v > s.max {
-				s.max = v
+			sum := 0.0
+			for i, p := range s.procs {
+				if v, err := procStatusMiB(p.pid, "VmRSS"); err == nil {
+					sum += v
+					s.each[i] = max(s.each[i], v)
+				}
 			}
+			s.max = max(s.max, round3(sum))
 			select {
 			case <-s.stop:
 				return
@@ -113,12 +133,35 @@ func sampleRSS(pid int) *rssSampler {
 	return s
 }
 
-// Stop ends sampling and returns the highest VmRSS seen in MiB (0 without a
-// pid).
+// Stop ends sampling and returns the highest VmRSS (summed over the
+// processes) seen in MiB, 0 without a pid.
 func (s *rssSampler) Stop() float64 {
 	close(s.stop)
 	<-s.done
 	return s.max
+}
+
+// perProcess is the highest VmRSS of each process by name, after Stop.
+func (s *rssSampler) perProcess() map[string]float64 {
+	out := make(map[string]float64, len(s.procs))
+	for i, p := range s.procs {
+		out[p.name] = s.each[i]
+	}
+	return out
+}
+
+// cpuTimes reads the CPU time of every process; a process it cannot read
+// is an error (its figure would be wrong).
+func cpuTimes(procs []proc) ([]time.Duration, error) {
+	out := make([]time.Duration, len(procs))
+	for i, p := range procs {
+		v, err := procCPU(p.pid)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times: 100 on

@@ -33,8 +33,21 @@ type Result struct {
 	// workload (/proc/<pid>/stat), and CPUPerOpUS that divided by Ops.
 	ServerCPUS float64 `json:"server_cpu_s,omitempty"`
 	CPUPerOpUS float64 `json:"cpu_per_op_us,omitempty"`
+	// Processes breaks the server CPU and RSS down by process when the
+	// server is several processes (a cluster's nodes and gateway).
+	Processes map[string]*ProcUsage `json:"processes,omitempty"`
+	// Parts are the workloads that ran at once (mixed), each measured as
+	// if alone.
+	Parts map[string]*Result `json:"parts,omitempty"`
 	// Note says why figures are missing or meaningless (null server).
 	Note string `json:"note,omitempty"`
+}
+
+// ProcUsage is one process's share of a workload.
+type ProcUsage struct {
+	ServerCPUS float64 `json:"server_cpu_s"`
+	CPUPerOpUS float64 `json:"cpu_per_op_us,omitempty"`
+	RSSMaxMiB  float64 `json:"rss_max_mib,omitempty"`
 }
 
 // errCounts counts errors by kind from many goroutines.
@@ -92,15 +105,25 @@ func newHTTPClient(conns int, timeout time.Duration) *http.Client {
 
 // bench holds what every workload needs.
 type bench struct {
-	base   string // server origin
-	root   string // stream root path, "/v1/stream/"
-	runID  string // makes stream names unique per run
-	pid    int    // server pid for RSS sampling, 0 if unknown
+	base  string // server origin
+	root  string // stream root path, "/v1/stream/"
+	runID string // makes stream names unique per run
+	pid   int    // server pid for RSS sampling, 0 if unknown
+	// procs are the server's processes (one, or a cluster's nodes and
+	// gateway) whose CPU and RSS are measured; empty if unknown.
+	procs  []proc
 	isNull bool
 	logf   func(format string, args ...any)
 }
 
 func (b *bench) streamURL(name string) string { return b.base + b.root + name }
+
+// pass calls gate if there is one.
+func pass(gate func()) {
+	if gate != nil {
+		gate()
+	}
+}
 
 func drain(resp *http.Response) {
 	io.Copy(io.Discard, resp.Body)
@@ -138,7 +161,9 @@ func (b *bench) create(ctx context.Context, c *http.Client, names []string, cont
 }
 
 // multiStream: n streams, one append in flight per stream, producer headers.
-func (b *bench) multiStream(ctx context.Context, streams, payloadBytes int, d time.Duration) (*Result, error) {
+// gate, if not nil, is called once set-up is done and returns when the
+// measured part may start (mixed starts several workloads together).
+func (b *bench) multiStream(ctx context.Context, streams, payloadBytes int, d time.Duration, gate func()) (*Result, error) {
 	c := newHTTPClient(streams, 30*time.Second)
 	defer c.CloseIdleConnections()
 	names := make([]string, streams)
@@ -153,11 +178,12 @@ func (b *bench) multiStream(ctx context.Context, streams, payloadBytes int, d ti
 	for i := range payload {
 		payload[i] = byte(rng.Uint32())
 	}
+	pass(gate)
 
 	var lat samples
 	var errs errCounts
 	var ok atomic.Int64
-	rss := sampleRSS(b.pid)
+	rss := sampleRSS(b.procs...)
 	start := time.Now()
 	end := start.Add(d)
 	var wg sync.WaitGroup
@@ -222,7 +248,7 @@ func fanoutPayload(seq uint64, size int) []byte {
 }
 
 // fanOut: one stream, a paced writer, many SSE subscribers.
-func (b *bench) fanOut(ctx context.Context, subscribers, rate, payloadBytes int, d time.Duration) (*Result, error) {
+func (b *bench) fanOut(ctx context.Context, subscribers, rate, payloadBytes int, d time.Duration, gate func()) (*Result, error) {
 	if payloadBytes < 48 {
 		payloadBytes = 48
 	}
@@ -271,8 +297,9 @@ func (b *bench) fanOut(ctx context.Context, subscribers, rate, payloadBytes int,
 		return nil, ctx.Err()
 	}
 	b.logf("fan-out: %d subscribers connected", subscribers)
+	pass(gate)
 
-	rss := sampleRSS(b.pid)
+	rss := sampleRSS(b.procs...)
 	start := time.Now()
 	var sent []uint64
 	tick := time.NewTicker(time.Second / time.Duration(rate))
@@ -488,7 +515,7 @@ func (s *subscriber) record(data []byte, now time.Time) {
 
 // replay: every client reads its own pre-filled stream from -1 to the tail,
 // all clients at once, round after round for d.
-func (b *bench) replay(ctx context.Context, clients, events, eventBytes int, d time.Duration) (*Result, error) {
+func (b *bench) replay(ctx context.Context, clients, events, eventBytes int, d time.Duration, gate func()) (*Result, error) {
 	c := newHTTPClient(clients, 30*time.Second)
 	defer c.CloseIdleConnections()
 	names := make([]string, clients)
@@ -533,12 +560,13 @@ func (b *bench) replay(ctx context.Context, clients, events, eventBytes int, d t
 		return nil, err
 	}
 	b.logf("replay: pre-filled %d streams × %d × %d B in %v", clients, events, eventBytes, time.Since(fillStart).Round(time.Millisecond))
+	pass(gate)
 
 	var lat samples
 	var errs errCounts
 	var ok, short atomic.Int64
 	want := int64(events * eventBytes)
-	rss := sampleRSS(b.pid)
+	rss := sampleRSS(b.procs...)
 	start := time.Now()
 	rounds := 0
 	for rounds == 0 || (time.Since(start) < d && ctx.Err() == nil) {
