@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/httpserver"
@@ -62,6 +63,11 @@ type discardWriter struct {
 func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (w *discardWriter) WriteHeader(s int)           { w.status = s }
+
+// The server's connection has deadlines; without them the HTTP wrapper
+// would measure the errors of a writer that has none.
+func (w *discardWriter) SetReadDeadline(time.Time) error  { return nil }
+func (w *discardWriter) SetWriteDeadline(time.Time) error { return nil }
 
 type readCloser struct{ *strings.Reader }
 

@@ -236,7 +236,7 @@ func (s *shard) run(ctx context.Context) error {
 }
 
 // waitSyncWindow delays a busy shard's next batch under fsync "always" so
-// that its fsyncs are at least SyncWindow apart (group commit).
+// that its fsyncs start at least SyncWindow apart (group commit).
 func (s *shard) waitSyncWindow() {
 	w := s.h.cfg.SyncWindow
 	if w <= 0 || s.h.cfg.Fsync != FsyncAlways || s.lastSync.IsZero() || s.lastDrained < 2 {
@@ -457,7 +457,11 @@ func (s *shard) processReady() error {
 			s.stats.persistNs.Add(uint64(d))
 			h.lat.persist.Record(context.Background(), d.Seconds())
 			if sync {
-				s.lastSync = time.Now()
+				// The window runs from the start of this fsync: proposals
+				// that arrived while it ran already wait for the next one,
+				// and a slow fsync (longer than the window) must not be
+				// followed by a sleep on top of it.
+				s.lastSync = flushStart
 			}
 		}
 		for i := range s.readies {
