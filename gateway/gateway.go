@@ -49,6 +49,8 @@ type Gateway struct {
 	logger  *slog.Logger
 	metrics metrics
 	handler http.Handler
+	// routes are the route templates under cfg.StreamRoot (spans, metrics).
+	routes routes
 	// budget is the process's in-flight request-body budget.
 	budget *httpserver.Budget
 
@@ -78,6 +80,7 @@ func New(cfg Config, client streamv1.StreamServiceClient, logger *slog.Logger) (
 		logger = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{cfg: cfg, client: client, logger: logger, budget: cfg.BodyBudget, listening: make(chan struct{})}
+	g.routes = newRoutes(cfg.StreamRoot)
 	if g.budget == nil {
 		g.budget = httpserver.NewBudget(0)
 	}
@@ -282,7 +285,7 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		g.metrics.countRequest(r.Method, status)
 		if timed {
-			route, _ := routeOf(g.cfg.StreamRoot, r.URL.Path)
+			route, _ := g.routes.of(r.URL.Path)
 			g.metrics.recordDuration(ctx, time.Since(start), route, r.Method, status, r.TLS != nil)
 		}
 		endSpan(span, status)

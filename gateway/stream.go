@@ -214,7 +214,13 @@ func (g *Gateway) appendStream(w http.ResponseWriter, r *http.Request, t target)
 		badRequest(w, ErrMissingType)
 		return
 	}
-	req := &streamv1.AppendRequest{Ref: t.ref, ContentType: ct, Body: body, Close: closeReq, StreamSeq: seq, Incarnation: t.incarnation}
+	// The request's messages in one allocation instead of two.
+	x := &struct {
+		req      streamv1.AppendRequest
+		producer streamv1.Producer
+	}{}
+	req := &x.req
+	req.Ref, req.ContentType, req.Body, req.Close, req.StreamSeq, req.Incarnation = t.ref, ct, body, closeReq, seq, t.incarnation
 	if match, hasMatch, err := parseRecordMatch(h); err != nil {
 		badRequest(w, err)
 		return
@@ -222,7 +228,8 @@ func (g *Gateway) appendStream(w http.ResponseWriter, r *http.Request, t target)
 		req.RecordMatch = &match
 	}
 	if hasProd {
-		req.Producer = &streamv1.Producer{Id: prod.ID, Epoch: prod.Epoch, Seq: prod.Seq}
+		x.producer.Id, x.producer.Epoch, x.producer.Seq = prod.ID, prod.Epoch, prod.Seq
+		req.Producer = &x.producer
 	}
 	resp, err := g.client.Append(r.Context(), req)
 	if err != nil {
@@ -232,9 +239,9 @@ func (g *Gateway) appendStream(w http.ResponseWriter, r *http.Request, t target)
 	out := w.Header()
 	// One allocation for the header values (each gets a full slice, so an
 	// append to one cannot overwrite the next).
-	n := 1
+	n := 2
 	if hasProd {
-		n = 3
+		n = 4
 	}
 	vals := make([]string, n)
 	vals[0] = resp.GetNextOffset()
@@ -242,16 +249,19 @@ func (g *Gateway) appendStream(w http.ResponseWriter, r *http.Request, t target)
 	if resp.GetClosed() {
 		out[hStreamClosed] = valTrue
 	}
-	setIncarnation(out, resp.GetIncarnation())
+	if inc := resp.GetIncarnation(); inc != 0 { // as setIncarnation does
+		vals[1] = strconv.FormatUint(inc, 10)
+		out[hStreamIncarnation] = vals[1:2:2]
+	}
 	if len(body) > 0 {
 		setAppendRecords(out, resp, ct)
 	}
 	status := http.StatusNoContent
 	if hasProd {
-		vals[1] = echoUint(h, hProducerEpoch, prod.Epoch, resp.GetProducerEpoch())
-		vals[2] = echoUint(h, hProducerSeq, prod.Seq, resp.GetProducerSeq())
-		out[hProducerEpoch] = vals[1:2:2]
-		out[hProducerSeq] = vals[2:3:3]
+		vals[2] = echoUint(h, hProducerEpoch, prod.Epoch, resp.GetProducerEpoch())
+		vals[3] = echoUint(h, hProducerSeq, prod.Seq, resp.GetProducerSeq())
+		out[hProducerEpoch] = vals[2:3:3]
+		out[hProducerSeq] = vals[3:4:4]
 		if len(body) > 0 && !resp.GetDuplicate() {
 			status = http.StatusOK
 		}

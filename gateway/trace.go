@@ -26,6 +26,45 @@ const (
 	attrHubSpanID  = attribute.Key("ursula.sse.hub.span_id")
 )
 
+// serverSpanOptions are the options of every request's span, made once
+// (an option is an interface value: made per request, it is an allocation).
+var serverSpanOptions = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+
+// traceCarrier is propagation.HeaderCarrier without the allocation
+// http.Header.Get makes to canonicalize a key given in lower case: the W3C
+// propagators ask for "traceparent", "tracestate" and "baggage" on every
+// request, mostly to find nothing.
+type traceCarrier http.Header
+
+// canonicalTraceKey returns the canonical form of the keys the W3C
+// propagators ask for, and key itself for any other.
+func canonicalTraceKey(key string) string {
+	switch key {
+	case "traceparent":
+		return "Traceparent"
+	case "tracestate":
+		return "Tracestate"
+	case "baggage":
+		return "Baggage"
+	}
+	return http.CanonicalHeaderKey(key)
+}
+
+func (c traceCarrier) Get(key string) string {
+	if v := c[canonicalTraceKey(key)]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (c traceCarrier) Values(key string) []string { return c[canonicalTraceKey(key)] }
+
+func (c traceCarrier) Set(key, value string) { http.Header(c).Set(key, value) }
+
+func (c traceCarrier) Keys() []string { return propagation.HeaderCarrier(c).Keys() }
+
+var _ propagation.ValuesGetter = traceCarrier(nil)
+
 // startSpan starts the server span of a request, as a child of the span in
 // its traceparent header, if any. The span is named "<method> <route>"
 // (the route template, never the stream name) and carries the HTTP
@@ -37,8 +76,8 @@ const (
 // template stands for the path. Without a tracer provider it costs a
 // context value.
 func (g *Gateway) startSpan(r *http.Request) (context.Context, trace.Span) {
-	ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer))
+	ctx := otel.GetTextMapPropagator().Extract(r.Context(), traceCarrier(r.Header))
+	ctx, span := tracer.Start(ctx, r.Method, serverSpanOptions...)
 	if !span.IsRecording() {
 		return ctx, span
 	}
@@ -46,7 +85,7 @@ func (g *Gateway) startSpan(r *http.Request) (context.Context, trace.Span) {
 	if methodIndex(method) == len(methodNames)-1 {
 		method = "_OTHER"
 	}
-	route, bucket := routeOf(g.cfg.StreamRoot, r.URL.Path)
+	route, bucket := g.routes.of(r.URL.Path)
 	name := method
 	if method == "_OTHER" {
 		name = "HTTP"
@@ -123,6 +162,22 @@ func endSpan(span trace.Span, status int) {
 // routeOf returns the route template of path as route dispatches it, and
 // the bucket it addresses ("" when none, or when the name is invalid).
 func routeOf(root, path string) (route, bucket string) {
+	return newRoutes(root).of(path)
+}
+
+// routes holds the route templates under a gateway's stream root, built
+// once rather than concatenated for every request.
+type routes struct {
+	root, stream, subscription string
+}
+
+func newRoutes(root string) routes {
+	return routes{root: root, stream: root + "{stream...}", subscription: root + reservedSegment + "/{subscription...}"}
+}
+
+// of is routeOf for the gateway's root.
+func (rt routes) of(path string) (route, bucket string) {
+	root := rt.root
 	if strings.HasPrefix(path, ownPrefix) {
 		if isStatusPage(path) {
 			return statusPagePrefix + "/{file...}", ""
@@ -136,9 +191,9 @@ func routeOf(root, path string) (route, bucket string) {
 	if strings.HasPrefix(path, root) {
 		rest := path[len(root):]
 		if rest == reservedSegment || strings.HasPrefix(rest, reservedSegment+"/") {
-			return root + reservedSegment + "/{subscription...}", BuiltinBucket
+			return rt.subscription, BuiltinBucket
 		}
-		return root + "{stream...}", BuiltinBucket
+		return rt.stream, BuiltinBucket
 	}
 	if path == root[:len(root)-1] {
 		return path, ""

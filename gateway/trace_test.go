@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/ursula/ursula/services/platform/telemetry"
 )
@@ -88,5 +91,34 @@ func TestMetricsSource(t *testing.T) {
 		if got[key] != want {
 			t.Errorf("%s = %v, want %v (all: %v)", key, got[key], want, got)
 		}
+	}
+}
+
+// TestTraceCarrier checks the carrier the propagators read a request's
+// headers through: it must find what propagation.HeaderCarrier finds.
+func TestTraceCarrier(t *testing.T) {
+	h := http.Header{}
+	h.Set("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	h.Set("tracestate", "vendor=1")
+	h.Add("baggage", "a=1")
+	h.Add("baggage", "b=2")
+	h.Set("x-other", "v")
+	c, want := traceCarrier(h), propagation.HeaderCarrier(h)
+	for _, key := range []string{"traceparent", "Traceparent", "tracestate", "baggage", "x-other", "X-Other", "missing"} {
+		t.Run(key, func(t *testing.T) {
+			if got, w := c.Get(key), want.Get(key); got != w {
+				t.Errorf("Get = %q, want %q", got, w)
+			}
+			if got, w := c.Values(key), want.Values(key); !slices.Equal(got, w) {
+				t.Errorf("Values = %q, want %q", got, w)
+			}
+		})
+	}
+	c.Set("traceparent", "x")
+	if got := h.Get("Traceparent"); got != "x" {
+		t.Errorf("after Set, header %q, want x", got)
+	}
+	if got, w := c.Keys(), want.Keys(); len(got) != len(w) {
+		t.Errorf("Keys = %q, want %q", got, w)
 	}
 }

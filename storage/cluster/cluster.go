@@ -158,6 +158,17 @@ func notLeader(leader uint64, msg string) error {
 	return fe
 }
 
+// forwardable returns the leader to forward cmd to after Propose failed
+// with err, or 0 when it is not forwarded. It is apart from Propose so that
+// the error target errors.As needs is allocated on failures only.
+func forwardable(err error, g uint32, cmd *storagev1.Command) uint64 {
+	var nl *multiraft.NotLeaderError
+	if errors.As(err, &nl) && nl.LeaderID != 0 && forwardRequest(g, cmd) != nil {
+		return nl.LeaderID
+	}
+	return 0
+}
+
 // WaitApplied waits until this node's replica of g applied index.
 func (c *Cluster) WaitApplied(ctx context.Context, g uint32, index uint64) error {
 	if err := c.host.WaitApplied(ctx, g, index); err != nil {
@@ -172,21 +183,24 @@ func (c *Cluster) WaitApplied(ctx context.Context, g uint32, index uint64) error
 // lead (forwardable) run on the group's remote leader.
 func (c *Cluster) Propose(ctx context.Context, g uint32, cmd *storagev1.Command) (*stream.Result, error) {
 	cmd.NowMs = c.now().UnixMilli()
-	data, err := proto.Marshal(cmd)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: encode command: %w", err)
-	}
-	out, err := c.host.Propose(ctx, g, data)
+	// Marshalled straight into the log entry's buffer (no second copy).
+	out, err := c.host.ProposeEncoded(ctx, g, proto.Size(cmd), func(dst []byte) ([]byte, error) {
+		// The Size call above filled the cache UseCachedSize reads.
+		b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(dst, cmd)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: encode command: %w", err)
+		}
+		return b, nil
+	})
 	var res *stream.Result
-	var nl *multiraft.NotLeaderError
 	switch {
 	case err == nil:
 		var ok bool
 		if res, ok = out.(*stream.Result); !ok {
 			return nil, fault.Errorf(fault.ErrInternal, "unexpected apply result %T", out)
 		}
-	case errors.As(err, &nl) && nl.LeaderID != 0 && forwardRequest(g, cmd) != nil:
-		if res, err = c.forward(ctx, nl.LeaderID, forwardRequest(g, cmd)); err != nil {
+	case forwardable(err, g, cmd) != 0:
+		if res, err = c.forward(ctx, forwardable(err, g, cmd), forwardRequest(g, cmd)); err != nil {
 			return nil, err
 		}
 	default:

@@ -48,9 +48,9 @@ type Config struct {
 	SnapshotEntries uint64 `toml:"snapshot_entries"`
 	// SnapshotBytes takes a group snapshot after this many bytes of entries.
 	SnapshotBytes uint64 `toml:"snapshot_bytes"`
-	// SyncWindow, under fsync "always", is the shortest interval between two
-	// fsyncs of one shard (group commit under load; an idle shard syncs at
-	// once).
+	// SyncWindow, under fsync "always", is the shortest interval between the
+	// starts of two fsyncs of one shard (group commit under load; an idle
+	// shard syncs at once).
 	SyncWindow time.Duration `toml:"sync_window"`
 	// TickInterval is the Raft tick.
 	TickInterval time.Duration `toml:"tick_interval"`
@@ -130,7 +130,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.ReadChunkBytes, "raft.read_chunk_bytes", 1<<20, "maximum bytes returned by one read")
 	fs.Uint64Var(&c.SnapshotEntries, "raft.snapshot_entries", 1024, "snapshot a group after this many entries")
 	fs.Uint64Var(&c.SnapshotBytes, "raft.snapshot_bytes", 512<<10, "snapshot a group after this many bytes of entries")
-	fs.DurationVar(&c.SyncWindow, "raft.sync_window", 2*time.Millisecond, `minimum interval between fsyncs of one shard under fsync "always"`)
+	fs.DurationVar(&c.SyncWindow, "raft.sync_window", 2*time.Millisecond, `minimum interval between the starts of two fsyncs of one shard under fsync "always"`)
 	fs.DurationVar(&c.TickInterval, "raft.tick_interval", 100*time.Millisecond, "Raft tick interval")
 	fs.DurationVar(&c.ExpirySweepInterval, "raft.expiry_sweep_interval", time.Minute, "interval of the TTL expiry sweep (each pass removes at most 16×257 expired streams per group); a quarter of raft.deleted_data_max_age when that is shorter")
 	fs.DurationVar(&c.DeletedDataMaxAge, "raft.deleted_data_max_age", DefaultDeletedDataMaxAge, "bound on how long a replica keeps a removed stream's records in its snapshot, Raft log and log files")

@@ -55,10 +55,12 @@ type Config struct {
 	// peers.
 	DeferBootstrap bool `yaml:"defer_bootstrap"`
 	// SyncWindow, under fsync "always", is the shortest interval between
-	// two fsyncs of one shard: a worker that synced less than SyncWindow
-	// ago waits out the rest before its next batch, so that under load many
-	// proposals share one fsync instead of each paying for its own. An idle
-	// shard syncs at once. Zero disables the wait.
+	// the starts of two fsyncs of one shard: a worker whose last fsync
+	// started less than SyncWindow ago waits out the rest before its next
+	// batch, so that under load many proposals share one fsync instead of
+	// each paying for its own; after an fsync that took longer than the
+	// window it does not wait at all. An idle shard syncs at once. Zero
+	// disables the wait.
 	SyncWindow time.Duration `yaml:"sync_window"`
 	// MaxUncommittedBytes bounds a leader's uncommitted log; proposals
 	// beyond it fail with ErrProposalDropped. Default 256 MiB.

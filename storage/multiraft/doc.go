@@ -6,8 +6,11 @@
 // raftlog), state machines and one journal (package wal). One iteration of
 // the worker:
 //
-//  1. drains its mailbox: proposals, inbound Raft messages, snapshot and
-//     reachability reports, and proposes everything it can;
+//  1. when woken, waits out the sync window under fsync "always" (fsyncs
+//     start at least SyncWindow apart), yields once (runtime.Gosched) so
+//     that the handlers about to propose get to, then drains its mailbox:
+//     proposals, inbound Raft messages, snapshot and reachability reports,
+//     and proposes everything it can;
 //  2. collects the Ready of every group of the shard that has one;
 //  3. persists: received snapshots (file, then journal marker), entries and
 //     hard states of all those groups are encoded into the journal and
@@ -18,7 +21,11 @@
 //  5. applies committed entries to the state machines and completes the
 //     waiting proposals on this node, then calls Advance;
 //  6. repeats from 2 while any group has a Ready, so that a single voter
-//     commits and applies within the same iteration.
+//     commits and applies within the same iteration. Under fsync "never"
+//     it drains the mailbox again before repeating (at most
+//     maxMergedDrains times per iteration, and not in the first one after
+//     start, whose campaigns queued proposals wait for): the next batch's
+//     entries then share a Ready with the commit of this one.
 //
 // Hard-state changes that only move the commit index are not a reason for a
 // write of their own: they ride with the next write, or are written at the

@@ -16,6 +16,9 @@ type groupHalter interface{ HaltGroup() bool }
 
 // haltsGroup reports whether err asks to halt the group.
 func haltsGroup(err error) bool {
+	if err == nil {
+		return false // the usual answer, without errors.As's allocation
+	}
 	var h groupHalter
 	return errors.As(err, &h) && h.HaltGroup()
 }

@@ -216,6 +216,41 @@ func TestProposeErrors(t *testing.T) {
 	}
 }
 
+func TestProposeEncoded(t *testing.T) {
+	cfg := baseConfig(t.TempDir())
+	n := startNode(t, cfg, nil)
+	waitReady(t, n.h)
+	errEncode := errors.New("encode failed")
+	tests := []struct {
+		name    string
+		group   uint32
+		hint    int
+		encode  func(dst []byte) ([]byte, error)
+		wantErr error
+		wantSum uint64
+	}{
+		{"appends to dst", 1, 8, func(dst []byte) ([]byte, error) { return append(dst, u64(5)...), nil }, nil, 5},
+		{"beyond the size hint", 1, 0, func(dst []byte) ([]byte, error) { return append(dst, u64(7)...), nil }, nil, 12},
+		{"encode error proposes nothing", 1, 8, func([]byte) ([]byte, error) { return nil, errEncode }, errEncode, 0},
+		{"nothing encoded", 1, 8, func(dst []byte) ([]byte, error) { return dst, nil }, ErrEmptyProposal, 0},
+		{"unknown group", 99, 8, func(dst []byte) ([]byte, error) { return append(dst, u64(1)...), nil }, ErrUnknownGroup, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v, err := n.h.ProposeEncoded(t.Context(), tt.group, tt.hint, tt.encode)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("ProposeEncoded = %v, want %v", err, tt.wantErr)
+			}
+			if err == nil && v.(uint64) != tt.wantSum {
+				t.Fatalf("applied sum %d, want %d", v, tt.wantSum)
+			}
+		})
+	}
+	if sum, count := n.sms[1].state(); sum != 12 || count != 2 {
+		t.Fatalf("group 1 applied sum %d over %d entries, want 12 over 2 (failed encodings propose nothing)", sum, count)
+	}
+}
+
 func TestTopologyMismatchRefuses(t *testing.T) {
 	dir := t.TempDir()
 	cfg := baseConfig(dir)

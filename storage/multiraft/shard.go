@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -110,6 +111,9 @@ type shard struct {
 
 	// worker-only scratch
 	lastSync time.Time
+	// started is set once the worker's first processReady (which runs
+	// the campaigns of a start) returned.
+	started bool
 	// lastDrained counts the proposals of the previous batch: concurrent
 	// load (several per batch) is what makes waiting for more worthwhile.
 	lastDrained int
@@ -198,6 +202,7 @@ func (s *shard) run(ctx context.Context) error {
 	if err := s.processReady(); err != nil {
 		return err
 	}
+	s.started = true
 	for {
 		select {
 		case <-ctx.Done():
@@ -220,6 +225,11 @@ func (s *shard) run(ctx context.Context) error {
 			}
 		case <-s.wake:
 			s.waitSyncWindow()
+			// Let the goroutines that are about to propose run first: on
+			// a busy node the batch grows from one proposal to several,
+			// and Raft's costs per Ready are shared among them. On an
+			// idle one nothing else is runnable and this returns at once.
+			runtime.Gosched()
 		}
 		if err := s.drain(); err != nil {
 			return err
@@ -236,7 +246,7 @@ func (s *shard) run(ctx context.Context) error {
 }
 
 // waitSyncWindow delays a busy shard's next batch under fsync "always" so
-// that its fsyncs are at least SyncWindow apart (group commit).
+// that its fsyncs start at least SyncWindow apart (group commit).
 func (s *shard) waitSyncWindow() {
 	w := s.h.cfg.SyncWindow
 	if w <= 0 || s.h.cfg.Fsync != FsyncAlways || s.lastSync.IsZero() || s.lastDrained < 2 {
@@ -389,10 +399,16 @@ func hasConfChange(ents []*pb.Entry) bool {
 	return false
 }
 
+// maxMergedDrains bounds the mailbox drains one processReady makes between
+// its Readies (see there), so that the worker gets back to its loop, and
+// to its ticks, after a bounded number of Readies however busy it is.
+const maxMergedDrains = 4
+
 // processReady handles Readies until no group of the shard has one.
 func (s *shard) processReady() error {
 	h := s.h
 	always := h.cfg.Fsync == FsyncAlways
+	drains := 0
 	for {
 		s.readies = s.readies[:0]
 		for _, g := range s.groups {
@@ -457,7 +473,11 @@ func (s *shard) processReady() error {
 			s.stats.persistNs.Add(uint64(d))
 			h.lat.persist.Record(context.Background(), d.Seconds())
 			if sync {
-				s.lastSync = time.Now()
+				// The window runs from the start of this fsync: proposals
+				// that arrived while it ran already wait for the next one,
+				// and a slow fsync (longer than the window) must not be
+				// followed by a sleep on top of it.
+				s.lastSync = flushStart
 			}
 		}
 		for i := range s.readies {
@@ -518,7 +538,29 @@ func (s *shard) processReady() error {
 			g.updateStatus()
 			s.readies[i] = groupReady{}
 		}
+		// A batch whose entries were just written is committed by the
+		// next Ready. Under fsync "never", the proposals that arrived
+		// meanwhile join that Ready: one Ready per batch instead of two,
+		// and Raft's costs per Ready and group are most of a small
+		// batch's. Not under "always": this batch's answers would wait
+		// for the next batch's fsync (and the sync window). Nor in the
+		// worker's first processReady: the proposals queued at start
+		// wait for the campaigns it runs (a restarted group elects itself
+		// there), rather than be refused by a group not leading yet.
+		if !always && s.started && drains < maxMergedDrains && s.pending() {
+			drains++
+			if err := s.drain(); err != nil {
+				return err
+			}
+		}
 	}
+}
+
+// pending reports whether the mailbox holds anything.
+func (s *shard) pending() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.inbox) > 0
 }
 
 // onTick flushes buffered commit-only hard states and keeps the journal

@@ -75,8 +75,8 @@ func FuzzDecodeRecord(f *testing.F) {
 func seedFrames() [][]byte {
 	cs := &pb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}
 	j := &Journal{shard: 0, meta: map[uint32]*groupMeta{
-		0: {hs: hs(2, 1, 5), snap: SnapshotMarker{Index: 3, Term: 1, ConfState: cs}},
-		4: {hs: hs(1, 0, 0)},
+		0: {hs: hardStateOf(hs(2, 1, 5)), snap: SnapshotMarker{Index: 3, Term: 1, ConfState: cs}},
+		4: {hs: hardStateOf(hs(1, 0, 0))},
 	}}
 	return [][]byte{
 		j.appendCheckpoint(nil, 1),

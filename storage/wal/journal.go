@@ -95,8 +95,17 @@ func (s *segment) holdsThrough(group uint32, index uint64, all bool) bool {
 }
 
 type groupMeta struct {
-	hs   *pb.HardState
+	hs   hardState // the last one set, for the next checkpoint
 	snap SnapshotMarker
+}
+
+// hardState is a group's Raft hard state as a plain value: SetHardState
+// runs once per group and batch, and keeping a copy in pb.HardState's
+// pointer fields cost four allocations each time.
+type hardState struct{ term, vote, commit uint64 }
+
+func hardStateOf(hs *pb.HardState) hardState {
+	return hardState{term: hs.GetTerm(), vote: hs.GetVote(), commit: hs.GetCommit()}
 }
 
 // Journal is one shard's segmented journal. Its methods are safe for
@@ -214,7 +223,7 @@ func RecoverJournal(opts Options) (*Journal, map[uint32]*GroupState, error) {
 		return nil, nil, err
 	}
 	for g, st := range states {
-		j.meta[g] = &groupMeta{hs: st.HardState, snap: st.Snapshot}
+		j.meta[g] = &groupMeta{hs: hardStateOf(st.HardState), snap: st.Snapshot}
 	}
 	return j, states, nil
 }
@@ -584,7 +593,9 @@ func (j *Journal) appendCheckpoint(b []byte, seq uint64) []byte {
 		for _, g := range groups {
 			m := j.meta[g]
 			b = putU32(b, g)
-			b = appendHardState(b, m.hs)
+			b = putU64(b, m.hs.term) // as appendHardState
+			b = putU64(b, m.hs.vote)
+			b = putU64(b, m.hs.commit)
 			b = putU64(b, m.snap.Index)
 			b = putU64(b, m.snap.Term)
 			b = appendConfState(b, m.snap.ConfState)
@@ -626,7 +637,7 @@ func (j *Journal) appendEntriesLocked(group uint32, ents []*pb.Entry) int {
 func (j *Journal) SetHardState(group uint32, hs *pb.HardState) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.groupMeta(group).hs = &pb.HardState{Term: new(hs.GetTerm()), Vote: new(hs.GetVote()), Commit: new(hs.GetCommit())}
+	j.groupMeta(group).hs = hardStateOf(hs)
 	j.buf = appendFrame(j.buf, RecordHardState, func(b []byte) []byte {
 		return appendHardState(putU32(b, group), hs)
 	})

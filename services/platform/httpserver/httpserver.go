@@ -132,31 +132,44 @@ type handler struct {
 	now         func() time.Time // the clock deadlines are computed from
 }
 
-var writerPool = sync.Pool{New: func() any { return new(progressWriter) }}
+// exchange is what the handler adds to one request: its response writer,
+// the controller both deadlines go through, and its request body. It is
+// pooled: a request should not cost the wrapper an allocation.
+type exchange struct {
+	w    progressWriter
+	ctl  http.ResponseController
+	body progressBody
+}
+
+var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rc := http.NewResponseController(w)
+	x := exchangePool.Get().(*exchange)
+	x.ctl = *http.NewResponseController(w)
 	h2 := r.ProtoMajor >= 2
-	pw := writerPool.Get().(*progressWriter)
-	*pw = progressWriter{ResponseWriter: w, rc: rc, timeout: h.write, h2: h2, now: h.now}
-	defer func() {
-		pw.finish()
-		*pw = progressWriter{}
-		writerPool.Put(pw)
-	}()
-	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-		b := &progressBody{rc: r.Body, ctl: rc, timeout: h.read, h2: h2, now: h.now}
+	x.w = progressWriter{ResponseWriter: w, rc: &x.ctl, timeout: h.write, h2: h2, now: h.now}
+	body := r.Body
+	if body != nil && body != http.NoBody && r.ContentLength != 0 {
+		x.body = progressBody{rc: body, ctl: &x.ctl, timeout: h.read, h2: h2, now: h.now}
 		// The first deadline is set now, not at the first read: it also
 		// bounds the server's own reading of a body the handler leaves
 		// unread (before its first response bytes, and after it returns).
 		// No background read runs on an HTTP/1 connection before its
 		// request body is consumed, so the deadline cannot end one.
-		b.extend()
-		r2 := *r
-		r2.Body = b
-		r = &r2
+		x.body.extend()
+		// Replaced in place, as http.MaxBytesReader's documentation
+		// does (the server closes and drains the body through a reference
+		// of its own), and put back below: the pooled body must not stay
+		// reachable from the request once the handler returned.
+		r.Body = &x.body
 	}
-	h.next.ServeHTTP(pw, r)
+	defer func() {
+		r.Body = body
+		x.w.finish()
+		*x = exchange{}
+		exchangePool.Put(x)
+	}()
+	h.next.ServeHTTP(&x.w, r)
 }
 
 // progressBody is a request body whose reads extend its read deadline.

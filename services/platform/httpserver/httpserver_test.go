@@ -188,6 +188,40 @@ func TestNoBodyNoReadDeadline(t *testing.T) {
 	}
 }
 
+// TestBodyWrappedInPlace: the handler reads the body through the wrapper
+// (which sets its read deadline), and once it returned the request holds
+// its own body again: the wrapper is pooled and must not stay reachable
+// from a request its caller may look at or serve again.
+func TestBodyWrappedInPlace(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	for i := range 2 { // the second request gets the pooled wrapper back
+		w := &deadlineWriter{header: http.Header{}, clock: clock}
+		body := fmt.Sprintf("body %d", i)
+		var got string
+		var wrapped bool
+		h := testHandler(Config{}, clock, func(_ http.ResponseWriter, r *http.Request) {
+			_, wrapped = r.Body.(*progressBody)
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				t.Errorf("read body: %v", err)
+			}
+			got = string(b)
+		})
+		req, _ := http.NewRequest(http.MethodPost, "http://x/", strings.NewReader(body))
+		orig := req.Body
+		h.ServeHTTP(w, req)
+		if !wrapped || got != body {
+			t.Fatalf("request %d: handler read %q through the wrapper %v, want %q through it", i, got, wrapped, body)
+		}
+		if req.Body != orig {
+			t.Fatalf("request %d: body after the handler is %T, want the request's own", i, req.Body)
+		}
+		if len(w.reads) == 0 {
+			t.Fatalf("request %d: no read deadline set", i)
+		}
+	}
+}
+
 // TestWriteProgressDeadline: a large write goes out in pieces of at most
 // 64 KiB, each starting with at least half the timeout left; a deadline
 // the handler sets itself is kept until it sets the zero time; the last
