@@ -18,8 +18,9 @@ import (
 type mode uint8
 
 const (
-	// modeWrite: the group leader; retried once after NOT_LEADER, or after
-	// a transport failure that certainly happened before the request left.
+	// modeWrite: the group leader; retried after NOT_LEADER (up to
+	// maxAttempts), or once after a transport failure that certainly
+	// happened before the request left.
 	modeWrite mode = iota
 	// modeLeaderRead: the group leader (it must see the tail); idempotent,
 	// so also retried once after any transport failure.
@@ -260,8 +261,15 @@ func (r *Router) settle(g uint32, nc *nodeConn, err error) error {
 	return err
 }
 
+// maxAttempts bounds the attempts of one call that keeps meeting
+// NOT_LEADER: a refusal proposed nothing, so following the hinted leader
+// is always safe, and a leadership that moves twice in a row (the
+// balancer's handoff right after an election) still ends at its leader
+// instead of in a 503. Any other failure is retried at most once.
+const maxAttempts = 3
+
 // do runs f on the right node for the group of ref (group 0 when ref is
-// nil), retrying at most once.
+// nil), retrying once, or up to maxAttempts times after NOT_LEADER.
 func do[T any](ctx context.Context, r *Router, ref *streamv1.StreamRef, m mode, f func(*nodeConn) (T, error)) (T, error) {
 	var zero T
 	v, err := r.currentView(ctx)
@@ -276,25 +284,27 @@ func do[T any](ctx context.Context, r *Router, ref *streamv1.StreamRef, m mode, 
 	if err != nil {
 		return zero, err
 	}
-	// A refresh that completes after this point may know better than the
-	// view this attempt was routed by.
-	gen := r.gen.Load()
-	resp, err := f(nc)
-	if err == nil {
-		nc.markUp()
-		return resp, nil
+	for attempt := 1; ; attempt++ {
+		// A refresh that completes after this point may know better than
+		// the view this attempt was routed by.
+		gen := r.gen.Load()
+		resp, err := f(nc)
+		if err == nil {
+			nc.markUp()
+			return resp, nil
+		}
+		if attempt > 1 {
+			if kind, _ := classify(err); kind != failNotLeader || attempt >= maxAttempts {
+				return zero, r.settle(g, nc, err)
+			}
+		}
+		retry, err := r.next(ctx, gen, g, m, nc, err)
+		if retry == nil {
+			return zero, err
+		}
+		r.m.retries.Add(1)
+		nc = retry
 	}
-	retry, err := r.next(ctx, gen, g, m, nc, err)
-	if retry == nil {
-		return zero, err
-	}
-	r.m.retries.Add(1)
-	resp, err = f(retry)
-	if err == nil {
-		retry.markUp()
-		return resp, nil
-	}
-	return zero, r.settle(g, retry, err)
 }
 
 // placementGroup returns the group of ref in v (group 0 for nil).

@@ -243,21 +243,60 @@ func TestNoRetry(t *testing.T) {
 	}
 }
 
-func TestNotLeaderTwiceIsUnavailable(t *testing.T) {
-	c := newFakeCluster(t, 3, 1)
-	r := newRouter(t, c.addrs(), false)
+// TestNotLeaderChain: a write that meets NOT_LEADER follows the hinted
+// leader while the attempts last (a refusal proposed nothing), and ends
+// UNAVAILABLE when the last attempt is refused too.
+func TestNotLeaderChain(t *testing.T) {
 	notLeader := func(id uint64) error {
 		return grpcerr.ToStatus(errcode.New(errcode.NotLeader, "moved").With(errcode.KeyLeaderID, strconv.FormatUint(id, 10)))
 	}
-	c.node(1).fail("Append", notLeader(2))
-	c.node(2).fail("Append", notLeader(3))
-	_, err := r.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("b", "s")})
-	wantUnavailable(t, err)
-	if n1, n2, n3 := c.node(1).count("Append"), c.node(2).count("Append"), c.node(3).count("Append"); n1 != 1 || n2 != 1 || n3 != 0 {
-		t.Fatalf("attempts = %d/%d/%d, want 1/1/0", n1, n2, n3)
+	tests := []struct {
+		name string
+		// refusals scripts node i+1's first answer (nil: it serves).
+		refusals      []error
+		wantOK        bool
+		wantAttempts  [3]int
+		wantNotLeader uint64
+		wantRetries   uint64
+	}{
+		{
+			name:     "moved twice: served at the third node",
+			refusals: []error{notLeader(2), notLeader(3), nil},
+			wantOK:   true, wantAttempts: [3]int{1, 1, 1}, wantNotLeader: 2, wantRetries: 2,
+		},
+		{
+			name:     "refused at every attempt: unavailable",
+			refusals: []error{notLeader(2), notLeader(3), notLeader(1)},
+			wantOK:   false, wantAttempts: [3]int{1, 1, 1}, wantNotLeader: 3, wantRetries: 2,
+		},
 	}
-	if st := r.Stats(); st.NotLeader != 2 || st.Retries != 1 {
-		t.Fatalf("stats = %+v, want 2 NOT_LEADER, 1 retry", st)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newFakeCluster(t, 3, 1)
+			r := newRouter(t, c.addrs(), false)
+			if _, err := r.GetClusterInfo(t.Context(), &streamv1.GetClusterInfoRequest{}); err != nil {
+				t.Fatalf("learn: %v", err)
+			}
+			c.setLeader(3) // the router still believes node 1
+			for i, err := range tc.refusals {
+				if err != nil {
+					c.node(uint64(i+1)).fail("Append", err)
+				}
+			}
+			_, err := r.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("b", "s")})
+			if tc.wantOK && err != nil {
+				t.Fatalf("Append: %v", err)
+			}
+			if !tc.wantOK {
+				wantUnavailable(t, err)
+			}
+			if got := [3]int{c.node(1).count("Append"), c.node(2).count("Append"), c.node(3).count("Append")}; got != tc.wantAttempts {
+				t.Fatalf("attempts = %v, want %v", got, tc.wantAttempts)
+			}
+			if st := r.Stats(); st.NotLeader != tc.wantNotLeader || st.Retries != tc.wantRetries {
+				t.Fatalf("stats = %+v, want %d NOT_LEADER, %d retries", st, tc.wantNotLeader, tc.wantRetries)
+			}
+		})
 	}
 }
 

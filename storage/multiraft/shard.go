@@ -92,6 +92,10 @@ type proposal struct {
 	id   uint64
 	data []byte
 	done chan result
+	// index is where the proposal sits in the log, recorded when its
+	// leader stepped down with it pending (orphaned; stepdown.go).
+	index    uint64
+	orphaned bool
 }
 
 func (p *proposal) finish(v any, err error) { p.done <- result{v: v, err: err} }
@@ -125,6 +129,9 @@ type shard struct {
 	// holding lists groups holding proposals during a leadership
 	// transfer (transfer.go).
 	holding []*group
+	// orphaned lists groups keeping proposals pending after they stepped
+	// down (stepdown.go).
+	orphaned []*group
 	// lastDrive is when the snapshot driver last ran (deleted.go), and
 	// erasures what it found.
 	lastDrive time.Time
@@ -232,6 +239,7 @@ func (s *shard) run(ctx context.Context) error {
 				return err
 			}
 		}
+		s.settleOrphans()
 	}
 }
 
@@ -638,6 +646,14 @@ type group struct {
 	// leadership over, since heldSince (transfer.go).
 	held      []*proposal
 	heldSince time.Time
+	// orphans are pending proposals kept after a step-down, since
+	// orphanedSince; orphanQueued is set while the group is in
+	// shard.orphaned; restoredThrough is the index of the last snapshot
+	// restored from a leader (stepdown.go).
+	orphans         []*proposal
+	orphanedSince   time.Time
+	orphanQueued    bool
+	restoredThrough uint64
 	// owed is the deleted data this replica still holds (deleted.go),
 	// replayThrough the commit index recovered at startup, and remover
 	// sm when it reports removals (asked after every applied entry).
@@ -664,6 +680,7 @@ func (g *group) apply(rd *raft.Ready) error {
 		g.cs = pb.EnsureConfState(proto.Clone(md.GetConfState()).(*pb.ConfState))
 		g.applied = md.GetIndex()
 		g.snapIndex = md.GetIndex()
+		g.restoredThrough = md.GetIndex()
 		g.sinceSnapEntries, g.sinceSnapBytes = 0, 0
 		g.logger.Debug("restored snapshot from leader", "index", md.GetIndex())
 	}
@@ -721,7 +738,7 @@ func (g *group) apply(rd *raft.Ready) error {
 		g.isLeader = rd.SoftState.RaftState == raft.StateLeader
 		g.leader = rd.SoftState.Lead
 		if was && !g.isLeader {
-			g.failPending(ErrOutcomeUnknown)
+			g.orphan() // settled by the log, not failed (stepdown.go)
 		}
 		if !was && g.isLeader {
 			// The new leader's empty entry is in the log by now; until it
