@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -219,16 +220,42 @@ func (r *Router) next(ctx context.Context, gen uint64, g uint32, m mode, tried *
 	}
 }
 
+// leaderPoll is the pause between two cluster info polls of a call that
+// waits for its group's leader to be known.
+const leaderPoll = 25 * time.Millisecond
+
 // relearn refreshes cluster info (shared with concurrent callers) and
-// returns group g's leader if it is now known and is not tried.
+// returns group g's leader if it is now known and is not tried. A call
+// that needs the leader waits for one up to Config.LeaderWait, polling
+// again: a handoff or an election leaves a group without a known leader
+// for a moment, and a refused call proposed nothing, so waiting beats a
+// 503.
 func (r *Router) relearn(ctx context.Context, gen uint64, g uint32, m mode, tried *nodeConn) (*nodeConn, error) {
-	_ = r.refreshAfter(ctx, gen)
-	if ctx.Err() != nil {
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
-	if v := r.view.Load(); v != nil {
-		if nc := r.pick(v, g, m, tried); nc != nil {
-			return nc, nil
+	var deadline time.Time
+	for {
+		_ = r.refreshAfter(ctx, gen)
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		if v := r.view.Load(); v != nil {
+			if nc := r.pick(v, g, m, tried); nc != nil {
+				return nc, nil
+			}
+		}
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(r.cfg.LeaderWait)
+		}
+		if m == modeAnyRead || !now.Before(deadline) {
+			break
+		}
+		gen = r.gen.Load()
+		t := time.NewTimer(min(leaderPoll, deadline.Sub(now)))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
 	r.m.noLeader.Add(1)

@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 // unless run is set), closed at the end of the test.
 func newRouter(t testing.TB, seeds []string, run bool) *Router {
 	t.Helper()
-	r, err := New(Config{Nodes: seeds, RetryAfter: 1500 * time.Millisecond, DialTimeout: time.Second, RefreshInterval: 50 * time.Millisecond}, nil)
+	r, err := New(Config{Nodes: seeds, RetryAfter: 1500 * time.Millisecond, DialTimeout: time.Second, RefreshInterval: 50 * time.Millisecond, LeaderWait: 100 * time.Millisecond}, nil)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -297,6 +297,49 @@ func TestNotLeaderChain(t *testing.T) {
 				t.Fatalf("stats = %+v, want %d NOT_LEADER, %d retries", st, tc.wantNotLeader, tc.wantRetries)
 			}
 		})
+	}
+}
+
+// TestWaitsForLeader: a write refused by a node that knows no leader (an
+// election or a handoff in flight) waits, polling the nodes, until a
+// leader is known, and goes there instead of failing with a 503.
+func TestWaitsForLeader(t *testing.T) {
+	c := newFakeCluster(t, 3, 1)
+	r, err := New(Config{Nodes: c.addrs(), DialTimeout: time.Second, RefreshInterval: time.Hour, LeaderWait: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	if _, err := r.GetClusterInfo(t.Context(), &streamv1.GetClusterInfoRequest{}); err != nil {
+		t.Fatalf("learn: %v", err)
+	}
+	polls := func() int {
+		n := 0
+		for _, fn := range c.nodes {
+			n += fn.count("GetClusterInfo")
+		}
+		return n
+	}
+	before := polls()
+	c.setLeader(0) // an election is running: nobody knows a leader
+	done := make(chan error, 1)
+	var by string
+	go func() {
+		resp, err := r.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("b", "s"), Body: []byte("x")})
+		by = resp.GetNextOffset()
+		done <- err
+	}()
+	// Two rounds of polls after the refusal: the call is waiting.
+	await.True(t, "the router to poll for a leader", func() bool { return polls() >= before+2*len(c.nodes) })
+	c.setLeader(2)
+	if err := <-done; err != nil {
+		t.Fatalf("Append: %v", err)
+	}
+	if by != "node2" {
+		t.Fatalf("served by %q, want node2", by)
+	}
+	if st := r.Stats(); st.NoLeader != 0 {
+		t.Fatalf("stats = %+v, want no no-leader answer", st)
 	}
 }
 
