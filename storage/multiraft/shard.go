@@ -132,6 +132,8 @@ type shard struct {
 	// orphaned lists groups keeping proposals pending after they stepped
 	// down (stepdown.go).
 	orphaned []*group
+	// proposing lists the groups with proposals in batch (propose.go).
+	proposing []*group
 	// lastDrive is when the snapshot driver last ran (deleted.go), and
 	// erasures what it found.
 	lastDrive time.Time
@@ -270,6 +272,9 @@ func (s *shard) drain() error {
 			s.lastDrained++
 		}
 		g := o.g
+		if g != nil && len(g.batch) > 0 && o.kind != opPropose && o.kind != opStep {
+			s.proposeBatch(g) // whatever else the op does comes after them
+		}
 		if g != nil && g.halted != nil && o.kind != opSnapshotDone {
 			refuseHalted(o)
 			*o = op{}
@@ -286,13 +291,11 @@ func (s *shard) drain() error {
 				g.held = append(g.held, o.p) // behind the held ones, in order
 				break
 			}
-			if err := g.rn.Propose(o.p.data); err != nil {
-				if !g.holdDuringTransfer(o.p) {
-					o.p.finish(nil, fmt.Errorf("%w: %v", ErrProposalDropped, err))
-				}
-				break
+			// Proposed with the group's others of this batch (propose.go).
+			if len(g.batch) == 0 {
+				s.proposing = append(s.proposing, g)
 			}
-			g.pending[o.p.id] = o.p
+			g.batch = append(g.batch, o.p)
 		case opStep:
 			if g.refuseSteps {
 				break // no vote floor yet: take nothing from peers
@@ -365,6 +368,7 @@ func (s *shard) drain() error {
 		}
 		*o = op{}
 	}
+	s.proposeBatches()
 	s.spare = ops[:0]
 	return fatal
 }
@@ -642,6 +646,9 @@ type group struct {
 	snapshotting  bool
 	snapWaiters   []*logRequest
 	retainPending bool
+	// batch are the proposals of the mailbox batch being drained, proposed
+	// to raft together at its end (propose.go).
+	batch []*proposal
 	// held are proposals raft refused while this leader hands its
 	// leadership over, since heldSince (transfer.go).
 	held      []*proposal
