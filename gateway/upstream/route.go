@@ -245,6 +245,10 @@ func (r *Router) relearn(ctx context.Context, gen uint64, g uint32, m mode, trie
 		now := time.Now()
 		if deadline.IsZero() {
 			deadline = now.Add(r.cfg.LeaderWait)
+			if d, ok := ctx.Deadline(); ok && d.Add(-leaderPoll).Before(deadline) {
+				// Answer "no known leader" before the caller gives up.
+				deadline = d.Add(-leaderPoll)
+			}
 		}
 		if m == modeAnyRead || !now.Before(deadline) {
 			break

@@ -343,6 +343,23 @@ func TestWaitsForLeader(t *testing.T) {
 	}
 }
 
+// TestLeaderWaitEndsBeforeTheCaller: a caller whose deadline comes before
+// Config.LeaderWait gets "no known leader" (UNAVAILABLE with its retry
+// hint), not its own deadline.
+func TestLeaderWaitEndsBeforeTheCaller(t *testing.T) {
+	c := newFakeCluster(t, 3, 1)
+	r, err := New(Config{Nodes: c.addrs(), DialTimeout: time.Second, RefreshInterval: time.Hour, RetryAfter: 1500 * time.Millisecond, LeaderWait: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	c.setLeader(0)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	_, err = r.Append(ctx, &streamv1.AppendRequest{Ref: ref("b", "s")})
+	wantUnavailable(t, err)
+}
+
 func TestNoKnownLeader(t *testing.T) {
 	tests := []struct {
 		name string
