@@ -89,8 +89,12 @@ func TestClusterHandoffUnderLoad(t *testing.T) {
 			t.Fatalf("%s maintenance drain on node %d: %v", method, n.ID, r)
 		}
 	}
+	// leads counts the groups id leads, -1 when a node did not answer.
 	leads := func(id uint64) int {
-		leaders, _, _ := c.GroupLeaders(ctx)
+		leaders, _, err := c.GroupLeaders(ctx)
+		if err != nil {
+			return -1
+		}
 		k := 0
 		for _, l := range leaders {
 			if l == id {
@@ -107,6 +111,8 @@ func TestClusterHandoffUnderLoad(t *testing.T) {
 	await.True(t, "writers to start", progressed(0))
 	start := time.Now()
 	for _, n := range c.Nodes {
+		// Each drain moves leaderships: the node leads some first.
+		await.True(t, fmt.Sprintf("node %d to lead a group", n.ID), func() bool { return leads(n.ID) > 0 || !writersAlive() })
 		before := acked.Load()
 		shed(n, http.MethodPost)
 		await.True(t, fmt.Sprintf("node %d to lead no group", n.ID), func() bool { return leads(n.ID) == 0 || !writersAlive() })
