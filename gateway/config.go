@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -85,6 +86,10 @@ type Config struct {
 	// StatusUI serves the status page; nil answers 404. Set by the
 	// application.
 	StatusUI http.Handler `yaml:"-" toml:"-"`
+	// PprofListen, when set, is a loopback address where the process
+	// serves its Go profiles (/debug/pprof/) on a listener of its own,
+	// never on Listen; empty (the default) serves none.
+	PprofListen string `yaml:"pprof_listen" toml:"pprof_listen"`
 }
 
 // RegisterFlags registers the gateway flags on fs with "gateway." prefixes,
@@ -99,6 +104,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxBodyBytes, "gateway.max_body_bytes", c.MaxBodyBytes, "Largest accepted request body in bytes (larger gets 413).")
 	fs.Int64Var(&c.ReadChunkBytes, "gateway.read_chunk_bytes", c.ReadChunkBytes, "Largest data returned by one catch-up read in bytes.")
 	fs.StringVar(&c.StatusPage, "gateway.status_page", c.StatusPage, `Who may open the cluster status page /__ursula/ui/: "off", "loopback" (clients on this host) or "on" (everyone).`)
+	fs.StringVar(&c.PprofListen, "gateway.pprof_listen", c.PprofListen, "Loopback address (host:port) where the process serves /debug/pprof/; empty: none.")
 	c.HTTP.RegisterFlags(fs, "gateway.http.")
 }
 
@@ -153,6 +159,12 @@ func (c *Config) Validate() error {
 	}
 	if err := c.HTTP.Validate("gateway.http"); err != nil {
 		errs = append(errs, fmt.Errorf("gateway: %w", err))
+	}
+	if c.PprofListen != "" {
+		host, _, err := net.SplitHostPort(c.PprofListen)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			errs = append(errs, fmt.Errorf("gateway: pprof_listen %q must be a loopback IP address and port", c.PprofListen))
+		}
 	}
 	if c.ReadChunkBytes < 0 {
 		errs = append(errs, fmt.Errorf("gateway: read_chunk_bytes %d must not be negative", c.ReadChunkBytes))

@@ -12,10 +12,13 @@ import (
 
 // Defaults for Config.
 const (
-	DefaultRefreshInterval  = time.Second
-	DefaultDialTimeout      = 2 * time.Second
-	DefaultMaxMessageBytes  = 64 << 20
-	DefaultRetryAfter       = time.Second
+	DefaultRefreshInterval = time.Second
+	DefaultDialTimeout     = 2 * time.Second
+	DefaultMaxMessageBytes = 64 << 20
+	DefaultRetryAfter      = time.Second
+	// DefaultLeaderWait covers an election after a leader's loss: the
+	// nodes' randomized election timeout is 1-2 s by default.
+	DefaultLeaderWait       = 2 * time.Second
 	DefaultKeepaliveTime    = 10 * time.Second
 	DefaultKeepaliveTimeout = 5 * time.Second
 )
@@ -41,6 +44,10 @@ type Config struct {
 	// error returned when a group has no known leader (the gateway turns it
 	// into a Retry-After header).
 	RetryAfter time.Duration `yaml:"retry_after" toml:"retry_after"`
+	// LeaderWait is how long a call that finds no known leader for its
+	// group (an election, a leadership handoff in flight) waits for one,
+	// polling the nodes, before it fails Unavailable.
+	LeaderWait time.Duration `yaml:"leader_wait" toml:"leader_wait"`
 	// KeepaliveTime is the interval of client keepalive pings on node
 	// connections (gRPC raises values below 10s to 10s; nodes accept pings
 	// every 5s or slower).
@@ -72,6 +79,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DialTimeout, "upstream.dial_timeout", c.DialTimeout, "Bound on one connection attempt and one cluster info poll.")
 	fs.IntVar(&c.MaxMessageBytes, "upstream.max_message_bytes", c.MaxMessageBytes, "Largest gRPC message exchanged with a node, in bytes.")
 	fs.DurationVar(&c.RetryAfter, "upstream.retry_after", c.RetryAfter, "Retry-After hint when a group has no known leader.")
+	fs.DurationVar(&c.LeaderWait, "upstream.leader_wait", c.LeaderWait, "How long a call waits for its group's leader to be known (an election or handoff in flight) before failing with 503.")
 	fs.DurationVar(&c.KeepaliveTime, "upstream.keepalive_time", c.KeepaliveTime, "Interval of keepalive pings on node connections.")
 	fs.DurationVar(&c.KeepaliveTimeout, "upstream.keepalive_timeout", c.KeepaliveTimeout, "How long a keepalive ping may go unanswered.")
 	fs.StringVar(&c.TLS.CAFile, "upstream.tls.ca_file", c.TLS.CAFile, "Dial the nodes over TLS: PEM bundle of the CA their certificates chain to.")
@@ -93,6 +101,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.RetryAfter == 0 {
 		c.RetryAfter = DefaultRetryAfter
+	}
+	if c.LeaderWait == 0 {
+		c.LeaderWait = DefaultLeaderWait
 	}
 	if c.KeepaliveTime == 0 {
 		c.KeepaliveTime = DefaultKeepaliveTime
@@ -125,6 +136,7 @@ func (c *Config) Validate() error {
 		{"refresh_interval", c.RefreshInterval},
 		{"dial_timeout", c.DialTimeout},
 		{"retry_after", c.RetryAfter},
+		{"leader_wait", c.LeaderWait},
 		{"keepalive_time", c.KeepaliveTime},
 		{"keepalive_timeout", c.KeepaliveTimeout},
 	}

@@ -23,7 +23,11 @@
 //
 // # Routing
 //
-//	call                         node                         retried once after
+// A call is retried once after the failures below, except NOT_LEADER: a
+// refusal proposed nothing, so the call follows the hinted leader up to
+// maxAttempts times in all (route.go).
+//
+//	call                         node                         retried after
 //	CreateBucket                 leader of group 0            NOT_LEADER; connection failure before sending
 //	CreateStream, Append,        leader of the stream's group NOT_LEADER; connection failure before sending
 //	DeleteStream
@@ -42,7 +46,7 @@
 //
 //   - no known leader for the group (after re-learning) → UNAVAILABLE with
 //     metadata retry_after_ms = Config.RetryAfter (the gateway answers 503 with
-//     Retry-After); so is a second NOT_LEADER after the retry, and a cluster
+//     Retry-After); so is a NOT_LEADER at the last attempt, and a cluster
 //     no seed can reach;
 //   - OUTCOME_UNKNOWN and every other domain error (including a node's own
 //     UNAVAILABLE or OVERLOADED) is returned as is, never retried;

@@ -15,7 +15,8 @@ import (
 // clientStatsHandler traces the calls to the nodes: a client span per call,
 // child of the span in the call's context (the gateway's request span),
 // carried to the node in the gRPC metadata (W3C traceparent). The
-// once-a-second cluster-info poll is not traced.
+// once-a-second cluster-info poll is not traced. The router installs it
+// only in a process that exports traces or OTLP metrics (New).
 func clientStatsHandler() stats.Handler {
 	return otelgrpc.NewClientHandler(otelgrpc.WithFilter(filters.Not(filters.MethodName("GetClusterInfo"))))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -18,8 +19,9 @@ import (
 type mode uint8
 
 const (
-	// modeWrite: the group leader; retried once after NOT_LEADER, or after
-	// a transport failure that certainly happened before the request left.
+	// modeWrite: the group leader; retried after NOT_LEADER (up to
+	// maxAttempts), or once after a transport failure that certainly
+	// happened before the request left.
 	modeWrite mode = iota
 	// modeLeaderRead: the group leader (it must see the tail); idempotent,
 	// so also retried once after any transport failure.
@@ -218,16 +220,46 @@ func (r *Router) next(ctx context.Context, gen uint64, g uint32, m mode, tried *
 	}
 }
 
+// leaderPoll is the pause between two cluster info polls of a call that
+// waits for its group's leader to be known.
+const leaderPoll = 25 * time.Millisecond
+
 // relearn refreshes cluster info (shared with concurrent callers) and
-// returns group g's leader if it is now known and is not tried.
+// returns group g's leader if it is now known and is not tried. A call
+// that needs the leader waits for one up to Config.LeaderWait, polling
+// again: a handoff or an election leaves a group without a known leader
+// for a moment, and a refused call proposed nothing, so waiting beats a
+// 503.
 func (r *Router) relearn(ctx context.Context, gen uint64, g uint32, m mode, tried *nodeConn) (*nodeConn, error) {
-	_ = r.refreshAfter(ctx, gen)
-	if ctx.Err() != nil {
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
-	if v := r.view.Load(); v != nil {
-		if nc := r.pick(v, g, m, tried); nc != nil {
-			return nc, nil
+	var deadline time.Time
+	for {
+		_ = r.refreshAfter(ctx, gen)
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		if v := r.view.Load(); v != nil {
+			if nc := r.pick(v, g, m, tried); nc != nil {
+				return nc, nil
+			}
+		}
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(r.cfg.LeaderWait)
+			if d, ok := ctx.Deadline(); ok && d.Add(-leaderPoll).Before(deadline) {
+				// Answer "no known leader" before the caller gives up.
+				deadline = d.Add(-leaderPoll)
+			}
+		}
+		if m == modeAnyRead || !now.Before(deadline) {
+			break
+		}
+		gen = r.gen.Load()
+		t := time.NewTimer(min(leaderPoll, deadline.Sub(now)))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
 	r.m.noLeader.Add(1)
@@ -260,8 +292,15 @@ func (r *Router) settle(g uint32, nc *nodeConn, err error) error {
 	return err
 }
 
+// maxAttempts bounds the attempts of one call that keeps meeting
+// NOT_LEADER: a refusal proposed nothing, so following the hinted leader
+// is always safe, and a leadership that moves twice in a row (the
+// balancer's handoff right after an election) still ends at its leader
+// instead of in a 503. Any other failure is retried at most once.
+const maxAttempts = 3
+
 // do runs f on the right node for the group of ref (group 0 when ref is
-// nil), retrying at most once.
+// nil), retrying once, or up to maxAttempts times after NOT_LEADER.
 func do[T any](ctx context.Context, r *Router, ref *streamv1.StreamRef, m mode, f func(*nodeConn) (T, error)) (T, error) {
 	var zero T
 	v, err := r.currentView(ctx)
@@ -276,25 +315,27 @@ func do[T any](ctx context.Context, r *Router, ref *streamv1.StreamRef, m mode, 
 	if err != nil {
 		return zero, err
 	}
-	// A refresh that completes after this point may know better than the
-	// view this attempt was routed by.
-	gen := r.gen.Load()
-	resp, err := f(nc)
-	if err == nil {
-		nc.markUp()
-		return resp, nil
+	for attempt := 1; ; attempt++ {
+		// A refresh that completes after this point may know better than
+		// the view this attempt was routed by.
+		gen := r.gen.Load()
+		resp, err := f(nc)
+		if err == nil {
+			nc.markUp()
+			return resp, nil
+		}
+		if attempt > 1 {
+			if kind, _ := classify(err); kind != failNotLeader || attempt >= maxAttempts {
+				return zero, r.settle(g, nc, err)
+			}
+		}
+		retry, err := r.next(ctx, gen, g, m, nc, err)
+		if retry == nil {
+			return zero, err
+		}
+		r.m.retries.Add(1)
+		nc = retry
 	}
-	retry, err := r.next(ctx, gen, g, m, nc, err)
-	if retry == nil {
-		return zero, err
-	}
-	r.m.retries.Add(1)
-	resp, err = f(retry)
-	if err == nil {
-		retry.markUp()
-		return resp, nil
-	}
-	return zero, r.settle(g, retry, err)
 }
 
 // placementGroup returns the group of ref in v (group 0 for nil).

@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 // unless run is set), closed at the end of the test.
 func newRouter(t testing.TB, seeds []string, run bool) *Router {
 	t.Helper()
-	r, err := New(Config{Nodes: seeds, RetryAfter: 1500 * time.Millisecond, DialTimeout: time.Second, RefreshInterval: 50 * time.Millisecond}, nil)
+	r, err := New(Config{Nodes: seeds, RetryAfter: 1500 * time.Millisecond, DialTimeout: time.Second, RefreshInterval: 50 * time.Millisecond, LeaderWait: 100 * time.Millisecond}, nil)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -243,22 +243,121 @@ func TestNoRetry(t *testing.T) {
 	}
 }
 
-func TestNotLeaderTwiceIsUnavailable(t *testing.T) {
-	c := newFakeCluster(t, 3, 1)
-	r := newRouter(t, c.addrs(), false)
+// TestNotLeaderChain: a write that meets NOT_LEADER follows the hinted
+// leader while the attempts last (a refusal proposed nothing), and ends
+// UNAVAILABLE when the last attempt is refused too.
+func TestNotLeaderChain(t *testing.T) {
 	notLeader := func(id uint64) error {
 		return grpcerr.ToStatus(errcode.New(errcode.NotLeader, "moved").With(errcode.KeyLeaderID, strconv.FormatUint(id, 10)))
 	}
-	c.node(1).fail("Append", notLeader(2))
-	c.node(2).fail("Append", notLeader(3))
-	_, err := r.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("b", "s")})
+	tests := []struct {
+		name string
+		// refusals scripts node i+1's first answer (nil: it serves).
+		refusals      []error
+		wantOK        bool
+		wantAttempts  [3]int
+		wantNotLeader uint64
+		wantRetries   uint64
+	}{
+		{
+			name:     "moved twice: served at the third node",
+			refusals: []error{notLeader(2), notLeader(3), nil},
+			wantOK:   true, wantAttempts: [3]int{1, 1, 1}, wantNotLeader: 2, wantRetries: 2,
+		},
+		{
+			name:     "refused at every attempt: unavailable",
+			refusals: []error{notLeader(2), notLeader(3), notLeader(1)},
+			wantOK:   false, wantAttempts: [3]int{1, 1, 1}, wantNotLeader: 3, wantRetries: 2,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newFakeCluster(t, 3, 1)
+			r := newRouter(t, c.addrs(), false)
+			if _, err := r.GetClusterInfo(t.Context(), &streamv1.GetClusterInfoRequest{}); err != nil {
+				t.Fatalf("learn: %v", err)
+			}
+			c.setLeader(3) // the router still believes node 1
+			for i, err := range tc.refusals {
+				if err != nil {
+					c.node(uint64(i+1)).fail("Append", err)
+				}
+			}
+			_, err := r.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("b", "s")})
+			if tc.wantOK && err != nil {
+				t.Fatalf("Append: %v", err)
+			}
+			if !tc.wantOK {
+				wantUnavailable(t, err)
+			}
+			if got := [3]int{c.node(1).count("Append"), c.node(2).count("Append"), c.node(3).count("Append")}; got != tc.wantAttempts {
+				t.Fatalf("attempts = %v, want %v", got, tc.wantAttempts)
+			}
+			if st := r.Stats(); st.NotLeader != tc.wantNotLeader || st.Retries != tc.wantRetries {
+				t.Fatalf("stats = %+v, want %d NOT_LEADER, %d retries", st, tc.wantNotLeader, tc.wantRetries)
+			}
+		})
+	}
+}
+
+// TestWaitsForLeader: a write refused by a node that knows no leader (an
+// election or a handoff in flight) waits, polling the nodes, until a
+// leader is known, and goes there instead of failing with a 503.
+func TestWaitsForLeader(t *testing.T) {
+	c := newFakeCluster(t, 3, 1)
+	r, err := New(Config{Nodes: c.addrs(), DialTimeout: time.Second, RefreshInterval: time.Hour, LeaderWait: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	if _, err := r.GetClusterInfo(t.Context(), &streamv1.GetClusterInfoRequest{}); err != nil {
+		t.Fatalf("learn: %v", err)
+	}
+	polls := func() int {
+		n := 0
+		for _, fn := range c.nodes {
+			n += fn.count("GetClusterInfo")
+		}
+		return n
+	}
+	before := polls()
+	c.setLeader(0) // an election is running: nobody knows a leader
+	done := make(chan error, 1)
+	var by string
+	go func() {
+		resp, err := r.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("b", "s"), Body: []byte("x")})
+		by = resp.GetNextOffset()
+		done <- err
+	}()
+	// Two rounds of polls after the refusal: the call is waiting.
+	await.True(t, "the router to poll for a leader", func() bool { return polls() >= before+2*len(c.nodes) })
+	c.setLeader(2)
+	if err := <-done; err != nil {
+		t.Fatalf("Append: %v", err)
+	}
+	if by != "node2" {
+		t.Fatalf("served by %q, want node2", by)
+	}
+	if st := r.Stats(); st.NoLeader != 0 {
+		t.Fatalf("stats = %+v, want no no-leader answer", st)
+	}
+}
+
+// TestLeaderWaitEndsBeforeTheCaller: a caller whose deadline comes before
+// Config.LeaderWait gets "no known leader" (UNAVAILABLE with its retry
+// hint), not its own deadline.
+func TestLeaderWaitEndsBeforeTheCaller(t *testing.T) {
+	c := newFakeCluster(t, 3, 1)
+	r, err := New(Config{Nodes: c.addrs(), DialTimeout: time.Second, RefreshInterval: time.Hour, RetryAfter: 1500 * time.Millisecond, LeaderWait: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	c.setLeader(0)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	_, err = r.Append(ctx, &streamv1.AppendRequest{Ref: ref("b", "s")})
 	wantUnavailable(t, err)
-	if n1, n2, n3 := c.node(1).count("Append"), c.node(2).count("Append"), c.node(3).count("Append"); n1 != 1 || n2 != 1 || n3 != 0 {
-		t.Fatalf("attempts = %d/%d/%d, want 1/1/0", n1, n2, n3)
-	}
-	if st := r.Stats(); st.NotLeader != 2 || st.Retries != 1 {
-		t.Fatalf("stats = %+v, want 2 NOT_LEADER, 1 retry", st)
-	}
 }
 
 func TestNoKnownLeader(t *testing.T) {

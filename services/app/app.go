@@ -375,6 +375,9 @@ func gatewayRoles(cfg *Config, conn grpc.ClientConnInterface, ui http.Handler, t
 	roles = append(roles,
 		lifecycle.Role{Name: "subscriptions", Run: subs.Run},
 		lifecycle.Role{Name: "gateway", Run: gw.Run})
+	if cfg.Gateway.PprofListen != "" {
+		roles = append(roles, pprofRole(cfg.Gateway.PprofListen, logger.With("component", "gateway")))
+	}
 	return roles, gw.Listening(), closeAll, nil
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/ursula/ursula/services/platform/inproc"
 	"github.com/ursula/ursula/services/platform/listenmux"
 	"github.com/ursula/ursula/services/platform/statuspage"
+	"github.com/ursula/ursula/services/platform/telemetry"
 	"github.com/ursula/ursula/storage/cluster"
 	"github.com/ursula/ursula/storage/engine"
 	"github.com/ursula/ursula/storage/multiraft"
@@ -163,10 +164,15 @@ func New(cfg Config, n *engine.Node, deps Deps, logger *slog.Logger) (*Server, e
 	opts := append(serverLimits(),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
-		grpc.StatsHandler(serverStatsHandler()),
 		grpc.ChainUnaryInterceptor(s.clientAuth.UnaryInterceptor),
 		grpc.ChainStreamInterceptor(s.clientAuth.StreamInterceptor),
 	)
+	if telemetry.TracesExported() || telemetry.MetricsExported() {
+		// As NewInProcess: without an exporter nobody sees the spans and
+		// rpc metrics, which cost several percent of a node's CPU per
+		// append.
+		opts = append(opts, grpc.StatsHandler(serverStatsHandler()))
+	}
 	if s.clientTLS != nil {
 		opts = append(opts, grpc.Creds(pki.Terminated()))
 	}

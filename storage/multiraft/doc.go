@@ -41,7 +41,11 @@
 //
 // Propose returns *NotLeaderError (with the known leader, 0 if none) when this
 // node does not lead the group, ErrOutcomeUnknown when the node lost
-// leadership after the entry was appended, ErrProposalDropped when raft
+// leadership after the entry was appended and the log did not settle the
+// entry's fate soon after (a leader that steps down keeps its pending
+// proposals: one applied in the new term answers normally, one the new
+// leader's log replaced answers *NotLeaderError; stepdown.go),
+// ErrProposalDropped when raft
 // refused the entry (nothing was appended; while the leader hands its
 // leadership over the worker holds the proposal instead and answers it when
 // the transfer is over, transfer.go), and ErrStopped once the host is

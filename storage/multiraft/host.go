@@ -489,8 +489,10 @@ const headerSize = 17
 
 // Propose replicates data through the group's log and blocks until the entry
 // is applied on this node; it returns the state machine's result. It fails
-// with *NotLeaderError when this node does not lead the group, with
-// ErrOutcomeUnknown when leadership was lost after the entry was appended,
+// with *NotLeaderError when this node does not lead the group (or led it
+// and the entry was replaced in the new leader's log: nothing applied),
+// with ErrOutcomeUnknown when leadership was lost after the entry was
+// appended and its fate stayed unknown (stepdown.go),
 // and with ErrStopped on shutdown.
 func (h *Host) Propose(ctx context.Context, groupID uint32, data []byte) (any, error) {
 	return h.ProposeEncoded(ctx, groupID, len(data), func(dst []byte) ([]byte, error) {

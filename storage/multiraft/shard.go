@@ -93,6 +93,10 @@ type proposal struct {
 	id   uint64
 	data []byte
 	done chan result
+	// index is where the proposal sits in the log, recorded when its
+	// leader stepped down with it pending (orphaned; stepdown.go).
+	index    uint64
+	orphaned bool
 }
 
 func (p *proposal) finish(v any, err error) { p.done <- result{v: v, err: err} }
@@ -129,6 +133,11 @@ type shard struct {
 	// holding lists groups holding proposals during a leadership
 	// transfer (transfer.go).
 	holding []*group
+	// orphaned lists groups keeping proposals pending after they stepped
+	// down (stepdown.go).
+	orphaned []*group
+	// proposing lists the groups with proposals in batch (propose.go).
+	proposing []*group
 	// lastDrive is when the snapshot driver last ran (deleted.go), and
 	// erasures what it found.
 	lastDrive time.Time
@@ -225,11 +234,15 @@ func (s *shard) run(ctx context.Context) error {
 			}
 		case <-s.wake:
 			s.waitSyncWindow()
-			// Let the goroutines that are about to propose run first: on
-			// a busy node the batch grows from one proposal to several,
-			// and Raft's costs per Ready are shared among them. On an
-			// idle one nothing else is runnable and this returns at once.
-			runtime.Gosched()
+			if s.lastDrained > 0 {
+				// Under load, let the goroutines that are about to
+				// propose or step (RPC handlers, the transport's
+				// receivers) run first: one yield makes the batch several
+				// times larger, and everything per batch (a journal
+				// write, a MsgApp and its answer per follower, a Ready)
+				// is paid that many times less (propose.go).
+				runtime.Gosched()
+			}
 		}
 		if err := s.drain(); err != nil {
 			return err
@@ -242,6 +255,7 @@ func (s *shard) run(ctx context.Context) error {
 				return err
 			}
 		}
+		s.settleOrphans()
 	}
 }
 
@@ -272,6 +286,9 @@ func (s *shard) drain() error {
 			s.lastDrained++
 		}
 		g := o.g
+		if g != nil && len(g.batch) > 0 && o.kind != opPropose && o.kind != opStep {
+			s.proposeBatch(g) // whatever else the op does comes after them
+		}
 		if g != nil && g.halted != nil && o.kind != opSnapshotDone {
 			refuseHalted(o)
 			*o = op{}
@@ -288,13 +305,11 @@ func (s *shard) drain() error {
 				g.held = append(g.held, o.p) // behind the held ones, in order
 				break
 			}
-			if err := g.rn.Propose(o.p.data); err != nil {
-				if !g.holdDuringTransfer(o.p) {
-					o.p.finish(nil, fmt.Errorf("%w: %v", ErrProposalDropped, err))
-				}
-				break
+			// Proposed with the group's others of this batch (propose.go).
+			if len(g.batch) == 0 {
+				s.proposing = append(s.proposing, g)
 			}
-			g.pending[o.p.id] = o.p
+			g.batch = append(g.batch, o.p)
 		case opStep:
 			if g.refuseSteps {
 				break // no vote floor yet: take nothing from peers
@@ -367,6 +382,7 @@ func (s *shard) drain() error {
 		}
 		*o = op{}
 	}
+	s.proposeBatches()
 	s.spare = ops[:0]
 	return fatal
 }
@@ -676,10 +692,21 @@ type group struct {
 	snapshotting  bool
 	snapWaiters   []*logRequest
 	retainPending bool
+	// batch are the proposals of the mailbox batch being drained, proposed
+	// to raft together at its end (propose.go).
+	batch []*proposal
 	// held are proposals raft refused while this leader hands its
 	// leadership over, since heldSince (transfer.go).
 	held      []*proposal
 	heldSince time.Time
+	// orphans are pending proposals kept after a step-down, since
+	// orphanedSince; orphanQueued is set while the group is in
+	// shard.orphaned; restoredThrough is the index of the last snapshot
+	// restored from a leader (stepdown.go).
+	orphans         []*proposal
+	orphanedSince   time.Time
+	orphanQueued    bool
+	restoredThrough uint64
 	// owed is the deleted data this replica still holds (deleted.go),
 	// replayThrough the commit index recovered at startup, and remover
 	// sm when it reports removals (asked after every applied entry).
@@ -706,6 +733,7 @@ func (g *group) apply(rd *raft.Ready) error {
 		g.cs = pb.EnsureConfState(proto.Clone(md.GetConfState()).(*pb.ConfState))
 		g.applied = md.GetIndex()
 		g.snapIndex = md.GetIndex()
+		g.restoredThrough = md.GetIndex()
 		g.sinceSnapEntries, g.sinceSnapBytes = 0, 0
 		g.logger.Debug("restored snapshot from leader", "index", md.GetIndex())
 	}
@@ -763,7 +791,7 @@ func (g *group) apply(rd *raft.Ready) error {
 		g.isLeader = rd.SoftState.RaftState == raft.StateLeader
 		g.leader = rd.SoftState.Lead
 		if was && !g.isLeader {
-			g.failPending(ErrOutcomeUnknown)
+			g.orphan() // settled by the log, not failed (stepdown.go)
 		}
 		if !was && g.isLeader {
 			// The new leader's empty entry is in the log by now; until it

@@ -1,0 +1,114 @@
+package multiraft
+
+import (
+	"encoding/binary"
+	"math"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// A leader that steps down keeps the proposals it had appended but not yet
+// applied, instead of failing them at once with ErrOutcomeUnknown (a 503
+// that a client may not retry blindly). When the leadership moved
+// gracefully (the balancer, a drain, an operator's transfer), raft handed
+// it only to a voter holding every entry of the old leader's log, so those
+// entries commit in the new term and apply here as on every replica: the
+// proposer gets its result as if nothing had happened.
+//
+// An orphaned proposal is settled exactly by the log. Raft never moves an
+// entry to another index, so once this replica applied the index where the
+// proposal was appended and the entry there was not the proposal's, it was
+// not applied anywhere and never will be: the proposer gets NotLeaderError,
+// which callers may retry at the leader. What the log cannot settle in
+// orphanPatience (the group lost its quorum, a snapshot replaced the
+// log, the entry was truncated before the step-down was seen) ends with
+// ErrOutcomeUnknown, as before.
+
+// orphan keeps g's pending proposals after it stepped down: it records the
+// index of each in the log (the step-down's Ready is persisted by now) and
+// queues g on the shard's orphan sweep.
+func (g *group) orphan() {
+	if len(g.pending) == 0 {
+		return
+	}
+	self := g.shard.h.cfg.NodeID
+	last, _ := g.st.LastIndex()
+	if ents, err := g.st.Entries(g.applied+1, last+1, math.MaxUint64); err == nil {
+		for _, e := range ents {
+			data := e.GetData()
+			if e.GetType() != pb.EntryNormal || len(data) <= headerSize || data[0] != 1 ||
+				binary.LittleEndian.Uint64(data[1:]) != self {
+				continue
+			}
+			if p := g.pending[binary.LittleEndian.Uint64(data[9:])]; p != nil {
+				p.index = e.GetIndex()
+			}
+		}
+	}
+	for _, p := range g.pending {
+		if !p.orphaned {
+			p.orphaned = true
+			g.orphans = append(g.orphans, p)
+		}
+	}
+	g.orphanedSince = time.Now()
+	if !g.orphanQueued {
+		g.orphanQueued = true
+		g.shard.orphaned = append(g.shard.orphaned, g)
+	}
+}
+
+// orphanPatience is how long an orphaned proposal may wait for the log to
+// settle it: two election timeouts, time for a new leader to be elected
+// and to commit its first entry.
+func (s *shard) orphanPatience() time.Duration {
+	return 2 * time.Duration(s.h.cfg.ElectionTicks) * s.h.cfg.TickInterval
+}
+
+// settleOrphans answers the orphaned proposals the log settled, and those
+// that waited longer than orphanPatience.
+func (s *shard) settleOrphans() {
+	if len(s.orphaned) == 0 {
+		return
+	}
+	patience := s.orphanPatience()
+	kept := s.orphaned[:0]
+	for _, g := range s.orphaned {
+		if g.settleOrphans(patience) {
+			kept = append(kept, g)
+		} else {
+			g.orphanQueued = false
+		}
+	}
+	clear(s.orphaned[len(kept):])
+	s.orphaned = kept
+}
+
+// settleOrphans settles g's orphaned proposals and reports whether some
+// are still waiting.
+func (g *group) settleOrphans(patience time.Duration) bool {
+	expired := time.Since(g.orphanedSince) >= patience
+	kept := g.orphans[:0]
+	for _, p := range g.orphans {
+		if g.pending[p.id] != p {
+			continue // applied (answered), or failed meanwhile
+		}
+		switch {
+		case p.index != 0 && p.index <= g.applied && p.index > g.restoredThrough:
+			// The entry applied at p.index was another one.
+			delete(g.pending, p.id)
+			p.finish(nil, &NotLeaderError{LeaderID: g.leader})
+		case expired || p.index != 0 && p.index <= g.restoredThrough:
+			// Still in doubt, or covered by a snapshot from the leader
+			// (it may hold the entry's effect).
+			delete(g.pending, p.id)
+			p.finish(nil, ErrOutcomeUnknown)
+		default:
+			kept = append(kept, p)
+		}
+	}
+	clear(g.orphans[len(kept):])
+	g.orphans = kept
+	return len(kept) > 0
+}
