@@ -11,7 +11,7 @@
 // collections stays within the headroom. Below it, GOGC paces the collector
 // as usual.
 //
-// The headroom is never less than half the scannable heap: a node with
+// The headroom is never less than a quarter of the scannable heap: a node with
 // many idle streams holds its live heap in small pointerful objects the
 // collector must scan, and a growth fixed in bytes would make it collect
 // (and scan them all) ever more often as the stream count grows. An explicit GOMEMLIMIT in the environment turns this off.

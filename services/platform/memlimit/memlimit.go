@@ -108,12 +108,15 @@ func (l *Limiter) Run(ctx context.Context) error {
 // scanShare is the part of the scannable heap the heap may always grow by
 // between collections (1/scanShare of it): a collection costs in
 // proportion to the bytes it scans (pointer-free buffers it only marks), so
-// tying the growth to them bounds the collector's work per allocated byte
-// the way GOGC does. A fixed headroom does not: a node holding a million
-// idle streams has a live heap of about a gigabyte of small pointerful
-// objects, and a 48 MiB headroom made it collect, and scan all of them,
-// about once a second under load (the collector took ~45 % of the CPU).
-const scanShare = 2
+// tying the growth to them bounds the collector's work per allocated byte,
+// at scanShare times what GOGC=100 would cost on a heap of pointers alone.
+// A fixed headroom does not: a node holding a million idle streams has a
+// live heap of about a gigabyte of small pointerful objects, and a 48 MiB
+// headroom made it collect, and scan all of them, about once a second
+// under load (the collector took ~45 % of the CPU). 4 rather than 2 keeps
+// such a node within 1.5 GiB of RSS (1.7 GiB with 2, after a million
+// streams were created and appended to once).
+const scanShare = 4
 
 // Limit is the soft memory limit for a live heap of live bytes, of which
 // scan are scannable, and other bytes of runtime memory: none

@@ -18,7 +18,7 @@ func TestLimit(t *testing.T) {
 	}{
 		{"live within headroom: GOGC alone", 60 << 20, 10 << 20, 20 << 20, 64 << 20, math.MaxInt64},
 		{"live past headroom, mostly buffers", 100 << 20, 10 << 20, 20 << 20, 64 << 20, 184 << 20},
-		{"live past headroom, mostly pointers: half the scanned heap", 1000 << 20, 900 << 20, 20 << 20, 64 << 20, (1020 + 450) << 20},
+		{"live past headroom, mostly pointers: a quarter of the scanned heap", 1000 << 20, 900 << 20, 20 << 20, 64 << 20, (1020 + 225) << 20},
 		{"inconsistent reading", 100 << 20, 0, -1, 64 << 20, math.MaxInt64},
 	}
 	for _, tt := range tests {
