@@ -386,7 +386,7 @@ func (b *bench) appendRoundRobin(ctx context.Context, n, writers, payloadBytes i
 		wg.Go(func() {
 			mine := writerStreams(w, writers, n)
 			seqs := make([]uint64, len(mine))
-			prod := "bench-card-" + strconv.Itoa(w)
+			prod := "bench-" + strconv.Itoa(w)
 			local := make([]time.Duration, 0, 1024)
 			for k := 0; time.Now().Before(end) && ctx.Err() == nil; k = (k + 1) % len(mine) {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.streamURL(name(mine[k])), bytes.NewReader(payload))

@@ -173,64 +173,11 @@ func (b *bench) multiStream(ctx context.Context, streams, payloadBytes int, d ti
 	if err := b.create(ctx, c, names, "application/octet-stream"); err != nil {
 		return nil, err
 	}
-	payload := make([]byte, payloadBytes)
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range payload {
-		payload[i] = byte(rng.Uint32())
-	}
 	pass(gate)
-
-	var lat samples
-	var errs errCounts
-	var ok atomic.Int64
-	rss := sampleRSS(b.procs...)
-	start := time.Now()
-	end := start.Add(d)
-	var wg sync.WaitGroup
-	for i, name := range names {
-		wg.Go(func() {
-			url := b.streamURL(name)
-			prod := "bench-" + strconv.Itoa(i)
-			local := make([]time.Duration, 0, 1024)
-			var seq uint64
-			for time.Now().Before(end) && ctx.Err() == nil {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(payload))
-				req.Header["Content-Type"] = []string{"application/octet-stream"}
-				req.Header["Producer-Id"] = []string{prod}
-				req.Header["Producer-Epoch"] = []string{"0"}
-				req.Header["Producer-Seq"] = []string{strconv.FormatUint(seq, 10)}
-				t0 := time.Now()
-				resp, err := c.Do(req)
-				if err != nil {
-					errs.add("transport")
-					time.Sleep(20 * time.Millisecond)
-					continue
-				}
-				drain(resp)
-				if resp.StatusCode/100 == 2 {
-					local = append(local, time.Since(t0))
-					seq++
-					continue
-				}
-				errs.add(statusKind(resp.StatusCode))
-				time.Sleep(20 * time.Millisecond)
-			}
-			lat.add(local...)
-			ok.Add(int64(len(local)))
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	return &Result{
-		Workload:  "multi-stream",
-		Params:    map[string]any{"streams": streams, "payload_bytes": payloadBytes, "duration_s": d.Seconds()},
-		ElapsedS:  round3(elapsed.Seconds()),
-		Ops:       ok.Load(),
-		OpsPerSec: round3(float64(ok.Load()) / elapsed.Seconds()),
-		Latency:   lat.summary(),
-		Errors:    errs.snapshot(),
-		RSSMaxMiB: rss.Stop(),
-	}, nil
+	r := b.appendRoundRobin(ctx, streams, streams, payloadBytes, func(i int) string { return names[i] }, d)
+	r.Workload = "multi-stream"
+	r.Params = map[string]any{"streams": streams, "payload_bytes": payloadBytes, "duration_s": d.Seconds()}
+	return r, nil
 }
 
 // Fan-out payloads are fixed-size records: 16 hex digits of seq, 16 hex
