@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -27,6 +28,14 @@ import (
 var spans = tracetest.NewInMemoryExporter()
 
 func TestMain(m *testing.M) {
+	// The process exports its traces (into spans), and says so the way a
+	// deployment does: the gRPC stats handlers that make the client and
+	// server spans of a node call are installed only when traces are
+	// exported. Nothing reads this endpoint: the tests never start the
+	// OTLP exporter (TestPrometheusEndpoints clears it for its own).
+	if err := os.Setenv(telemetry.EnvTracesEndpoint, "http://127.0.0.1:9"); err != nil {
+		panic(err)
+	}
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans)))
 	otel.SetTextMapPropagator(telemetry.Propagator())
 	goleak.VerifyTestMain(m)
