@@ -186,7 +186,7 @@ func backupUnderLoad(ctx context.Context, c config, bin string, res *BackupResul
 // store under dir.
 func startBackupServer(ctx context.Context, bin, dir string, args []string) (*e2e.Server, error) {
 	srv, err := e2e.NewServer(e2e.Options{
-		Binary: bin, WorkDir: dir,
+		Binary: bin, WorkDir: dir, ListenFlags: ursulaListen,
 		Args: append([]string{"-raft.wal.fsync=never", "-storage.cold.backend=fs", "-storage.cold.root=" + filepath.Join(dir, "cold")}, args...),
 	})
 	if err != nil {
@@ -263,7 +263,7 @@ func fill(ctx context.Context, base string, total int64, logf func(string, ...an
 // of its one node written to manifest) and returns its standard output.
 func ctl(ctx context.Context, srv *e2e.Server, manifest string, args ...string) (string, error) {
 	body := fmt.Sprintf("[[nodes]]\nid = 1\nclient_url = %q\nadmin_url = %q\nadmin_token_file = %q\n",
-		"http://"+srv.Addrs["node.listen"], "http://"+srv.Addrs["admin.listen"], srv.AdminTokenFile())
+		"http://"+srv.Addrs["server.listen"], "http://"+srv.Addrs["server.admin_listen"], srv.AdminTokenFile())
 	if err := os.WriteFile(manifest, []byte(body), 0o644); err != nil {
 		return "", err
 	}
