@@ -202,8 +202,17 @@ func (h *Host) OpenGate(ctx context.Context, groupID uint32) error {
 // would replace entries at or below its commit index, which Raft treats as
 // a corrupted log and panics on. The append is refused instead, and the
 // replica waits for an operator to rejoin its node as a wiped one.
+//
+// A message of an earlier term is not one: Raft drops it (a deposed
+// leader's appends, delivered after a newer leader committed other entries
+// at those indexes, are the common case under load and were reported as
+// overwrites).
 func (g *group) overwritesCommitted(m *pb.Message) bool {
-	commit := g.rn.BasicStatus().GetCommit()
+	st := g.rn.BasicStatus()
+	if m.GetTerm() < st.GetTerm() {
+		return false
+	}
+	commit := st.GetCommit()
 	for _, e := range m.GetEntries() {
 		if e.GetIndex() > commit {
 			break
@@ -212,7 +221,7 @@ func (g *group) overwritesCommitted(m *pb.Message) bool {
 			if !g.committedOverwrite {
 				g.committedOverwrite = true
 				g.logger.Error("CommittedOverwrite: refusing the leader's appends, which replace entries this replica knows committed; the group's history was replaced (a recovery plan that did not reach this replica): rejoin this node as a wiped node",
-					"leader", m.GetFrom(), "index", e.GetIndex(), "term", t, "leader_term", e.GetTerm(), "commit", commit)
+					"leader", m.GetFrom(), "message_term", m.GetTerm(), "index", e.GetIndex(), "term", t, "leader_term", e.GetTerm(), "commit", commit)
 			}
 			return true
 		}
