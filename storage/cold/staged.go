@@ -228,7 +228,11 @@ func (t *Tier) StagePart(ctx context.Context, g uint32, term uint64, k stream.Ke
 			ps = map[uint32]stagedPart{}
 			ss.parts[pos] = ps
 		}
-		replaced = ps[n].key
+		// A listing that ran meanwhile may have learned this very object:
+		// it is not an earlier upload to delete.
+		if old := ps[n].key; old != key {
+			replaced = old
+		}
 		ps[n] = stagedPart{key: key, size: uint64(len(body)), digest: digest, modified: t.now()}
 	}
 	t.staged.mu.Unlock()
