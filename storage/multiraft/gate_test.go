@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/raft/v3/raftpb"
+
 	"github.com/ursula/ursula/storage/wal/powerloss"
 	"github.com/ursula/ursula/tests/await"
 )
@@ -368,5 +370,55 @@ func TestCommittedOverwriteRefused(t *testing.T) {
 	}
 	if st := n1.h.Status(0); st.Commit < before.Commit || st.LastIndex < before.Commit {
 		t.Fatalf("the replica's committed entries changed: before %+v, after %+v", before, st)
+	}
+}
+
+// TestStaleAppendIsNotACommittedOverwrite: a deposed leader's append,
+// delivered after a newer leader committed another entry at its index, is
+// of an earlier term: Raft drops it, and it is neither refused nor
+// reported as an append over committed entries (under load such delayed
+// appends were logged as CommittedOverwrite errors).
+func TestStaleAppendIsNotACommittedOverwrite(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *Config) { cfg.GroupCount, cfg.ShardCount = 1, 1 })
+	for _, n := range c.nodes {
+		waitReady(t, n.h)
+	}
+	c.proposeN(t, 0, 3)
+	c.converged(t, 0)
+	old := c.leader(t, 0)
+	var oldID uint64
+	for id, n := range c.nodes {
+		if n == old {
+			oldID = id
+		}
+	}
+	oldTerm := old.h.Status(0).Term
+	c.net.setHold(func(_ uint32, m *pb.Message) bool {
+		return m.GetFrom() == oldID && m.GetType() == pb.MessageType_MsgApp && len(m.GetEntries()) > 0
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _, _ = old.h.Propose(ctx, 0, u64(99)) }() // never commits: its appends are held
+	await.True(t, "the old leader's appends to both followers held", func() bool {
+		c.net.mu.Lock()
+		defer c.net.mu.Unlock()
+		return len(c.net.held) >= 2
+	})
+	c.stop(t, oldID)
+	c.proposeN(t, 0, 2) // a new leader, a new term, other entries committed at the held one's index
+	dropped := map[uint64]uint64{}
+	for id, n := range c.nodes {
+		if st := n.h.Status(0); st.Term <= oldTerm {
+			t.Fatalf("node %d still at term %d", id, st.Term)
+		}
+		dropped[id] = n.h.GateDropped()
+	}
+	c.net.release()
+	c.proposeN(t, 0, 1) // queued behind the stale appends on every replica
+	c.converged(t, 0)
+	for id, n := range c.nodes {
+		if got := n.h.GateDropped(); got != dropped[id] {
+			t.Errorf("node %d refused %d appends as overwrites of committed entries", id, got-dropped[id])
+		}
 	}
 }
