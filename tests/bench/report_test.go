@@ -14,9 +14,10 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")
 
-// TestReportGolden renders testdata/report.json (a fixed run) and compares
-// the Markdown report and every plot with testdata/*.golden.*.
-func TestReportGolden(t *testing.T) {
+// fixedReport is testdata/report.json, the fixed run the report tests
+// render.
+func fixedReport(t *testing.T) Report {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", "report.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -25,6 +26,13 @@ func TestReportGolden(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
+	return rep
+}
+
+// TestReportGolden renders testdata/report.json (a fixed run) and compares
+// the Markdown report and every plot with testdata/*.golden.*.
+func TestReportGolden(t *testing.T) {
+	rep := fixedReport(t)
 	files := reportFiles(&rep)
 	files["report.md"] = renderMarkdown(&rep)
 	for name, got := range files {
@@ -51,14 +59,7 @@ func TestReportGolden(t *testing.T) {
 // TestWriteReport writes the report and its plots where the Markdown
 // links them.
 func TestWriteReport(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("testdata", "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := fixedReport(t)
 	dir := t.TempDir()
 	md := filepath.Join(dir, "benchmarks.md")
 	if err := writeReport(&rep, md); err != nil {
@@ -97,14 +98,7 @@ func TestProcCPU(t *testing.T) {
 
 func loadFixture(t *testing.T) *Report {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := fixedReport(t)
 	return &rep
 }
 
