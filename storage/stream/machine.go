@@ -473,8 +473,11 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 		st.LastStreamSeq = seq
 	}
 	start, recStart := s.buf.End(), st.GetRecordNext()
+	wasEmpty := s.buf.Len() == 0
 	s.appendStored(now, body, ext, rel, &m.hotSize)
-	m.markHot(s)
+	if wasEmpty {
+		m.markHot(s) // a stream already hot is in the index: no map write per append
+	}
 	if ps != nil {
 		ps.RecordStart, ps.RecordNext = recStart, st.GetRecordNext()
 		s.putProducer(ps)
