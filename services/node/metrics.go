@@ -299,6 +299,7 @@ func coldMetrics(t *cold.Tier, pending uint64, out map[string]any) {
 		"cold_corrupt_reads":           cs.CorruptReads.Load(),
 		"cold_cache_checksum_failures": cache.ChecksumFailures,
 		"cold_backpressure_writes":     cs.BackpressureWrites.Load(),
+		"cold_admit_waits":             cs.AdmitWaits.Load(),
 		"cold_sealed_pages":            cs.SealedPages.Load(),
 		"cold_compactions":             cs.Compactions.Load(),
 		"cold_gc_acked_entries":        cs.GCAcked.Load(),
@@ -308,6 +309,7 @@ func coldMetrics(t *cold.Tier, pending uint64, out map[string]any) {
 		"cold_cache_fetch_errors":      cache.FetchErrors,
 		"cold_cache_bytes":             uint64(cache.Bytes),
 		"cold_hot_cap_bytes_per_group": t.Config().HotCapBytes,
+		"cold_hot_cap_bytes_per_node":  t.Config().NodeHotCapBytes,
 	} {
 		out[k] = float64(v)
 	}

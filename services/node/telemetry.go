@@ -256,7 +256,8 @@ var nodeMetrics = withMetrics(coldgc.DocumentMetrics(), map[string]telemetry.Met
 	"cold_read_errors":             counter("{error}", "Failed reads from the cold store."),
 	"cold_corrupt_reads":           counter("{read}", "Cold reads that found a corrupt object."),
 	"cold_cache_checksum_failures": counter("{read}", "Cold cache reads that failed their checksum."),
-	"cold_backpressure_writes":     counter("{write}", "Writes held back because the hot tier was full."),
+	"cold_backpressure_writes":     counter("{write}", "Writes refused because the hot tier was full."),
+	"cold_admit_waits":             counter("{write}", "Writes that waited for cold flushes to make room under the node's hot cap."),
 	"cold_sealed_pages":            counter("{page}", "Cold pages sealed."),
 	"cold_compactions":             counter("{compaction}", "Cold object compactions."),
 	"cold_gc_acked_entries":        counter("{entry}", "Cold-tier entries whose garbage collection was acknowledged."),
@@ -266,6 +267,7 @@ var nodeMetrics = withMetrics(coldgc.DocumentMetrics(), map[string]telemetry.Met
 	"cold_cache_fetch_errors":      counter("{error}", "Failed fetches into the cold cache."),
 	"cold_cache_bytes":             gauge("By", "Bytes in the cold cache."),
 	"cold_hot_cap_bytes_per_group": gauge("By", "The hot tier's cap per group."),
+	"cold_hot_cap_bytes_per_node":  gauge("By", "The hot tier's cap per node, all groups together."),
 	// the cluster transport
 	"raft_grpc_peer_cluster_refusals":         counter("{connection}", "Peers refused for belonging to another cluster."),
 	"raft_grpc_unidentified_peer_refusals":    counter("{connection}", "Peers refused for not saying which node they are."),

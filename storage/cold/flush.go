@@ -40,6 +40,7 @@ func (t *Tier) Run(ctx context.Context) error {
 		case <-c.kick:
 		}
 		var wg sync.WaitGroup
+		nodeHot := c.nodeHotBytes()
 		for g := range c.groups.GroupCount() {
 			st := c.groups.Status(uint32(g))
 			if !st.IsLeader {
@@ -47,13 +48,20 @@ func (t *Tier) Run(ctx context.Context) error {
 			}
 			// A term's staged-part totals start when the node finds it leads.
 			c.startCounting(uint32(g), st.Term)
-			for _, h := range c.flushCandidates(uint32(g)) {
+			for _, h := range c.flushCandidates(uint32(g), nodeHot) {
 				if _, busy := c.flushing.LoadOrStore(h.Key, struct{}{}); busy {
 					continue
+				}
+				w := c.uploadWeight(h)
+				if err := c.inflight.Acquire(ctx, w); err != nil {
+					c.flushing.Delete(h.Key)
+					wg.Wait()
+					return nil
 				}
 				select {
 				case c.slots <- struct{}{}:
 				case <-ctx.Done():
+					c.inflight.Release(w)
 					c.flushing.Delete(h.Key)
 					wg.Wait()
 					return nil
@@ -61,7 +69,7 @@ func (t *Tier) Run(ctx context.Context) error {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					defer func() { <-c.slots; c.flushing.Delete(h.Key) }()
+					defer func() { <-c.slots; c.inflight.Release(w); c.flushing.Delete(h.Key) }()
 					if err := c.flushStream(ctx, uint32(g), h); err != nil && ctx.Err() == nil {
 						c.logger.Debug("cold flush", "group", g, "stream", h.Key.Stream, "err", err)
 					}
@@ -72,10 +80,18 @@ func (t *Tier) Run(ctx context.Context) error {
 	}
 }
 
+// uploadWeight is the share of FlushInflightBytes a flush of h takes: the
+// hot bytes one flush encodes (at most MaxChunkBytes), at least one.
+func (t *Tier) uploadWeight(h stream.HotStream) int64 {
+	return int64(max(1, min(h.HotBytes, t.cfg.MaxChunkBytes, t.cfg.FlushInflightBytes)))
+}
+
 // flushCandidates picks the streams of a group to flush now: those past
 // the size or age threshold or holding external payloads, then the largest
-// others while the group holds more than its flush threshold.
-func (t *Tier) flushCandidates(g uint32) []stream.HotStream {
+// others while the group holds more than its flush threshold, or, while
+// the node (holding nodeHot) is above half its cap, more than its share
+// of that half.
+func (t *Tier) flushCandidates(g uint32, nodeHot uint64) []stream.HotStream {
 	c := t
 	hs := t.groups.Machine(g).HotStreams()
 	if len(hs) == 0 {
@@ -84,11 +100,15 @@ func (t *Tier) flushCandidates(g uint32) []stream.HotStream {
 	sort.Slice(hs, func(i, j int) bool { return hs[i].HotBytes > hs[j].HotBytes })
 	now := t.now().UnixMilli()
 	groupHot := uint64(t.groups.Machine(g).HotBytes())
+	limit := c.cfg.GroupFlushBytes
+	if half := c.cfg.NodeHotCapBytes / 2; nodeHot > half {
+		limit = min(limit, half/uint64(max(t.groups.GroupCount(), 1)))
+	}
 	var out []stream.HotStream
 	for _, h := range hs {
 		due := h.HotBytes >= c.cfg.FlushBytes || now-h.HotSinceMs >= c.cfg.FlushAge.Milliseconds() ||
 			h.Tail-h.ColdEnd > h.HotBytes
-		if due || groupHot > c.cfg.GroupFlushBytes {
+		if due || groupHot > limit {
 			out = append(out, h)
 			groupHot -= min(groupHot, h.HotBytes)
 		}
@@ -214,5 +234,8 @@ func (t *Tier) flushStream(ctx context.Context, g uint32, h stream.HotStream) er
 	}
 	c.stats.Flushes.Add(1)
 	c.stats.SealedPages.Add(uint64(len(seals)))
+	if c.nodeHotBytes() < c.cfg.NodeHotCapBytes {
+		c.admit.wakeHead() // room for the write waiting longest
+	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/fault"
@@ -44,9 +46,11 @@ type Tier struct {
 	logger *slog.Logger
 	now    func() time.Time
 
-	slots    chan struct{} // upload concurrency
-	flushing sync.Map      // stream.Key → struct{}: one flush per stream at a time
-	kick     chan struct{} // wakes the flush loop (a write hit the cap)
+	slots    chan struct{}       // upload concurrency
+	inflight *semaphore.Weighted // hot bytes the running uploads encode
+	flushing sync.Map            // stream.Key → struct{}: one flush per stream at a time
+	kick     chan struct{}       // wakes the flush loop (a write hit the cap)
+	admit    admitQueue          // writes waiting for room under the node's cap
 	staged   stagedIndex
 	seeds    chan seed // seed listings of staged parts (staged.go)
 	stats    Stats
@@ -65,10 +69,12 @@ type Stats struct {
 	// not match their checksum (COLD_OBJECT_CORRUPT).
 	CorruptReads       atomic.Uint64
 	BackpressureWrites atomic.Uint64
-	SealedPages        atomic.Uint64
-	Retired            atomic.Uint64
-	Compactions        atomic.Uint64
-	GCAcked            atomic.Uint64
+	// AdmitWaits counts writes that waited for room under the node's cap.
+	AdmitWaits  atomic.Uint64
+	SealedPages atomic.Uint64
+	Retired     atomic.Uint64
+	Compactions atomic.Uint64
+	GCAcked     atomic.Uint64
 }
 
 // New builds the cold tier over store (nil keeps every committed byte in
@@ -86,9 +92,10 @@ func New(cfg Config, store objstore.Store, groups Groups, now func() time.Time, 
 	}
 	t := &Tier{
 		cfg: cfg, store: store, groups: groups, logger: logger, now: now,
-		slots: make(chan struct{}, cfg.FlushConcurrency),
-		kick:  make(chan struct{}, 1),
-		seeds: make(chan seed, max(groups.GroupCount(), 1)),
+		slots:    make(chan struct{}, cfg.FlushConcurrency),
+		inflight: semaphore.NewWeighted(int64(cfg.FlushInflightBytes)),
+		kick:     make(chan struct{}, 1),
+		seeds:    make(chan seed, max(groups.GroupCount(), 1)),
 	}
 	if store != nil {
 		t.reader = tier.NewReader(tier.NewCache(store, int64(cfg.BlockBytes), int64(cfg.CacheBytes)))
@@ -122,20 +129,29 @@ func errNoStore(what string) error {
 	return fault.Errorf(fault.ErrNoColdStore, "%s needs a cold store", what)
 }
 
-// AdmitWrite refuses a write while the group holds more hot bytes than its
-// cap: flushes must catch up first.
-func (t *Tier) AdmitWrite(g uint32) error {
-	m := t.groups.Machine(g)
-	if t.store == nil || uint64(m.HotBytes()) < t.cfg.HotCapBytes {
-		return nil
-	}
+func (t *Tier) refuseWrite(why string) error {
 	t.stats.BackpressureWrites.Add(1)
+	t.kickFlush()
+	return fault.Errorf(fault.ErrOverloaded, "%s: waiting for cold flushes", why).
+		With(fault.DetailRetryAfterMS, "1000")
+}
+
+// kickFlush wakes the flush loop before its next tick.
+func (t *Tier) kickFlush() {
 	select {
 	case t.kick <- struct{}{}:
 	default:
 	}
-	return fault.Errorf(fault.ErrOverloaded, "group %d holds %d hot bytes, at or above its cap of %d: waiting for cold flushes", g, m.HotBytes(), t.cfg.HotCapBytes).
-		With(fault.DetailRetryAfterMS, "1000")
+}
+
+// nodeHotBytes is the hot bytes of every group on this node: each
+// replica holds its group's hot window, led here or not.
+func (t *Tier) nodeHotBytes() uint64 {
+	var n int64
+	for g := range t.groups.GroupCount() {
+		n += t.groups.Machine(uint32(g)).HotBytes()
+	}
+	return uint64(max(n, 0))
 }
 
 // External reports whether an append of n bytes goes to the cold store as

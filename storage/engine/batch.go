@@ -88,7 +88,7 @@ func (e *Engine) appendBatch(ctx context.Context, k stream.Key, req *streamv1.Ap
 		return resp, nil
 	}
 	g := e.GroupOf(k)
-	if err := e.cold.AdmitWrite(g); err != nil {
+	if err := e.cold.AdmitWrite(ctx, g); err != nil {
 		return nil, err
 	}
 	a := &storagev1.Append{

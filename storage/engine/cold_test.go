@@ -304,3 +304,157 @@ func TestColdRetention(t *testing.T) {
 		}
 	}
 }
+
+// gatedStore holds every chunk and page upload until the test releases it,
+// and records how many were held at once.
+type gatedStore struct {
+	objstore.Store
+	release        chan struct{}
+	held, mostHeld atomic.Int64
+}
+
+func (g *gatedStore) Put(ctx context.Context, key string, body []byte) error {
+	if strings.Contains(key, "/c/") || strings.Contains(key, "/p/") {
+		n := g.held.Add(1)
+		for m := g.mostHeld.Load(); n > m && !g.mostHeld.CompareAndSwap(m, n); m = g.mostHeld.Load() {
+		}
+		defer g.held.Add(-1)
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return g.Store.Put(ctx, key, body)
+}
+
+// TestFlushUploadsStayWithinTheirByteBudget runs the flush loop with room
+// for eight uploads but hot bytes for two: it must never hold more than
+// two chunk uploads at once, and must still flush every stream.
+func TestFlushUploadsStayWithinTheirByteBudget(t *testing.T) {
+	store := &gatedStore{Store: objstore.NewMemory(), release: make(chan struct{})}
+	cfg := coldTestConfig(t.TempDir())
+	cfg.Cold.FlushConcurrency = 8
+	cfg.Cold.MaxChunkBytes = 200
+	cfg.Cold.FlushInflightBytes = 400 // two uploads of at least 150 bytes
+	e := startColdEngine(t, cfg, store)
+	const streams = 12
+	for i := range streams {
+		name := fmt.Sprintf("s%d", i)
+		mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref(name), ContentType: "application/octet-stream"})
+		mustAppend(t, e, name, "application/octet-stream", strings.Repeat("a", 150))
+		mustAppend(t, e, name, "application/octet-stream", strings.Repeat("b", 150))
+	}
+	flushed := func() bool {
+		for i := range streams {
+			name := fmt.Sprintf("s%d", i)
+			m, ok := e.machine(key(name)).Lookup(key(name))
+			if !ok || m.ColdEnd != m.Tail {
+				return false
+			}
+		}
+		return true
+	}
+	for !flushed() {
+		// Let the loop start all it may before releasing one upload.
+		if !await.Until(time.Second, func() bool { return store.held.Load() >= 2 || flushed() }) && store.held.Load() == 0 {
+			continue
+		}
+		select {
+		case store.release <- struct{}{}:
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if got := store.mostHeld.Load(); got > 2 {
+		t.Fatalf("%d uploads ran at once, want at most 2 (flush_inflight_bytes 400, chunks of 150 to 200 bytes)", got)
+	}
+	if got := store.mostHeld.Load(); got < 2 {
+		t.Fatalf("at most %d upload ran at once, want 2: the budget holds two", got)
+	}
+	for i := range streams {
+		name := fmt.Sprintf("s%d", i)
+		if got, want := readAll(t, e, name), strings.Repeat("a", 150)+strings.Repeat("b", 150); got != want {
+			t.Fatalf("%s reads %q", name, got)
+		}
+	}
+}
+
+// TestNodeHotCapHoldsWritersUntilFlushesMakeRoom fills the node's hot cap
+// while the store is down, across streams of several groups (no group
+// reaches its own cap): a write then waits for room, and goes through once
+// the store is back; with a short wait it is refused with 503 instead.
+func TestNodeHotCapHoldsWritersUntilFlushesMakeRoom(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wait time.Duration
+	}{{"waits", time.Minute}, {"refuses", time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := &flakyStore{Store: objstore.NewMemory()}
+			cfg := coldTestConfig(t.TempDir())
+			cfg.Cold.NodeHotCapBytes = 4 << 10
+			cfg.Cold.AdmitWait = tc.wait
+			e := startColdEngine(t, cfg, store)
+			store.down.Store(true)
+			const streams = 16 // over 8 groups
+			name := func(i int) string { return fmt.Sprintf("s%d", i%streams) }
+			nodeHot := func() int64 {
+				machines := map[*stream.Machine]bool{}
+				var n int64
+				for i := range streams {
+					if m := e.machine(key(name(i))); !machines[m] {
+						machines[m] = true
+						n += m.HotBytes()
+					}
+				}
+				return n
+			}
+			var want [streams]string
+			for i := range streams {
+				mustCreate(t, e, &streamv1.CreateStreamRequest{Ref: ref(name(i)), ContentType: "application/octet-stream"})
+			}
+			// About 300 hot bytes per stream and 600 per group, far from
+			// the group cap (1 MiB): the node's cap is what fills.
+			body := strings.Repeat("x", 100)
+			for i := 0; nodeHot() < int64(cfg.Cold.NodeHotCapBytes); i++ {
+				mustAppend(t, e, name(i), "application/octet-stream", body)
+				want[i%streams] += body
+			}
+			if got := e.cold.Stats().AdmitWaits.Load(); got != 0 {
+				t.Fatalf("%d writes waited below the node's cap", got)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := e.Append(t.Context(), &streamv1.AppendRequest{Ref: ref(name(0)), ContentType: "application/octet-stream", Body: []byte("late")})
+				done <- err
+			}()
+			if tc.wait != time.Minute {
+				err := <-done
+				wantCode(t, "append above the node's hot cap", err, fault.ErrOverloaded)
+				if fault.Detail(err, fault.DetailRetryAfterMS) == "" {
+					t.Fatalf("refusal without %s: %v", fault.DetailRetryAfterMS, err)
+				}
+				if got := e.cold.Stats().BackpressureWrites.Load(); got == 0 {
+					t.Fatal("the refused write is not counted")
+				}
+				return
+			}
+			await.True(t, "the write waits for room", func() bool { return e.cold.Stats().AdmitWaits.Load() == 1 })
+			select {
+			case err := <-done:
+				t.Fatalf("a write above the node's cap went through while the store was down: %v", err)
+			default:
+			}
+			store.down.Store(false)
+			if err := <-done; err != nil {
+				t.Fatalf("the waiting write, once the store is back: %v", err)
+			}
+			want[0] += "late"
+			for i := range streams {
+				waitFlushed(t, e, name(i))
+				if got := readAll(t, e, name(i)); got != want[i] {
+					t.Fatalf("%s holds %d bytes, want %d", name(i), len(got), len(want[i]))
+				}
+			}
+		})
+	}
+}

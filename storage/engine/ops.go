@@ -412,8 +412,10 @@ func (e *Engine) Append(ctx context.Context, req *streamv1.AppendRequest) (*stre
 		body = stored
 	}
 	g := e.GroupOf(k)
-	if err := e.cold.AdmitWrite(g); err != nil && len(body) > 0 {
-		return nil, err
+	if len(body) > 0 {
+		if err := e.cold.AdmitWrite(ctx, g); err != nil {
+			return nil, err
+		}
 	}
 	// The command's messages in one allocation instead of four.
 	x := &struct {

@@ -49,6 +49,10 @@ func (c *chunk) length() uint64 {
 // NewBuffer returns an empty buffer whose first byte will be at base.
 func NewBuffer(base uint64) *Buffer { return &Buffer{base: base} }
 
+// MakeBuffer returns an empty buffer whose first byte will be at base, to
+// be held by value.
+func MakeBuffer(base uint64) Buffer { return Buffer{base: base} }
+
 // Base is the absolute position of the first byte.
 func (b *Buffer) Base() uint64 { return b.base }
 

@@ -13,7 +13,7 @@ import (
 // coldRef finds the index entry covering pos (below the hot window): level
 // 0 holds the newest range, each level above an older one.
 func (s *stream) coldRef(pos uint64) *storagev1.ColdRef {
-	for _, lv := range s.meta.GetColdIndex() {
+	for _, lv := range s.coldLevels() {
 		if r := coldfmt.FindRef(lv.GetEntries(), pos); r != nil {
 			return r
 		}
@@ -42,14 +42,6 @@ func (m *Machine) coldStream(bucket, name string, inc uint64) (*stream, *Result)
 		return nil, &Result{Err: fault.Errorf(fault.ErrStreamNotFound, "stream %s not found", name)}
 	}
 	return s, nil
-}
-
-func cloneLevels(levels []*storagev1.ColdLevel) []*storagev1.ColdLevel {
-	out := make([]*storagev1.ColdLevel, len(levels))
-	for i, lv := range levels {
-		out[i] = &storagev1.ColdLevel{Entries: append([]*storagev1.ColdRef(nil), lv.GetEntries()...)}
-	}
-	return out
 }
 
 // applyColdFlush indexes the stream's hot range the leader flushed and
@@ -90,7 +82,7 @@ func (m *Machine) applyColdFlush(now int64, c *storagev1.ColdFlush) *Result {
 	if rerr != nil {
 		return &Result{Err: rerr}
 	}
-	levels := cloneLevels(s.meta.GetColdIndex())
+	levels := s.coldLevels()
 	if len(levels) == 0 {
 		levels = append(levels, &storagev1.ColdLevel{})
 	}
@@ -99,7 +91,7 @@ func (m *Machine) applyColdFlush(now int64, c *storagev1.ColdFlush) *Result {
 	if err != nil {
 		return &Result{Err: err}
 	}
-	s.meta.ColdIndex = levels
+	s.setColdLevels(levels)
 	before := coldBytes(s.meta)
 	s.meta.ColdEnd = pos
 	m.coldSize.Add(coldBytes(s.meta) - before)
@@ -177,8 +169,9 @@ func (m *Machine) applyColdRetire(now int64, c *storagev1.ColdRetire) *Result {
 // oldest level first, and queues their objects for GC after grace. A page
 // that straddles the retention stays whole.
 func (m *Machine) retire(now int64, s *stream, graceMs int64) {
-	levels := s.meta.GetColdIndex()
+	levels := s.coldLevels()
 	ret := s.meta.GetRetained()
+	defer func() { s.setColdLevels(levels) }()
 	for k := len(levels) - 1; k >= 0; k-- {
 		es := levels[k].GetEntries()
 		n := 0
@@ -208,7 +201,7 @@ func (m *Machine) applyColdSwap(now int64, c *storagev1.ColdSwap) *Result {
 	}
 	old := c.GetReplaced()
 	ch := c.GetChunk()
-	levels := s.meta.GetColdIndex()
+	levels := s.coldLevels()
 	if len(old) < 2 || len(levels) == 0 || ch.GetStart() != old[0].GetStart() || ch.GetEnd() != old[len(old)-1].GetEnd() ||
 		ch.GetKind() != storagev1.ColdKind_COLD_KIND_CHUNK || ch.GetLevel() != 0 {
 		return &Result{Err: fault.Errorf(fault.ErrInvalidArgument, "cold swap does not replace a run of chunks by one chunk over the same range")}
@@ -229,6 +222,7 @@ func (m *Machine) applyColdSwap(now int64, c *storagev1.ColdSwap) *Result {
 	next = append(next, swapRecords(ch, es[i:i+len(old)]))
 	next = append(next, es[i+len(old):]...)
 	levels[0].Entries = next
+	s.setColdLevels(levels)
 	for _, o := range old {
 		m.enqueueGC(s.meta.GetBucket(), storagev1.GCKind_GC_KIND_OBJECT, o.GetKey(), now+c.GetGraceMs())
 	}
@@ -382,7 +376,7 @@ func (m *Machine) FlushPlan(key Key, inc uint64, maxBytes uint64) (pieces []Flus
 		total += cut - pos
 		pos = cut
 	}
-	return pieces, cloneLevels(s.meta.GetColdIndex()), true
+	return pieces, s.coldLevels(), true
 }
 
 // ColdRefAt returns the cold reference covering pos (an index entry, or an
@@ -412,7 +406,7 @@ func (m *Machine) ColdLevels(key Key, inc uint64) ([]*storagev1.ColdLevel, bool)
 	if s == nil || s.meta.GetIncarnation() != inc {
 		return nil, false
 	}
-	return cloneLevels(s.meta.GetColdIndex()), true
+	return s.coldLevels(), true
 }
 
 // GCQueue returns up to limit entries of the cold-GC queue (copies), and
@@ -454,11 +448,10 @@ func (m *Machine) StreamsWithColdIndex(minEntries int) map[Key]ColdLevel0 {
 	defer m.mu.RUnlock()
 	out := map[Key]ColdLevel0{}
 	for k, s := range m.streams {
-		lv := s.meta.GetColdIndex()
-		if len(lv) == 0 || len(lv[0].GetEntries()) < minEntries {
+		if len(s.cold.enc) == 0 || s.cold.level0 < minEntries {
 			continue
 		}
-		out[k] = ColdLevel0{s.meta.GetIncarnation(), append([]*storagev1.ColdRef(nil), lv[0].GetEntries()...)}
+		out[k] = ColdLevel0{s.meta.GetIncarnation(), s.coldLevels()[0].GetEntries()}
 	}
 	return out
 }

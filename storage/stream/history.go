@@ -142,7 +142,7 @@ func (s *stream) startHistory(inc uint64) {
 // snapshot), or forks, whose origins carry the incarnation.
 func (s *stream) namedElsewhere() bool {
 	st := s.meta
-	for _, lv := range st.GetColdIndex() {
+	for _, lv := range s.coldLevels() {
 		if len(lv.GetEntries()) > 0 {
 			return true
 		}

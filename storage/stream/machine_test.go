@@ -280,6 +280,9 @@ func TestSnapshotStreamsMatchTheState(t *testing.T) {
 		if s == nil {
 			t.Fatalf("snapshot names %s/%s, which the machine does not hold", got.GetBucket(), got.GetStream())
 		}
+		if s.meta.ColdIndex != nil {
+			t.Errorf("stream %s/%s: its meta holds the cold index decoded", got.GetBucket(), got.GetStream())
+		}
 		want := proto.CloneOf(s.meta)
 		want.Records = slices.Clone(s.records)
 		for _, id := range slices.Sorted(maps.Keys(s.producers)) {
@@ -289,7 +292,8 @@ func TestSnapshotStreamsMatchTheState(t *testing.T) {
 			want.HotExternal = append(want.HotExternal, &storagev1.HotExternal{Ref: tag.(*storagev1.ColdRef)})
 		})
 		want.Data = bytes.Join(hotSegments(s), nil)
-		if len(want.Producers) > 0 && len(want.Records) > 0 && len(want.Data) > 0 {
+		want.ColdIndex = s.coldLevels()
+		if len(want.Producers) > 0 && len(want.Records) > 0 && len(want.Data) > 0 && len(want.ColdIndex) > 0 {
 			withParts++
 		}
 		if !proto.Equal(got, want) {
@@ -297,6 +301,6 @@ func TestSnapshotStreamsMatchTheState(t *testing.T) {
 		}
 	}
 	if withParts == 0 {
-		t.Fatal("no stream with producers, records and hot bytes: the test proves nothing")
+		t.Fatal("no stream with producers, records, hot bytes and a cold index: the test proves nothing")
 	}
 }

@@ -316,7 +316,7 @@ func (m *Machine) RecordPos(key Key, inc uint64, n uint64) (pos uint64, ref *sto
 		return s.buf.End(), nil, true
 	}
 	if n < s.meta.GetHotRecord() {
-		for _, lv := range s.meta.GetColdIndex() {
+		for _, lv := range s.coldLevels() {
 			for _, e := range lv.GetEntries() {
 				if e.GetFirstRecord() <= n && n < e.GetNextRecord() {
 					return e.GetStart(), e, true

@@ -126,6 +126,7 @@ func (e *streamEncoding) add(i int, s *stream) error {
 	if e.metas, err = snapshotMarshal.MarshalAppend(e.metas, s.meta); err != nil {
 		return err
 	}
+	e.metas = append(e.metas, s.cold.enc...) // its cold_index fields
 	ids := make([]string, 0, len(s.producers))
 	for id := range s.producers {
 		ids = append(ids, id)
@@ -273,11 +274,11 @@ func decodeState(snap *storagev1.Snapshot) (*state, int64, error) {
 		// Format 1 had no cold tier: every byte from base was hot.
 		st.ColdEnd = max(st.GetColdEnd(), st.GetBase())
 		st.Bucket, st.ContentType = intern(st.GetBucket()), intern(st.GetContentType())
-		s := &stream{buf: hot.NewBuffer(st.GetColdEnd())}
+		s := &stream{buf: hot.MakeBuffer(st.GetColdEnd())}
 		if len(st.GetProducers()) > 0 {
 			s.producers = make(map[string]*storagev1.ProducerState, len(st.GetProducers()))
 		}
-		if err := fillHot(s.buf, st.GetData(), st.GetHotExternal()); err != nil {
+		if err := fillHot(&s.buf, st.GetData(), st.GetHotExternal()); err != nil {
 			return nil, 0, fmt.Errorf("stream %q: %w", st.GetStream(), err)
 		}
 		hotBytes += int64(len(st.GetData()))
@@ -285,8 +286,9 @@ func decodeState(snap *storagev1.Snapshot) (*state, int64, error) {
 		for _, p := range st.GetProducers() {
 			s.producers[p.GetId()] = p
 		}
-		st.Data, st.Records, st.Producers, st.HotExternal = nil, nil, nil, nil
 		s.meta = st
+		s.setColdLevels(st.GetColdIndex())
+		st.Data, st.Records, st.Producers, st.HotExternal, st.ColdIndex = nil, nil, nil, nil, nil
 		s.numberLegacyRecords()
 		s.rebuildMarks()
 		out.streams[Key{st.GetBucket(), st.GetStream()}] = s
@@ -317,7 +319,7 @@ func (m *Machine) install(st *state, hotBytes int64) {
 // out, as slices of the stored chunks (never modified, so they may be read
 // after the machine's lock is released).
 func hotSegments(s *stream) [][]byte {
-	b := s.buf
+	b := &s.buf
 	if b.Bytes() == 0 {
 		return nil
 	}
