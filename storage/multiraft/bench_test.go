@@ -23,6 +23,7 @@ func benchPropose(b *testing.B, fsync string) {
 	waitReady(b, n.h)
 	payload := make([]byte, 128)
 	var next atomic.Int64
+	readies, fsyncs := shardTotals(n.h)
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	for w := range 128 {
@@ -36,4 +37,17 @@ func benchPropose(b *testing.B, fsync string) {
 		})
 	}
 	wg.Wait()
+	b.StopTimer()
+	r, f := shardTotals(n.h)
+	b.ReportMetric(float64(r-readies)/float64(b.N), "readies/op")
+	b.ReportMetric(float64(f-fsyncs)/float64(b.N), "fsyncs/op")
+}
+
+// shardTotals sums the Ready rounds and fsyncs of every shard worker.
+func shardTotals(h *Host) (readies, fsyncs uint64) {
+	for _, st := range h.ShardStats() {
+		readies += st.ReadyBatches
+		fsyncs += st.WAL.Fsyncs
+	}
+	return readies, fsyncs
 }

@@ -29,9 +29,16 @@ func waitHalted(tb testing.TB, h *Host, g uint32) GroupStatus {
 // TestHaltingEntryHaltsOnlyItsGroup: an entry whose Apply error asks to
 // halt the group (HaltGroup) freezes that group on this node, unapplied,
 // while the node and its other groups go on; a restart halts it again at
-// the same entry instead of applying past it.
+// the same entry instead of applying past it; under either fsync mode.
 func TestHaltingEntryHaltsOnlyItsGroup(t *testing.T) {
+	for _, fsync := range []string{FsyncNever, FsyncAlways} {
+		t.Run(fsync, func(t *testing.T) { testHaltingEntry(t, fsync) })
+	}
+}
+
+func testHaltingEntry(t *testing.T, fsync string) {
 	cfg := baseConfig(t.TempDir())
+	cfg.Fsync = fsync
 	n := startNode(t, cfg, nil)
 	ctx := t.Context()
 	waitReady(t, n.h)

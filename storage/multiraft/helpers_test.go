@@ -31,6 +31,16 @@ type counter struct {
 	sum   uint64
 	count uint64
 	last  uint64
+	// probe, when set, runs first in each Apply of a counted entry, on
+	// the shard worker (a test's look at the moment of applying).
+	probe func(index uint64, data []byte)
+}
+
+// setProbe installs a probe (nil removes it).
+func (c *counter) setProbe(probe func(index uint64, data []byte)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.probe = probe
 }
 
 // unknownEntry is an entry the counter cannot apply (as a state machine
@@ -56,6 +66,12 @@ func (c *counter) Apply(index uint64, data []byte) (any, error) {
 	}
 	if bytes.Equal(data, haltEntry) {
 		return nil, &haltError{index: index}
+	}
+	c.mu.Lock()
+	probe := c.probe
+	c.mu.Unlock()
+	if probe != nil {
+		probe(index, data)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
