@@ -46,14 +46,15 @@ type Tier struct {
 	logger *slog.Logger
 	now    func() time.Time
 
-	slots    chan struct{}       // upload concurrency
-	inflight *semaphore.Weighted // hot bytes the running uploads encode
-	flushing sync.Map            // stream.Key → struct{}: one flush per stream at a time
-	kick     chan struct{}       // wakes the flush loop (a write hit the cap)
-	admit    admitQueue          // writes waiting for room under the node's cap
-	staged   stagedIndex
-	seeds    chan seed // seed listings of staged parts (staged.go)
-	stats    Stats
+	slots     chan struct{}       // upload concurrency
+	inflight  *semaphore.Weighted // hot bytes the running uploads encode
+	flushing  sync.Map            // stream.Key → struct{}: one flush per stream at a time
+	kick      chan struct{}       // wakes the flush loop (a write hit the cap)
+	admit     admitQueue          // writes waiting for room under the node's cap
+	nodeTally func() int64        // the node's hot bytes, when tallied (TallyNodeHotFrom)
+	staged    stagedIndex
+	seeds     chan seed // seed listings of staged parts (staged.go)
+	stats     Stats
 }
 
 // Stats are the cold tier's counters.
@@ -147,12 +148,21 @@ func (t *Tier) kickFlush() {
 // nodeHotBytes is the hot bytes of every group on this node: each
 // replica holds its group's hot window, led here or not.
 func (t *Tier) nodeHotBytes() uint64 {
+	if t.nodeTally != nil {
+		return uint64(max(t.nodeTally(), 0))
+	}
 	var n int64
 	for g := range t.groups.GroupCount() {
 		n += t.groups.Machine(uint32(g)).HotBytes()
 	}
 	return uint64(max(n, 0))
 }
+
+// TallyNodeHotFrom gives the tier the node's hot bytes as one counter the
+// machines share (stream.Machine.TallyHotIn). Without it the tier sums the
+// groups' counters, each in a cache line the shard workers write at every
+// append: microseconds per write, which reads it. Call it before Run.
+func (t *Tier) TallyNodeHotFrom(tally func() int64) { t.nodeTally = tally }
 
 // External reports whether an append of n bytes goes to the cold store as
 // an object of its own.

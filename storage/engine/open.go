@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ursula/ursula/internal/pki"
@@ -46,6 +47,8 @@ type Node struct {
 	cfg      Config
 	host     *multiraft.Host
 	machines []*stream.Machine
+	// hotTally is the hot bytes of all the machines (stream.Machine.TallyHotIn).
+	hotTally atomic.Int64
 	grpc     *cluster.GRPC // the cluster plane Open built; nil otherwise
 	logger   *slog.Logger
 	// walRecovery is set when this run started after a crash.
@@ -82,6 +85,7 @@ func Open(cfg Config, deps Deps) (*Node, error) {
 	n := &Node{cfg: cfg, logger: logger, machines: make([]*stream.Machine, cfg.GroupCount)}
 	for g := range n.machines {
 		n.machines[g] = stream.NewMachine(uint32(g))
+		n.machines[g].TallyHotIn(&n.hotTally)
 	}
 	ccfg := cluster.Config{NodeID: cfg.NodeID, ClusterID: cfg.ClusterID, DataDir: cfg.DataDir, Peers: cfg.Peers, MaxMessageBytes: cfg.MaxMessageBytes, TLS: deps.ClusterTLS}
 	net := deps.Network
@@ -145,7 +149,10 @@ func Open(cfg Config, deps Deps) (*Node, error) {
 	if n.Cluster, err = cluster.New(ccfg, host, n.machines, net, now, logger.With("component", "cluster")); err != nil {
 		return fail(err)
 	}
-	if n.Cold, err = cold.New(cfg.Cold, deps.ColdStore, n.Cluster, now, logger.With("component", "cold")); err != nil {
+	if n.Cold, err = cold.New(cfg.Cold, deps.ColdStore, n.Cluster, now, logger.With("component", "cold")); err == nil {
+		n.Cold.TallyNodeHotFrom(n.hotTally.Load)
+	}
+	if err != nil {
 		return fail(err)
 	}
 	n.Engine = newRequestEngine(cfg, n.Cluster, n.Cold, now, logger.With("component", "engine"))

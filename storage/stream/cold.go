@@ -12,14 +12,7 @@ import (
 
 // coldRef finds the index entry covering pos (below the hot window): level
 // 0 holds the newest range, each level above an older one.
-func (s *stream) coldRef(pos uint64) *storagev1.ColdRef {
-	for _, lv := range s.coldLevels() {
-		if r := coldfmt.FindRef(lv.GetEntries(), pos); r != nil {
-			return r
-		}
-	}
-	return nil
-}
+func (s *stream) coldRef(pos uint64) *storagev1.ColdRef { return s.cold.find(pos) }
 
 // enqueueGC adds an entry to the replicated cold-GC queue.
 func (m *Machine) enqueueGC(bucket string, kind storagev1.GCKind, key string, notBefore int64) {
@@ -96,7 +89,7 @@ func (m *Machine) applyColdFlush(now int64, c *storagev1.ColdFlush) *Result {
 	s.meta.ColdEnd = pos
 	m.coldSize.Add(coldBytes(s.meta) - before)
 	s.meta.HotRecord = hotRecord
-	m.hotSize.Add(-int64(s.buf.TrimTo(pos)))
+	m.addHot(-int64(s.buf.TrimTo(pos)))
 	m.unmarkHot(s)
 	s.trimMarks()
 	i := sort.Search(len(s.records), func(i int) bool { return s.records[i] > pos })

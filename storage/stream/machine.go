@@ -85,6 +85,7 @@ type Machine struct {
 	mu      sync.RWMutex
 	applied uint64
 	hotSize atomic.Int64
+	tally   *atomic.Int64 // the node's hot bytes, when shared (TallyHotIn)
 	// coldSize is the sum of coldBytes over the streams: kept as the cold
 	// range or the retention of a stream moves, recomputed at install.
 	coldSize atomic.Int64
@@ -148,6 +149,20 @@ func NewMachine(group uint32) *Machine {
 
 // Group is the group this machine belongs to.
 func (m *Machine) Group() uint32 { return m.group }
+
+// TallyHotIn makes the machine also count its hot bytes in tally, which
+// the machines of a node share, so that the node's total is one load
+// (the cold tier's admission reads it at every write). Call it before the
+// machine applies anything.
+func (m *Machine) TallyHotIn(tally *atomic.Int64) { m.tally = tally }
+
+// addHot changes the machine's hot bytes (and the node's tally) by d.
+func (m *Machine) addHot(d int64) {
+	m.hotSize.Add(d)
+	if m.tally != nil {
+		m.tally.Add(d)
+	}
+}
 
 // SnapshotCost estimates the size of a snapshot: the hot bytes, plus a
 // few hundred bytes of metadata per stream.
@@ -363,7 +378,7 @@ func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream
 		RecordNext:  c.GetBaseRecord(),
 	}
 	s := &stream{meta: st, buf: hot.MakeBuffer(base)}
-	s.appendStored(now, c.GetBody(), nil, c.GetBodyRecords(), &m.hotSize)
+	s.appendStored(now, c.GetBody(), nil, c.GetBodyRecords(), m)
 	n := uint64(len(c.GetBody()))
 	m.countWrite(key.Bucket, n, writeRecords(n, c.GetBodyRecords()))
 	m.streams[key] = s
@@ -477,7 +492,7 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 	}
 	start, recStart := s.buf.End(), st.GetRecordNext()
 	wasEmpty := s.buf.Len() == 0
-	s.appendStored(now, body, ext, rel, &m.hotSize)
+	s.appendStored(now, body, ext, rel, m)
 	if wasEmpty {
 		m.markHot(s) // a stream already hot is in the index: no map write per append
 	}
@@ -548,7 +563,7 @@ func (s *stream) putProducer(ps *storagev1.ProducerState) {
 // appendStored adds stored-form bytes (or an external payload holding
 // them) and their record ends (relative to body) to the stream. A body
 // with no records counts as one record.
-func (s *stream) appendStored(now int64, body []byte, ext *storagev1.ColdRef, rel []uint64, hotSize *atomic.Int64) {
+func (s *stream) appendStored(now int64, body []byte, ext *storagev1.ColdRef, rel []uint64, m *Machine) {
 	n := uint64(len(body))
 	if ext != nil {
 		n = externalBytes(ext)
@@ -569,7 +584,7 @@ func (s *stream) appendStored(now int64, body []byte, ext *storagev1.ColdRef, re
 	} else {
 		s.addRecords(body, nil)
 		s.buf.Append(body)
-		hotSize.Add(int64(n))
+		m.addHot(int64(n))
 		s.markRecords(start, body)
 	}
 	if len(rel) == 0 {
@@ -617,7 +632,7 @@ func (m *Machine) drop(now int64, key Key, s *stream) []*storagev1.ForkOrigin {
 	delete(m.hot, s)
 	m.removals++
 	m.removedBytes += s.buf.End() - s.meta.GetBase()
-	m.hotSize.Add(-int64(s.buf.Bytes()))
+	m.addHot(-int64(s.buf.Bytes()))
 	m.coldSize.Add(-coldBytes(s.meta))
 	// Objects of the stream's earlier incarnations (before a new history)
 	// live under their own prefixes.

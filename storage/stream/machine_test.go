@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+	"github.com/ursula/ursula/storage/coldfmt"
 	"github.com/ursula/ursula/storage/fault"
 )
 
@@ -302,5 +303,34 @@ func TestSnapshotStreamsMatchTheState(t *testing.T) {
 	}
 	if withParts == 0 {
 		t.Fatal("no stream with producers, records, hot bytes and a cold index: the test proves nothing")
+	}
+}
+
+// TestColdIndexFindMatchesTheDecodedIndex: the walk over a cold index's
+// encoding finds, at every position of every stream, the entry a search of
+// the decoded levels finds (or none where it finds none).
+func TestColdIndexFindMatchesTheDecodedIndex(t *testing.T) {
+	m := variedGroup(t, nil).m
+	checked := 0
+	for k, s := range m.streams {
+		levels := s.coldLevels()
+		for pos := uint64(0); pos <= s.buf.End()+1; pos++ {
+			var want *storagev1.ColdRef
+			for _, lv := range levels {
+				if want = coldfmt.FindRef(lv.GetEntries(), pos); want != nil {
+					break
+				}
+			}
+			got := s.cold.find(pos)
+			if !proto.Equal(got, want) {
+				t.Fatalf("stream %s at %d: find %v, the decoded index %v", k.Stream, pos, got, want)
+			}
+			if want != nil {
+				checked++
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no position is covered by a cold index entry: the test proves nothing")
 	}
 }

@@ -304,7 +304,7 @@ func decodeState(snap *storagev1.Snapshot) (*state, int64, error) {
 func (m *Machine) install(st *state, hotBytes int64) {
 	old := m.streams
 	m.state = *st
-	m.hotSize.Store(hotBytes)
+	m.addHot(hotBytes - m.hotSize.Load())
 	var cold int64
 	for _, s := range m.streams {
 		cold += coldBytes(s.meta)
