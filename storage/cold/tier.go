@@ -46,15 +46,15 @@ type Tier struct {
 	logger *slog.Logger
 	now    func() time.Time
 
-	slots     chan struct{}       // upload concurrency
-	inflight  *semaphore.Weighted // hot bytes the running uploads encode
-	flushing  sync.Map            // stream.Key → struct{}: one flush per stream at a time
-	kick      chan struct{}       // wakes the flush loop (a write hit the cap)
-	admit     admitQueue          // writes waiting for room under the node's cap
-	nodeTally func() int64        // the node's hot bytes, when tallied (TallyNodeHotFrom)
-	staged    stagedIndex
-	seeds     chan seed // seed listings of staged parts (staged.go)
-	stats     Stats
+	slots    chan struct{}       // upload concurrency
+	inflight *semaphore.Weighted // hot bytes the running uploads encode
+	flushing sync.Map            // stream.Key → struct{}: one flush per stream at a time
+	kick     chan struct{}       // wakes the flush loop (a write hit the cap)
+	admit    admitQueue          // writes waiting for room under the node's cap
+	nodeHot  func() int64        // the hot bytes of all the node's groups
+	staged   stagedIndex
+	seeds    chan seed // seed listings of staged parts (staged.go)
+	stats    Stats
 }
 
 // Stats are the cold tier's counters.
@@ -81,7 +81,12 @@ type Stats struct {
 // New builds the cold tier over store (nil keeps every committed byte in
 // memory: tests of the hot path only). The zero cfg means DefaultConfig.
 // It starts nothing.
-func New(cfg Config, store objstore.Store, groups Groups, now func() time.Time, logger *slog.Logger) (*Tier, error) {
+//
+// nodeHot reports the hot bytes of all the node's groups. Every write
+// reads it: it must be one counter the machines share
+// (stream.Machine.TallyHotIn), not a sum over the groups' counters, each
+// in a cache line the shard workers write at every append.
+func New(cfg Config, store objstore.Store, groups Groups, nodeHot func() int64, now func() time.Time, logger *slog.Logger) (*Tier, error) {
 	if cfg == (Config{}) {
 		cfg = DefaultConfig()
 	}
@@ -92,7 +97,7 @@ func New(cfg Config, store objstore.Store, groups Groups, now func() time.Time, 
 		now = time.Now
 	}
 	t := &Tier{
-		cfg: cfg, store: store, groups: groups, logger: logger, now: now,
+		cfg: cfg, store: store, groups: groups, nodeHot: nodeHot, logger: logger, now: now,
 		slots:    make(chan struct{}, cfg.FlushConcurrency),
 		inflight: semaphore.NewWeighted(int64(cfg.FlushInflightBytes)),
 		kick:     make(chan struct{}, 1),
@@ -147,22 +152,7 @@ func (t *Tier) kickFlush() {
 
 // nodeHotBytes is the hot bytes of every group on this node: each
 // replica holds its group's hot window, led here or not.
-func (t *Tier) nodeHotBytes() uint64 {
-	if t.nodeTally != nil {
-		return uint64(max(t.nodeTally(), 0))
-	}
-	var n int64
-	for g := range t.groups.GroupCount() {
-		n += t.groups.Machine(uint32(g)).HotBytes()
-	}
-	return uint64(max(n, 0))
-}
-
-// TallyNodeHotFrom gives the tier the node's hot bytes as one counter the
-// machines share (stream.Machine.TallyHotIn). Without it the tier sums the
-// groups' counters, each in a cache line the shard workers write at every
-// append: microseconds per write, which reads it. Call it before Run.
-func (t *Tier) TallyNodeHotFrom(tally func() int64) { t.nodeTally = tally }
+func (t *Tier) nodeHotBytes() uint64 { return uint64(max(t.nodeHot(), 0)) }
 
 // External reports whether an append of n bytes goes to the cold store as
 // an object of its own.

@@ -149,10 +149,7 @@ func Open(cfg Config, deps Deps) (*Node, error) {
 	if n.Cluster, err = cluster.New(ccfg, host, n.machines, net, now, logger.With("component", "cluster")); err != nil {
 		return fail(err)
 	}
-	if n.Cold, err = cold.New(cfg.Cold, deps.ColdStore, n.Cluster, now, logger.With("component", "cold")); err == nil {
-		n.Cold.TallyNodeHotFrom(n.hotTally.Load)
-	}
-	if err != nil {
+	if n.Cold, err = cold.New(cfg.Cold, deps.ColdStore, n.Cluster, n.hotTally.Load, now, logger.With("component", "cold")); err != nil {
 		return fail(err)
 	}
 	n.Engine = newRequestEngine(cfg, n.Cluster, n.Cold, now, logger.With("component", "engine"))

@@ -46,11 +46,8 @@ func (c *chunk) length() uint64 {
 	return uint64(len(c.buf))
 }
 
-// NewBuffer returns an empty buffer whose first byte will be at base.
-func NewBuffer(base uint64) *Buffer { return &Buffer{base: base} }
-
-// MakeBuffer returns an empty buffer whose first byte will be at base, to
-// be held by value.
+// MakeBuffer returns an empty buffer whose first byte will be at base (a
+// stream holds it by value: one object less per stream).
 func MakeBuffer(base uint64) Buffer { return Buffer{base: base} }
 
 // Base is the absolute position of the first byte.

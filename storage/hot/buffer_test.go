@@ -18,7 +18,7 @@ func TestBufferMatchesContiguousCopy(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			b := NewBuffer(tc.base)
+			b := MakeBuffer(tc.base)
 			var want []byte
 			r := rand.New(rand.NewPCG(1, 2))
 			for _, n := range tc.sizes {
@@ -48,7 +48,7 @@ func TestBufferMatchesContiguousCopy(t *testing.T) {
 }
 
 func TestBufferSliceIsStable(t *testing.T) {
-	b := NewBuffer(100)
+	b := MakeBuffer(100)
 	var want []byte
 	type held struct {
 		from, to uint64
@@ -90,7 +90,7 @@ func TestBufferSliceIsStable(t *testing.T) {
 }
 
 func TestBufferGrowth(t *testing.T) {
-	b := NewBuffer(0)
+	b := MakeBuffer(0)
 	for range 1000 {
 		b.Append(make([]byte, 200))
 	}
@@ -111,7 +111,7 @@ func TestBufferGrowth(t *testing.T) {
 }
 
 func TestBufferHolesAndTrim(t *testing.T) {
-	b := NewBuffer(10)
+	b := MakeBuffer(10)
 	b.Append([]byte("abcdef"))
 	b.AppendHole(100, "ext")
 	b.Append([]byte("xyz"))

@@ -386,12 +386,7 @@ func TestStaleAppendIsNotACommittedOverwrite(t *testing.T) {
 	c.proposeN(t, 0, 3)
 	c.converged(t, 0)
 	old := c.leader(t, 0)
-	var oldID uint64
-	for id, n := range c.nodes {
-		if n == old {
-			oldID = id
-		}
-	}
+	oldID := old.h.cfg.NodeID
 	oldTerm := old.h.Status(0).Term
 	c.net.setHold(func(_ uint32, m *pb.Message) bool {
 		return m.GetFrom() == oldID && m.GetType() == pb.MessageType_MsgApp && len(m.GetEntries()) > 0
