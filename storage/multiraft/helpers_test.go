@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -231,9 +232,13 @@ func (c *countingFS) OpenFile(name string, flag int, perm fs.FileMode) (wal.File
 	return &countingFile{File: f, fs: c}, nil
 }
 
-func (f *countingFile) Write(b []byte) (int, error) {
-	f.fs.writes.Add(1)
-	return f.File.Write(b)
+// WriteAt counts the writes that carry frames, not the zeros written
+// ahead of them.
+func (f *countingFile) WriteAt(b []byte, off int64) (int, error) {
+	if slices.ContainsFunc(b, func(c byte) bool { return c != 0 }) {
+		f.fs.writes.Add(1)
+	}
+	return f.File.WriteAt(b, off)
 }
 
 func (f *countingFile) Sync() error {

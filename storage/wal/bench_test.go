@@ -26,3 +26,22 @@ func BenchmarkBatch(b *testing.B) {
 		mustFlush(b, j, false)
 	}
 }
+
+// BenchmarkSyncedBatch is BenchmarkBatch under fsync "always": one fsync
+// per batch, into the zeros written ahead of the frames.
+func BenchmarkSyncedBatch(b *testing.B) {
+	j, _ := openJournal(b, Options{LogDir: b.TempDir()})
+	defer mustClose(b, j)
+	data := make([]byte, 300)
+	ent := []*pb.Entry{{Term: new(uint64(1)), Type: pb.EntryNormal.Enum(), Data: data}}
+	st := hs(1, 1, 0)
+	var i uint64
+	for b.Loop() {
+		i++
+		ent[0].Index = &i
+		st.Commit = &i
+		j.AppendEntries(3, ent)
+		j.SetHardState(3, st)
+		mustFlush(b, j, true)
+	}
+}

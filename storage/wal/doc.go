@@ -49,6 +49,16 @@
 // record. A new segment is started when the active one reaches the configured
 // size (default 64 MiB) and on every open.
 //
+// The active segment's file runs on past its last frame with zero bytes,
+// written a MiB at a time ahead of the frames (never past the segment
+// size): an fsync after a write into blocks that exist and a size that does
+// not change is a data-only flush, which costs ext4 about half the CPU and
+// wall time of one that must also commit a grown file. The zeros are cut
+// (truncate, then fsync) when the segment is sealed and when the journal
+// is closed, so a sealed segment and the active segment of a clean
+// shutdown end with their last frame. A frame never begins with zero bytes
+// only (a zero length needs a type byte and a CRC over it).
+//
 // Record types and payloads:
 //
 //	1 checkpoint:
@@ -94,14 +104,20 @@
 // above that marker. The checkpoint at the start of a segment sets the hard
 // state and snapshot marker of the groups it lists.
 //
-// After a crash (no clean_shutdown record), in the active segment, a frame
-// that is incomplete at the end of the file (and not followed by any intact
+// After a crash (no clean_shutdown record), in the active segment, zero
+// bytes from a frame boundary to the end of the file are the space written
+// ahead of the frames: the file is truncated there. A frame that is
+// incomplete at the end of the file (and not followed by any intact
 // frame), a final frame whose CRC does not match, or a damaged frame
 // followed only by zero bytes or by bytes holding no intact frame (a torn
 // sector of garbage) is a torn write: the file is truncated at the start of
 // that frame and recovery goes on; a complete frame that failed its CRC
 // puts the shard's groups behind the recovery gate (DamagedTail), since it
-// looks the same as media damage of an acknowledged write. Any other damage
+// looks the same as media damage of an acknowledged write, unless a whole
+// 512-byte sector of it (by file offset) lies in the zeros that end the
+// file: a disk writes sectors whole, so that frame is a write the power cut
+// short in the space written ahead of the frames, as incomplete as a frame
+// cut by the end of the file. Any other damage
 // (a bad frame in a sealed segment, a bad frame followed by an intact one
 // in the active segment, or a record that does not decode) refuses to
 // start, with an error naming the file and the byte offset of the bad

@@ -14,6 +14,7 @@ type File interface {
 	io.Reader
 	io.Writer
 	io.Closer
+	io.WriterAt
 	// Sync flushes the file to stable storage.
 	Sync() error
 	// Truncate changes the size of the file.

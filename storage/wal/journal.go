@@ -119,8 +119,13 @@ type Journal struct {
 	segBytes int64
 	logger   *slog.Logger
 
-	segs     []*segment // the last one is active
-	f        File
+	segs []*segment // the last one is active
+	f    File
+	// zeroed is the length of the active segment's file: its frames, then
+	// zero bytes written ahead of them (preallocChunk) so that an fsync
+	// after a write into them does not also commit a new file size and
+	// newly allocated blocks. Sealed segments are cut to their frames.
+	zeroed   int64
 	buf      []byte
 	unsynced bool
 	meta     map[uint32]*groupMeta
@@ -294,13 +299,19 @@ func (j *Journal) listSegments() ([]*segment, error) {
 	return segs, nil
 }
 
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
+// diskSector is the unit a disk writes whole: after a power loss, each
+// sector of an overwrite in place holds either all of its new bytes or
+// none of them.
+const diskSector = 512
+
+// unwrittenSectorIn reports whether a frame that ends at end, in a file
+// whose bytes from zeroFrom on are all zero, has a whole sector in the
+// zeros: its write was cut short in the space written ahead of the frames
+// (preallocChunk) before the power went, like an incomplete frame at the
+// end of a file. A complete frame damaged after it was written keeps its
+// sectors, zeros within it reaching a sector boundary aside.
+func unwrittenSectorIn(zeroFrom, end int) bool {
+	return (zeroFrom+diskSector-1)/diskSector*diskSector < end
 }
 
 // validFrameAfter reports whether a valid frame of a known type starts
@@ -348,21 +359,36 @@ func (j *Journal) recover() (map[uint32]*GroupState, error) {
 				"its tail was damaged after the shutdown, not torn by a crash; refusing to start (restore the file, or move the data directory aside)",
 				ErrCorrupt, seg.path, min(int64(len(data)), j.clean.Size), len(data), j.clean.Size)
 		}
+		// zeroFrom is where the zeros at the end of the file begin: in the
+		// active segment of a crashed run, the space written ahead of the
+		// frames (preallocChunk), which no frame reached yet.
+		zeroFrom := len(data)
+		for zeroFrom > 0 && data[zeroFrom-1] == 0 {
+			zeroFrom--
+		}
 		off := 0
 		for off < len(data) {
+			if j.clean == nil && active && off >= zeroFrom {
+				j.logger.Debug("cutting the zeros written ahead of the wal's last frame", "file", seg.path, "offset", off, "cut_bytes", len(data)-off)
+				if err := j.truncate(seg.path, int64(off)); err != nil {
+					return nil, err
+				}
+				data = data[:off]
+				break
+			}
 			typ, payload, n, err := DecodeFrame(data[off:])
 			if err != nil {
 				// Only a crash tears a tail: after a clean shutdown every
 				// frame was synced, so any damage is refused.
 				torn := j.clean == nil && active && ((errors.Is(err, errShortFrame) && !validFrameAfter(data, off+1)) ||
-					(errors.Is(err, errFrameCRC) && (allZero(data[off+n:]) || !validFrameAfter(data, off+n))))
+					(errors.Is(err, errFrameCRC) && (zeroFrom <= off+n || !validFrameAfter(data, off+n))))
 				if !torn {
 					if j.clean != nil {
 						return nil, fmt.Errorf("%w: %s at offset %d: %v (after a clean shutdown: refusing to start)", ErrCorrupt, seg.path, off, err)
 					}
 					return nil, fmt.Errorf("%w: %s at offset %d: %v", ErrCorrupt, seg.path, off, err)
 				}
-				if errors.Is(err, errFrameCRC) {
+				if errors.Is(err, errFrameCRC) && !unwrittenSectorIn(zeroFrom, off+n) {
 					// A complete frame that fails verification looks the same
 					// as media damage of an acknowledged write: the groups of
 					// this shard go behind the recovery gate (DamagedTail).
@@ -537,6 +563,9 @@ func (j *Journal) startSegment() error {
 		last := j.segs[n-1]
 		seq = last.seq + 1
 		if j.f != nil {
+			if err := j.trimLocked(last); err != nil {
+				return err
+			}
 			if err := j.f.Sync(); err != nil {
 				return fmt.Errorf("wal: sync %s: %w", last.path, err)
 			}
@@ -553,12 +582,12 @@ func (j *Journal) startSegment() error {
 		}
 	}
 	seg := newSegment(seq, filepath.Join(j.dir, fmt.Sprintf("%016d.wal", seq)))
-	f, err := j.fs.OpenFile(seg.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o644)
+	f, err := j.fs.OpenFile(seg.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return fmt.Errorf("wal: create %s: %w", seg.path, err)
 	}
 	cp := j.appendCheckpoint(nil, seq)
-	if _, err := f.Write(cp); err != nil {
+	if _, err := f.WriteAt(cp, 0); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("wal: write %s: %w", seg.path, err)
 	}
@@ -573,6 +602,7 @@ func (j *Journal) startSegment() error {
 	seg.size = int64(len(cp))
 	j.segs = append(j.segs, seg)
 	j.f = f
+	j.zeroed = seg.size
 	j.unsynced = false
 	j.stats.SegmentsMade++
 	j.logger.Debug("started wal segment", "file", seg.path)
@@ -713,7 +743,11 @@ func (j *Journal) flushLocked(sync bool) error {
 	seg := j.segs[len(j.segs)-1]
 	if len(j.buf) > 0 {
 		start := time.Now()
-		if _, err := j.f.Write(j.buf); err != nil {
+		if _, err := j.f.WriteAt(j.buf, seg.size); err != nil {
+			j.err = fmt.Errorf("wal: write %s: %w", seg.path, err)
+			return j.err
+		}
+		if err := j.zeroAheadLocked(seg.size + int64(len(j.buf))); err != nil {
 			j.err = fmt.Errorf("wal: write %s: %w", seg.path, err)
 			return j.err
 		}
@@ -747,6 +781,51 @@ func (j *Journal) flushLocked(sync bool) error {
 	return nil
 }
 
+// preallocChunk is how far ahead of its frames the active segment is
+// filled with zeros. On ext4 an fsync that must also commit a grown file
+// size and new blocks costs about twice the CPU of one that only writes
+// data into blocks already there (measured on the 2-core bench machine:
+// ~115 µs against ~65 µs per fsync of 4 KiB); one chunk's zeros are
+// written once per MiB of journal.
+const preallocChunk = 1 << 20
+
+var zeroChunk [preallocChunk]byte
+
+// zeroAheadLocked extends the active segment's file with zeros up to the
+// next chunk boundary past end (the end of its frames), unless it already
+// reaches past end or the segment is full (it is sealed at once).
+func (j *Journal) zeroAheadLocked(end int64) error {
+	if end <= j.zeroed || end >= j.segBytes {
+		return nil
+	}
+	to := min((end/preallocChunk+1)*preallocChunk, j.segBytes)
+	for at := max(end, j.zeroed); at < to; {
+		n, err := j.f.WriteAt(zeroChunk[:min(to-at, preallocChunk)], at)
+		if err != nil {
+			return err
+		}
+		at += int64(n)
+	}
+	j.zeroed = to
+	return nil
+}
+
+// trimLocked cuts the zeros written ahead of a segment's frames, so that a
+// sealed segment, and the active one after a clean shutdown, ends with
+// its last frame. The caller syncs the file.
+func (j *Journal) trimLocked(seg *segment) error {
+	if j.zeroed <= seg.size {
+		return nil
+	}
+	if err := j.f.Truncate(seg.size); err != nil {
+		j.err = fmt.Errorf("wal: truncate %s: %w", seg.path, err)
+		return j.err
+	}
+	j.zeroed = seg.size
+	j.unsynced = true
+	return nil
+}
+
 // Sync writes buffered frames and fsyncs the active segment.
 func (j *Journal) Sync() error { return j.Flush(true) }
 
@@ -759,7 +838,13 @@ func (j *Journal) Close() error {
 	}
 	var err error
 	if j.started {
-		err = j.flushLocked(true)
+		err = j.flushLocked(false)
+		if err == nil {
+			err = j.trimLocked(j.segs[len(j.segs)-1])
+		}
+		if err == nil {
+			err = j.flushLocked(true)
+		}
 	}
 	j.closed = true
 	if j.f != nil {

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -424,12 +425,16 @@ func (c *countingFS) OpenFile(name string, flag int, perm fs.FileMode) (File, er
 	return &countingFile{File: f, fs: c}, nil
 }
 
-func (f *countingFile) Write(b []byte) (int, error) {
+// WriteAt counts the writes that carry frames, not the zeros written
+// ahead of them.
+func (f *countingFile) WriteAt(b []byte, off int64) (int, error) {
 	if f.fs.failWrite.Load() {
 		return 0, errors.New("injected write failure")
 	}
-	f.fs.writes.Add(1)
-	return f.File.Write(b)
+	if slices.ContainsFunc(b, func(c byte) bool { return c != 0 }) {
+		f.fs.writes.Add(1)
+	}
+	return f.File.WriteAt(b, off)
 }
 
 func (f *countingFile) Sync() error {
@@ -621,4 +626,87 @@ func TestDirtyAgeSurvivesRestart(t *testing.T) {
 	if _, ok := j.DueThrough(time.Now()); !ok {
 		t.Fatal("the purged entries' age was not read from the segment")
 	}
+}
+
+func fileSize(tb testing.TB, path string) int64 {
+	tb.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// TestZerosAheadOfTheFrames: the active segment is filled with zeros ahead
+// of its frames (so that an fsync does not also commit a new size); a
+// crash leaves them, recovery cuts them, and a segment sealed or closed
+// cleanly ends with its last frame.
+func TestZerosAheadOfTheFrames(t *testing.T) {
+	t.Run("a crash leaves them and recovery cuts them", func(t *testing.T) {
+		opts := Options{LogDir: t.TempDir()}
+		j, _ := openJournal(t, opts)
+		j.AppendEntries(0, ents(1, 1, 5))
+		j.SetHardState(0, hs(1, 1, 5))
+		mustFlush(t, j, true)
+		path := segmentFiles(t, opts.LogDir, 0)[0]
+		frames := j.Tail().Size
+		if got := fileSize(t, path); got != preallocChunk {
+			t.Fatalf("active segment is %d bytes with %d of frames, want zeros up to %d", got, frames, preallocChunk)
+		}
+		// The crash: j is never closed.
+		j2, st := openJournal(t, opts)
+		defer mustClose(t, j2)
+		checkEntries(t, st[0].Entries, ents(1, 1, 5))
+		if j2.DamagedTail() {
+			t.Fatal("zeros ahead of the frames counted as damage")
+		}
+		if got := fileSize(t, path); got != frames {
+			t.Fatalf("recovered segment is %d bytes, want its %d bytes of frames", got, frames)
+		}
+	})
+	t.Run("sealed and cleanly closed segments end with their last frame", func(t *testing.T) {
+		opts := Options{LogDir: t.TempDir(), SegmentBytes: 8 << 10}
+		j, _ := openJournal(t, opts)
+		for i := uint64(1); i <= 400; i++ {
+			j.AppendEntries(0, ents(1, i, i))
+			mustFlush(t, j, i%7 == 0)
+		}
+		mustClose(t, j)
+		files := segmentFiles(t, opts.LogDir, 0)
+		if len(files) < 3 {
+			t.Fatalf("%d segments, want several", len(files))
+		}
+		for _, p := range files {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for off := 0; off < len(b); {
+				_, _, n, err := DecodeFrame(b[off:])
+				if err != nil {
+					t.Fatalf("%s at offset %d of %d: %v", p, off, len(b), err)
+				}
+				off += n
+			}
+		}
+		if got, want := fileSize(t, files[len(files)-1]), j.Tail().Size; got != want {
+			t.Fatalf("closed active segment is %d bytes, its tail says %d", got, want)
+		}
+	})
+	t.Run("a damaged last frame before the zeros is still damage", func(t *testing.T) {
+		opts := Options{LogDir: t.TempDir()}
+		j, _ := openJournal(t, opts)
+		j.AppendEntries(0, ents(1, 1, 5))
+		mustFlush(t, j, true)
+		j.SetHardState(0, hs(1, 1, 5)) // a small frame that ends in zero bytes
+		mustFlush(t, j, true)
+		path := segmentFiles(t, opts.LogDir, 0)[0]
+		flipByte(t, path, j.Tail().Size-20)
+		j2, st := openJournal(t, opts)
+		defer mustClose(t, j2)
+		checkEntries(t, st[0].Entries, ents(1, 1, 5))
+		if !j2.DamagedTail() {
+			t.Fatal("a damaged last frame followed by the zeros ahead of the frames was cut as a torn write")
+		}
+	})
 }

@@ -19,9 +19,16 @@ import (
 // same fsync carried after that frame is kept too, conservatively, for the
 // cut to stay a loss the node could suffer.
 func JournalSyncedFloor(data []byte) int {
+	floor, _ := journalFloorAndEnd(data)
+	return floor
+}
+
+// journalFloorAndEnd returns JournalSyncedFloor and the end of the
+// segment's frames: the zeros the journal writes ahead of them follow it.
+func journalFloorAndEnd(data []byte) (floor, end int) {
 	type termVote struct{ term, vote uint64 }
 	last := map[uint32]termVote{}
-	floor, off := 0, 0
+	off := 0
 	for off < len(data) {
 		typ, payload, n, err := wal.DecodeFrame(data[off:])
 		if err != nil {
@@ -58,13 +65,13 @@ func JournalSyncedFloor(data []byte) int {
 			floor = off
 		}
 	}
-	return floor
+	return floor, off
 }
 
 // CutJournalTail truncates the newest segment of every journal shard in
-// dataDir by drop(room) bytes, where room is what a power loss could take
-// (the bytes above JournalSyncedFloor, at most maxFraction of the
-// segment), and returns the bytes cut.
+// dataDir to drop(room) bytes short of the end of its frames, where room
+// is what a power loss could take (the bytes above JournalSyncedFloor, at
+// most maxFraction of the frames), and returns the frame bytes cut.
 func CutJournalTail(dataDir string, maxFraction float64, drop func(room int64) int64) (int64, error) {
 	var cut int64
 	shards, _ := filepath.Glob(filepath.Join(dataDir, "raft-log", "shard-*"))
@@ -79,8 +86,9 @@ func CutJournalTail(dataDir string, maxFraction float64, drop func(room int64) i
 		if err != nil {
 			return cut, err
 		}
-		size := int64(len(data))
-		room := min(int64(float64(size)*maxFraction), size-int64(JournalSyncedFloor(data)))
+		floor, end := journalFloorAndEnd(data)
+		size := int64(end) // the zeros past the frames go with the cut
+		room := min(int64(float64(size)*maxFraction), size-int64(floor))
 		if room < 1 {
 			continue
 		}

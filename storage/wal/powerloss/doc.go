@@ -31,7 +31,8 @@
 // rewrites the directory: every entry the FS knows is set back to its
 // durable state and every file to its synced content. With Loss.Writeback
 // a file keeps, in addition, a seeded random prefix of its unsynced bytes
-// (page-cache writeback that got part of the way); with Loss.Tear the
+// (page-cache writeback that got part of the way; where it overwrote bytes
+// the file held durably, the prefix ends on a 512-byte sector boundary); with Loss.Tear the
 // region after what was kept, up to the end of its 4 KiB sector (and no
 // further than the file was written), reads as zeros or as seeded garbage
 // (a sector written partially). Every choice comes from Loss.Seed and the

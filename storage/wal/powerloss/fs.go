@@ -354,6 +354,19 @@ func (h *file) Write(p []byte) (int, error) {
 	return n, err
 }
 
+func (h *file) WriteAt(p []byte, off int64) (int, error) {
+	h.fs.mu.Lock()
+	defer h.fs.mu.Unlock()
+	if err := h.check(); err != nil {
+		return 0, err
+	}
+	n, err := h.f.WriteAt(p, off)
+	if n > 0 {
+		h.n.write(int(off), p[:n])
+	}
+	return n, err
+}
+
 func (h *file) Truncate(size int64) error {
 	h.fs.mu.Lock()
 	defer h.fs.mu.Unlock()

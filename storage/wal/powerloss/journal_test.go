@@ -1,6 +1,7 @@
 package powerloss_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -74,5 +75,48 @@ func TestJournal(t *testing.T) {
 				t.Fatalf("recovered commit %d with %d entries (synced %d)", c, n, synced)
 			}
 		})
+	}
+}
+
+// TestJournalWriteCutShortInItsZerosIsNoDamage: the journal writes zeros
+// ahead of its frames, so a write the power cut short leaves a frame of
+// full length whose end is still zeros. Recovery must cut it as the
+// incomplete write it is, not gate the shard's groups as if an
+// acknowledged frame had been damaged.
+func TestJournalWriteCutShortInItsZerosIsNoDamage(t *testing.T) {
+	base := powerloss.Seed(t)
+	for k := range uint64(64) {
+		loss := powerloss.Loss{Seed: base + k, Writeback: true, KeepNewDirs: true}
+		logDir := filepath.Join(t.TempDir(), "raft-log")
+		fsys := powerloss.New(filepath.Dir(logDir))
+		j, _, err := wal.OpenJournal(wal.Options{FS: fsys, LogDir: logDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		big := func(i uint64) *pb.Entry {
+			e := entry(i)
+			e.Data = bytes.Repeat([]byte{byte(i)}, 6000) // frames across several sectors
+			return e
+		}
+		for i := uint64(1); i <= 3; i++ {
+			j.AppendEntries(7, []*pb.Entry{big(i)})
+			j.SetHardState(7, &pb.HardState{Term: new(uint64(1)), Commit: new(i)})
+			if err := j.Flush(i <= 2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := mustLose(t, fsys, loss)
+		_ = j.Close()
+		j2, states, err := wal.OpenJournal(wal.Options{FS: powerloss.New(filepath.Dir(logDir)), LogDir: logDir})
+		if err != nil {
+			t.Fatalf("%v: reopen after the loss: %v", loss, err)
+		}
+		if j2.DamagedTail() {
+			t.Fatalf("%v (%v): a write cut short in the zeros ahead of the frames counted as damage", loss, r)
+		}
+		if n := len(states[7].Entries); n < 2 || n > 3 {
+			t.Fatalf("%v: recovered %d entries, want the 2 synced and perhaps the third", loss, n)
+		}
+		_ = j2.Close()
 	}
 }

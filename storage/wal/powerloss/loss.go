@@ -12,6 +12,13 @@ import (
 	"strings"
 )
 
+// OverwriteSector is the unit in which Writeback keeps the bytes a file
+// overwrote in place: a disk writes whole 512-byte sectors, so such a
+// write is never kept up to a byte in the middle of one. Bytes appended
+// past what the file held durably are kept to any length (the file's size
+// is metadata of its own).
+const OverwriteSector = 512
+
 // SectorSize is the unit of a torn write: a tear never crosses the end of
 // the 4 KiB sector it starts in.
 const SectorSize = 4096
@@ -268,7 +275,21 @@ func (r *restorer) survive(n *node, rel string, fl *FileLoss) []byte {
 	// The first keep bytes are as last written, the rest as last synced.
 	keep := dirty
 	if r.loss.Writeback {
-		keep += rng.IntN(len(cur) - dirty + 1)
+		// Writeback ends somewhere in the bytes that differ from the disk's:
+		// rewriting a file's tail with what it already held (a journal's
+		// zeros written ahead of its frames) changes nothing to cut short.
+		end := len(cur)
+		if end == len(synced) {
+			for end > dirty && cur[end-1] == synced[end-1] {
+				end--
+			}
+		}
+		keep += rng.IntN(end - dirty + 1)
+		if keep < len(synced) {
+			// An overwrite in place (of a journal's zeros written ahead
+			// of its frames) reaches the disk in whole sectors.
+			keep = max(dirty, keep/OverwriteSector*OverwriteSector)
+		}
 	}
 	out := slices.Clone(cur[:keep])
 	if keep < len(synced) {
