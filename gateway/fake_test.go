@@ -56,6 +56,10 @@ func (f *fakeClient) CreateStream(_ context.Context, in *streamv1.CreateStreamRe
 	return f.createStream(in)
 }
 
+func (f *fakeClient) AppendStream(context.Context, ...grpc.CallOption) (grpc.BidiStreamingClient[streamv1.AppendStreamRequest, streamv1.AppendStreamResponse], error) {
+	return nil, status.Error(codes.Unimplemented, "fake: no AppendStream")
+}
+
 func (f *fakeClient) Append(_ context.Context, in *streamv1.AppendRequest, _ ...grpc.CallOption) (*streamv1.AppendResponse, error) {
 	if f.appendFn == nil {
 		return nil, f.missing("Append")
@@ -173,6 +177,10 @@ func (c failingClient) CreateBucket(context.Context, *streamv1.CreateBucketReque
 }
 
 func (c failingClient) CreateStream(context.Context, *streamv1.CreateStreamRequest, ...grpc.CallOption) (*streamv1.CreateStreamResponse, error) {
+	return nil, c.err()
+}
+
+func (c failingClient) AppendStream(context.Context, ...grpc.CallOption) (grpc.BidiStreamingClient[streamv1.AppendStreamRequest, streamv1.AppendStreamResponse], error) {
 	return nil, c.err()
 }
 

@@ -5,7 +5,9 @@ import (
 	"io"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 )
@@ -36,11 +38,17 @@ func (r *Router) CreateStream(ctx context.Context, in *streamv1.CreateStreamRequ
 // Append goes to the leader of the stream's group.
 func (r *Router) Append(ctx context.Context, in *streamv1.AppendRequest, opts ...grpc.CallOption) (*streamv1.AppendResponse, error) {
 	if v := r.view.Load(); v != nil && v.single != nil {
-		return v.single.client.Append(ctx, in, opts...)
+		return v.single.append(ctx, in, opts...)
 	}
 	return do(ctx, r, in.GetRef(), modeWrite, func(nc *nodeConn) (*streamv1.AppendResponse, error) {
-		return nc.client.Append(ctx, in, opts...)
+		return nc.append(ctx, in, opts...)
 	})
+}
+
+// AppendStream is not routed: Append carries each node's appends on an
+// AppendStream call of its own.
+func (r *Router) AppendStream(context.Context, ...grpc.CallOption) (grpc.BidiStreamingClient[streamv1.AppendStreamRequest, streamv1.AppendStreamResponse], error) {
+	return nil, status.Error(codes.Unimplemented, "upstream: the router carries appends on AppendStream itself; call Append")
 }
 
 // DeleteStream goes to the leader of the stream's group.

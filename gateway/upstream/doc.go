@@ -40,6 +40,20 @@
 //
 // The group of a stream is FNV-1a 64(bucket + "/" + stream) mod group_count (placement.go).
 //
+// # Appends on AppendStream
+//
+// Appends to a node travel as messages of one AppendStream call per node
+// connection (appendmux.go) rather than as a call each: under many
+// appends in flight the gateway's gRPC cost per append about halves, and
+// the node is spared a call's setup. Every append still gets exactly what
+// a unary Append would have answered, so the routing above is unchanged.
+// Appends above 64 KiB, a node that does not implement AppendStream (for a
+// minute at a time), and a router that exports traces or rpc metrics use
+// unary calls. An append sent on a call that breaks fails UNAVAILABLE
+// without a "not sent" cause (it may have been applied); one the call
+// proves was never started (not sent, refused, a draining node's end of
+// call) is sent again as a unary Append.
+//
 // # Errors
 //
 // Everything returned is a gRPC status, as from a node:

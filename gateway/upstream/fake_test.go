@@ -9,6 +9,9 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/platform/errcode"
@@ -111,6 +114,9 @@ type fakeNode struct {
 	refuseHistory bool
 	// subChunks is how many chunks Subscribe sends before returning.
 	subChunks int
+	// noAppendStream makes the node an older release without
+	// AppendStream.
+	noAppendStream bool
 }
 
 func startFakeNode(t testing.TB, c *fakeCluster, id uint64) *fakeNode {
@@ -216,6 +222,36 @@ func (n *fakeNode) Append(_ context.Context, in *streamv1.AppendRequest) (*strea
 		return nil, err
 	}
 	return &streamv1.AppendResponse{NextOffset: n.by()}, nil
+}
+
+// AppendStream answers each append as Append does, concurrently.
+func (n *fakeNode) AppendStream(call grpc.BidiStreamingServer[streamv1.AppendStreamRequest, streamv1.AppendStreamResponse]) error {
+	n.mu.Lock()
+	n.calls["AppendStream"]++
+	old := n.noAppendStream
+	n.mu.Unlock()
+	if old {
+		return status.Error(codes.Unimplemented, "unknown method AppendStream")
+	}
+	var sendMu sync.Mutex
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		req, err := call.Recv()
+		if err != nil {
+			return nil
+		}
+		wg.Go(func() {
+			resp, err := n.Append(call.Context(), req.GetAppend())
+			out := &streamv1.AppendStreamResponse{Id: req.GetId(), Append: resp}
+			if err != nil {
+				out.Error, _ = proto.Marshal(status.Convert(err).Proto())
+			}
+			sendMu.Lock()
+			defer sendMu.Unlock()
+			_ = call.Send(out)
+		})
+	}
 }
 
 func (n *fakeNode) Read(_ context.Context, in *streamv1.ReadRequest) (*streamv1.ReadResponse, error) {

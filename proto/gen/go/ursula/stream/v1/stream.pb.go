@@ -1664,6 +1664,149 @@ func (x *GetClusterInfoResponse) GetGroupLeaders() []uint64 {
 	return nil
 }
 
+// AppendStreamRequest is one append of an AppendStream, or the caller
+// giving up on one.
+type AppendStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id names the append in its response; it must not be zero nor the id of
+	// an append of the call not yet answered.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// append is the append, exactly as Append takes it; unset when cancel is.
+	Append *AppendRequest `protobuf:"bytes,2,opt,name=append,proto3" json:"append,omitempty"`
+	// cancel, with the id of an append not yet answered, cancels it as the end
+	// of an Append call's context would: it may still be applied, and its
+	// response comes all the same.
+	Cancel        bool `protobuf:"varint,3,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendStreamRequest) Reset() {
+	*x = AppendStreamRequest{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendStreamRequest) ProtoMessage() {}
+
+func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendStreamRequest.ProtoReflect.Descriptor instead.
+func (*AppendStreamRequest) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *AppendStreamRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *AppendStreamRequest) GetAppend() *AppendRequest {
+	if x != nil {
+		return x.Append
+	}
+	return nil
+}
+
+func (x *AppendStreamRequest) GetCancel() bool {
+	if x != nil {
+		return x.Cancel
+	}
+	return false
+}
+
+// AppendStreamResponse answers the append of an AppendStreamRequest.
+type AppendStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// append is Append's response when it succeeded.
+	Append *AppendResponse `protobuf:"bytes,2,opt,name=append,proto3" json:"append,omitempty"`
+	// error, when it failed, is the google.rpc.Status Append would have
+	// failed with (code, message, and the ErrorInfo detail), serialized.
+	Error []byte `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// draining (with id 0) says the node is shutting down: the caller sends
+	// nothing more on this call and closes its side; the appends already sent
+	// are answered before the node ends the call.
+	Draining      bool `protobuf:"varint,4,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendStreamResponse) Reset() {
+	*x = AppendStreamResponse{}
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendStreamResponse) ProtoMessage() {}
+
+func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendStreamResponse.ProtoReflect.Descriptor instead.
+func (*AppendStreamResponse) Descriptor() ([]byte, []int) {
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *AppendStreamResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *AppendStreamResponse) GetAppend() *AppendResponse {
+	if x != nil {
+		return x.Append
+	}
+	return nil
+}
+
+func (x *AppendStreamResponse) GetError() []byte {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *AppendStreamResponse) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
 // FrameAck is the outcome of one frame of an append batch.
 type FrameAck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1681,7 +1824,7 @@ type FrameAck struct {
 
 func (x *FrameAck) Reset() {
 	*x = FrameAck{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[23]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1693,7 +1836,7 @@ func (x *FrameAck) String() string {
 func (*FrameAck) ProtoMessage() {}
 
 func (x *FrameAck) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[23]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1706,7 +1849,7 @@ func (x *FrameAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FrameAck.ProtoReflect.Descriptor instead.
 func (*FrameAck) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{23}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FrameAck) GetStatus() uint32 {
@@ -1777,7 +1920,7 @@ type PutSnapshotRequest struct {
 
 func (x *PutSnapshotRequest) Reset() {
 	*x = PutSnapshotRequest{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[24]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +1932,7 @@ func (x *PutSnapshotRequest) String() string {
 func (*PutSnapshotRequest) ProtoMessage() {}
 
 func (x *PutSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[24]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +1945,7 @@ func (x *PutSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*PutSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{24}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PutSnapshotRequest) GetRef() *StreamRef {
@@ -1858,7 +2001,7 @@ type PutSnapshotResponse struct {
 
 func (x *PutSnapshotResponse) Reset() {
 	*x = PutSnapshotResponse{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[25]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1870,7 +2013,7 @@ func (x *PutSnapshotResponse) String() string {
 func (*PutSnapshotResponse) ProtoMessage() {}
 
 func (x *PutSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[25]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1883,7 +2026,7 @@ func (x *PutSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*PutSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{25}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PutSnapshotResponse) GetOffset() string {
@@ -1921,7 +2064,7 @@ type GetSnapshotRequest struct {
 
 func (x *GetSnapshotRequest) Reset() {
 	*x = GetSnapshotRequest{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[26]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1933,7 +2076,7 @@ func (x *GetSnapshotRequest) String() string {
 func (*GetSnapshotRequest) ProtoMessage() {}
 
 func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[26]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1946,7 +2089,7 @@ func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{26}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetSnapshotRequest) GetRef() *StreamRef {
@@ -1990,7 +2133,7 @@ type GetSnapshotResponse struct {
 
 func (x *GetSnapshotResponse) Reset() {
 	*x = GetSnapshotResponse{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[27]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2002,7 +2145,7 @@ func (x *GetSnapshotResponse) String() string {
 func (*GetSnapshotResponse) ProtoMessage() {}
 
 func (x *GetSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[27]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2015,7 +2158,7 @@ func (x *GetSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*GetSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{27}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetSnapshotResponse) GetOffset() string {
@@ -2094,7 +2237,7 @@ type PutSnapshotPartRequest struct {
 
 func (x *PutSnapshotPartRequest) Reset() {
 	*x = PutSnapshotPartRequest{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[28]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2249,7 @@ func (x *PutSnapshotPartRequest) String() string {
 func (*PutSnapshotPartRequest) ProtoMessage() {}
 
 func (x *PutSnapshotPartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[28]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2262,7 @@ func (x *PutSnapshotPartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSnapshotPartRequest.ProtoReflect.Descriptor instead.
 func (*PutSnapshotPartRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{28}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PutSnapshotPartRequest) GetRef() *StreamRef {
@@ -2160,7 +2303,7 @@ type PutSnapshotPartResponse struct {
 
 func (x *PutSnapshotPartResponse) Reset() {
 	*x = PutSnapshotPartResponse{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[29]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2315,7 @@ func (x *PutSnapshotPartResponse) String() string {
 func (*PutSnapshotPartResponse) ProtoMessage() {}
 
 func (x *PutSnapshotPartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[29]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2328,7 @@ func (x *PutSnapshotPartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutSnapshotPartResponse.ProtoReflect.Descriptor instead.
 func (*PutSnapshotPartResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{29}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PutSnapshotPartResponse) GetDigest() string {
@@ -2205,7 +2348,7 @@ type SnapshotPartDigest struct {
 
 func (x *SnapshotPartDigest) Reset() {
 	*x = SnapshotPartDigest{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[30]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2360,7 @@ func (x *SnapshotPartDigest) String() string {
 func (*SnapshotPartDigest) ProtoMessage() {}
 
 func (x *SnapshotPartDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[30]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2373,7 @@ func (x *SnapshotPartDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotPartDigest.ProtoReflect.Descriptor instead.
 func (*SnapshotPartDigest) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{30}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SnapshotPartDigest) GetPart() uint32 {
@@ -2262,7 +2405,7 @@ type CommitSnapshotRequest struct {
 
 func (x *CommitSnapshotRequest) Reset() {
 	*x = CommitSnapshotRequest{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[31]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2274,7 +2417,7 @@ func (x *CommitSnapshotRequest) String() string {
 func (*CommitSnapshotRequest) ProtoMessage() {}
 
 func (x *CommitSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[31]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2287,7 +2430,7 @@ func (x *CommitSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*CommitSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{31}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CommitSnapshotRequest) GetRef() *StreamRef {
@@ -2336,7 +2479,7 @@ type CommitSnapshotResponse struct {
 
 func (x *CommitSnapshotResponse) Reset() {
 	*x = CommitSnapshotResponse{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[32]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2491,7 @@ func (x *CommitSnapshotResponse) String() string {
 func (*CommitSnapshotResponse) ProtoMessage() {}
 
 func (x *CommitSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[32]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2504,7 @@ func (x *CommitSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*CommitSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{32}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CommitSnapshotResponse) GetOffset() string {
@@ -2396,7 +2539,7 @@ type StreamAttrs struct {
 
 func (x *StreamAttrs) Reset() {
 	*x = StreamAttrs{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[33]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2408,7 +2551,7 @@ func (x *StreamAttrs) String() string {
 func (*StreamAttrs) ProtoMessage() {}
 
 func (x *StreamAttrs) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[33]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2421,7 +2564,7 @@ func (x *StreamAttrs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAttrs.ProtoReflect.Descriptor instead.
 func (*StreamAttrs) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{33}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StreamAttrs) GetTitle() string {
@@ -2447,7 +2590,7 @@ type GetAttrsRequest struct {
 
 func (x *GetAttrsRequest) Reset() {
 	*x = GetAttrsRequest{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[34]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2459,7 +2602,7 @@ func (x *GetAttrsRequest) String() string {
 func (*GetAttrsRequest) ProtoMessage() {}
 
 func (x *GetAttrsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[34]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2472,7 +2615,7 @@ func (x *GetAttrsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrsRequest.ProtoReflect.Descriptor instead.
 func (*GetAttrsRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{34}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetAttrsRequest) GetRef() *StreamRef {
@@ -2491,7 +2634,7 @@ type GetAttrsResponse struct {
 
 func (x *GetAttrsResponse) Reset() {
 	*x = GetAttrsResponse{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[35]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2646,7 @@ func (x *GetAttrsResponse) String() string {
 func (*GetAttrsResponse) ProtoMessage() {}
 
 func (x *GetAttrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[35]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2659,7 @@ func (x *GetAttrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrsResponse.ProtoReflect.Descriptor instead.
 func (*GetAttrsResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{35}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetAttrsResponse) GetAttrs() *StreamAttrs {
@@ -2536,7 +2679,7 @@ type SetAttrsRequest struct {
 
 func (x *SetAttrsRequest) Reset() {
 	*x = SetAttrsRequest{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[36]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2548,7 +2691,7 @@ func (x *SetAttrsRequest) String() string {
 func (*SetAttrsRequest) ProtoMessage() {}
 
 func (x *SetAttrsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[36]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2561,7 +2704,7 @@ func (x *SetAttrsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAttrsRequest.ProtoReflect.Descriptor instead.
 func (*SetAttrsRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{36}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetAttrsRequest) GetRef() *StreamRef {
@@ -2586,7 +2729,7 @@ type SetAttrsResponse struct {
 
 func (x *SetAttrsResponse) Reset() {
 	*x = SetAttrsResponse{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[37]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2598,7 +2741,7 @@ func (x *SetAttrsResponse) String() string {
 func (*SetAttrsResponse) ProtoMessage() {}
 
 func (x *SetAttrsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[37]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2611,7 +2754,7 @@ func (x *SetAttrsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAttrsResponse.ProtoReflect.Descriptor instead.
 func (*SetAttrsResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{37}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{39}
 }
 
 type GetBucketRequest struct {
@@ -2623,7 +2766,7 @@ type GetBucketRequest struct {
 
 func (x *GetBucketRequest) Reset() {
 	*x = GetBucketRequest{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[38]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2635,7 +2778,7 @@ func (x *GetBucketRequest) String() string {
 func (*GetBucketRequest) ProtoMessage() {}
 
 func (x *GetBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[38]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2648,7 +2791,7 @@ func (x *GetBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBucketRequest.ProtoReflect.Descriptor instead.
 func (*GetBucketRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{38}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetBucketRequest) GetBucket() string {
@@ -2669,7 +2812,7 @@ type GetBucketResponse struct {
 
 func (x *GetBucketResponse) Reset() {
 	*x = GetBucketResponse{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[39]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2681,7 +2824,7 @@ func (x *GetBucketResponse) String() string {
 func (*GetBucketResponse) ProtoMessage() {}
 
 func (x *GetBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[39]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2694,7 +2837,7 @@ func (x *GetBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBucketResponse.ProtoReflect.Descriptor instead.
 func (*GetBucketResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{39}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetBucketResponse) GetBucket() string {
@@ -2727,7 +2870,7 @@ type DeleteBucketRequest struct {
 
 func (x *DeleteBucketRequest) Reset() {
 	*x = DeleteBucketRequest{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[40]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2739,7 +2882,7 @@ func (x *DeleteBucketRequest) String() string {
 func (*DeleteBucketRequest) ProtoMessage() {}
 
 func (x *DeleteBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[40]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2752,7 +2895,7 @@ func (x *DeleteBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBucketRequest.ProtoReflect.Descriptor instead.
 func (*DeleteBucketRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{40}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteBucketRequest) GetBucket() string {
@@ -2770,7 +2913,7 @@ type DeleteBucketResponse struct {
 
 func (x *DeleteBucketResponse) Reset() {
 	*x = DeleteBucketResponse{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[41]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2782,7 +2925,7 @@ func (x *DeleteBucketResponse) String() string {
 func (*DeleteBucketResponse) ProtoMessage() {}
 
 func (x *DeleteBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[41]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2795,7 +2938,7 @@ func (x *DeleteBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBucketResponse.ProtoReflect.Descriptor instead.
 func (*DeleteBucketResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{41}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{43}
 }
 
 type ListStreamsRequest struct {
@@ -2812,7 +2955,7 @@ type ListStreamsRequest struct {
 
 func (x *ListStreamsRequest) Reset() {
 	*x = ListStreamsRequest{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[42]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +2967,7 @@ func (x *ListStreamsRequest) String() string {
 func (*ListStreamsRequest) ProtoMessage() {}
 
 func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[42]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +2980,7 @@ func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsRequest.ProtoReflect.Descriptor instead.
 func (*ListStreamsRequest) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{42}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListStreamsRequest) GetBucket() string {
@@ -2883,7 +3026,7 @@ type StreamListing struct {
 
 func (x *StreamListing) Reset() {
 	*x = StreamListing{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[43]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2895,7 +3038,7 @@ func (x *StreamListing) String() string {
 func (*StreamListing) ProtoMessage() {}
 
 func (x *StreamListing) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[43]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2908,7 +3051,7 @@ func (x *StreamListing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamListing.ProtoReflect.Descriptor instead.
 func (*StreamListing) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{43}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StreamListing) GetStreamId() string {
@@ -2964,7 +3107,7 @@ type ListStreamsResponse struct {
 
 func (x *ListStreamsResponse) Reset() {
 	*x = ListStreamsResponse{}
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[44]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2976,7 +3119,7 @@ func (x *ListStreamsResponse) String() string {
 func (*ListStreamsResponse) ProtoMessage() {}
 
 func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ursula_stream_v1_stream_proto_msgTypes[44]
+	mi := &file_ursula_stream_v1_stream_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2989,7 +3132,7 @@ func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsResponse.ProtoReflect.Descriptor instead.
 func (*ListStreamsResponse) Descriptor() ([]byte, []int) {
-	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{44}
+	return file_ursula_stream_v1_stream_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListStreamsResponse) GetStreams() []*StreamListing {
@@ -3161,7 +3304,16 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"\vgroup_count\x18\x03 \x01(\rR\n" +
 	"groupCount\x120\n" +
 	"\x05nodes\x18\x04 \x03(\v2\x1a.ursula.stream.v1.NodeInfoR\x05nodes\x12#\n" +
-	"\rgroup_leaders\x18\x05 \x03(\x04R\fgroupLeaders\"\xd4\x01\n" +
+	"\rgroup_leaders\x18\x05 \x03(\x04R\fgroupLeaders\"v\n" +
+	"\x13AppendStreamRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
+	"\x06append\x18\x02 \x01(\v2\x1f.ursula.stream.v1.AppendRequestR\x06append\x12\x16\n" +
+	"\x06cancel\x18\x03 \x01(\bR\x06cancel\"\x92\x01\n" +
+	"\x14AppendStreamResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x128\n" +
+	"\x06append\x18\x02 \x01(\v2 .ursula.stream.v1.AppendResponseR\x06append\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\fR\x05error\x12\x1a\n" +
+	"\bdraining\x18\x04 \x01(\bR\bdraining\"\xd4\x01\n" +
 	"\bFrameAck\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\rR\x06status\x12\x1f\n" +
 	"\vnext_offset\x18\x02 \x01(\tR\n" +
@@ -3259,11 +3411,12 @@ const file_ursula_stream_v1_stream_proto_rawDesc = "" +
 	"\astreams\x18\x01 \x03(\v2\x1f.ursula.stream.v1.StreamListingR\astreams\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
 	"nextCursor\x12\x19\n" +
-	"\bhas_more\x18\x03 \x01(\bR\ahasMore2\xdf\f\n" +
+	"\bhas_more\x18\x03 \x01(\bR\ahasMore2\xc2\r\n" +
 	"\rStreamService\x12]\n" +
 	"\fCreateBucket\x12%.ursula.stream.v1.CreateBucketRequest\x1a&.ursula.stream.v1.CreateBucketResponse\x12]\n" +
 	"\fCreateStream\x12%.ursula.stream.v1.CreateStreamRequest\x1a&.ursula.stream.v1.CreateStreamResponse\x12K\n" +
-	"\x06Append\x12\x1f.ursula.stream.v1.AppendRequest\x1a .ursula.stream.v1.AppendResponse\x12E\n" +
+	"\x06Append\x12\x1f.ursula.stream.v1.AppendRequest\x1a .ursula.stream.v1.AppendResponse\x12a\n" +
+	"\fAppendStream\x12%.ursula.stream.v1.AppendStreamRequest\x1a&.ursula.stream.v1.AppendStreamResponse(\x010\x01\x12E\n" +
 	"\x04Read\x12\x1d.ursula.stream.v1.ReadRequest\x1a\x1e.ursula.stream.v1.ReadResponse\x12E\n" +
 	"\x04Head\x12\x1d.ursula.stream.v1.HeadRequest\x1a\x1e.ursula.stream.v1.HeadResponse\x12]\n" +
 	"\fDeleteStream\x12%.ursula.stream.v1.DeleteStreamRequest\x1a&.ursula.stream.v1.DeleteStreamResponse\x12]\n" +
@@ -3293,7 +3446,7 @@ func file_ursula_stream_v1_stream_proto_rawDescGZIP() []byte {
 	return file_ursula_stream_v1_stream_proto_rawDescData
 }
 
-var file_ursula_stream_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_ursula_stream_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_ursula_stream_v1_stream_proto_goTypes = []any{
 	(*StreamRef)(nil),               // 0: ursula.stream.v1.StreamRef
 	(*CreateBucketRequest)(nil),     // 1: ursula.stream.v1.CreateBucketRequest
@@ -3318,28 +3471,30 @@ var file_ursula_stream_v1_stream_proto_goTypes = []any{
 	(*GetClusterInfoRequest)(nil),   // 20: ursula.stream.v1.GetClusterInfoRequest
 	(*NodeInfo)(nil),                // 21: ursula.stream.v1.NodeInfo
 	(*GetClusterInfoResponse)(nil),  // 22: ursula.stream.v1.GetClusterInfoResponse
-	(*FrameAck)(nil),                // 23: ursula.stream.v1.FrameAck
-	(*PutSnapshotRequest)(nil),      // 24: ursula.stream.v1.PutSnapshotRequest
-	(*PutSnapshotResponse)(nil),     // 25: ursula.stream.v1.PutSnapshotResponse
-	(*GetSnapshotRequest)(nil),      // 26: ursula.stream.v1.GetSnapshotRequest
-	(*GetSnapshotResponse)(nil),     // 27: ursula.stream.v1.GetSnapshotResponse
-	(*PutSnapshotPartRequest)(nil),  // 28: ursula.stream.v1.PutSnapshotPartRequest
-	(*PutSnapshotPartResponse)(nil), // 29: ursula.stream.v1.PutSnapshotPartResponse
-	(*SnapshotPartDigest)(nil),      // 30: ursula.stream.v1.SnapshotPartDigest
-	(*CommitSnapshotRequest)(nil),   // 31: ursula.stream.v1.CommitSnapshotRequest
-	(*CommitSnapshotResponse)(nil),  // 32: ursula.stream.v1.CommitSnapshotResponse
-	(*StreamAttrs)(nil),             // 33: ursula.stream.v1.StreamAttrs
-	(*GetAttrsRequest)(nil),         // 34: ursula.stream.v1.GetAttrsRequest
-	(*GetAttrsResponse)(nil),        // 35: ursula.stream.v1.GetAttrsResponse
-	(*SetAttrsRequest)(nil),         // 36: ursula.stream.v1.SetAttrsRequest
-	(*SetAttrsResponse)(nil),        // 37: ursula.stream.v1.SetAttrsResponse
-	(*GetBucketRequest)(nil),        // 38: ursula.stream.v1.GetBucketRequest
-	(*GetBucketResponse)(nil),       // 39: ursula.stream.v1.GetBucketResponse
-	(*DeleteBucketRequest)(nil),     // 40: ursula.stream.v1.DeleteBucketRequest
-	(*DeleteBucketResponse)(nil),    // 41: ursula.stream.v1.DeleteBucketResponse
-	(*ListStreamsRequest)(nil),      // 42: ursula.stream.v1.ListStreamsRequest
-	(*StreamListing)(nil),           // 43: ursula.stream.v1.StreamListing
-	(*ListStreamsResponse)(nil),     // 44: ursula.stream.v1.ListStreamsResponse
+	(*AppendStreamRequest)(nil),     // 23: ursula.stream.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),    // 24: ursula.stream.v1.AppendStreamResponse
+	(*FrameAck)(nil),                // 25: ursula.stream.v1.FrameAck
+	(*PutSnapshotRequest)(nil),      // 26: ursula.stream.v1.PutSnapshotRequest
+	(*PutSnapshotResponse)(nil),     // 27: ursula.stream.v1.PutSnapshotResponse
+	(*GetSnapshotRequest)(nil),      // 28: ursula.stream.v1.GetSnapshotRequest
+	(*GetSnapshotResponse)(nil),     // 29: ursula.stream.v1.GetSnapshotResponse
+	(*PutSnapshotPartRequest)(nil),  // 30: ursula.stream.v1.PutSnapshotPartRequest
+	(*PutSnapshotPartResponse)(nil), // 31: ursula.stream.v1.PutSnapshotPartResponse
+	(*SnapshotPartDigest)(nil),      // 32: ursula.stream.v1.SnapshotPartDigest
+	(*CommitSnapshotRequest)(nil),   // 33: ursula.stream.v1.CommitSnapshotRequest
+	(*CommitSnapshotResponse)(nil),  // 34: ursula.stream.v1.CommitSnapshotResponse
+	(*StreamAttrs)(nil),             // 35: ursula.stream.v1.StreamAttrs
+	(*GetAttrsRequest)(nil),         // 36: ursula.stream.v1.GetAttrsRequest
+	(*GetAttrsResponse)(nil),        // 37: ursula.stream.v1.GetAttrsResponse
+	(*SetAttrsRequest)(nil),         // 38: ursula.stream.v1.SetAttrsRequest
+	(*SetAttrsResponse)(nil),        // 39: ursula.stream.v1.SetAttrsResponse
+	(*GetBucketRequest)(nil),        // 40: ursula.stream.v1.GetBucketRequest
+	(*GetBucketResponse)(nil),       // 41: ursula.stream.v1.GetBucketResponse
+	(*DeleteBucketRequest)(nil),     // 42: ursula.stream.v1.DeleteBucketRequest
+	(*DeleteBucketResponse)(nil),    // 43: ursula.stream.v1.DeleteBucketResponse
+	(*ListStreamsRequest)(nil),      // 44: ursula.stream.v1.ListStreamsRequest
+	(*StreamListing)(nil),           // 45: ursula.stream.v1.StreamListing
+	(*ListStreamsResponse)(nil),     // 46: ursula.stream.v1.ListStreamsResponse
 }
 var file_ursula_stream_v1_stream_proto_depIdxs = []int32{
 	0,  // 0: ursula.stream.v1.ForkSpec.source:type_name -> ursula.stream.v1.StreamRef
@@ -3348,7 +3503,7 @@ var file_ursula_stream_v1_stream_proto_depIdxs = []int32{
 	5,  // 3: ursula.stream.v1.CreateStreamResponse.info:type_name -> ursula.stream.v1.StreamInfo
 	0,  // 4: ursula.stream.v1.AppendRequest.ref:type_name -> ursula.stream.v1.StreamRef
 	7,  // 5: ursula.stream.v1.AppendRequest.producer:type_name -> ursula.stream.v1.Producer
-	23, // 6: ursula.stream.v1.AppendResponse.frames:type_name -> ursula.stream.v1.FrameAck
+	25, // 6: ursula.stream.v1.AppendResponse.frames:type_name -> ursula.stream.v1.FrameAck
 	0,  // 7: ursula.stream.v1.ReadRequest.ref:type_name -> ursula.stream.v1.StreamRef
 	0,  // 8: ursula.stream.v1.HeadRequest.ref:type_name -> ursula.stream.v1.StreamRef
 	5,  // 9: ursula.stream.v1.HeadResponse.info:type_name -> ursula.stream.v1.StreamInfo
@@ -3357,57 +3512,61 @@ var file_ursula_stream_v1_stream_proto_depIdxs = []int32{
 	0,  // 12: ursula.stream.v1.SubscribeRequest.ref:type_name -> ursula.stream.v1.StreamRef
 	11, // 13: ursula.stream.v1.SubscribeResponse.chunk:type_name -> ursula.stream.v1.ReadResponse
 	21, // 14: ursula.stream.v1.GetClusterInfoResponse.nodes:type_name -> ursula.stream.v1.NodeInfo
-	0,  // 15: ursula.stream.v1.PutSnapshotRequest.ref:type_name -> ursula.stream.v1.StreamRef
-	0,  // 16: ursula.stream.v1.GetSnapshotRequest.ref:type_name -> ursula.stream.v1.StreamRef
-	0,  // 17: ursula.stream.v1.PutSnapshotPartRequest.ref:type_name -> ursula.stream.v1.StreamRef
-	0,  // 18: ursula.stream.v1.CommitSnapshotRequest.ref:type_name -> ursula.stream.v1.StreamRef
-	30, // 19: ursula.stream.v1.CommitSnapshotRequest.parts:type_name -> ursula.stream.v1.SnapshotPartDigest
-	0,  // 20: ursula.stream.v1.GetAttrsRequest.ref:type_name -> ursula.stream.v1.StreamRef
-	33, // 21: ursula.stream.v1.GetAttrsResponse.attrs:type_name -> ursula.stream.v1.StreamAttrs
-	0,  // 22: ursula.stream.v1.SetAttrsRequest.ref:type_name -> ursula.stream.v1.StreamRef
-	33, // 23: ursula.stream.v1.SetAttrsRequest.attrs:type_name -> ursula.stream.v1.StreamAttrs
-	43, // 24: ursula.stream.v1.ListStreamsResponse.streams:type_name -> ursula.stream.v1.StreamListing
-	1,  // 25: ursula.stream.v1.StreamService.CreateBucket:input_type -> ursula.stream.v1.CreateBucketRequest
-	4,  // 26: ursula.stream.v1.StreamService.CreateStream:input_type -> ursula.stream.v1.CreateStreamRequest
-	8,  // 27: ursula.stream.v1.StreamService.Append:input_type -> ursula.stream.v1.AppendRequest
-	10, // 28: ursula.stream.v1.StreamService.Read:input_type -> ursula.stream.v1.ReadRequest
-	12, // 29: ursula.stream.v1.StreamService.Head:input_type -> ursula.stream.v1.HeadRequest
-	14, // 30: ursula.stream.v1.StreamService.DeleteStream:input_type -> ursula.stream.v1.DeleteStreamRequest
-	16, // 31: ursula.stream.v1.StreamService.SetRetention:input_type -> ursula.stream.v1.SetRetentionRequest
-	24, // 32: ursula.stream.v1.StreamService.PutSnapshot:input_type -> ursula.stream.v1.PutSnapshotRequest
-	26, // 33: ursula.stream.v1.StreamService.GetSnapshot:input_type -> ursula.stream.v1.GetSnapshotRequest
-	28, // 34: ursula.stream.v1.StreamService.PutSnapshotPart:input_type -> ursula.stream.v1.PutSnapshotPartRequest
-	31, // 35: ursula.stream.v1.StreamService.CommitSnapshot:input_type -> ursula.stream.v1.CommitSnapshotRequest
-	34, // 36: ursula.stream.v1.StreamService.GetAttrs:input_type -> ursula.stream.v1.GetAttrsRequest
-	36, // 37: ursula.stream.v1.StreamService.SetAttrs:input_type -> ursula.stream.v1.SetAttrsRequest
-	38, // 38: ursula.stream.v1.StreamService.GetBucket:input_type -> ursula.stream.v1.GetBucketRequest
-	40, // 39: ursula.stream.v1.StreamService.DeleteBucket:input_type -> ursula.stream.v1.DeleteBucketRequest
-	42, // 40: ursula.stream.v1.StreamService.ListStreams:input_type -> ursula.stream.v1.ListStreamsRequest
-	18, // 41: ursula.stream.v1.StreamService.Subscribe:input_type -> ursula.stream.v1.SubscribeRequest
-	20, // 42: ursula.stream.v1.StreamService.GetClusterInfo:input_type -> ursula.stream.v1.GetClusterInfoRequest
-	2,  // 43: ursula.stream.v1.StreamService.CreateBucket:output_type -> ursula.stream.v1.CreateBucketResponse
-	6,  // 44: ursula.stream.v1.StreamService.CreateStream:output_type -> ursula.stream.v1.CreateStreamResponse
-	9,  // 45: ursula.stream.v1.StreamService.Append:output_type -> ursula.stream.v1.AppendResponse
-	11, // 46: ursula.stream.v1.StreamService.Read:output_type -> ursula.stream.v1.ReadResponse
-	13, // 47: ursula.stream.v1.StreamService.Head:output_type -> ursula.stream.v1.HeadResponse
-	15, // 48: ursula.stream.v1.StreamService.DeleteStream:output_type -> ursula.stream.v1.DeleteStreamResponse
-	17, // 49: ursula.stream.v1.StreamService.SetRetention:output_type -> ursula.stream.v1.SetRetentionResponse
-	25, // 50: ursula.stream.v1.StreamService.PutSnapshot:output_type -> ursula.stream.v1.PutSnapshotResponse
-	27, // 51: ursula.stream.v1.StreamService.GetSnapshot:output_type -> ursula.stream.v1.GetSnapshotResponse
-	29, // 52: ursula.stream.v1.StreamService.PutSnapshotPart:output_type -> ursula.stream.v1.PutSnapshotPartResponse
-	32, // 53: ursula.stream.v1.StreamService.CommitSnapshot:output_type -> ursula.stream.v1.CommitSnapshotResponse
-	35, // 54: ursula.stream.v1.StreamService.GetAttrs:output_type -> ursula.stream.v1.GetAttrsResponse
-	37, // 55: ursula.stream.v1.StreamService.SetAttrs:output_type -> ursula.stream.v1.SetAttrsResponse
-	39, // 56: ursula.stream.v1.StreamService.GetBucket:output_type -> ursula.stream.v1.GetBucketResponse
-	41, // 57: ursula.stream.v1.StreamService.DeleteBucket:output_type -> ursula.stream.v1.DeleteBucketResponse
-	44, // 58: ursula.stream.v1.StreamService.ListStreams:output_type -> ursula.stream.v1.ListStreamsResponse
-	19, // 59: ursula.stream.v1.StreamService.Subscribe:output_type -> ursula.stream.v1.SubscribeResponse
-	22, // 60: ursula.stream.v1.StreamService.GetClusterInfo:output_type -> ursula.stream.v1.GetClusterInfoResponse
-	43, // [43:61] is the sub-list for method output_type
-	25, // [25:43] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	8,  // 15: ursula.stream.v1.AppendStreamRequest.append:type_name -> ursula.stream.v1.AppendRequest
+	9,  // 16: ursula.stream.v1.AppendStreamResponse.append:type_name -> ursula.stream.v1.AppendResponse
+	0,  // 17: ursula.stream.v1.PutSnapshotRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	0,  // 18: ursula.stream.v1.GetSnapshotRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	0,  // 19: ursula.stream.v1.PutSnapshotPartRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	0,  // 20: ursula.stream.v1.CommitSnapshotRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	32, // 21: ursula.stream.v1.CommitSnapshotRequest.parts:type_name -> ursula.stream.v1.SnapshotPartDigest
+	0,  // 22: ursula.stream.v1.GetAttrsRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	35, // 23: ursula.stream.v1.GetAttrsResponse.attrs:type_name -> ursula.stream.v1.StreamAttrs
+	0,  // 24: ursula.stream.v1.SetAttrsRequest.ref:type_name -> ursula.stream.v1.StreamRef
+	35, // 25: ursula.stream.v1.SetAttrsRequest.attrs:type_name -> ursula.stream.v1.StreamAttrs
+	45, // 26: ursula.stream.v1.ListStreamsResponse.streams:type_name -> ursula.stream.v1.StreamListing
+	1,  // 27: ursula.stream.v1.StreamService.CreateBucket:input_type -> ursula.stream.v1.CreateBucketRequest
+	4,  // 28: ursula.stream.v1.StreamService.CreateStream:input_type -> ursula.stream.v1.CreateStreamRequest
+	8,  // 29: ursula.stream.v1.StreamService.Append:input_type -> ursula.stream.v1.AppendRequest
+	23, // 30: ursula.stream.v1.StreamService.AppendStream:input_type -> ursula.stream.v1.AppendStreamRequest
+	10, // 31: ursula.stream.v1.StreamService.Read:input_type -> ursula.stream.v1.ReadRequest
+	12, // 32: ursula.stream.v1.StreamService.Head:input_type -> ursula.stream.v1.HeadRequest
+	14, // 33: ursula.stream.v1.StreamService.DeleteStream:input_type -> ursula.stream.v1.DeleteStreamRequest
+	16, // 34: ursula.stream.v1.StreamService.SetRetention:input_type -> ursula.stream.v1.SetRetentionRequest
+	26, // 35: ursula.stream.v1.StreamService.PutSnapshot:input_type -> ursula.stream.v1.PutSnapshotRequest
+	28, // 36: ursula.stream.v1.StreamService.GetSnapshot:input_type -> ursula.stream.v1.GetSnapshotRequest
+	30, // 37: ursula.stream.v1.StreamService.PutSnapshotPart:input_type -> ursula.stream.v1.PutSnapshotPartRequest
+	33, // 38: ursula.stream.v1.StreamService.CommitSnapshot:input_type -> ursula.stream.v1.CommitSnapshotRequest
+	36, // 39: ursula.stream.v1.StreamService.GetAttrs:input_type -> ursula.stream.v1.GetAttrsRequest
+	38, // 40: ursula.stream.v1.StreamService.SetAttrs:input_type -> ursula.stream.v1.SetAttrsRequest
+	40, // 41: ursula.stream.v1.StreamService.GetBucket:input_type -> ursula.stream.v1.GetBucketRequest
+	42, // 42: ursula.stream.v1.StreamService.DeleteBucket:input_type -> ursula.stream.v1.DeleteBucketRequest
+	44, // 43: ursula.stream.v1.StreamService.ListStreams:input_type -> ursula.stream.v1.ListStreamsRequest
+	18, // 44: ursula.stream.v1.StreamService.Subscribe:input_type -> ursula.stream.v1.SubscribeRequest
+	20, // 45: ursula.stream.v1.StreamService.GetClusterInfo:input_type -> ursula.stream.v1.GetClusterInfoRequest
+	2,  // 46: ursula.stream.v1.StreamService.CreateBucket:output_type -> ursula.stream.v1.CreateBucketResponse
+	6,  // 47: ursula.stream.v1.StreamService.CreateStream:output_type -> ursula.stream.v1.CreateStreamResponse
+	9,  // 48: ursula.stream.v1.StreamService.Append:output_type -> ursula.stream.v1.AppendResponse
+	24, // 49: ursula.stream.v1.StreamService.AppendStream:output_type -> ursula.stream.v1.AppendStreamResponse
+	11, // 50: ursula.stream.v1.StreamService.Read:output_type -> ursula.stream.v1.ReadResponse
+	13, // 51: ursula.stream.v1.StreamService.Head:output_type -> ursula.stream.v1.HeadResponse
+	15, // 52: ursula.stream.v1.StreamService.DeleteStream:output_type -> ursula.stream.v1.DeleteStreamResponse
+	17, // 53: ursula.stream.v1.StreamService.SetRetention:output_type -> ursula.stream.v1.SetRetentionResponse
+	27, // 54: ursula.stream.v1.StreamService.PutSnapshot:output_type -> ursula.stream.v1.PutSnapshotResponse
+	29, // 55: ursula.stream.v1.StreamService.GetSnapshot:output_type -> ursula.stream.v1.GetSnapshotResponse
+	31, // 56: ursula.stream.v1.StreamService.PutSnapshotPart:output_type -> ursula.stream.v1.PutSnapshotPartResponse
+	34, // 57: ursula.stream.v1.StreamService.CommitSnapshot:output_type -> ursula.stream.v1.CommitSnapshotResponse
+	37, // 58: ursula.stream.v1.StreamService.GetAttrs:output_type -> ursula.stream.v1.GetAttrsResponse
+	39, // 59: ursula.stream.v1.StreamService.SetAttrs:output_type -> ursula.stream.v1.SetAttrsResponse
+	41, // 60: ursula.stream.v1.StreamService.GetBucket:output_type -> ursula.stream.v1.GetBucketResponse
+	43, // 61: ursula.stream.v1.StreamService.DeleteBucket:output_type -> ursula.stream.v1.DeleteBucketResponse
+	46, // 62: ursula.stream.v1.StreamService.ListStreams:output_type -> ursula.stream.v1.ListStreamsResponse
+	19, // 63: ursula.stream.v1.StreamService.Subscribe:output_type -> ursula.stream.v1.SubscribeResponse
+	22, // 64: ursula.stream.v1.StreamService.GetClusterInfo:output_type -> ursula.stream.v1.GetClusterInfoResponse
+	46, // [46:65] is the sub-list for method output_type
+	27, // [27:46] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_ursula_stream_v1_stream_proto_init() }
@@ -3420,14 +3579,14 @@ func file_ursula_stream_v1_stream_proto_init() {
 	file_ursula_stream_v1_stream_proto_msgTypes[8].OneofWrappers = []any{}
 	file_ursula_stream_v1_stream_proto_msgTypes[10].OneofWrappers = []any{}
 	file_ursula_stream_v1_stream_proto_msgTypes[16].OneofWrappers = []any{}
-	file_ursula_stream_v1_stream_proto_msgTypes[24].OneofWrappers = []any{}
+	file_ursula_stream_v1_stream_proto_msgTypes[26].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ursula_stream_v1_stream_proto_rawDesc), len(file_ursula_stream_v1_stream_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

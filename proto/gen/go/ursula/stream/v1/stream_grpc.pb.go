@@ -22,6 +22,7 @@ const (
 	StreamService_CreateBucket_FullMethodName    = "/ursula.stream.v1.StreamService/CreateBucket"
 	StreamService_CreateStream_FullMethodName    = "/ursula.stream.v1.StreamService/CreateStream"
 	StreamService_Append_FullMethodName          = "/ursula.stream.v1.StreamService/Append"
+	StreamService_AppendStream_FullMethodName    = "/ursula.stream.v1.StreamService/AppendStream"
 	StreamService_Read_FullMethodName            = "/ursula.stream.v1.StreamService/Read"
 	StreamService_Head_FullMethodName            = "/ursula.stream.v1.StreamService/Head"
 	StreamService_DeleteStream_FullMethodName    = "/ursula.stream.v1.StreamService/DeleteStream"
@@ -56,6 +57,11 @@ type StreamServiceClient interface {
 	CreateStream(ctx context.Context, in *CreateStreamRequest, opts ...grpc.CallOption) (*CreateStreamResponse, error)
 	// Append appends bytes, appends and closes, or only closes a stream.
 	Append(ctx context.Context, in *AppendRequest, opts ...grpc.CallOption) (*AppendResponse, error)
+	// AppendStream carries many appends on one call: each request is answered
+	// by the response with its id, in the order they complete, with what
+	// Append would have answered. It spares a caller with many appends in
+	// flight (the gateway) the cost of a call per append.
+	AppendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendStreamRequest, AppendStreamResponse], error)
 	// Read returns committed bytes from an offset; with wait set it waits at the
 	// tail for new data (long-poll).
 	Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*ReadResponse, error)
@@ -132,6 +138,19 @@ func (c *streamServiceClient) Append(ctx context.Context, in *AppendRequest, opt
 	}
 	return out, nil
 }
+
+func (c *streamServiceClient) AppendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendStreamRequest, AppendStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &StreamService_ServiceDesc.Streams[0], StreamService_AppendStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AppendStreamRequest, AppendStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type StreamService_AppendStreamClient = grpc.BidiStreamingClient[AppendStreamRequest, AppendStreamResponse]
 
 func (c *streamServiceClient) Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*ReadResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -265,7 +284,7 @@ func (c *streamServiceClient) ListStreams(ctx context.Context, in *ListStreamsRe
 
 func (c *streamServiceClient) Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubscribeResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &StreamService_ServiceDesc.Streams[0], StreamService_Subscribe_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &StreamService_ServiceDesc.Streams[1], StreamService_Subscribe_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -309,6 +328,11 @@ type StreamServiceServer interface {
 	CreateStream(context.Context, *CreateStreamRequest) (*CreateStreamResponse, error)
 	// Append appends bytes, appends and closes, or only closes a stream.
 	Append(context.Context, *AppendRequest) (*AppendResponse, error)
+	// AppendStream carries many appends on one call: each request is answered
+	// by the response with its id, in the order they complete, with what
+	// Append would have answered. It spares a caller with many appends in
+	// flight (the gateway) the cost of a call per append.
+	AppendStream(grpc.BidiStreamingServer[AppendStreamRequest, AppendStreamResponse]) error
 	// Read returns committed bytes from an offset; with wait set it waits at the
 	// tail for new data (long-poll).
 	Read(context.Context, *ReadRequest) (*ReadResponse, error)
@@ -364,6 +388,9 @@ func (UnimplementedStreamServiceServer) CreateStream(context.Context, *CreateStr
 }
 func (UnimplementedStreamServiceServer) Append(context.Context, *AppendRequest) (*AppendResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Append not implemented")
+}
+func (UnimplementedStreamServiceServer) AppendStream(grpc.BidiStreamingServer[AppendStreamRequest, AppendStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method AppendStream not implemented")
 }
 func (UnimplementedStreamServiceServer) Read(context.Context, *ReadRequest) (*ReadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Read not implemented")
@@ -484,6 +511,13 @@ func _StreamService_Append_Handler(srv interface{}, ctx context.Context, dec fun
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _StreamService_AppendStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(StreamServiceServer).AppendStream(&grpc.GenericServerStream[AppendStreamRequest, AppendStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type StreamService_AppendStreamServer = grpc.BidiStreamingServer[AppendStreamRequest, AppendStreamResponse]
 
 func _StreamService_Read_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReadRequest)
@@ -825,6 +859,12 @@ var StreamService_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "AppendStream",
+			Handler:       _StreamService_AppendStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
 		{
 			StreamName:    "Subscribe",
 			Handler:       _StreamService_Subscribe_Handler,
