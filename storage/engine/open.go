@@ -132,19 +132,13 @@ func Open(cfg Config, deps Deps) (*Node, error) {
 			return fail(err)
 		}
 	}
-	hadState := false
-	for g := range n.machines {
-		if host.Status(uint32(g)).LastIndex > 0 {
-			hadState = true
-			break
-		}
-	}
-	// A start that finds journals but no clean-shutdown record follows a
-	// crash (kill -9, OOM, power loss): under fsync "never" the unsynced
-	// tail of the journals may be gone, and metrics report wal_recovery.
-	n.walRecovery = hadState && !host.CleanStart()
+	// A start that finds journals, no clean-shutdown record and no sign
+	// that the crash spared the host (a running record of this boot) may
+	// follow a power loss: under fsync "never" the unsynced tail of the
+	// journals may be gone, and metrics report wal_recovery.
+	n.walRecovery = host.TailMayBeLost()
 	if n.walRecovery {
-		logger.Warn("previous run did not shut down cleanly: recovered the journals as they were on disk", "fsync", cfg.Fsync)
+		logger.Warn("previous run did not shut down cleanly and the host may have crashed with it: recovered the journals as they were on disk", "fsync", cfg.Fsync)
 	}
 	if n.Cluster, err = cluster.New(ccfg, host, n.machines, net, now, logger.With("component", "cluster")); err != nil {
 		return fail(err)

@@ -96,8 +96,28 @@ func TestCleanShutdownHoldsTheJournals(t *testing.T) {
 	mustAppend(t, e, "s", "text/plain", "append 5;")
 	e.stop(t)
 
-	// A crash leaves no record: the same cut is a torn write.
+	// A crash of the process alone leaves no record either, but the
+	// running record of this boot: the page cache lost nothing.
 	if err := os.Remove(filepath.Join(wal.LogDir(cfg.DataDir), wal.CleanShutdownFile)); err != nil {
+		t.Fatal(err)
+	}
+	e = openEngine(t, cfg, Deps{})
+	e.run(t)
+	e.waitReady(t)
+	if e.node.WALRecovery() && wal.BootID(wal.OSFS{}) != "" {
+		t.Fatal("wal_recovery after a crash of the process alone")
+	}
+	if got := readAll(t, e, "s"); got != "append 0;append 1;append 2;append 3;append 4;append 5;" {
+		t.Fatalf("read %q", got)
+	}
+	e.stop(t)
+
+	// A host crash leaves no record, and the next start runs on another
+	// boot (no running record of its own): the same cut is a torn write.
+	if err := os.Remove(filepath.Join(wal.LogDir(cfg.DataDir), wal.CleanShutdownFile)); err != nil {
+		t.Fatal(err)
+	}
+	if err := wal.ForgetRunning(wal.OSFS{}, wal.LogDir(cfg.DataDir)); err != nil {
 		t.Fatal(err)
 	}
 	active = activeSegment(t, cfg.DataDir, shard)

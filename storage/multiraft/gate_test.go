@@ -9,12 +9,30 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/ursula/ursula/storage/wal"
 	"github.com/ursula/ursula/storage/wal/powerloss"
 	"github.com/ursula/ursula/tests/await"
 )
 
-// crash stops a node without recording a clean shutdown.
+// crash stops a node as a host crash would: without recording a clean
+// shutdown, and on a boot its next start does not share (its running
+// record is gone, as if the kernel's boot id had changed).
 func (c *cluster) crash(tb testing.TB, id uint64) {
+	tb.Helper()
+	c.processCrash(tb, id)
+	cfg := c.cfgs[id]
+	fsys := cfg.FS
+	if fsys == nil {
+		fsys = wal.OSFS{}
+	}
+	if err := wal.ForgetRunning(fsys, wal.LogDir(cfg.Dir)); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// processCrash stops a node as a crash of its process alone would: the
+// host, and its page cache, live on.
+func (c *cluster) processCrash(tb testing.TB, id uint64) {
 	tb.Helper()
 	c.net.set(id, nil)
 	c.nodes[id].halt(tb)
@@ -44,9 +62,17 @@ func TestRecoveryGate(t *testing.T) {
 	if got := c.start(t, a).h.Gated(); len(got) != 0 {
 		t.Fatalf("after a clean restart gated %v, want none", got)
 	}
+	c.processCrash(t, a)
+	if got := c.start(t, a).h.Gated(); len(got) != 0 {
+		t.Fatalf("after a crash of the process alone gated %v, want none", got)
+	}
 	c.crash(t, a)
 	if got := c.start(t, a).h.Gated(); !slices.Equal(got, []uint32{0, 1}) {
 		t.Fatalf("after a crash gated %v, want both groups", got)
+	}
+	c.processCrash(t, a)
+	if got := c.start(t, a).h.Gated(); !slices.Equal(got, []uint32{0, 1}) {
+		t.Fatalf("after a crash of the process alone gated %v, want the recorded gates kept", got)
 	}
 	c.crash(t, a)
 	na := c.start(t, a)
@@ -90,6 +116,45 @@ func TestRecoveryGate(t *testing.T) {
 	}
 	c.leader(t, 0)
 	c.proposeN(t, 0, 1)
+}
+
+// TestEveryProcessCrashedOnItsBoot: every voter's process crashed at once
+// (a poison entry, an OOM kill of every pod) while the hosts stayed up, so
+// the page caches kept every acknowledged write: nothing is gated, the
+// group elects a leader and holds what it committed, and the journals
+// were synced by the start. Without the running record (a start on
+// another boot) the same crash leaves the group without a leader.
+func TestEveryProcessCrashedOnItsBoot(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *Config) { cfg.GroupCount, cfg.ShardCount = 1, 1 })
+	for _, n := range c.nodes {
+		waitReady(t, n.h)
+	}
+	c.proposeN(t, 0, 10)
+	c.converged(t, 0)
+	sum, count := c.leader(t, 0).sms[0].state()
+	for id := range c.cfgs {
+		c.processCrash(t, id)
+	}
+	for id := range c.cfgs {
+		n := c.start(t, id)
+		if got := n.h.Gated(); len(got) != 0 || n.h.TailMayBeLost() {
+			t.Fatalf("node %d after a crash of every process: gated %v, tail may be lost %v; want neither", id, got, n.h.TailMayBeLost())
+		}
+	}
+	c.converged(t, 0)
+	if s, n := c.leader(t, 0).sms[0].state(); s != sum || n != count {
+		t.Fatalf("after the crash the group holds sum %d of %d entries, want %d of %d", s, n, sum, count)
+	}
+	c.proposeN(t, 0, 1)
+
+	for id := range c.cfgs {
+		c.crash(t, id)
+	}
+	for id := range c.cfgs {
+		if n := c.start(t, id); !n.h.TailMayBeLost() || len(n.h.Gated()) != 1 {
+			t.Fatalf("node %d after a host crash: gated %v, want the group", id, n.h.Gated())
+		}
+	}
 }
 
 // TestRecoveryPlan: every voter of a group crashed and came back gated, so

@@ -181,6 +181,8 @@ type Host struct {
 	shedding atomic.Bool
 	// cleanStart: the previous run recorded a clean shutdown.
 	cleanStart bool
+	// tailMayBeLost: see TailMayBeLost.
+	tailMayBeLost bool
 	// bootstrapped counts the groups New initialized (no state, and not
 	// DeferBootstrap).
 	bootstrapped int
@@ -279,16 +281,30 @@ func New(cfg Config, newStateMachine func(groupID uint32) StateMachine, tr Trans
 			s.groups = append(s.groups, grp)
 		}
 	}
-	if err := h.gateAfterRecovery(logDir, clean == nil); err != nil {
+	// A crash of the process alone (the running record names this boot)
+	// lost nothing the page cache held: once the journals are synced it
+	// is a start like any other, and only a crash that may have taken the
+	// host with it can have cost the unsynced tail.
+	boot := wal.BootID(cfg.FS)
+	if clean == nil && h.hadJournals() {
+		h.tailMayBeLost = true
+		if boot != "" && wal.ReadRunning(cfg.FS, logDir) == boot {
+			h.tailMayBeLost = !h.syncAfterProcessCrash()
+		}
+	}
+	if err := h.gateAfterRecovery(logDir, h.tailMayBeLost); err != nil {
 		return nil, err
 	}
-	if err := h.loadPlans(logDir, clean == nil); err != nil {
+	if err := h.loadPlans(logDir, h.tailMayBeLost); err != nil {
 		return nil, err
 	}
 	if clean != nil {
 		if err := wal.ConsumeCleanShutdown(cfg.FS, logDir); err != nil {
 			return nil, fmt.Errorf("multiraft: %w", err)
 		}
+	}
+	if err := wal.RecordRunning(cfg.FS, logDir, boot); err != nil {
+		return nil, fmt.Errorf("multiraft: %w", err)
 	}
 	for _, s := range h.shards {
 		if err := s.journal.Start(); err != nil {
@@ -412,6 +428,13 @@ func (h *Host) Run(ctx context.Context) error {
 	if err := h.stop(); err != nil && firstErr == nil {
 		firstErr = err
 	}
+	if firstErr != nil {
+		// A journal that failed may have lost writes the page cache was
+		// to keep: the next start on this boot must not trust it.
+		if err := wal.ForgetRunning(h.cfg.FS, wal.LogDir(h.cfg.Dir)); err != nil {
+			h.logger.Error("could not forget the running state after a failure", "err", err)
+		}
+	}
 	return firstErr
 }
 
@@ -434,6 +457,36 @@ func (h *Host) Close() error {
 // CleanStart reports whether the previous run recorded a clean shutdown
 // (the journals were then held to it, see wal.ReadCleanShutdown).
 func (h *Host) CleanStart() bool { return h.cleanStart }
+
+// TailMayBeLost reports whether the previous run ended in a crash that may
+// have taken the host with it (no clean shutdown, and no running record of
+// this boot whose journals then synced): under fsync "never" the unsynced
+// tail of the journals may be gone.
+func (h *Host) TailMayBeLost() bool { return h.tailMayBeLost }
+
+// hadJournals reports whether any group recovered state from the journals.
+func (h *Host) hadJournals() bool {
+	for _, g := range h.groups {
+		if g.recovered {
+			return true
+		}
+	}
+	return false
+}
+
+// syncAfterProcessCrash syncs every journal after a crash of the process
+// alone; false (logged) when one fails: the kernel then dropped a page
+// the crashed process wrote, and the start is treated as a host crash's.
+func (h *Host) syncAfterProcessCrash() bool {
+	for _, s := range h.shards {
+		if err := s.journal.SyncSegments(); err != nil {
+			h.logger.Error("the previous run crashed and its journals do not sync: treating it as a host crash", "shard_id", s.id, "err", err)
+			return false
+		}
+	}
+	h.logger.Warn("the previous run crashed on this boot: the page cache kept its journal writes, now synced; nothing is gated for it")
+	return true
+}
 
 // BootstrappedAll reports whether New initialized every group: a fresh
 // install of a node that does not defer bootstrapping (a single voter).

@@ -284,6 +284,12 @@ func TestFsyncFailureStopsNode(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "injected fsync failure") {
 		t.Fatalf("Run = %v, want the fsync failure", err)
 	}
+	// The failed journal may have lost writes the page cache was to
+	// keep: the next start on this boot must not take it for a crash of
+	// the process alone.
+	if got := wal.ReadRunning(wal.OSFS{}, wal.LogDir(cfg.Dir)); got != "" {
+		t.Fatalf("running record after a journal failure names boot %q, want none", got)
+	}
 }
 
 // TestNoTickNeeded runs with ticks effectively disabled: a single voter must

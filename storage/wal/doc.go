@@ -10,6 +10,7 @@
 //
 //	<dir>/raft-log/topology.bin
 //	<dir>/raft-log/clean_shutdown          the run state (present between a clean shutdown and the next start)
+//	<dir>/raft-log/running                 the boot id of the run that recorded it (written at every start)
 //	<dir>/raft-log/shard-%03d/%016d.wal    segment files, numbered by sequence
 //
 // # Byte order and integers
@@ -149,6 +150,26 @@
 //	u32 CRC-32C of all the bytes before it
 //
 // A record that does not decode is damage: the start is refused.
+//
+// # running
+//
+// Written atomically at every start, once every shard was recovered and
+// before the first new write; removed (and the directory fsynced) when the
+// host stops on a failure:
+//
+//	[0:8]   magic "URSRUN01"
+//	[8:n-4] the kernel's boot id (/proc/sys/kernel/random/boot_id), as text
+//	u32 CRC-32C of all the bytes before it
+//
+// A start without clean_shutdown that finds a record of the boot it runs in
+// follows a crash of the process alone: the page cache kept every frame the
+// process wrote, so under fsync "never" nothing it acknowledged can be gone.
+// The start syncs every segment file and the directory first; a sync that
+// fails (the kernel dropped a page it could not write back) makes it a
+// host crash's start. Without the record, with one of another boot, or one
+// that does not decode, the host may have crashed: the unsynced tail may be
+// gone (the recovery gate of storage/multiraft). A start whose boot id cannot
+// be read removes the record instead of writing one.
 //
 // # Purge
 //

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // The run state: a graceful shutdown, once every journal is flushed,
@@ -114,6 +116,85 @@ func ConsumeCleanShutdown(fsys FS, logDir string) error {
 	}
 	if err := SyncDir(fsys, logDir); err != nil {
 		return fmt.Errorf("wal: consume the run state: %w", err)
+	}
+	return nil
+}
+
+// The running record: every start, once its journals are recovered and
+// before their first new write, records in <logDir>/running the kernel's
+// boot id. A start that finds no clean-shutdown record but a running record
+// of the boot it runs in follows a crash of the process alone: the page
+// cache kept every write the process made, so under fsync "never" nothing
+// it acknowledged can be gone (the start still syncs the journals, which
+// also reports a write-back error the kernel met meanwhile). A record of
+// another boot, or none, means the host may have crashed in between.
+
+// RunningFile is the running record's name in the log directory.
+const RunningFile = "running"
+
+var runningMagic = []byte("URSRUN01")
+
+// bootIDPath is where Linux publishes a random id drawn at every boot.
+const bootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// BootIDer is implemented by a file system that models its machine's
+// boots (the power-loss model draws a new id per instance); the journals
+// of any other FS live on this host, whose boot id Linux publishes.
+type BootIDer interface {
+	BootID() string
+}
+
+// BootID returns the id of the boot fsys lives in; "" when it cannot be
+// told (then no crash counts as one of the process alone).
+func BootID(fsys FS) string {
+	if b, ok := fsys.(BootIDer); ok {
+		return b.BootID()
+	}
+	b, err := os.ReadFile(bootIDPath)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// ReadRunning returns the boot id the running record names: "" when there
+// is none or it does not decode (a torn record proves nothing).
+func ReadRunning(fsys FS, logDir string) string {
+	b, err := ReadFile(fsys, filepath.Join(logDir, RunningFile))
+	if err != nil || len(b) < len(runningMagic)+4 || !bytes.Equal(b[:len(runningMagic)], runningMagic) {
+		return ""
+	}
+	body := b[:len(b)-4]
+	if crc32.Checksum(body, crcTable) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
+		return ""
+	}
+	return string(body[len(runningMagic):])
+}
+
+// RecordRunning writes the running record (atomically) naming bootID, or
+// removes it when bootID is "": a run whose boot cannot be told leaves no
+// record a later start could take for its own.
+func RecordRunning(fsys FS, logDir, bootID string) error {
+	if bootID == "" {
+		return ForgetRunning(fsys, logDir)
+	}
+	b := append(append([]byte(nil), runningMagic...), bootID...)
+	b = putU32(b, crc32.Checksum(b, crcTable))
+	if err := WriteFileAtomic(fsys, logDir, filepath.Join(logDir, RunningFile), b); err != nil {
+		return fmt.Errorf("wal: record the running state: %w", err)
+	}
+	return nil
+}
+
+// ForgetRunning removes the running record (durably): a run that met a
+// journal failure calls it before it stops, so that the next start does not
+// trust a page cache that may have dropped what it failed to write.
+func ForgetRunning(fsys FS, logDir string) error {
+	if err := fsys.Remove(filepath.Join(logDir, RunningFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("wal: forget the running state: %w", err)
+	}
+	if err := SyncDir(fsys, logDir); err != nil {
+		return fmt.Errorf("wal: forget the running state: %w", err)
 	}
 	return nil
 }

@@ -104,6 +104,53 @@ func dirState(tb testing.TB, dir string) map[string]string {
 // (TestTornTailIsCut). The issue: a cut active segment was "repaired" and
 // the acknowledged appends in it vanished, the node ready and
 // wal_recovery false.
+// TestRunningRecord: the record names the boot it was written in; one that
+// does not decode names none (it proves no crash spared the host); a run
+// whose boot cannot be told, and ForgetRunning, leave none.
+func TestRunningRecord(t *testing.T) {
+	dir := t.TempDir()
+	if got := ReadRunning(OSFS{}, dir); got != "" {
+		t.Fatalf("no record names %q", got)
+	}
+	const boot = "6f1c2a9e-0d51-4c0e-9a57-1d2f0b7c3e42"
+	if err := RecordRunning(OSFS{}, dir, boot); err != nil {
+		t.Fatal(err)
+	}
+	if got := ReadRunning(OSFS{}, dir); got != boot {
+		t.Fatalf("record names %q, want %q", got, boot)
+	}
+	path := filepath.Join(dir, RunningFile)
+	good, _ := os.ReadFile(path)
+	for name, b := range map[string][]byte{
+		"flipped byte": func() []byte { b := bytes.Clone(good); b[12] ^= 1; return b }(),
+		"truncated":    good[:len(good)-3],
+		"empty":        {},
+		"foreign":      []byte(boot + "\n"),
+	} {
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := ReadRunning(OSFS{}, dir); got != "" {
+			t.Errorf("%s: record names %q, want none", name, got)
+		}
+	}
+	if err := RecordRunning(OSFS{}, dir, boot); err != nil {
+		t.Fatal(err)
+	}
+	if err := RecordRunning(OSFS{}, dir, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a run without a boot id left a record: %v", err)
+	}
+	if err := ForgetRunning(OSFS{}, dir); err != nil {
+		t.Fatalf("forgetting no record: %v", err)
+	}
+	if id := BootID(OSFS{}); id == "" {
+		t.Log("this kernel publishes no boot id: every crash counts as the host's")
+	}
+}
+
 func TestCleanShutdownRefusesDamagedTail(t *testing.T) {
 	frame := appendFrame(nil, RecordEntries, func(b []byte) []byte { return appendEntries(b, 0, ents(1, 9, 9)) })
 	lastFrame := func(tb testing.TB, path string) int64 {

@@ -72,8 +72,15 @@ func journalFloorAndEnd(data []byte) (floor, end int) {
 // dataDir to drop(room) bytes short of the end of its frames, where room
 // is what a power loss could take (the bytes above JournalSyncedFloor, at
 // most maxFraction of the frames), and returns the frame bytes cut.
+//
+// A power loss also reboots the host: the node's running record, which
+// names the boot it ran in, is removed, as its next start could not match
+// it (a record of another boot and none are the same to it).
 func CutJournalTail(dataDir string, maxFraction float64, drop func(room int64) int64) (int64, error) {
 	var cut int64
+	if err := os.Remove(filepath.Join(wal.LogDir(dataDir), wal.RunningFile)); err != nil && !os.IsNotExist(err) {
+		return 0, err
+	}
 	shards, _ := filepath.Glob(filepath.Join(dataDir, "raft-log", "shard-*"))
 	for _, sh := range shards {
 		segs, _ := filepath.Glob(filepath.Join(sh, "*.wal"))

@@ -154,6 +154,84 @@ func cutJournalTails(t *testing.T, dataDir string) {
 	}
 }
 
+// TestEveryNodeKilledOnItsHost: every node of a three-node cluster
+// (fsync "never") is stopped with SIGKILL while the host keeps running, so
+// the page cache keeps every write ("a process crash loses nothing"). The
+// nodes come back ready without any operator step: no group gated or
+// stalled, no wal_recovery, every stream under its incarnation with every
+// acknowledged byte, and appends go on.
+func TestEveryNodeKilledOnItsHost(t *testing.T) {
+	c := StartCluster(t, ClusterOptions{Nodes: 3, GroupCount: 2, Gateway: true})
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	client := c.Client()
+	streams := []string{"killed/a", "killed/b", "killed/c", "killed/d"}
+	want := map[string][]byte{}
+	before := map[string]string{}
+	for _, s := range streams {
+		if resp, err := client.Create(ctx, s, "text/plain", nil); err != nil || resp.Status != 201 {
+			t.Fatalf("create %s: %v %v", s, resp, err)
+		}
+	}
+	for i := range 40 {
+		for _, s := range streams {
+			body := fmt.Appendf(nil, "%s-%03d;", s, i)
+			if resp, err := client.Append(ctx, s, "text/plain", body, nil); err != nil || resp.Status != 204 && resp.Status != 200 {
+				t.Fatalf("append: %v %v", resp, err)
+			}
+			want[s] = append(want[s], body...)
+		}
+	}
+	for _, s := range streams {
+		resp, err := client.Do(ctx, http.MethodHead, s, nil, nil, nil)
+		if err != nil || resp.Status != 200 {
+			t.Fatalf("HEAD %s: %v %v", s, resp, err)
+		}
+		before[s] = resp.Header.Get("Stream-Incarnation")
+	}
+	for _, n := range c.Nodes {
+		if err := n.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range c.Nodes {
+		if err := n.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range c.Nodes {
+		if err := n.WaitReady(ctx); err != nil {
+			t.Fatalf("node %d not ready after its process was killed: %v", n.ID, err)
+		}
+		m, err := n.Metrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.WALRecovery {
+			t.Errorf("node %d reports wal_recovery after a crash of its process alone", n.ID)
+		}
+	}
+	for _, s := range streams {
+		resp, err := client.Do(ctx, http.MethodHead, s, nil, nil, nil)
+		if err != nil || resp.Status != 200 {
+			t.Fatalf("HEAD %s after the restart: %v %v", s, resp, err)
+		}
+		if inc := resp.Header.Get("Stream-Incarnation"); inc != before[s] {
+			t.Errorf("%s: incarnation %q after the restart, want %q", s, inc, before[s])
+		}
+		got, _, err := client.ReadAll(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want[s]) {
+			t.Fatalf("%s after the restart:\n got %q\nwant %q", s, got, want[s])
+		}
+		if resp, err := client.Append(ctx, s, "text/plain", []byte("after;"), nil); err != nil || resp.Status != 204 && resp.Status != 200 {
+			t.Errorf("append to %s after the restart: %v %v", s, resp, err)
+		}
+	}
+}
+
 // waitReason waits until n's readiness answers reason.
 func waitReason(ctx context.Context, t *testing.T, n *Node, reason string) {
 	t.Helper()

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/ursula/ursula/storage/wal"
@@ -33,9 +34,22 @@ type FS struct {
 	top  *node
 	open map[*file]struct{}
 	lost bool
+	boot string
 }
 
-var _ wal.FS = (*FS)(nil)
+var (
+	_ wal.FS       = (*FS)(nil)
+	_ wal.BootIDer = (*FS)(nil)
+)
+
+// bootSeq numbers the boots the model stands for, one per FS.
+var bootSeq atomic.Uint64
+
+// BootID implements wal.BootIDer: an FS stands for one boot of its
+// machine, so the FS opened over the root after a power loss (or any other
+// new FS) is a new boot, and the journals it holds are not trusted as a
+// surviving page cache.
+func (f *FS) BootID() string { return f.boot }
 
 // New returns an FS over the directory root, which must exist. Everything
 // under root when the FS first looks at it counts as durable. New does no
@@ -45,7 +59,7 @@ func New(root string) *FS {
 	if err != nil {
 		abs = filepath.Clean(root)
 	}
-	return &FS{root: abs, top: newDir(), open: map[*file]struct{}{}}
+	return &FS{root: abs, top: newDir(), open: map[*file]struct{}{}, boot: fmt.Sprintf("powerloss-%d-%d", os.Getpid(), bootSeq.Add(1))}
 }
 
 // node is a file or a directory as the model knows it.
