@@ -31,30 +31,7 @@ func TestRecoverGroupAfterMajorityPowerLoss(t *testing.T) {
 	defer cancel()
 	client := c.Client()
 	streams := []string{"recover/a", "recover/b", "recover/c", "recover/d"}
-	want := map[string][]byte{}
-	before := map[string]string{}
-	for _, s := range streams {
-		if resp, err := client.Create(ctx, s, "text/plain", nil); err != nil || resp.Status != 201 {
-			t.Fatalf("create %s: %v %v", s, resp, err)
-		}
-	}
-	for i := range 40 {
-		for _, s := range streams {
-			body := fmt.Appendf(nil, "%s-%03d;", s, i)
-			resp, err := client.Append(ctx, s, "text/plain", body, nil)
-			if err != nil || resp.Status != 204 && resp.Status != 200 {
-				t.Fatalf("append: %v %v", resp, err)
-			}
-			want[s] = append(want[s], body...)
-		}
-	}
-	for _, s := range streams {
-		resp, err := client.Do(ctx, http.MethodHead, s, nil, nil, nil)
-		if err != nil || resp.Status != 200 {
-			t.Fatalf("HEAD %s: %v %v", s, resp, err)
-		}
-		before[s] = resp.Header.Get("Stream-Incarnation")
-	}
+	want, before := fillStreams(ctx, t, client, streams, 40)
 
 	for _, n := range c.Nodes {
 		if err := n.Kill(); err != nil {
@@ -166,29 +143,7 @@ func TestEveryNodeKilledOnItsHost(t *testing.T) {
 	defer cancel()
 	client := c.Client()
 	streams := []string{"killed/a", "killed/b", "killed/c", "killed/d"}
-	want := map[string][]byte{}
-	before := map[string]string{}
-	for _, s := range streams {
-		if resp, err := client.Create(ctx, s, "text/plain", nil); err != nil || resp.Status != 201 {
-			t.Fatalf("create %s: %v %v", s, resp, err)
-		}
-	}
-	for i := range 40 {
-		for _, s := range streams {
-			body := fmt.Appendf(nil, "%s-%03d;", s, i)
-			if resp, err := client.Append(ctx, s, "text/plain", body, nil); err != nil || resp.Status != 204 && resp.Status != 200 {
-				t.Fatalf("append: %v %v", resp, err)
-			}
-			want[s] = append(want[s], body...)
-		}
-	}
-	for _, s := range streams {
-		resp, err := client.Do(ctx, http.MethodHead, s, nil, nil, nil)
-		if err != nil || resp.Status != 200 {
-			t.Fatalf("HEAD %s: %v %v", s, resp, err)
-		}
-		before[s] = resp.Header.Get("Stream-Incarnation")
-	}
+	want, before := fillStreams(ctx, t, client, streams, 40)
 	for _, n := range c.Nodes {
 		if err := n.Kill(); err != nil {
 			t.Fatal(err)
@@ -230,6 +185,35 @@ func TestEveryNodeKilledOnItsHost(t *testing.T) {
 			t.Errorf("append to %s after the restart: %v %v", s, resp, err)
 		}
 	}
+}
+
+// fillStreams creates streams and appends rounds numbered bodies to each,
+// returning what each acknowledged and its Stream-Incarnation.
+func fillStreams(ctx context.Context, t *testing.T, client *Client, streams []string, rounds int) (want map[string][]byte, incarnation map[string]string) {
+	t.Helper()
+	want, incarnation = map[string][]byte{}, map[string]string{}
+	for _, s := range streams {
+		if resp, err := client.Create(ctx, s, "text/plain", nil); err != nil || resp.Status != 201 {
+			t.Fatalf("create %s: %v %v", s, resp, err)
+		}
+	}
+	for i := range rounds {
+		for _, s := range streams {
+			body := fmt.Appendf(nil, "%s-%03d;", s, i)
+			if resp, err := client.Append(ctx, s, "text/plain", body, nil); err != nil || resp.Status != 204 && resp.Status != 200 {
+				t.Fatalf("append: %v %v", resp, err)
+			}
+			want[s] = append(want[s], body...)
+		}
+	}
+	for _, s := range streams {
+		resp, err := client.Do(ctx, http.MethodHead, s, nil, nil, nil)
+		if err != nil || resp.Status != 200 {
+			t.Fatalf("HEAD %s: %v %v", s, resp, err)
+		}
+		incarnation[s] = resp.Header.Get("Stream-Incarnation")
+	}
+	return want, incarnation
 }
 
 // waitReason waits until n's readiness answers reason.
@@ -317,21 +301,7 @@ func TestRecoverGroupAfterTwoOfThreeLosePower(t *testing.T) {
 	defer cancel()
 	client := c.Client()
 	streams := []string{"two/a", "two/b", "two/c", "two/d", "two/e", "two/f"}
-	want := map[string][]byte{}
-	for _, s := range streams {
-		if resp, err := client.Create(ctx, s, "text/plain", nil); err != nil || resp.Status != 201 {
-			t.Fatalf("create %s: %v %v", s, resp, err)
-		}
-	}
-	for i := range 30 {
-		for _, s := range streams {
-			body := fmt.Appendf(nil, "%s-%03d;", s, i)
-			if resp, err := client.Append(ctx, s, "text/plain", body, nil); err != nil || resp.Status != 204 && resp.Status != 200 {
-				t.Fatalf("append: %v %v", resp, err)
-			}
-			want[s] = append(want[s], body...)
-		}
-	}
+	want, _ := fillStreams(ctx, t, client, streams, 30)
 	lost := c.Nodes[1:]
 	for _, n := range lost {
 		if err := n.Kill(); err != nil {
