@@ -169,12 +169,18 @@ func (c *appendCall) forget(id uint64) bool {
 	return ok
 }
 
-// shut stops new sends on the call; its receiving loop ends it.
-func (c *appendCall) shut() {
+// stopSending makes c no longer the open call and refuses new appends on
+// it; the answers to those already sent still come.
+func (c *appendCall) stopSending() {
 	c.m.detach(c)
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
+}
+
+// shut stops new sends on the call; its receiving loop ends it.
+func (c *appendCall) shut() {
+	c.stopSending()
 	c.cancel()
 }
 
@@ -189,10 +195,7 @@ func (c *appendCall) receive() {
 		if msg.GetDraining() {
 			// Answers to what was sent still come; the node ends the call
 			// when this side is closed.
-			c.m.detach(c)
-			c.mu.Lock()
-			c.closed = true
-			c.mu.Unlock()
+			c.stopSending()
 			c.sendMu.Lock()
 			_ = c.stream.CloseSend()
 			c.sendMu.Unlock()
@@ -222,10 +225,8 @@ func (c *appendCall) receive() {
 
 // end fails the appends still waiting when the call ended with err.
 func (c *appendCall) end(err error) {
-	c.m.detach(c)
-	c.cancel()
+	c.shut()
 	c.mu.Lock()
-	c.closed = true
 	pending := c.pending
 	c.pending = nil
 	c.mu.Unlock()

@@ -179,8 +179,6 @@ type Host struct {
 	// shedding is the maintenance drain: no campaigning, leaderships handed
 	// away by the engine's balancer.
 	shedding atomic.Bool
-	// cleanStart: the previous run recorded a clean shutdown.
-	cleanStart bool
 	// tailMayBeLost: see TailMayBeLost.
 	tailMayBeLost bool
 	// bootstrapped counts the groups New initialized (no state, and not
@@ -241,7 +239,6 @@ func New(cfg Config, newStateMachine func(groupID uint32) StateMachine, tr Trans
 	if err != nil {
 		return nil, fmt.Errorf("multiraft: %w", err)
 	}
-	h.cleanStart = clean != nil
 	h.lat = newLatencies()
 	ok := false
 	defer func() {
@@ -453,10 +450,6 @@ func (h *Host) Close() error {
 	}
 	return h.RecordCleanShutdown()
 }
-
-// CleanStart reports whether the previous run recorded a clean shutdown
-// (the journals were then held to it, see wal.ReadCleanShutdown).
-func (h *Host) CleanStart() bool { return h.cleanStart }
 
 // TailMayBeLost reports whether the previous run ended in a crash that may
 // have taken the host with it (no clean shutdown, and no running record of
