@@ -32,6 +32,7 @@ func (t *Tier) Run(ctx context.Context) error {
 	c := t
 	tick := time.NewTicker(c.cfg.FlushInterval)
 	defer tick.Stop()
+	var candidates []stream.HotStream // reused: see Machine.HotStreams
 	for {
 		select {
 		case <-ctx.Done():
@@ -48,7 +49,8 @@ func (t *Tier) Run(ctx context.Context) error {
 			}
 			// A term's staged-part totals start when the node finds it leads.
 			c.startCounting(uint32(g), st.Term)
-			for _, h := range c.flushCandidates(uint32(g), nodeHot) {
+			candidates = c.flushCandidates(uint32(g), nodeHot, candidates[:0])
+			for _, h := range candidates {
 				if _, busy := c.flushing.LoadOrStore(h.Key, struct{}{}); busy {
 					continue
 				}
@@ -90,21 +92,26 @@ func (t *Tier) uploadWeight(h stream.HotStream) int64 {
 // the size or age threshold or holding external payloads, then the largest
 // others while the group holds more than its flush threshold, or, while
 // the node (holding nodeHot) is above half its cap, more than its share
-// of that half.
-func (t *Tier) flushCandidates(g uint32, nodeHot uint64) []stream.HotStream {
+// of that half. It lists them in buf's storage.
+func (t *Tier) flushCandidates(g uint32, nodeHot uint64, buf []stream.HotStream) []stream.HotStream {
 	c := t
-	hs := t.groups.Machine(g).HotStreams()
+	hs := t.groups.Machine(g).HotStreams(buf)
 	if len(hs) == 0 {
-		return nil
+		return hs
 	}
-	sort.Slice(hs, func(i, j int) bool { return hs[i].HotBytes > hs[j].HotBytes })
 	now := t.now().UnixMilli()
 	groupHot := uint64(t.groups.Machine(g).HotBytes())
 	limit := c.cfg.GroupFlushBytes
 	if half := c.cfg.NodeHotCapBytes / 2; nodeHot > half {
 		limit = min(limit, half/uint64(max(t.groups.GroupCount(), 1)))
 	}
-	var out []stream.HotStream
+	if groupHot > limit {
+		// Only pressure needs the largest first; the sort is skipped on
+		// the common path, where a group of many small streams holds
+		// thousands of hot ones.
+		sort.Slice(hs, func(i, j int) bool { return hs[i].HotBytes > hs[j].HotBytes })
+	}
+	out := hs[:0] // filtered in place
 	for _, h := range hs {
 		due := h.HotBytes >= c.cfg.FlushBytes || now-h.HotSinceMs >= c.cfg.FlushAge.Milliseconds() ||
 			h.Tail-h.ColdEnd > h.HotBytes

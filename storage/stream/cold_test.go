@@ -331,7 +331,7 @@ func TestHotIndex(t *testing.T) {
 			t.Fatalf("after %s: hot index %v, want %v", what, got, want)
 		}
 		listed := map[Key]bool{}
-		for _, h := range m.HotStreams() {
+		for _, h := range m.HotStreams(nil) {
 			listed[h.Key] = true
 		}
 		if !maps.Equal(listed, want) {
