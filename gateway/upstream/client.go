@@ -96,6 +96,7 @@ func readMode(in *streamv1.ReadRequest) mode {
 // Read goes to the leader when it must see the tail (offset "now" or a
 // wait), otherwise to any replica, the leader preferred.
 func (r *Router) Read(ctx context.Context, in *streamv1.ReadRequest, opts ...grpc.CallOption) (*streamv1.ReadResponse, error) {
+	opts = append(opts[:len(opts):len(opts)], readCodecOption)
 	if v := r.view.Load(); v != nil && v.single != nil {
 		return v.single.client.Read(ctx, in, opts...)
 	}

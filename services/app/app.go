@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ursula/ursula/internal/grpcmem"
+
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
@@ -50,6 +52,7 @@ const telemetryFlushTimeout = 5 * time.Second
 // Main runs a binary: args are os.Args, target the binary's default role.
 // It returns the process exit code.
 func Main(args []string, target string) int {
+	grpcmem.Install()
 	cfg, flags, err := Load(args[1:], target)
 	if errors.Is(err, flag.ErrHelp) {
 		writeUsage(os.Stdout, binaryName(args[0], target), target)

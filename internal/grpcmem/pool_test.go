@@ -1,0 +1,61 @@
+package grpcmem
+
+import (
+	"testing"
+
+	"google.golang.org/grpc/mem"
+)
+
+func TestGetSizesAndReuse(t *testing.T) {
+	var p Pool
+	for _, n := range []int{0, 1, 256, 257, 4096, 200 << 10, 1 << 20} {
+		b := p.Get(n)
+		if len(*b) != n {
+			t.Fatalf("Get(%d): len %d", n, len(*b))
+		}
+		want := tiers[tier(n)]
+		if cap(*b) != want {
+			t.Fatalf("Get(%d): cap %d, want the tier of %d", n, cap(*b), want)
+		}
+		p.Put(b)
+	}
+	big := p.Get(2 << 20)
+	if len(*big) != 2<<20 {
+		t.Fatalf("Get beyond the largest tier: len %d", len(*big))
+	}
+	p.Put(big) // not kept: no tier of its capacity
+
+	// A buffer that went back comes out again with what it held: the pool
+	// does not clear (sync.Pool may drop it, so only a reuse is checked).
+	b := p.Get(100)
+	copy(*b, "kept")
+	p.Put(b)
+	for range 100 {
+		c := p.Get(50)
+		if &(*c)[:1][0] == &(*b)[:1][0] {
+			if string((*c)[:4]) != "kept" {
+				t.Fatalf("reused buffer holds %q, want its old bytes", (*c)[:4])
+			}
+			return
+		}
+		defer p.Put(c)
+	}
+}
+
+func TestPutOfAForeignCapacityIsDropped(t *testing.T) {
+	var p Pool
+	odd := make([]byte, 10, 300)
+	p.Put(&odd)
+	got := p.Get(10)
+	if cap(*got) == 300 {
+		t.Fatal("a buffer of no tier's capacity was pooled")
+	}
+}
+
+func TestInstall(t *testing.T) {
+	Install()
+	Install()
+	if mem.DefaultBufferPool() != mem.BufferPool(Default) {
+		t.Fatalf("default pool %T, want grpcmem.Default", mem.DefaultBufferPool())
+	}
+}
