@@ -57,6 +57,7 @@ func (b *bench) bootstrap(ctx context.Context, clients, events, eventBytes int, 
 	b.logf("bootstrap: pre-filled %d streams × (%d events, a %d B snapshot, %d events) of %d B in %v",
 		clients, bootstrapHistory, bootstrapSnapshotBytes, events, eventBytes, time.Since(fillStart).Round(time.Millisecond))
 
+	b.markMeasured()
 	rss := sampleRSS(b.procs...)
 	boot := b.rounds(ctx, urls, d, func(u string) (int64, error) { return b.bootstrapOnce(ctx, c, u) },
 		int64(bootstrapSnapshotBytes+events*eventBytes))

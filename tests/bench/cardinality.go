@@ -378,6 +378,7 @@ func (b *bench) appendRoundRobin(ctx context.Context, n, writers, payloadBytes i
 	var lat samples
 	var errs errCounts
 	var ok atomic.Int64
+	b.markMeasured()
 	rss := sampleRSS(b.procs...)
 	start := time.Now()
 	end := start.Add(d)
@@ -430,7 +431,7 @@ func (b *bench) appendRoundRobin(ctx context.Context, n, writers, payloadBytes i
 
 // newBench is a bench against base whose server is procs.
 func newBench(base string, procs []proc, isNull bool, logf func(string, ...any)) *bench {
-	b := &bench{base: strings.TrimRight(base, "/"), root: e2e.StreamRoot, runID: runID(), procs: procs, isNull: isNull, logf: logf}
+	b := &bench{base: strings.TrimRight(base, "/"), root: e2e.StreamRoot, runID: runID(), procs: procs, isNull: isNull, logf: logf, measured: &cpuMark{}}
 	if len(procs) == 1 {
 		b.pid = procs[0].pid
 	}

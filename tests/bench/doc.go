@@ -88,8 +88,10 @@
 // RSS) is read before the server is stopped.
 //
 // The server's CPU time (utime+stime of /proc/<pid>/stat, of every process
-// of a cluster) is read before and after each workload: server_cpu_s, and
-// cpu_per_op_us per operation.
+// of a cluster) is read when a workload starts its measured phase (after
+// creating and pre-filling its streams; mixed, whose parts run at once,
+// from its start) and at its end: server_cpu_s, and cpu_per_op_us per
+// operation.
 //
 // The result is one JSON document on stdout: per server and workload the
 // ops/s, latency (count, mean, p50, p90, p99, p999, max in ms), errors,

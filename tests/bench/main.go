@@ -480,6 +480,7 @@ func runWorkloads(ctx context.Context, c config, b *bench, sr *ServerRun, worklo
 		b.logf("%s: %s for %v", sr.Name, w, c.duration)
 		var res *Result
 		var err error
+		b.takeMeasured()
 		cpu0, cpuErr := cpuTimes(b.procs)
 		var each *rssSampler
 		if len(b.procs) > 1 {
@@ -508,6 +509,11 @@ func runWorkloads(ctx context.Context, c config, b *bench, sr *ServerRun, worklo
 			continue
 		}
 		cpu1, err := cpuTimes(b.procs)
+		// Mixed runs three workloads at once, each marking its own start:
+		// it counts from its own start instead.
+		if from := b.takeMeasured(); from != nil && w != "mixed" {
+			cpu0 = from
+		}
 		if err == nil && cpuErr == nil && len(b.procs) > 0 && res.Ops > 0 {
 			var total time.Duration
 			for i, p := range b.procs {

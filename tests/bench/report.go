@@ -173,7 +173,7 @@ func renderMarkdown(rep *Report) []byte {
 	p("A workload the null server cannot run (fan-out: it has no SSE) is plotted as a ratio to the fastest server instead, as its label says.\n")
 	p("\n## CPU and memory\n\n![Server CPU per operation per workload and server](%s/bench-cpu.svg)\n\n", reportImgDir)
 	p("![Peak RSS per server](%s/bench-rss.svg)\n\n", reportImgDir)
-	p("Server CPU is the user and system time of the server's processes (/proc/<pid>/stat) during the workload, divided by its operations (appends, deliveries, reads); ")
+	p("Server CPU is the user and system time of the server's processes (/proc/<pid>/stat) during the workload's measured phase (after it created and pre-filled its streams; mixed: from its start), divided by its operations (appends, deliveries, reads); ")
 	p("for the cluster it is the sum over the three nodes and the gateway. Peak RSS is VmHWM before the memory workload (summed over the cluster's processes).\n")
 	for _, w := range reportWorkloads(rep) {
 		p("\n## %s\n\n![p50 and p99 latency of %s per server](%s/bench-latency-%s.svg)\n\n", w, w, reportImgDir, w)

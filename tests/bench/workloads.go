@@ -114,6 +114,47 @@ type bench struct {
 	procs  []proc
 	isNull bool
 	logf   func(format string, args ...any)
+
+	// measured is where the running workload's measured phase starts
+	// (markMeasured); a copy of the bench (mixed makes one) shares it.
+	measured *cpuMark
+}
+
+// cpuMark holds the processes' CPU times when the running workload
+// started its measured phase, nil until then: the streams a workload
+// creates and pre-fills before are not its operations' cost (the replay
+// pre-fill, 20 MiB appended, replicated and flushed, doubled a cluster's
+// CPU per read).
+type cpuMark struct {
+	mu   sync.Mutex
+	from []time.Duration
+}
+
+// markMeasured records the CPU times the running workload's CPU per
+// operation counts from.
+func (b *bench) markMeasured() {
+	if b.measured == nil {
+		return
+	}
+	t, err := cpuTimes(b.procs)
+	if err != nil {
+		return
+	}
+	b.measured.mu.Lock()
+	defer b.measured.mu.Unlock()
+	b.measured.from = t
+}
+
+// takeMeasured returns and clears what markMeasured recorded.
+func (b *bench) takeMeasured() []time.Duration {
+	if b.measured == nil {
+		return nil
+	}
+	b.measured.mu.Lock()
+	defer b.measured.mu.Unlock()
+	t := b.measured.from
+	b.measured.from = nil
+	return t
 }
 
 func (b *bench) streamURL(name string) string { return b.base + b.root + name }
@@ -246,6 +287,7 @@ func (b *bench) fanOut(ctx context.Context, subscribers, rate, payloadBytes int,
 	b.logf("fan-out: %d subscribers connected", subscribers)
 	pass(gate)
 
+	b.markMeasured()
 	rss := sampleRSS(b.procs...)
 	start := time.Now()
 	var sent []uint64
@@ -513,6 +555,7 @@ func (b *bench) replay(ctx context.Context, clients, events, eventBytes int, d t
 	var errs errCounts
 	var ok, short atomic.Int64
 	want := int64(events * eventBytes)
+	b.markMeasured()
 	rss := sampleRSS(b.procs...)
 	start := time.Now()
 	rounds := 0
