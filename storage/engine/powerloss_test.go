@@ -321,25 +321,10 @@ func (pc *plCluster) checkAll(t *testing.T) {
 	t.Helper()
 	c := pc.memCluster
 	for g, name := range pc.names {
-		// The leader found may hand its leadership on before the read (the
-		// balancer moves leaderships back to a node that rejoined): a read
-		// answered "unavailable" or "not the leader" is asked again of the
-		// new leader.
 		var got string
-		await.True(t, fmt.Sprintf("group %d's leader to answer a read", g), func() bool {
-			le, _ := c.engine(c.waitLeader(t, g))
-			resp, err := le.Read(t.Context(), &streamv1.ReadRequest{Ref: ref(name), Offset: stream.OffsetStart, NoTouch: true})
-			if errors.Is(err, fault.ErrUnavailable) || errors.Is(err, fault.ErrNotLeader) {
-				return false
-			}
-			if err != nil {
-				t.Fatalf("group %d: read %s from its leader: %v", g, name, err)
-			}
-			if !resp.GetUpToDate() {
-				t.Fatalf("group %d: read %s: not up to date after %q", g, name, resp.GetData())
-			}
-			got = string(resp.GetData())
-			return true
+		c.onLeader(t, g, fmt.Sprintf("group %d's leader to read %s", g, name), func(le *testEngine) (err error) {
+			got, err = readFrom(t, le, name, 0)
+			return err
 		})
 		if got != pc.want[g] {
 			t.Errorf("group %d: the leader reads %q, want %q", g, got, pc.want[g])
@@ -485,12 +470,11 @@ func TestClusterPowerLossOfMajority(t *testing.T) {
 	}
 	before := map[uint32]uint64{}
 	for g, name := range pc.names {
-		le, _ := pc.engine(pc.waitLeader(t, g))
-		h, err := le.Head(t.Context(), &streamv1.HeadRequest{Ref: ref(name)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		before[g] = h.GetInfo().GetIncarnation()
+		pc.onLeader(t, g, fmt.Sprintf("group %d's leader to answer HEAD", g), func(le *testEngine) error {
+			h, err := le.Head(t.Context(), &streamv1.HeadRequest{Ref: ref(name)})
+			before[g] = h.GetInfo().GetIncarnation()
+			return err
+		})
 	}
 	for round := 5; round < 10; round++ {
 		pc.appendEverywhere(t, round)
@@ -601,8 +585,13 @@ func TestClusterPowerLossOfMajority(t *testing.T) {
 	}
 	lost := 0
 	for g, name := range pc.names {
-		le, _ := pc.engine(pc.waitLeader(t, g))
-		got := readAll(t, le, name)
+		var le *testEngine
+		var got string
+		pc.onLeader(t, g, fmt.Sprintf("group %d's leader to read %s", g, name), func(e *testEngine) (err error) {
+			le = e
+			got, err = readFrom(t, e, name, 0)
+			return err
+		})
 		if !strings.HasPrefix(pc.want[g], got) {
 			t.Fatalf("group %d: the new history reads %q, not a prefix of the acknowledged %q", g, got, pc.want[g])
 		}
