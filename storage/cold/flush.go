@@ -88,32 +88,34 @@ func (t *Tier) uploadWeight(h stream.HotStream) int64 {
 	return int64(max(1, min(h.HotBytes, t.cfg.MaxChunkBytes, t.cfg.FlushInflightBytes)))
 }
 
-// flushCandidates picks the streams of a group to flush now: those past
-// the size or age threshold or holding external payloads, then the largest
-// others while the group holds more than its flush threshold, or, while
-// the node (holding nodeHot) is above half its cap, more than its share
-// of that half. It lists them in buf's storage.
+// flushCandidates picks the streams of a group to flush now (see
+// pickFlushes), listing them in buf's storage. While the node (holding
+// nodeHot) is above half its cap, a group's threshold is its share of that
+// half when smaller than GroupFlushBytes.
 func (t *Tier) flushCandidates(g uint32, nodeHot uint64, buf []stream.HotStream) []stream.HotStream {
-	c := t
 	hs := t.groups.Machine(g).HotStreams(buf)
 	if len(hs) == 0 {
 		return hs
 	}
-	now := t.now().UnixMilli()
-	groupHot := uint64(t.groups.Machine(g).HotBytes())
-	limit := c.cfg.GroupFlushBytes
-	if half := c.cfg.NodeHotCapBytes / 2; nodeHot > half {
+	limit := t.cfg.GroupFlushBytes
+	if half := t.cfg.NodeHotCapBytes / 2; nodeHot > half {
 		limit = min(limit, half/uint64(max(t.groups.GroupCount(), 1)))
 	}
+	return pickFlushes(hs, t.now().UnixMilli(), uint64(t.groups.Machine(g).HotBytes()), limit, t.cfg)
+}
+
+// pickFlushes filters hs, a group's hot streams, in place: those past the
+// size or age threshold or holding external payloads, then, while the
+// group holds more than limit hot bytes, the largest others. Only that
+// pressure needs the largest first: the sort is skipped on the common
+// path, where a group of many small streams holds thousands of hot ones.
+func pickFlushes(hs []stream.HotStream, nowMs int64, groupHot, limit uint64, cfg Config) []stream.HotStream {
 	if groupHot > limit {
-		// Only pressure needs the largest first; the sort is skipped on
-		// the common path, where a group of many small streams holds
-		// thousands of hot ones.
 		sort.Slice(hs, func(i, j int) bool { return hs[i].HotBytes > hs[j].HotBytes })
 	}
-	out := hs[:0] // filtered in place
+	out := hs[:0]
 	for _, h := range hs {
-		due := h.HotBytes >= c.cfg.FlushBytes || now-h.HotSinceMs >= c.cfg.FlushAge.Milliseconds() ||
+		due := h.HotBytes >= cfg.FlushBytes || nowMs-h.HotSinceMs >= cfg.FlushAge.Milliseconds() ||
 			h.Tail-h.ColdEnd > h.HotBytes
 		if due || groupHot > limit {
 			out = append(out, h)
