@@ -96,7 +96,11 @@ func readMode(in *streamv1.ReadRequest) mode {
 // Read goes to the leader when it must see the tail (offset "now" or a
 // wait), otherwise to any replica, the leader preferred.
 func (r *Router) Read(ctx context.Context, in *streamv1.ReadRequest, opts ...grpc.CallOption) (*streamv1.ReadResponse, error) {
-	opts = append(opts[:len(opts):len(opts)], readCodecOption)
+	if len(opts) == 0 {
+		opts = readCodecOptions // no slice to build for each read
+	} else {
+		opts = append(opts[:len(opts):len(opts)], readCodecOption)
+	}
 	if v := r.view.Load(); v != nil && v.single != nil {
 		return v.single.client.Read(ctx, in, opts...)
 	}

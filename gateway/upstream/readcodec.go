@@ -25,6 +25,9 @@ type readCodec struct{ encoding.CodecV2 }
 // call's content-subtype, and the node's codec, are unchanged.
 var readCodecOption = grpc.ForceCodecV2(readCodec{encoding.GetCodecV2("proto")})
 
+// readCodecOptions is the call options of a read that passes none.
+var readCodecOptions = []grpc.CallOption{readCodecOption}
+
 // readDataField is ReadResponse.data's field number.
 var readDataField = protowire.Number((&streamv1.ReadResponse{}).ProtoReflect().Descriptor().Fields().ByName("data").Number())
 

@@ -22,17 +22,17 @@ type Pool struct {
 
 var _ mem.BufferPool = (*Pool)(nil)
 
-// Default is the pool Install installs.
-var Default = new(Pool)
+// installed is the pool Install installs.
+var installed = new(Pool)
 
 var installOnce sync.Once
 
-// Install makes Default grpc-go's default buffer pool, the one servers,
+// Install makes the package's Pool grpc-go's default buffer pool, the one servers,
 // clients and the proto codec use unless told otherwise. It must run
 // before the process creates any gRPC server or connection (grpc-go reads
 // the default without a lock); later calls do nothing.
 func Install() {
-	installOnce.Do(func() { experimental.SetDefaultBufferPool(Default) })
+	installOnce.Do(func() { experimental.SetDefaultBufferPool(installed) })
 }
 
 // tier returns the index of the smallest tier of at least n bytes, or -1.

@@ -55,7 +55,7 @@ func TestPutOfAForeignCapacityIsDropped(t *testing.T) {
 func TestInstall(t *testing.T) {
 	Install()
 	Install()
-	if mem.DefaultBufferPool() != mem.BufferPool(Default) {
-		t.Fatalf("default pool %T, want grpcmem.Default", mem.DefaultBufferPool())
+	if mem.DefaultBufferPool() != mem.BufferPool(installed) {
+		t.Fatalf("default pool %T, want the package's pool", mem.DefaultBufferPool())
 	}
 }

@@ -15,8 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ursula/ursula/internal/grpcmem"
-
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
@@ -26,6 +24,7 @@ import (
 	"github.com/ursula/ursula/gateway/subscription"
 	"github.com/ursula/ursula/gateway/upstream"
 	"github.com/ursula/ursula/internal/buildinfo"
+	"github.com/ursula/ursula/internal/grpcmem"
 	"github.com/ursula/ursula/internal/pki"
 	backupv1 "github.com/ursula/ursula/proto/gen/go/ursula/backup/v1"
 	coldgcv1 "github.com/ursula/ursula/proto/gen/go/ursula/coldgc/v1"
