@@ -428,7 +428,7 @@ func serves(t *testing.T, bin, workDir string) {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	var log bytes.Buffer
-	cmd := exec.Command(bin, "-gateway.listen", addr, "-node.listen", "127.0.0.1:0", "-admin.listen", "")
+	cmd := exec.Command(bin, "-gateway.listen", addr, "-server.listen", "127.0.0.1:0", "-server.admin_listen", "")
 	cmd.Dir = workDir
 	cmd.Env = []string{"PATH=/usr/local/bin"}
 	cmd.Stdout, cmd.Stderr = &log, &log
@@ -476,6 +476,9 @@ func serves(t *testing.T, bin, workDir string) {
 		t.Fatalf("exit after SIGTERM: %v", err)
 	}
 	done <- nil
+	if strings.Contains(log.String(), "deprecated setting name") {
+		t.Errorf("the image's entrypoint warned of a deprecated setting name: the test should use the current ones")
+	}
 	if _, err := os.Stat(filepath.Join(workDir, "data")); err != nil {
 		t.Errorf("no data directory under the working directory: %v", err)
 	}
