@@ -61,6 +61,7 @@ func (b *bench) bootstrap(ctx context.Context, clients, events, eventBytes int, 
 	rss := sampleRSS(b.procs...)
 	boot := b.rounds(ctx, urls, d, func(u string) (int64, error) { return b.bootstrapOnce(ctx, c, u) },
 		int64(bootstrapSnapshotBytes+events*eventBytes))
+	b.endMeasured()
 	catchUp := b.rounds(ctx, urls, d, func(u string) (int64, error) { return b.catchUpURL(ctx, c, u) },
 		int64((bootstrapHistory+events)*eventBytes))
 	res := &Result{

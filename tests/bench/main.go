@@ -511,8 +511,11 @@ func runWorkloads(ctx context.Context, c config, b *bench, sr *ServerRun, worklo
 		cpu1, err := cpuTimes(b.procs)
 		// Mixed runs three workloads at once, each marking its own start:
 		// it counts from its own start instead.
-		if from := b.takeMeasured(); from != nil && w != "mixed" {
+		if from, to := b.takeMeasured(); from != nil && w != "mixed" {
 			cpu0 = from
+			if to != nil {
+				cpu1 = to
+			}
 		}
 		if err == nil && cpuErr == nil && len(b.procs) > 0 && res.Ops > 0 {
 			var total time.Duration

@@ -121,13 +121,15 @@ type bench struct {
 }
 
 // cpuMark holds the processes' CPU times when the running workload
-// started its measured phase, nil until then: the streams a workload
-// creates and pre-fills before are not its operations' cost (the replay
-// pre-fill, 20 MiB appended, replicated and flushed, doubled a cluster's
-// CPU per read).
+// started its measured phase, nil until then, and when it ended it, nil
+// when it runs to the workload's end: the streams a workload creates and
+// pre-fills before are not its operations' cost (the replay pre-fill,
+// 20 MiB appended, replicated and flushed, doubled a cluster's CPU per
+// read), nor is what it measures after for comparison (bootstrap's
+// catch-up rounds, as many seconds as the bootstraps themselves).
 type cpuMark struct {
-	mu   sync.Mutex
-	from []time.Duration
+	mu       sync.Mutex
+	from, to []time.Duration
 }
 
 // markMeasured records the CPU times the running workload's CPU per
@@ -142,19 +144,35 @@ func (b *bench) markMeasured() {
 	}
 	b.measured.mu.Lock()
 	defer b.measured.mu.Unlock()
-	b.measured.from = t
+	b.measured.from, b.measured.to = t, nil
 }
 
-// takeMeasured returns and clears what markMeasured recorded.
-func (b *bench) takeMeasured() []time.Duration {
+// endMeasured records the CPU times the running workload's CPU per
+// operation counts to, when it goes on after its measured phase.
+func (b *bench) endMeasured() {
 	if b.measured == nil {
-		return nil
+		return
+	}
+	t, err := cpuTimes(b.procs)
+	if err != nil {
+		return
 	}
 	b.measured.mu.Lock()
 	defer b.measured.mu.Unlock()
-	t := b.measured.from
-	b.measured.from = nil
-	return t
+	b.measured.to = t
+}
+
+// takeMeasured returns and clears what markMeasured and endMeasured
+// recorded.
+func (b *bench) takeMeasured() (from, to []time.Duration) {
+	if b.measured == nil {
+		return nil, nil
+	}
+	b.measured.mu.Lock()
+	defer b.measured.mu.Unlock()
+	from, to = b.measured.from, b.measured.to
+	b.measured.from, b.measured.to = nil, nil
+	return from, to
 }
 
 func (b *bench) streamURL(name string) string { return b.base + b.root + name }
