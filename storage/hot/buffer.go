@@ -224,7 +224,11 @@ func (b *Buffer) ReadAt(dst []byte, from, to uint64) []byte {
 // without copying. The range must lie within [Base, End) and hold no hole;
 // the slices must not be modified.
 func (b *Buffer) Segments(from, to uint64) [][]byte {
-	var out [][]byte
+	return b.AppendSegments(nil, from, to)
+}
+
+// AppendSegments is Segments appending to dst.
+func (b *Buffer) AppendSegments(dst [][]byte, from, to uint64) [][]byte {
 	for i := b.chunkIndex(from); i < len(b.chunks) && from < to; i++ {
 		c := b.chunks[i]
 		if c.hole > 0 {
@@ -232,10 +236,10 @@ func (b *Buffer) Segments(from, to uint64) [][]byte {
 		}
 		lo := from - c.start
 		hi := min(to-c.start, uint64(len(c.buf)))
-		out = append(out, c.buf[lo:hi:hi])
+		dst = append(dst, c.buf[lo:hi:hi])
 		from = c.start + hi
 	}
-	return out
+	return dst
 }
 
 // Slice returns the bytes in [from, to) without copying them when they lie

@@ -292,7 +292,7 @@ func TestSnapshotStreamsMatchTheState(t *testing.T) {
 		s.buf.Holes(func(_, _ uint64, tag any) {
 			want.HotExternal = append(want.HotExternal, &storagev1.HotExternal{Ref: tag.(*storagev1.ColdRef)})
 		})
-		want.Data = bytes.Join(hotSegments(s), nil)
+		want.Data = bytes.Join(appendHotSegments(nil, s), nil)
 		want.ColdIndex = s.coldLevels()
 		if len(want.Producers) > 0 && len(want.Records) > 0 && len(want.Data) > 0 && len(want.ColdIndex) > 0 {
 			withParts++
