@@ -37,6 +37,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -506,6 +507,37 @@ func prepareServer(t *testing.T, opts Options) *Server {
 		}
 	})
 	return s
+}
+
+// TestMemoryAbortCap: past runtime.node_memory_abort_cap_size the process
+// exits at once with abort()'s status (134), its log naming the setting,
+// as an OOM kill would end it but saying why; started again on the same
+// data without the cap, it recovers and serves. A cap of 1 MiB is below
+// what any Go process holds, so the first check aborts.
+func TestMemoryAbortCap(t *testing.T) {
+	const capFlag = "-runtime.node_memory_abort_cap_size=1048576"
+	s := prepareServer(t, Options{Binary: binaryPath(t, "ursula"), Args: []string{capFlag}})
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	log := waitFailStop(t, s, portExitBound)
+	var exit *exec.ExitError
+	if !errors.As(s.ExitErr(), &exit) || exit.ExitCode() != 134 {
+		t.Errorf("exit %v, want status 134 (abort)", s.ExitErr())
+	}
+	if line := logLine(log, "runtime.node_memory_abort_cap_size"); !strings.Contains(line, "level=ERROR") || !strings.Contains(line, "cap_bytes=1048576") {
+		t.Errorf("no error line naming the setting and the cap: %q", line)
+	}
+
+	s.opts.Args = slices.DeleteFunc(s.opts.Args, func(a string) bool { return a == capFlag })
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		t.Fatalf("not ready again on the same data without the cap: %v", err)
+	}
 }
 
 // prepareAllInOne prepares bin/ursula with listener flag at taken and every

@@ -1,5 +1,5 @@
 // Package memlimit bounds how far the Go heap grows past its live part
-// between collections.
+// between collections, and stops the process past an emergency cap.
 //
 // With the default GOGC=100 the heap grows to twice the live heap before a
 // collection. A node's live heap is mostly stream bytes held in memory:
@@ -14,5 +14,12 @@
 // The headroom is never less than a quarter of the scannable heap: a node with
 // many idle streams holds its live heap in small pointerful objects the
 // collector must scan, and a growth fixed in bytes would make it collect
-// (and scan them all) ever more often as the stream count grows. An explicit GOMEMLIMIT in the environment turns this off.
+// (and scan them all) ever more often as the stream count grows. An
+// explicit GOMEMLIMIT in the environment turns this off.
+//
+// The same loop enforces runtime.node_memory_abort_cap_size, the emergency
+// stop of the operations contract: past it the process logs why and exits
+// at once with abort()'s status, without handing off leadership or
+// recording a clean shutdown, as an OOM kill would, so that a supervisor
+// restarts it before the kernel's killer picks a victim.
 package memlimit

@@ -24,18 +24,30 @@ type Config struct {
 	// between collections once the live heap is larger than that; 0 leaves
 	// the collector to GOGC alone.
 	Headroom int64 `toml:"gc_headroom"`
+	// AbortCap is the emergency stop: once the process holds more memory
+	// than this (the Go runtime's memory not returned to the system), it
+	// exits at once, without a graceful leadership handoff or a clean
+	// shutdown record, as an OOM kill would, but with a log line saying
+	// why. 0: never. It is not admission control: nothing answers 503
+	// because of it.
+	AbortCap int64 `toml:"node_memory_abort_cap_size"`
 }
 
 // RegisterFlags registers the flag with the given prefix ("runtime.").
 func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.Int64Var(&c.Headroom, prefix+"gc_headroom", DefaultHeadroom,
 		"bytes the Go heap may grow past its live part between collections once the live part is larger (0: GOGC alone)")
+	fs.Int64Var(&c.AbortCap, prefix+"node_memory_abort_cap_size", 0,
+		"emergency stop: bytes of memory past which the process exits at once, like an OOM kill, without handing off leadership (0: never); keep it below the container's limit, above normal use")
 }
 
 // Validate reports an invalid field.
 func (c *Config) Validate() error {
 	if c.Headroom < 0 {
 		return fmt.Errorf("runtime.gc_headroom %d must not be negative", c.Headroom)
+	}
+	if c.AbortCap < 0 {
+		return fmt.Errorf("runtime.node_memory_abort_cap_size %d must not be negative", c.AbortCap)
 	}
 	return nil
 }
@@ -44,6 +56,9 @@ func (c *Config) Validate() error {
 type Limiter struct {
 	cfg    Config
 	logger *slog.Logger
+	// abort ends the process when its memory passes cfg.AbortCap (a test
+	// replaces it).
+	abort func()
 }
 
 // New validates cfg; it starts nothing.
@@ -54,16 +69,25 @@ func New(cfg Config, logger *slog.Logger) (*Limiter, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Limiter{cfg: cfg, logger: logger}, nil
+	return &Limiter{cfg: cfg, logger: logger, abort: exitLikeAbort}, nil
 }
 
-// Run keeps the limit up to date until ctx ends, then lifts it.
+// exitLikeAbort ends the process at once with the status of abort():
+// no deferred function runs, so no clean shutdown is recorded and the
+// next start recovers as after a crash.
+func exitLikeAbort() { os.Exit(134) }
+
+// Run keeps the limit up to date until ctx ends, then lifts it; it ends
+// the process when its memory passes the abort cap.
 func (l *Limiter) Run(ctx context.Context) error {
-	if l.cfg.Headroom == 0 || os.Getenv("GOMEMLIMIT") != "" {
+	limits := l.cfg.Headroom != 0 && os.Getenv("GOMEMLIMIT") == ""
+	if !limits && l.cfg.AbortCap == 0 {
 		<-ctx.Done()
 		return nil
 	}
-	defer debug.SetMemoryLimit(math.MaxInt64)
+	if limits {
+		defer debug.SetMemoryLimit(math.MaxInt64)
+	}
 	samples := []metrics.Sample{
 		{Name: "/gc/cycles/total:gc-cycles"},
 		{Name: "/gc/heap/live:bytes"},
@@ -85,12 +109,18 @@ func (l *Limiter) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		metrics.Read(samples)
+		u := func(i int) int64 { return int64(samples[i].Value.Uint64()) }
+		if l.overCap(u(2) - u(3)) {
+			return nil // only where abort was replaced
+		}
+		if !limits {
+			continue
+		}
 		if c := samples[0].Value.Uint64(); c == cycles {
 			continue
 		} else {
 			cycles = c
 		}
-		u := func(i int) int64 { return int64(samples[i].Value.Uint64()) }
 		live := u(1)
 		// What the runtime holds besides the heap proper (its objects,
 		// the unused room in its spans, its free and released pages):
@@ -103,6 +133,18 @@ func (l *Limiter) Run(ctx context.Context) error {
 			set = limit
 		}
 	}
+}
+
+// overCap reports whether used bytes pass the abort cap, and if so logs
+// it and aborts.
+func (l *Limiter) overCap(used int64) bool {
+	if l.cfg.AbortCap == 0 || used <= l.cfg.AbortCap {
+		return false
+	}
+	l.logger.Error("memory past runtime.node_memory_abort_cap_size: aborting without a graceful shutdown",
+		"used_bytes", used, "cap_bytes", l.cfg.AbortCap)
+	l.abort()
+	return true
 }
 
 // scanShare is the part of the scannable heap the heap may always grow by

@@ -2,9 +2,11 @@ package memlimit
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"testing"
 
 	"github.com/ursula/ursula/tests/await"
@@ -62,5 +64,49 @@ func TestRunSetsAndLifts(t *testing.T) {
 func TestValidate(t *testing.T) {
 	if _, err := New(Config{Headroom: -1}, nil); err == nil {
 		t.Fatal("negative headroom accepted")
+	}
+}
+
+// Past the abort cap, Run logs why and aborts, with or without the limit
+// to keep; at or under it, or without a cap, nothing aborts.
+func TestAbortCap(t *testing.T) {
+	t.Setenv("GOMEMLIMIT", "")
+	for _, cfg := range []Config{{AbortCap: 1 << 10}, {Headroom: DefaultHeadroom, AbortCap: 1 << 10}} {
+		var log strings.Builder
+		l, err := New(cfg, slog.New(slog.NewTextHandler(&log, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		aborted := make(chan struct{})
+		l.abort = func() { close(aborted) }
+		done := make(chan error, 1)
+		go func() { done <- l.Run(t.Context()) }()
+		<-aborted
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(log.String(), "runtime.node_memory_abort_cap_size") {
+			t.Fatalf("%+v: no log line naming the setting: %q", cfg, log.String())
+		}
+	}
+
+	for _, tt := range []struct {
+		cap, used int64
+		want      bool
+	}{
+		{0, 1 << 40, false},
+		{100, 99, false},
+		{100, 100, false},
+		{100, 101, true},
+	} {
+		l, _ := New(Config{AbortCap: tt.cap}, nil)
+		aborted := false
+		l.abort = func() { aborted = true }
+		if got := l.overCap(tt.used); got != tt.want || aborted != tt.want {
+			t.Errorf("cap %d, used %d: over %v, aborted %v, want %v", tt.cap, tt.used, got, aborted, tt.want)
+		}
+	}
+	if _, err := New(Config{AbortCap: -1}, nil); err == nil {
+		t.Fatal("a negative cap accepted")
 	}
 }

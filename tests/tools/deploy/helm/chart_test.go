@@ -172,6 +172,9 @@ func TestRenderProduction(t *testing.T) {
 	}
 
 	node := parseTOML(t, r.configMaps["prod-ursula-config"].Data["node.toml"])
+	if got := dig(node, "runtime", "node_memory_abort_cap_size"); got != int64(7<<30) {
+		t.Errorf("runtime.node_memory_abort_cap_size %v, want the production values' 7 GiB", got)
+	}
 	if got := dig(node, "raft", "wal", "fsync"); got != "always" {
 		t.Errorf("raft.wal.fsync %v, want always (raft.walFsync)", got)
 	}
@@ -436,6 +439,7 @@ func TestSchemaRejects(t *testing.T) {
 		{"walFsync not in enum", func(v map[string]any) { sub(v, "raft")["walFsync"] = "sometimes" }, []string{"walFsync"}},
 		{"two voters", func(v map[string]any) { sub(v, "node")["replicas"] = 2 }, []string{"replicas"}},
 		{"four voters", func(v map[string]any) { sub(v, "node")["replicas"] = 4 }, []string{"replicas"}},
+		{"negative abort cap", func(v map[string]any) { sub(v, "runtime")["nodeMemoryAbortCapSize"] = -1 }, []string{"nodeMemoryAbortCapSize"}},
 		{"body limit above 32 MiB", func(v map[string]any) { sub(v, "gateway")["maxRequestBodyBytes"] = 33554433 }, []string{"maxRequestBodyBytes"}},
 		{"fs cold store with five voters", func(v map[string]any) { sub(sub(v, "storage"), "cold")["backend"] = "fs" }, []string{"replicas"}},
 		{"s3 without a bucket", func(v map[string]any) { sub(sub(sub(v, "storage"), "cold"), "s3")["bucket"] = "" }, []string{"bucket"}},
