@@ -231,7 +231,7 @@ tests/conformance/node_modules/.package-lock.json: tests/conformance/package.jso
 # Only a full run (no BENCH_ARGS) rewrites docs/benchmarks.md: a shortened
 # run's figures must not replace a clean run's. Put -report FILE in
 # BENCH_ARGS to render one elsewhere.
-bench: build bin/versitygw ## Load benchmarks (not in make test; about 13 min on 2 cores): bin/ursula with fsync never and always (local-directory cold store), then with S3 (versitygw), a 3-node cluster behind ursula-gateway, a null server and the Node reference server (npm ci into bin/node-peer), mixed load, and the cardinality sweep to 1M streams; without BENCH_ARGS writes docs/benchmarks.md and docs/img/bench-*.svg
+bench: build bin/versitygw ## Load benchmarks (not in make test; about 13–20 min on 2 cores): bin/ursula with fsync never and always (local-directory cold store), then with S3 (versitygw), a 3-node cluster behind ursula-gateway, a null server and the Node reference server (npm ci into bin/node-peer), mixed load, and the cardinality sweep to 1M streams; without BENCH_ARGS writes docs/benchmarks.md and docs/img/bench-*.svg
 	$(GO) build -o $(BIN)/ursula-bench ./tests/bench
 	VERSITYGW=$(BIN)/versitygw $(BIN)/ursula-bench -server $(BIN)/ursula -peers node $(if $(BENCH_ARGS),,-report docs/benchmarks.md) $(BENCH_ARGS)
 

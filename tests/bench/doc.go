@@ -134,8 +134,9 @@
 // when BENCH_ARGS is empty: a shortened run prints its JSON and leaves the
 // committed report alone.
 //
-// A full make bench takes about 13 minutes on 2 cores (12 min 20 s for the
-// committed report): about 6 for the single-node servers and the peers, 1
+// A full make bench takes about 13 to 20 minutes on 2 cores (19 min 40 s
+// for the committed report, on a host about half as fast as the one that
+// took 12 min 20 s): about 6 for the single-node servers and the peers, 1
 // for the cluster, 2 for mixed load, and the rest for the cardinality sweep (creating a million streams on
 // each of ursula and the Node peer, each bounded by
 // -cardinality-create-timeout, and ursula's two restarts with them).
