@@ -135,21 +135,17 @@ type cpuMark struct {
 // markMeasured records the CPU times the running workload's CPU per
 // operation counts from.
 func (b *bench) markMeasured() {
-	if b.measured == nil {
-		return
-	}
-	t, err := cpuTimes(b.procs)
-	if err != nil {
-		return
-	}
-	b.measured.mu.Lock()
-	defer b.measured.mu.Unlock()
-	b.measured.from, b.measured.to = t, nil
+	b.mark(func(m *cpuMark, t []time.Duration) { m.from, m.to = t, nil })
 }
 
 // endMeasured records the CPU times the running workload's CPU per
 // operation counts to, when it goes on after its measured phase.
 func (b *bench) endMeasured() {
+	b.mark(func(m *cpuMark, t []time.Duration) { m.to = t })
+}
+
+// mark reads the processes' CPU times and records them by set.
+func (b *bench) mark(set func(*cpuMark, []time.Duration)) {
 	if b.measured == nil {
 		return
 	}
@@ -159,7 +155,7 @@ func (b *bench) endMeasured() {
 	}
 	b.measured.mu.Lock()
 	defer b.measured.mu.Unlock()
-	b.measured.to = t
+	set(b.measured, t)
 }
 
 // takeMeasured returns and clears what markMeasured and endMeasured
