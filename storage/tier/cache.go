@@ -118,8 +118,8 @@ func (c *Cache) ReadAt(ctx context.Context, key string, size, off, n int64, v Ve
 	}
 	// The blocks' parts are joined once, by bytes.Join: it allocates the
 	// result without zeroing it first, which make would do, only for the
-	// copy to overwrite every byte (clearing a replay's reads was 6 % of a
-	// node's CPU).
+	// copy to overwrite every byte (clearing them was 6 % of a node's CPU
+	// in a profile of catch-up reads from offset -1, 1.5 % under replay).
 	var few [8][]byte
 	parts := few[:0]
 	for i := first; i <= last; i++ {
