@@ -11,11 +11,12 @@
 // collections stays within the headroom. Below it, GOGC paces the collector
 // as usual.
 //
-// The headroom is never less than a quarter of the scannable heap: a node with
-// many idle streams holds its live heap in small pointerful objects the
-// collector must scan, and a growth fixed in bytes would make it collect
-// (and scan them all) ever more often as the stream count grows. An
-// explicit GOMEMLIMIT in the environment turns this off.
+// The headroom is never less than the scannable heap up to 256 MiB, nor
+// less than a quarter of it past that: a node with many idle streams holds
+// its live heap in small pointerful objects the collector must scan, and a
+// growth fixed in bytes would make it collect (and scan them all) ever more
+// often as the stream count grows. An explicit GOMEMLIMIT in the
+// environment turns this off.
 //
 // The same loop enforces runtime.node_memory_abort_cap_size, the emergency
 // stop of the operations contract: past it the process logs why and exits

@@ -20,7 +20,9 @@ func TestLimit(t *testing.T) {
 	}{
 		{"live within headroom: GOGC alone", 60 << 20, 10 << 20, 20 << 20, 64 << 20, math.MaxInt64},
 		{"live past headroom, mostly buffers", 100 << 20, 10 << 20, 20 << 20, 64 << 20, 184 << 20},
-		{"live past headroom, mostly pointers: a quarter of the scanned heap", 1000 << 20, 900 << 20, 20 << 20, 64 << 20, (1020 + 225) << 20},
+		{"live past headroom, some pointers: room as large as the scanned heap", 170 << 20, 120 << 20, 20 << 20, 64 << 20, (190 + 120) << 20},
+		{"live past headroom, mostly pointers: room capped", 400 << 20, 300 << 20, 20 << 20, 64 << 20, (420 + 256) << 20},
+		{"live past headroom, mostly pointers: a quarter of the scanned heap", 1200 << 20, 1100 << 20, 20 << 20, 64 << 20, (1220 + 275) << 20},
 		{"inconsistent reading", 100 << 20, 0, -1, 64 << 20, math.MaxInt64},
 	}
 	for _, tt := range tests {
