@@ -158,70 +158,67 @@ func cardinality(ctx context.Context, c config, counts []int, spec serverSpec, l
 	return run
 }
 
+// clusterCardinality runs the sweep against a fresh 3-node cluster per
+// stream count, through its gateway (as the cluster workloads run): CPU is
+// that of the four processes, RSS that of the largest node. There are no
+// restart timings: they are a single node's figure.
+func clusterCardinality(ctx context.Context, c config, counts []int, serverBin string, logf func(string, ...any)) *CardinalityRun {
+	run := &CardinalityRun{Server: clusterName, Writers: c.cardWriters}
+	run.Points = runSweep(ctx, counts, func(ctx context.Context, n int) *CardinalityPoint {
+		logf("cluster: cardinality %d: starting 3 nodes and a gateway", n)
+		bc, err := startCluster(serverBin, 120*time.Second, logf)
+		if err != nil {
+			p := &CardinalityPoint{Streams: n, Skipped: "cluster did not start: " + oneLine(err.Error())}
+			logf("cluster: cardinality %d: %s", n, p.Skipped)
+			return p
+		}
+		defer bc.Close()
+		exited := func() error {
+			for _, nd := range bc.Nodes {
+				if !nd.Running() {
+					return fmt.Errorf("node%d exited: %v", nd.ID, nd.ExitErr())
+				}
+			}
+			if !bc.Gateway.Running() {
+				return fmt.Errorf("the gateway exited: %v", bc.Gateway.ExitErr())
+			}
+			return nil
+		}
+		p := measureCardinality(ctx, c, n, clusterName, bc.GatewayURL(), bc.procs(), exited, logf)
+		switch {
+		case p.Skipped != "":
+			logf("cluster: cardinality %d: %s", n, p.Skipped)
+		case p.Append != nil:
+			logf("cluster: cardinality %d: created in %.1f s (%.0f/s), %.0f appends/s, p99 %.1f ms, %.0f µs CPU per append (4 processes), errors %v, largest node RSS %.0f MiB after create, peak %.0f MiB",
+				n, p.CreateS, p.CreatePerSec, p.Append.OpsPerSec, p.Append.Latency.P99MS, p.Append.CPUPerOpUS, p.Append.Errors, p.RSSAfterCreateMiB, p.RSSPeakMiB)
+		}
+		return p
+	})
+	return run
+}
+
 // cardinalityPoint measures one stream count on a fresh server.
 // With restarts it then times a start after a graceful stop and one after
 // a SIGKILL, each bounded by restartTimeout.
 func cardinalityPoint(ctx context.Context, c config, n int, spec serverSpec, restarts bool, logf func(string, ...any)) *CardinalityPoint {
-	p := &CardinalityPoint{Streams: n}
 	srv, err := startServer(ctx, spec)
 	if err != nil {
-		p.Skipped = "server did not start: " + oneLine(err.Error())
-		return p
+		return &CardinalityPoint{Streams: n, Skipped: "server did not start: " + oneLine(err.Error())}
 	}
 	defer srv.Close()
-	pid := srv.PID()
-	b := newBench(srv.URL(), []proc{{spec.name, pid}}, false, logf)
-	logf("%s: cardinality: creating %d streams (%d in flight, at most %v)", spec.name, n, createInFlight, c.cardCreateTimeout)
-
-	cc := newHTTPClient(createInFlight, 30*time.Second)
-	cc.Timeout = time.Minute // every phase bounded, bodies too
-	defer cc.CloseIdleConnections()
-	name := func(i int) string { return "bench-card-" + b.runID + "-" + strconv.Itoa(i) }
-	cpu0, cpuErr := procCPU(pid)
-	t0 := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, c.cardCreateTimeout)
-	created, err := b.createMany(cctx, cc, n, name, "application/octet-stream", createInFlight)
-	cancel()
-	// Idle keep-alive connections would hold up a server's graceful stop
-	// (the Node peer waits for them).
-	cc.CloseIdleConnections()
-	el := time.Since(t0)
-	p.Created, p.CreateS = created, round3(el.Seconds())
-	if el > 0 {
-		p.CreatePerSec = round3(float64(created) / el.Seconds())
-	}
-	if cpu1, err := procCPU(pid); err == nil && cpuErr == nil && created > 0 {
-		p.CreateCPUPerStreamUS = round3(float64(cpu1-cpu0) / 1e3 / float64(created))
-	}
-	if err != nil {
-		switch {
-		case !srv.Running():
-			p.Skipped = fmt.Sprintf("the server exited while creating streams (%d of %d created): %v", created, n, srv.ExitErr())
-		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-			p.Skipped = fmt.Sprintf("creating %d streams did not finish within %v (%d created, %.0f/s)", n, c.cardCreateTimeout, created, p.CreatePerSec)
-		default:
-			p.Skipped = fmt.Sprintf("creating streams failed after %d of %d: %s", created, n, oneLine(err.Error()))
+	exited := func() error {
+		if srv.Running() {
+			return nil
 		}
+		return fmt.Errorf("the server exited: %v", srv.ExitErr())
+	}
+	p := measureCardinality(ctx, c, n, spec.name, srv.URL(), []proc{{spec.name, srv.PID()}}, exited, logf)
+	if p.Append == nil {
 		return p
 	}
-	p.RSSAfterCreateMiB, _ = procStatusMiB(pid, "VmRSS")
-
-	logf("%s: cardinality: %d streams created in %v; %d writers append for %v", spec.name, n, el.Round(time.Millisecond), c.cardWriters, c.duration)
-	cpu0, cpuErr = procCPU(pid)
-	res := b.appendRoundRobin(ctx, n, c.cardWriters, c.payload, name, c.duration)
-	if cpu1, err := procCPU(pid); err == nil && cpuErr == nil && res.Ops > 0 {
-		res.ServerCPUS = round3((cpu1 - cpu0).Seconds())
-		res.CPUPerOpUS = round3(float64(cpu1-cpu0) / 1e3 / float64(res.Ops))
-	}
-	p.RSSPeakMiB, _ = procStatusMiB(pid, "VmHWM")
-	if !srv.Running() {
-		p.Skipped = fmt.Sprintf("the server exited while appending: %v", srv.ExitErr())
-		return p
-	}
-	p.Append = res
 	// A server holding many streams may take long to stop; that is not
 	// this workload's figure, but a failure to stop is worth a note.
-	t0 = time.Now()
+	t0 := time.Now()
 	if err := srv.Terminate(restartTimeout); err != nil {
 		p.Note = "stop: " + oneLine(err.Error())
 		return p
@@ -258,6 +255,90 @@ func cardinalityPoint(ctx context.Context, c config, n int, spec serverSpec, res
 		p.Note = "stop after the restarts: " + oneLine(err.Error())
 	}
 	return p
+}
+
+// measureCardinality creates n streams on the server at url (whose
+// processes are procs) and lets the writers append to them. CPU is summed
+// over procs; the RSS figures are those of the largest process (for a
+// cluster, the node holding the most), as the memory bound is per process.
+// exited reports a process that is gone.
+func measureCardinality(ctx context.Context, c config, n int, name string, url string, procs []proc, exited func() error, logf func(string, ...any)) *CardinalityPoint {
+	p := &CardinalityPoint{Streams: n}
+	b := newBench(url, procs, false, logf)
+	logf("%s: cardinality: creating %d streams (%d in flight, at most %v)", name, n, createInFlight, c.cardCreateTimeout)
+
+	cc := newHTTPClient(createInFlight, 30*time.Second)
+	cc.Timeout = time.Minute // every phase bounded, bodies too
+	defer cc.CloseIdleConnections()
+	streamName := func(i int) string { return "bench-card-" + b.runID + "-" + strconv.Itoa(i) }
+	cpu0, cpuErr := procsCPU(procs)
+	t0 := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, c.cardCreateTimeout)
+	created, err := b.createMany(cctx, cc, n, streamName, "application/octet-stream", createInFlight)
+	cancel()
+	// Idle keep-alive connections would hold up a server's graceful stop
+	// (the Node peer waits for them).
+	cc.CloseIdleConnections()
+	el := time.Since(t0)
+	p.Created, p.CreateS = created, round3(el.Seconds())
+	if el > 0 {
+		p.CreatePerSec = round3(float64(created) / el.Seconds())
+	}
+	if cpu1, err := procsCPU(procs); err == nil && cpuErr == nil && created > 0 {
+		p.CreateCPUPerStreamUS = round3(float64(cpu1-cpu0) / 1e3 / float64(created))
+	}
+	if err != nil {
+		switch gone := exited(); {
+		case gone != nil:
+			p.Skipped = fmt.Sprintf("%v while creating streams (%d of %d created)", gone, created, n)
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+			p.Skipped = fmt.Sprintf("creating %d streams did not finish within %v (%d created, %.0f/s)", n, c.cardCreateTimeout, created, p.CreatePerSec)
+		default:
+			p.Skipped = fmt.Sprintf("creating streams failed after %d of %d: %s", created, n, oneLine(err.Error()))
+		}
+		return p
+	}
+	p.RSSAfterCreateMiB = procsMaxMiB(procs, "VmRSS")
+
+	logf("%s: cardinality: %d streams created in %v; %d writers append for %v", name, n, el.Round(time.Millisecond), c.cardWriters, c.duration)
+	cpu0, cpuErr = procsCPU(procs)
+	res := b.appendRoundRobin(ctx, n, c.cardWriters, c.payload, streamName, c.duration)
+	if cpu1, err := procsCPU(procs); err == nil && cpuErr == nil && res.Ops > 0 {
+		res.ServerCPUS = round3((cpu1 - cpu0).Seconds())
+		res.CPUPerOpUS = round3(float64(cpu1-cpu0) / 1e3 / float64(res.Ops))
+	}
+	p.RSSPeakMiB = procsMaxMiB(procs, "VmHWM")
+	if gone := exited(); gone != nil {
+		p.Skipped = fmt.Sprintf("%v while appending", gone)
+		return p
+	}
+	p.Append = res
+	return p
+}
+
+// procsCPU is the CPU time of all procs.
+func procsCPU(procs []proc) (time.Duration, error) {
+	var sum time.Duration
+	for _, pr := range procs {
+		d, err := procCPU(pr.pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
+}
+
+// procsMaxMiB is the largest /proc status field of procs, in MiB (0 when
+// none can be read).
+func procsMaxMiB(procs []proc, field string) float64 {
+	var top float64
+	for _, pr := range procs {
+		if v, err := procStatusMiB(pr.pid, field); err == nil {
+			top = max(top, v)
+		}
+	}
+	return top
 }
 
 // restartTimeout bounds a stop and a start to ready in the cardinality

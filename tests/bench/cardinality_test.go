@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -174,4 +175,43 @@ func TestEvaluateCardinality(t *testing.T) {
 		}
 	}
 	t.Error("a skipped 1M point gives no target")
+}
+
+// With a cluster sweep the cluster's million streams are held to the
+// single node's bounds and to no error; without one they stay "not
+// measured".
+func TestEvaluateClusterCardinality(t *testing.T) {
+	top := measured(1_000_000, 3_000)
+	top.RSSPeakMiB = 1600
+	top.Append.Errors = map[string]int{"status_503": 2}
+	rep := &Report{Cardinality: []*CardinalityRun{{
+		Server: clusterName,
+		Points: []*CardinalityPoint{measured(500, 5_000), top},
+	}}}
+	evaluate(rep, config{streams: 500, subscribers: 1000, replayCl: 100})
+	got := map[string]Target{}
+	for _, tg := range rep.Targets {
+		got[tg.Name] = tg
+	}
+	if _, ok := got["1,000,000 streams on the 3-node cluster"]; ok {
+		t.Error("the cluster target is still listed as not measured")
+	}
+	for name, want := range map[string]any{
+		"1,000,000 streams, 3-node cluster: append ops/s vs 500 streams":   0.6,
+		"1,000,000 streams, 3-node cluster: largest node's peak RSS (MiB)": 1600.0,
+		"1,000,000 streams, 3-node cluster: 503s and other errors":         2,
+	} {
+		if tg := got[name]; tg.OK || tg.Got != want {
+			t.Errorf("%s: %+v, want missed with %v", name, tg, want)
+		}
+	}
+
+	top.RSSPeakMiB, top.Append.Errors, top.Append.OpsPerSec = 1200, nil, 4_500
+	rep.Targets = nil
+	evaluate(rep, config{streams: 500, subscribers: 1000, replayCl: 100})
+	for _, tg := range rep.Targets {
+		if strings.HasPrefix(tg.Name, "1,000,000 streams, 3-node cluster") && !tg.OK {
+			t.Errorf("%s missed: %+v", tg.Name, tg)
+		}
+	}
 }
