@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ursula/ursula/ops/ursulactl"
+	"github.com/ursula/ursula/tests/await"
 )
 
 // TestRecoverGroupAfterMajorityPowerLoss: every node of a three-node
@@ -167,7 +168,18 @@ func TestEveryNodeKilledOnItsHost(t *testing.T) {
 		}
 	}
 	for _, s := range streams {
-		resp, err := client.Do(ctx, http.MethodHead, s, nil, nil, nil)
+		// Ready nodes do not mean a gateway that has found every group's
+		// new leader: until it has, a 503 (retry later) is the right
+		// answer, and anything else is not.
+		var resp *Response
+		var err error
+		await.True(t, "HEAD "+s+" answered 200 after the restart", func() bool {
+			resp, err = client.Do(ctx, http.MethodHead, s, nil, nil, nil)
+			if err == nil && resp.Status == http.StatusServiceUnavailable {
+				return false
+			}
+			return true
+		})
 		if err != nil || resp.Status != 200 {
 			t.Fatalf("HEAD %s after the restart: %v %v", s, resp, err)
 		}
