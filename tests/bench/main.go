@@ -763,7 +763,6 @@ func (s *ServerRun) workload(w string) *Result {
 	return s.Workloads[w]
 }
 
-// cardPoint is run's point for n streams, nil if the sweep had none.
 // cardRun is the sweep against the named server, if the run has one.
 func cardRun(rep *Report, server string) *CardinalityRun {
 	for _, run := range rep.Cardinality {
@@ -774,6 +773,7 @@ func cardRun(rep *Report, server string) *CardinalityRun {
 	return nil
 }
 
+// cardPoint is run's point for n streams, nil if the sweep had none.
 func cardPoint(run *CardinalityRun, n int) *CardinalityPoint {
 	for _, p := range run.Points {
 		if p.Streams == n {

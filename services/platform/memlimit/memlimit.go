@@ -168,8 +168,9 @@ const scanShare = 4
 // and the runtime's own 3 % margin, left about 28 MiB of room on a 170 MiB
 // heap of 100k streams: a collection every 0.4 s under 500 writers, ~45 %
 // of the CPU. Room as large as the scannable heap took that node from
-// 6,145 and 7,202 to 9,006 appends/s (224 and 191 to 141 µs of CPU per
-// append) for ~120 MiB more RSS. Past scanRoomMax the quarter takes over,
+// 5,306 and 6,037 to 6,191 and 6,840 appends/s (258 and 227 to 206 and
+// 184 µs of CPU per append, alternating runs) for ~95 MiB more peak RSS.
+// Past scanRoomMax the quarter takes over,
 // so a node of a million streams (~800 MiB scannable) gains 56 MiB of
 // room, not 800.
 const scanRoomMax = 256 << 20
