@@ -79,7 +79,9 @@ type Config struct {
 	// on each shard; default 1 s. Negative disables the driver: nothing
 	// enforces the bound then.
 	DriveInterval time.Duration `yaml:"drive_interval"`
-	// Now is the clock of the deleted-data bound; nil means time.Now.
+	// Now is the clock of the deleted-data bound and of how long a leader
+	// that stepped down waits for the log to settle its proposals
+	// (orphanPatience); nil means time.Now.
 	Now func() time.Time `yaml:"-"`
 	// FS is the file system seam (fault injection, tests); nil means the
 	// operating system's.

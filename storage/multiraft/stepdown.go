@@ -52,7 +52,7 @@ func (g *group) orphan() {
 			g.orphans = append(g.orphans, p)
 		}
 	}
-	g.orphanedSince = time.Now()
+	g.orphanedSince = g.shard.h.cfg.Now()
 	if !g.orphanQueued {
 		g.orphanQueued = true
 		g.shard.orphaned = append(g.shard.orphaned, g)
@@ -72,10 +72,10 @@ func (s *shard) settleOrphans() {
 	if len(s.orphaned) == 0 {
 		return
 	}
-	patience := s.orphanPatience()
+	now, patience := s.h.cfg.Now(), s.orphanPatience()
 	kept := s.orphaned[:0]
 	for _, g := range s.orphaned {
-		if g.settleOrphans(patience) {
+		if g.settleOrphans(now, patience) {
 			kept = append(kept, g)
 		} else {
 			g.orphanQueued = false
@@ -87,8 +87,8 @@ func (s *shard) settleOrphans() {
 
 // settleOrphans settles g's orphaned proposals and reports whether some
 // are still waiting.
-func (g *group) settleOrphans(patience time.Duration) bool {
-	expired := time.Since(g.orphanedSince) >= patience
+func (g *group) settleOrphans(now time.Time, patience time.Duration) bool {
+	expired := now.Sub(g.orphanedSince) >= patience
 	kept := g.orphans[:0]
 	for _, p := range g.orphans {
 		if g.pending[p.id] != p {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 
@@ -41,7 +42,14 @@ func TestStepDownSettlesPending(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newCluster(t, 3, func(cfg *Config) { cfg.GroupCount, cfg.ShardCount = 1, 1 })
+			// A stopped clock: the orphan patience never runs out, so the
+			// log alone settles the proposal however slowly a loaded host
+			// runs the test (a CI run once saw ErrOutcomeUnknown here).
+			stopped := time.Now()
+			c := newCluster(t, 3, func(cfg *Config) {
+				cfg.GroupCount, cfg.ShardCount = 1, 1
+				cfg.Now = func() time.Time { return stopped }
+			})
 			ctx := t.Context()
 			c.proposeN(t, 0, 3)
 			c.converged(t, 0)
