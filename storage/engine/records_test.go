@@ -268,11 +268,13 @@ func TestSubscribeRecords(t *testing.T) {
 	type chunk struct{ first, next, lines uint64 }
 	var got []chunk
 	live := false
+	appended := make(chan struct{})
 	err = e.Subscribe(t.Context(), &streamv1.SubscribeRequest{Ref: ref("js"), Offset: from.GetStartOffset(), MaxBytes: 8}, func(r *streamv1.ReadResponse) error {
 		got = append(got, chunk{r.GetRecordFirst(), r.GetRecordNext(), uint64(strings.Count(string(r.GetData()), "\n"))})
 		if r.GetUpToDate() && !live {
 			live = true
 			go func() { // a live append, while the subscription waits
+				defer close(appended)
 				if _, err := e.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("js"), ContentType: "application/json", Body: []byte(`["a", "b"]`)}); err != nil {
 					t.Error(err)
 				}
@@ -284,6 +286,11 @@ func TestSubscribeRecords(t *testing.T) {
 		}
 		return nil
 	})
+	// The subscription can see the live append before Append returns: the
+	// test's context must outlive the call (a CI run saw it canceled).
+	if live {
+		<-appended
+	}
 	if err != errStopSubscribe {
 		t.Fatalf("Subscribe: %v", err)
 	}

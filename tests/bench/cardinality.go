@@ -483,13 +483,13 @@ func (b *bench) appendRoundRobin(ctx context.Context, n, writers, payloadBytes i
 					time.Sleep(20 * time.Millisecond)
 					continue
 				}
-				drain(resp)
 				if resp.StatusCode/100 == 2 {
+					drain(resp)
 					local = append(local, time.Since(t0))
 					seqs[k]++
 					continue
 				}
-				errs.add(statusKind(resp.StatusCode))
+				errs.add(refusalKind(resp))
 				time.Sleep(20 * time.Millisecond)
 			}
 			lat.add(local...)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -85,6 +86,21 @@ func statusKind(code int) string {
 	default:
 		return "status_" + strconv.Itoa(code)
 	}
+}
+
+// refusalKind drains and closes a refused response and names it by its
+// status and, when the body is a JSON error document, its code
+// ("backpressure/UNAVAILABLE"), so that a report says why a server refused.
+func refusalKind(resp *http.Response) string {
+	defer drain(resp)
+	kind := statusKind(resp.StatusCode)
+	var body struct {
+		Code string `json:"code"`
+	}
+	if json.NewDecoder(io.LimitReader(resp.Body, 4<<10)).Decode(&body) == nil && body.Code != "" {
+		kind += "/" + body.Code
+	}
+	return kind
 }
 
 // newHTTPClient is tuned so that the client is not the bottleneck: a
@@ -315,11 +331,11 @@ func (b *bench) fanOut(ctx context.Context, subscribers, rate, payloadBytes int,
 			errs.add("writer_transport")
 			continue
 		}
-		drain(resp)
 		if resp.StatusCode/100 != 2 {
-			errs.add("writer_" + statusKind(resp.StatusCode))
+			errs.add("writer_" + refusalKind(resp))
 			continue
 		}
+		drain(resp)
 		sent = append(sent, seq)
 	}
 	tick.Stop()
