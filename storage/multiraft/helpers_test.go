@@ -35,6 +35,9 @@ type counter struct {
 	// probe, when set, runs first in each Apply of a counted entry, on
 	// the shard worker (a test's look at the moment of applying).
 	probe func(index uint64, data []byte)
+	// capture, when set, runs in each CaptureSnapshot, on the shard
+	// worker.
+	capture func()
 }
 
 // setProbe installs a probe (nil removes it).
@@ -42,6 +45,13 @@ func (c *counter) setProbe(probe func(index uint64, data []byte)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.probe = probe
+}
+
+// setCapture installs a capture hook (nil removes it).
+func (c *counter) setCapture(capture func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.capture = capture
 }
 
 // unknownEntry is an entry the counter cannot apply (as a state machine
@@ -88,6 +98,9 @@ func (c *counter) Apply(index uint64, data []byte) (any, error) {
 func (c *counter) CaptureSnapshot() func() ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.capture != nil {
+		c.capture()
+	}
 	b := binary.LittleEndian.AppendUint64(nil, c.sum)
 	b = binary.LittleEndian.AppendUint64(b, c.count)
 	b = binary.LittleEndian.AppendUint64(b, c.last)

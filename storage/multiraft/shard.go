@@ -458,6 +458,7 @@ func (s *shard) processReady() error {
 				write, sync = true, true
 			}
 			if len(rd.Entries) > 0 {
+				g.indexPending(rd.Entries)
 				s.journal.AppendEntries(g.id, rd.Entries)
 				if hasConfChange(rd.Entries) {
 					sync = true
@@ -519,6 +520,7 @@ func (s *shard) processReady() error {
 		}
 		// 3. Apply, then Advance.
 		s.stats.readyBatches.Add(1)
+		captured := false
 		for i := range s.readies {
 			g, rd := s.readies[i].g, &s.readies[i].rd
 			applyStart := time.Now()
@@ -546,10 +548,18 @@ func (s *shard) processReady() error {
 				g.rn.ReportSnapshot(to, raft.SnapshotFailure)
 			}
 			g.staleSnapTo = g.staleSnapTo[:0]
-			if g.snapshotDue(h.cfg) {
+			// One capture per pass: a capture encodes every stream of the
+			// group on this worker (a group of 20,000 streams takes about
+			// 100 ms), and groups under the same load come due together;
+			// capturing them all in one pass kept the worker from
+			// heartbeats for over an election timeout (a 300,000-stream
+			// cluster lost leaderships under load). The others stay due
+			// and are captured at their next Readies.
+			if !captured && g.snapshotDue(h.cfg) {
 				if err := s.startSnapshot(g); err != nil {
 					return err
 				}
+				captured = true
 			}
 			g.updateStatus()
 			s.readies[i] = groupReady{}
@@ -602,6 +612,7 @@ func (s *shard) onTick() error {
 	if s.ticks%10 != 0 {
 		return nil
 	}
+	// At most one capture per pass, as on the apply path.
 	if s.journal.Segments() > s.h.cfg.MaxSegments {
 		pins := s.journal.Pinning()
 		groups := make([]uint32, 0, len(pins))
@@ -616,6 +627,7 @@ func (s *shard) onTick() error {
 				if err := s.startSnapshot(g); err != nil {
 					return err
 				}
+				break
 			}
 		}
 	}
@@ -671,6 +683,9 @@ type group struct {
 	// termLeaders the leader seen in each recent term (bounded).
 	heardLeader time.Time
 	termLeaders map[uint64]uint64
+	// lastLeader is the last leader the group knew, kept while it knows
+	// none (the leader-change log).
+	lastLeader uint64
 	// plan is the recovery plan this replica holds (plan.go), nil if none.
 	plan *Plan
 	// staleSnapTo are peers a snapshot was not sent to because its
@@ -791,7 +806,7 @@ func (g *group) apply(rd *raft.Ready) error {
 		g.isLeader = rd.SoftState.RaftState == raft.StateLeader
 		g.leader = rd.SoftState.Lead
 		if was && !g.isLeader {
-			g.orphan() // settled by the log, not failed (stepdown.go)
+			g.orphan(rd) // settled by the log, not failed (stepdown.go)
 		}
 		if !was && g.isLeader {
 			// The new leader's empty entry is in the log by now; until it
@@ -859,6 +874,17 @@ func (g *group) updateStatus() {
 	st.GroupID = g.id
 	if bs.Lead == 0 && st.LeaderID != 0 {
 		st.LeaderLostAt = time.Now()
+		g.lastLeader = st.LeaderID
+	}
+	if bs.Lead != 0 && bs.Lead != st.LeaderID && (st.LeaderID != 0 || g.lastLeader != 0) {
+		// An election or a handoff after the group had a leader: worth an
+		// operator's attention when no drain, transfer or failure explains
+		// it (an overloaded node that misses heartbeats).
+		from, leaderless := st.LeaderID, time.Duration(0)
+		if from == 0 {
+			from, leaderless = g.lastLeader, time.Since(st.LeaderLostAt).Round(time.Millisecond)
+		}
+		g.logger.Info("group leader changed", "from", from, "to", bs.Lead, "term", bs.GetTerm(), "leaderless", leaderless)
 	}
 	st.LeaderID = bs.Lead
 	st.Term = bs.GetTerm()

@@ -2,9 +2,9 @@ package multiraft
 
 import (
 	"encoding/binary"
-	"math"
 	"time"
 
+	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
 
@@ -20,30 +20,47 @@ import (
 // entry to another index, so once this replica applied the index where the
 // proposal was appended and the entry there was not the proposal's, it was
 // not applied anywhere and never will be: the proposer gets NotLeaderError,
-// which callers may retry at the leader. What the log cannot settle in
-// orphanPatience (the group lost its quorum, a snapshot replaced the
-// log, the entry was truncated before the step-down was seen) ends with
-// ErrOutcomeUnknown, as before.
+// which callers may retry at the leader. That holds as well when the
+// entry was replaced before the step-down was seen (an election won by
+// another replica): the index is recorded as the entry leaves this node.
+// What the log cannot settle in orphanPatience (the group lost its quorum,
+// a snapshot replaced the log, an entry replaced before it ever left this
+// node) ends with ErrOutcomeUnknown, as before.
 
-// orphan keeps g's pending proposals after it stepped down: it records the
-// index of each in the log (the step-down's Ready is persisted by now) and
-// queues g on the shard's orphan sweep.
-func (g *group) orphan() {
+// indexPending records the log index of g's pending proposals among ents.
+// The shard worker calls it with every Ready's entries while g has pending
+// proposals, before persisting them: a proposal's index is known from the
+// moment it can leave this node, even when a new leader's entries replace
+// it before the step-down is seen (an election under load), which a look
+// at the log after the step-down could no longer tell.
+func (g *group) indexPending(ents []*pb.Entry) {
 	if len(g.pending) == 0 {
 		return
 	}
 	self := g.shard.h.cfg.NodeID
-	last, _ := g.st.LastIndex()
-	if ents, err := g.st.Entries(g.applied+1, last+1, math.MaxUint64); err == nil {
-		for _, e := range ents {
-			data := e.GetData()
-			if e.GetType() != pb.EntryNormal || len(data) <= headerSize || data[0] != 1 ||
-				binary.LittleEndian.Uint64(data[1:]) != self {
-				continue
-			}
-			if p := g.pending[binary.LittleEndian.Uint64(data[9:])]; p != nil {
-				p.index = e.GetIndex()
-			}
+	for _, e := range ents {
+		data := e.GetData()
+		if e.GetType() != pb.EntryNormal || len(data) <= headerSize || data[0] != 1 ||
+			binary.LittleEndian.Uint64(data[1:]) != self {
+			continue
+		}
+		if p := g.pending[binary.LittleEndian.Uint64(data[9:])]; p != nil {
+			p.index = e.GetIndex()
+		}
+	}
+}
+
+// orphan keeps g's pending proposals after it stepped down, rd being the
+// step-down's Ready, and queues g on the shard's orphan sweep. A proposal
+// appended and replaced within one Ready is in none of the Readies'
+// entries, but may be in the messages that carried it to the followers.
+func (g *group) orphan(rd *raft.Ready) {
+	if len(g.pending) == 0 {
+		return
+	}
+	for _, m := range rd.Messages {
+		if m.GetType() == pb.MessageType_MsgApp {
+			g.indexPending(m.GetEntries())
 		}
 	}
 	for _, p := range g.pending {

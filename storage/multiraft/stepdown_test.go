@@ -39,6 +39,24 @@ func TestStepDownSettlesPending(t *testing.T) {
 				return func(_ uint32, m *pb.Message) bool { return m.GetType() == pb.MsgApp && m.GetFrom() == l }
 			},
 		},
+		{
+			// The old leader hears of the new term only from the new
+			// leader's first append, which replaces the proposal's entry in
+			// the same Ready as the step-down: the log no longer shows
+			// where the proposal was.
+			name: "replaced before the step-down is seen: NotLeaderError",
+			hold: func(l uint64) func(uint32, *pb.Message) bool {
+				return func(_ uint32, m *pb.Message) bool {
+					switch m.GetType() {
+					case pb.MsgApp:
+						return m.GetFrom() == l
+					case pb.MsgVote, pb.MsgPreVote, pb.MsgHeartbeat:
+						return m.GetTo() == l
+					}
+					return false
+				}
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,7 +123,13 @@ func TestStepDownSettlesPending(t *testing.T) {
 			}
 			await.True(t, "the transferee to lead", func() bool { return to.h.Status(0).IsLeader })
 			c.net.discard()
-			err := <-done
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(time.Minute):
+				// The stopped clock leaves only the log to answer it.
+				t.Fatal("the proposal was never settled")
+			}
 			var nl *NotLeaderError
 			switch {
 			case tt.applied && err != nil:
