@@ -874,17 +874,19 @@ func (g *group) updateStatus() {
 	st.GroupID = g.id
 	if bs.Lead == 0 && st.LeaderID != 0 {
 		st.LeaderLostAt = time.Now()
-		g.lastLeader = st.LeaderID
 	}
-	if bs.Lead != 0 && bs.Lead != st.LeaderID && (st.LeaderID != 0 || g.lastLeader != 0) {
-		// An election or a handoff after the group had a leader: worth an
-		// operator's attention when no drain, transfer or failure explains
-		// it (an overloaded node that misses heartbeats).
-		from, leaderless := st.LeaderID, time.Duration(0)
-		if from == 0 {
-			from, leaderless = g.lastLeader, time.Since(st.LeaderLostAt).Round(time.Millisecond)
+	if bs.Lead != 0 && bs.Lead != st.LeaderID {
+		if g.lastLeader != 0 {
+			// An election or a handoff after the group had a leader: worth
+			// an operator's attention when no drain, transfer or failure
+			// explains it (an overloaded node that misses heartbeats).
+			var leaderless time.Duration
+			if st.LeaderID == 0 {
+				leaderless = time.Since(st.LeaderLostAt).Round(time.Millisecond)
+			}
+			g.logger.Info("group leader changed", "from", g.lastLeader, "to", bs.Lead, "term", bs.GetTerm(), "leaderless", leaderless)
 		}
-		g.logger.Info("group leader changed", "from", from, "to", bs.Lead, "term", bs.GetTerm(), "leaderless", leaderless)
+		g.lastLeader = bs.Lead
 	}
 	st.LeaderID = bs.Lead
 	st.Term = bs.GetTerm()
