@@ -227,6 +227,18 @@ func (b *Buffer) Segments(from, to uint64) [][]byte {
 	return b.AppendSegments(nil, from, to)
 }
 
+// AppendHeld appends the bytes held in memory, holes left out, in position
+// order, to dst as slices of the stored chunks (which, like Segments', stay
+// unchanged).
+func (b *Buffer) AppendHeld(dst [][]byte) [][]byte {
+	for i := range b.chunks {
+		if c := &b.chunks[i]; c.hole == 0 && len(c.buf) > 0 {
+			dst = append(dst, c.buf[:len(c.buf):len(c.buf)])
+		}
+	}
+	return dst
+}
+
 // AppendSegments is Segments appending to dst.
 func (b *Buffer) AppendSegments(dst [][]byte, from, to uint64) [][]byte {
 	for i := b.chunkIndex(from); i < len(b.chunks) && from < to; i++ {

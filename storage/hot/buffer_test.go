@@ -130,6 +130,9 @@ func TestBufferHolesAndTrim(t *testing.T) {
 	if _, _, _, ok := b.Hole(12); ok {
 		t.Fatal("Hole(12) found a hole in bytes")
 	}
+	if got := string(bytes.Join(b.AppendHeld(nil), nil)); got != "abcdefxyz" {
+		t.Fatalf("held bytes %q, want the bytes around the hole", got)
+	}
 	old, _ := b.Slice(12, 16)
 	if freed := b.TrimTo(12); freed != 2 {
 		t.Fatalf("TrimTo(12) freed %d, want 2", freed)
@@ -142,6 +145,9 @@ func TestBufferHolesAndTrim(t *testing.T) {
 	}
 	if freed := b.TrimTo(116); freed != 4 {
 		t.Fatalf("TrimTo(116) freed %d, want 4", freed)
+	}
+	if got := string(bytes.Join(b.AppendHeld(nil), nil)); got != "xyz" {
+		t.Fatalf("held bytes after trimming the hole %q", got)
 	}
 	if b.Base() != 116 || b.Bytes() != 3 || string(b.ReadAt(nil, 116, 119)) != "xyz" {
 		t.Fatalf("after trimming the hole: base %d bytes %d", b.Base(), b.Bytes())

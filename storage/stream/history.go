@@ -130,9 +130,7 @@ func (s *stream) startHistory(inc uint64) {
 	}
 	st.InheritedOffset = tail
 	st.Incarnation = max(inc, old+1)
-	for _, p := range s.producers {
-		p.EpochClosed = true
-	}
+	s.producers.each(func(p *storagev1.ProducerState) { p.EpochClosed = true })
 	s.signal.Notify() // waiters on the old incarnation look again
 }
 

@@ -46,7 +46,7 @@ type stream struct {
 	buf       hot.Buffer
 	cold      coldIndex
 	records   []uint64
-	producers map[string]*storagev1.ProducerState // nil until the first producer writes
+	producers producerSet
 	// marks are the JSON record checkpoints of the hot window (see
 	// records.go): derived from the hot bytes, not replicated.
 	marks  []recordMark
@@ -54,6 +54,10 @@ type stream struct {
 	// readTouchMs is the last read that restarted the TTL on this replica.
 	// It is not replicated (the engine proposes Touch now and then).
 	readTouchMs atomic.Int64
+	// enc is where the stream's encoding for a snapshot, hot bytes aside,
+	// lies in the machine's snapshot cache (snapshot_cache.go); a zero
+	// length means it changed since the last capture.
+	enc encSpan
 }
 
 // intern returns the canonical copy of a string many streams share (a
@@ -93,6 +97,9 @@ type Machine struct {
 	// last asked (TakeRemoved; shard worker only).
 	removals     int
 	removedBytes uint64
+	// cache holds the streams' encodings as of the last snapshot capture
+	// (snapshot_cache.go).
+	cache snapshotCache
 	// state is what a snapshot holds (its encoding replaces it whole:
 	// Restore, an import).
 	state
@@ -249,6 +256,16 @@ func (m *Machine) apply(index uint64, cmd *storagev1.Command) *Result {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.applied = index
+	r := m.applyOp(index, cmd)
+	m.changed(cmd.GetOp())
+	if verifySnapshotCache != nil {
+		verifySnapshotCache(m, cmd)
+	}
+	return r
+}
+
+// applyOp applies cmd; callers hold m.mu for writing.
+func (m *Machine) applyOp(index uint64, cmd *storagev1.Command) *Result {
 	now := cmd.GetNowMs()
 	switch op := cmd.GetOp().(type) {
 	case *storagev1.Command_CreateBucket:
@@ -439,7 +456,7 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 			if cb := st.GetClosedBy(); cb != nil && cb.GetId() == p.GetId() && cb.GetEpoch() == p.GetEpoch() && cb.GetSeq() == p.GetSeq() {
 				r := &Result{Meta: s.metaView(), Duplicate: true, ProducerEpoch: p.GetEpoch(), ProducerSeq: p.GetSeq()}
 				r.RecordStart, r.RecordNext = st.GetRecordNext(), st.GetRecordNext()
-				if cur := s.producers[p.GetId()]; cur != nil && cur.GetSeq() == p.GetSeq() {
+				if cur := s.producers.get(p.GetId()); cur != nil && cur.GetSeq() == p.GetSeq() {
 					r.RecordStart, r.RecordNext = cur.GetRecordStart(), cur.GetRecordNext()
 				}
 				return r
@@ -454,9 +471,9 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 	}
 	var ps *storagev1.ProducerState
 	if p != nil {
-		cur := s.producers[p.GetId()]
+		cur := s.producers.get(p.GetId())
 		if cur != nil && now-cur.GetUpdatedMs() > ProducerTTLMs {
-			delete(s.producers, p.GetId())
+			s.producers.remove(p.GetId())
 			cur = nil
 		}
 		switch {
@@ -544,20 +561,17 @@ func seqGap(expected, received uint64) *fault.Error {
 // putProducer stores a producer's state, evicting the least recently
 // updated producer (ties by id) when the bound is reached.
 func (s *stream) putProducer(ps *storagev1.ProducerState) {
-	if _, ok := s.producers[ps.GetId()]; !ok && len(s.producers) >= MaxProducers {
+	if s.producers.get(ps.GetId()) == nil && s.producers.len() >= MaxProducers {
 		var victim *storagev1.ProducerState
-		for _, p := range s.producers {
+		s.producers.each(func(p *storagev1.ProducerState) {
 			if victim == nil || p.GetUpdatedMs() < victim.GetUpdatedMs() ||
 				(p.GetUpdatedMs() == victim.GetUpdatedMs() && p.GetId() < victim.GetId()) {
 				victim = p
 			}
-		}
-		delete(s.producers, victim.GetId())
+		})
+		s.producers.remove(victim.GetId())
 	}
-	if s.producers == nil {
-		s.producers = map[string]*storagev1.ProducerState{}
-	}
-	s.producers[ps.GetId()] = ps
+	s.producers.put(ps)
 }
 
 // appendStored adds stored-form bytes (or an external payload holding

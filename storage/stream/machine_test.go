@@ -3,7 +3,6 @@ package stream
 import (
 	"bytes"
 	"errors"
-	"maps"
 	"slices"
 	"testing"
 
@@ -58,6 +57,10 @@ func (a *applier) apply(now int64, op any) *Result {
 		cmd.Op = &storagev1.Command_FenceBucket{FenceBucket: o}
 	case *storagev1.SetFeatureLevel:
 		cmd.Op = &storagev1.Command_SetFeatureLevel{SetFeatureLevel: o}
+	case *storagev1.Expire:
+		cmd.Op = &storagev1.Command_Expire{Expire: o}
+	case *storagev1.Touch:
+		cmd.Op = &storagev1.Command_Touch{Touch: o}
 	default:
 		a.t.Fatalf("unsupported op %T", op)
 	}
@@ -286,13 +289,15 @@ func TestSnapshotStreamsMatchTheState(t *testing.T) {
 		}
 		want := proto.CloneOf(s.meta)
 		want.Records = slices.Clone(s.records)
-		for _, id := range slices.Sorted(maps.Keys(s.producers)) {
-			want.Producers = append(want.Producers, s.producers[id])
+		var ids []string
+		s.producers.each(func(p *storagev1.ProducerState) { ids = append(ids, p.GetId()) })
+		for _, id := range slices.Sorted(slices.Values(ids)) {
+			want.Producers = append(want.Producers, s.producers.get(id))
 		}
 		s.buf.Holes(func(_, _ uint64, tag any) {
 			want.HotExternal = append(want.HotExternal, &storagev1.HotExternal{Ref: tag.(*storagev1.ColdRef)})
 		})
-		want.Data = bytes.Join(appendHotSegments(nil, s), nil)
+		want.Data = bytes.Join(s.buf.AppendHeld(nil), nil)
 		want.ColdIndex = s.coldLevels()
 		if len(want.Producers) > 0 && len(want.Records) > 0 && len(want.Data) > 0 && len(want.ColdIndex) > 0 {
 			withParts++

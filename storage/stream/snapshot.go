@@ -34,6 +34,13 @@ func (m *Machine) CaptureSnapshot() func() ([]byte, error) {
 func (m *Machine) CaptureSnapshotAt() (encode func() ([]byte, error), applied uint64) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	m.cache.mu.Lock()
+	defer m.cache.mu.Unlock()
+	return m.captureLocked()
+}
+
+// captureLocked is CaptureSnapshotAt; callers hold m.mu and m.cache.mu.
+func (m *Machine) captureLocked() (encode func() ([]byte, error), applied uint64) {
 	snap := &storagev1.Snapshot{Format: snapshotFormat, AppliedIndex: m.applied, GcNextSeq: m.gcNextSeq, History: m.history,
 		IncarnationOffset: m.incarnationOffset, Imported: m.imported, FeatureLevel: m.featureLevel, FeatureProbes: m.featureProbes}
 	if len(m.gcHolds) > 0 {
@@ -68,16 +75,28 @@ func (m *Machine) CaptureSnapshotAt() (encode func() ([]byte, error), applied ui
 	// meanwhile: the streams are encoded in the map's order, and the
 	// encoder puts them in the snapshot's order (a group of 62,500
 	// streams took 320 ms to capture: a sixth of it looking each stream up
-	// again after sorting the names, a seventh sorting them).
-	enc := streamEncoding{keys: make([]Key, 0, len(m.streams)), metas: make([]byte, 0, 128*len(m.streams)),
-		ends: make([]int, 0, len(m.streams)), segEnds: make([]int, 0, len(m.streams))}
+	// again after sorting the names, a seventh sorting them). A stream
+	// unchanged since the last capture is copied from it, not encoded
+	// again (snapshot_cache.go); the buffer becomes the cache.
+	size := 96 * len(m.streams)
+	if n := m.cache.streams; n > 0 && !m.cache.allStale {
+		per := len(m.cache.arena)/n + 1
+		size = per*len(m.streams) + per*len(m.streams)/16 // room for what grew since
+	}
+	enc := streamEncoding{keys: make([]Key, 0, len(m.streams)), metas: make([]byte, 0, size),
+		ends: make([]int, 0, len(m.streams)), colds: make([][]byte, 0, len(m.streams)), segEnds: make([]int, 0, len(m.streams))}
 	for k, s := range m.streams {
-		if err := enc.add(k, s); err != nil {
+		start := len(enc.metas)
+		if err := enc.add(k, s, m.cache.cached(s)); err != nil {
+			// Streams already seen hold spans of the discarded buffer.
+			m.cache.allStale, m.cache.arena = true, nil
 			return func() ([]byte, error) {
 				return nil, fmt.Errorf("stream: encode %q/%q: %w", k.Bucket, k.Stream, err)
 			}, snap.AppliedIndex
 		}
+		s.enc = spanOf(start, enc.ends[len(enc.ends)-1])
 	}
+	m.cache.arena, m.cache.streams, m.cache.allStale = enc.metas, len(enc.keys), false
 	return func() ([]byte, error) {
 		head, err := snapshotMarshal.Marshal(snap)
 		if err != nil {
@@ -104,17 +123,19 @@ func fieldNumber(m proto.Message, name protoreflect.Name) protowire.Number {
 }
 
 // streamEncoding is the streams of a captured snapshot: every stream's
-// StreamState encoded without its hot bytes (its metadata message as the
-// machine keeps it, followed by its producers, records and hot external
-// payloads, which the machine keeps outside that message), and the hot
-// bytes as slices of the stored chunks, which never change. A message's
-// fields may come in any order on the wire, so appending the parts the
-// metadata message lacks yields a valid StreamState, decoded by Restore
-// like any other.
+// StreamState encoded without its cold index and hot bytes (its metadata
+// message as the machine keeps it, followed by its producers, records and
+// hot external payloads, which the machine keeps outside that message),
+// its cold index as the stream holds it encoded, and the hot bytes as
+// slices of the stored chunks; neither of the last two is ever changed in
+// place. A message's fields may come in any order on the wire, so
+// appending the parts the metadata message lacks yields a valid
+// StreamState, decoded by Restore like any other.
 type streamEncoding struct {
 	keys  []Key // the streams, in the order they were added
 	metas []byte
-	ends  []int // ends[i]: where stream i's part of metas ends
+	ends  []int    // ends[i]: where stream i's part of metas ends
+	colds [][]byte // colds[i]: stream i's cold_index fields
 	// segs are the streams' hot bytes, in one list rather than a list
 	// per stream (an allocation per stream less); segEnds[i]: where
 	// stream i's slices in it end.
@@ -122,55 +143,56 @@ type streamEncoding struct {
 	segEnds []int
 }
 
-// add encodes stream s, named k, as the next stream. The metadata message
-// never holds data, records, producers or hot externals of its own (install
-// and create leave them empty), so nothing is written twice.
-func (e *streamEncoding) add(k Key, s *stream) error {
+// add adds stream s, named k, as the next stream: cached, its encoding
+// as of the last capture if it has not changed since (nil: encode it).
+func (e *streamEncoding) add(k Key, s *stream, cached []byte) error {
 	var err error
-	if e.metas, err = snapshotMarshal.MarshalAppend(e.metas, s.meta); err != nil {
-		return err
+	if cached != nil {
+		e.metas = append(e.metas, cached...)
+	} else {
+		e.metas, err = appendStream(e.metas, s)
 	}
-	e.metas = append(e.metas, s.cold.enc...) // its cold_index fields
-	if len(s.producers) == 1 {
-		// Most streams have one producer, or none: no order to settle.
-		for _, p := range s.producers {
-			if e.metas, err = appendMessageField(e.metas, producersField, p); err != nil {
-				return err
-			}
-		}
-	} else if len(s.producers) > 1 {
-		ids := make([]string, 0, len(s.producers))
-		for id := range s.producers {
-			ids = append(ids, id)
-		}
-		sort.Strings(ids)
-		for _, id := range ids {
-			if e.metas, err = appendMessageField(e.metas, producersField, s.producers[id]); err != nil {
-				return err
-			}
-		}
+	e.keys = append(e.keys, k)
+	e.ends = append(e.ends, len(e.metas))
+	e.colds = append(e.colds, s.cold.enc) // replaced, never changed, by setColdLevels
+	e.segs = s.buf.AppendHeld(e.segs)     // never modified: read after the lock is released
+	e.segEnds = append(e.segEnds, len(e.segs))
+	return err
+}
+
+// appendStream appends the encoding of s, its cold index and hot bytes
+// aside, to b. The metadata message never holds data, records, producers,
+// hot externals or a cold index of its own (install and create leave them
+// empty), so nothing is written twice.
+func appendStream(b []byte, s *stream) ([]byte, error) {
+	b, err := snapshotMarshal.MarshalAppend(b, s.meta)
+	if err != nil {
+		return b, err
+	}
+	err = s.producers.inOrder(func(p *storagev1.ProducerState) error {
+		b, err = appendMessageField(b, producersField, p)
+		return err
+	})
+	if err != nil {
+		return b, err
 	}
 	if len(s.records) > 0 {
 		n := 0
 		for _, r := range s.records {
 			n += protowire.SizeVarint(r)
 		}
-		e.metas = protowire.AppendTag(e.metas, recordsField, protowire.BytesType)
-		e.metas = protowire.AppendVarint(e.metas, uint64(n))
+		b = protowire.AppendTag(b, recordsField, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(n))
 		for _, r := range s.records {
-			e.metas = protowire.AppendVarint(e.metas, r)
+			b = protowire.AppendVarint(b, r)
 		}
 	}
 	s.buf.Holes(func(_, _ uint64, tag any) {
 		if err == nil {
-			e.metas, err = appendMessageField(e.metas, hotExternalField, &storagev1.HotExternal{Ref: tag.(*storagev1.ColdRef)})
+			b, err = appendMessageField(b, hotExternalField, &storagev1.HotExternal{Ref: tag.(*storagev1.ColdRef)})
 		}
 	})
-	e.keys = append(e.keys, k)
-	e.ends = append(e.ends, len(e.metas))
-	e.segs = appendHotSegments(e.segs, s)
-	e.segEnds = append(e.segEnds, len(e.segs))
-	return err
+	return b, err
 }
 
 // appendMessageField appends m as field num of the message being encoded.
@@ -186,6 +208,9 @@ func (e *streamEncoding) appendTo(head []byte) []byte {
 	size := len(head) + len(e.metas)
 	for _, seg := range e.segs {
 		size += len(seg)
+	}
+	for _, c := range e.colds {
+		size += len(c)
 	}
 	order := make([]int, len(e.keys))
 	for i := range order {
@@ -206,13 +231,14 @@ func (e *streamEncoding) appendTo(head []byte) []byte {
 		for _, seg := range segs {
 			n += len(seg)
 		}
-		body := len(meta)
+		body := len(meta) + len(e.colds[i])
 		if n > 0 {
 			body += protowire.SizeTag(dataField) + protowire.SizeVarint(uint64(n)) + n
 		}
 		out = protowire.AppendTag(out, snapshotStreamsField, protowire.BytesType)
 		out = protowire.AppendVarint(out, uint64(body))
 		out = append(out, meta...)
+		out = append(out, e.colds[i]...)
 		if n > 0 {
 			out = protowire.AppendTag(out, dataField, protowire.BytesType)
 			out = protowire.AppendVarint(out, uint64(n))
@@ -305,16 +331,13 @@ func decodeState(snap *storagev1.Snapshot) (*state, int64, error) {
 		st.ColdEnd = max(st.GetColdEnd(), st.GetBase())
 		st.Bucket, st.ContentType = intern(st.GetBucket()), intern(st.GetContentType())
 		s := &stream{buf: hot.MakeBuffer(st.GetColdEnd())}
-		if len(st.GetProducers()) > 0 {
-			s.producers = make(map[string]*storagev1.ProducerState, len(st.GetProducers()))
-		}
 		if err := fillHot(&s.buf, st.GetData(), st.GetHotExternal()); err != nil {
 			return nil, 0, fmt.Errorf("stream %q: %w", st.GetStream(), err)
 		}
 		hotBytes += int64(len(st.GetData()))
 		s.records = st.GetRecords()
 		for _, p := range st.GetProducers() {
-			s.producers[p.GetId()] = p
+			s.producers.put(p)
 		}
 		s.meta = st
 		s.setColdLevels(st.GetColdIndex())
@@ -334,6 +357,7 @@ func decodeState(snap *storagev1.Snapshot) (*state, int64, error) {
 func (m *Machine) install(st *state, hotBytes int64) {
 	old := m.streams
 	m.state = *st
+	m.cache.arena = nil // the new streams have no encodings in it
 	m.addHot(hotBytes - m.hotSize.Load())
 	var cold int64
 	for _, s := range m.streams {
@@ -343,27 +367,6 @@ func (m *Machine) install(st *state, hotBytes int64) {
 	for _, s := range old {
 		s.signal.Notify() // wake readers of the replaced state
 	}
-}
-
-// appendHotSegments appends the bytes of a stream's hot window, holes
-// left out, to dst as slices of the stored chunks (never modified, so they
-// may be read after the machine's lock is released).
-func appendHotSegments(dst [][]byte, s *stream) [][]byte {
-	b := &s.buf
-	if b.Bytes() == 0 {
-		return dst
-	}
-	pos := b.Base()
-	for pos < b.End() {
-		if _, he, _, hole := b.Hole(pos); hole {
-			pos = he
-			continue
-		}
-		stop := b.NextHole(pos, b.End())
-		dst = b.AppendSegments(dst, pos, stop)
-		pos = stop
-	}
-	return dst
 }
 
 // fillHot rebuilds a hot window from its bytes and its external payloads.
