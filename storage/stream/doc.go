@@ -210,6 +210,10 @@
 // a group never raised). The same state always yields the same bytes. Format 1 (no cold tier: data
 // from base) is still restored.
 //
+// A capture reuses the encoding of every stream unchanged since the last
+// one (snapshot_cache.go): each applied command marks stale the streams it
+// names, and a command type that may change others marks them all.
+//
 // # Cold tier
 //
 // A stream's own bytes [base, tail) are split at cold_end: below it they
