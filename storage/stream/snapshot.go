@@ -89,7 +89,7 @@ func (m *Machine) captureLocked() (encode func() ([]byte, error), applied uint64
 		start := len(enc.metas)
 		if err := enc.add(k, s, m.cache.cached(s)); err != nil {
 			// Streams already seen hold spans of the discarded buffer.
-			m.cache.allStale, m.cache.arena = true, nil
+			m.cache.drop()
 			return func() ([]byte, error) {
 				return nil, fmt.Errorf("stream: encode %q/%q: %w", k.Bucket, k.Stream, err)
 			}, snap.AppliedIndex
@@ -357,7 +357,7 @@ func decodeState(snap *storagev1.Snapshot) (*state, int64, error) {
 func (m *Machine) install(st *state, hotBytes int64) {
 	old := m.streams
 	m.state = *st
-	m.cache.arena = nil // the new streams have no encodings in it
+	m.cache.drop() // the new streams have no encodings in it
 	m.addHot(hotBytes - m.hotSize.Load())
 	var cold int64
 	for _, s := range m.streams {

@@ -55,6 +55,9 @@ func (c *snapshotCache) cached(s *stream) []byte {
 	return c.arena[s.enc.off : s.enc.off+s.enc.n]
 }
 
+// drop forgets every encoding: the next capture encodes every stream.
+func (c *snapshotCache) drop() { c.allStale, c.arena, c.streams = true, nil, 0 }
+
 // spanOf is the span [start, end) of an arena being built, or none when
 // the arena has outgrown what a span can address.
 func spanOf(start, end int) encSpan {
@@ -110,7 +113,7 @@ func (m *Machine) changed(op any) {
 		// They change the group's state, not its streams.
 	default:
 		// PurgeBucket, StartHistory and ImportGroup change many streams.
-		m.cache.allStale, m.cache.arena = true, nil
+		m.cache.drop()
 	}
 }
 
