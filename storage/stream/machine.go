@@ -54,9 +54,10 @@ type stream struct {
 	// readTouchMs is the last read that restarted the TTL on this replica.
 	// It is not replicated (the engine proposes Touch now and then).
 	readTouchMs atomic.Int64
-	// enc is where the stream's encoding for a snapshot, hot bytes aside,
-	// lies in the machine's snapshot cache (snapshot_cache.go); a zero
-	// length means it changed since the last capture.
+	// enc is where the stream's encoding for a snapshot (its cold index
+	// and hot bytes aside) lies in the machine's snapshot cache
+	// (snapshot_cache.go); a zero length means it changed since the last
+	// capture.
 	enc encSpan
 }
 

@@ -94,7 +94,7 @@ func (m *Machine) captureLocked() (encode func() ([]byte, error), applied uint64
 				return nil, fmt.Errorf("stream: encode %q/%q: %w", k.Bucket, k.Stream, err)
 			}, snap.AppliedIndex
 		}
-		s.enc = spanOf(start, enc.ends[len(enc.ends)-1])
+		s.enc = spanOf(start, len(enc.metas))
 	}
 	m.cache.arena, m.cache.streams, m.cache.allStale = enc.metas, len(enc.keys), false
 	return func() ([]byte, error) {
