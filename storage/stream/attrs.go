@@ -30,12 +30,15 @@ func (m *Machine) applySetAttrs(c *storagev1.SetAttrs) *Result {
 		return &Result{Err: fault.Errorf(fault.ErrStreamGone, "stream %s is deleted", key.Stream)}
 	}
 	st := s.meta
-	st.AttrsTitle = c.GetTitle()
-	st.AttrsMetadata = append([]byte(nil), c.GetMetadata()...)
-	if len(st.AttrsMetadata) == 0 {
-		st.AttrsMetadata = nil
+	title, md := c.GetTitle(), append([]byte(nil), c.GetMetadata()...)
+	if len(md) == 0 {
+		md = nil
 	}
-	st.HasAttrs = st.AttrsTitle != "" || st.AttrsMetadata != nil
+	if st.rare != nil || title != "" || md != nil {
+		x := st.r()
+		x.AttrsTitle, x.AttrsMetadata = title, md
+	}
+	st.HasAttrs = title != "" || md != nil
 	return &Result{Meta: s.metaView()}
 }
 

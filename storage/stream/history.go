@@ -119,16 +119,16 @@ func (s *stream) startHistory(inc uint64) {
 	st := s.meta
 	old, tail := st.GetIncarnation(), s.buf.End()
 	if s.namedElsewhere() {
-		st.Earlier = append(st.Earlier, &storagev1.EarlierIncarnation{Incarnation: old, Kept: tail})
+		st.r().Earlier = append(st.GetEarlier(), &storagev1.EarlierIncarnation{Incarnation: old, Kept: tail})
 	}
 	// A stream not written since its previous history event keeps naming
 	// the token from before that event: a client holding it still holds
 	// every byte below the same tail, and one holding the token in between
 	// could only have read those same bytes.
 	if st.GetPreviousIncarnation() == 0 || st.GetInheritedOffset() != tail {
-		st.PreviousIncarnation = old
+		st.r().PreviousIncarnation = old
 	}
-	st.InheritedOffset = tail
+	st.r().InheritedOffset = tail
 	st.Incarnation = max(inc, old+1)
 	s.producers.each(func(p *storagev1.ProducerState) { p.EpochClosed = true })
 	s.signal.Notify() // waiters on the old incarnation look again

@@ -40,7 +40,7 @@ type Key struct {
 // stream is one stream's state. meta fields other than data/records/
 // producers are authoritative; data lives in buf, units in records.
 type stream struct {
-	meta *storagev1.StreamState
+	meta *streamMeta
 	// buf is held by value: one object less per stream for the collector
 	// to find, of a million on a node.
 	buf       hot.Buffer
@@ -374,7 +374,7 @@ func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream
 	if f := c.GetFork(); f != nil {
 		base = f.GetPosition()
 	}
-	st := &storagev1.StreamState{
+	st := &streamMeta{
 		Bucket:      key.Bucket,
 		Stream:      key.Stream,
 		Incarnation: m.newIncarnation(index),
@@ -382,18 +382,19 @@ func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream
 		Json:        c.GetJson(),
 		HasTtl:      c.GetHasTtl(),
 		TtlSeconds:  c.GetTtlSeconds(),
-		ExpiresAt:   c.GetExpiresAt(),
 		ExpiresAtMs: c.GetExpiresAtMs(),
 		CreatedMs:   now,
 		TouchedMs:   now,
 		LastWriteMs: now,
 		Closed:      c.GetClosed(),
-		Fork:        c.GetFork(),
 		Base:        base,
 		ColdEnd:     base,
 		BaseRecord:  c.GetBaseRecord(),
 		HotRecord:   c.GetBaseRecord(),
 		RecordNext:  c.GetBaseRecord(),
+	}
+	if c.GetExpiresAt() != "" || c.GetFork() != nil {
+		st.rare = &metaRare{ExpiresAt: c.GetExpiresAt(), Fork: c.GetFork()}
 	}
 	s := &stream{meta: st, buf: hot.MakeBuffer(base)}
 	s.appendStored(now, c.GetBody(), nil, c.GetBodyRecords(), m)
@@ -406,7 +407,7 @@ func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream
 
 // sameConfig decides whether a create of an existing stream is an
 // idempotent repeat (200) or a conflict (409).
-func sameConfig(st *storagev1.StreamState, c *storagev1.CreateStream) bool {
+func sameConfig(st *streamMeta, c *storagev1.CreateStream) bool {
 	if !SameContentType(st.GetContentType(), c.GetContentType()) {
 		return false
 	}
@@ -506,7 +507,7 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 		if last := st.GetLastStreamSeq(); last != "" && seq <= last {
 			return &Result{Err: fault.Errorf(fault.ErrStreamSeqConflict, "Stream-Seq %q is not greater than %q", seq, last)}
 		}
-		st.LastStreamSeq = seq
+		st.r().LastStreamSeq = seq
 	}
 	start, recStart := s.buf.End(), st.GetRecordNext()
 	wasEmpty := s.buf.Len() == 0
@@ -1016,7 +1017,7 @@ type Stats struct {
 
 // coldBytes is a stream's own bytes that the cold index covers and that
 // are still readable: [max(Base, Retained), ColdEnd).
-func coldBytes(st *storagev1.StreamState) int64 {
+func coldBytes(st *streamMeta) int64 {
 	from := max(st.GetBase(), st.GetRetained())
 	if st.GetColdEnd() <= from {
 		return 0

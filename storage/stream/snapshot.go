@@ -141,6 +141,9 @@ type streamEncoding struct {
 	// stream i's slices in it end.
 	segs    [][]byte
 	segEnds []int
+	// scratch is the message each changed stream's metadata is encoded
+	// from in turn.
+	scratch storagev1.StreamState
 }
 
 // add adds stream s, named k, as the next stream: cached, its encoding
@@ -150,7 +153,7 @@ func (e *streamEncoding) add(k Key, s *stream, cached []byte) error {
 	if cached != nil {
 		e.metas = append(e.metas, cached...)
 	} else {
-		e.metas, err = appendStream(e.metas, s)
+		e.metas, err = appendStream(e.metas, s, &e.scratch)
 	}
 	e.keys = append(e.keys, k)
 	e.ends = append(e.ends, len(e.metas))
@@ -161,11 +164,12 @@ func (e *streamEncoding) add(k Key, s *stream, cached []byte) error {
 }
 
 // appendStream appends the encoding of s, its cold index and hot bytes
-// aside, to b. The metadata message never holds data, records, producers,
-// hot externals or a cold index of its own (install and create leave them
-// empty), so nothing is written twice.
-func appendStream(b []byte, s *stream) ([]byte, error) {
-	b, err := snapshotMarshal.MarshalAppend(b, s.meta)
+// aside, to b, encoding its metadata from scratch. streamMeta has no
+// data, records, producers, hot externals or cold index of its own, so
+// nothing is written twice.
+func appendStream(b []byte, s *stream, scratch *storagev1.StreamState) ([]byte, error) {
+	s.meta.fillProto(scratch)
+	b, err := snapshotMarshal.MarshalAppend(b, scratch)
 	if err != nil {
 		return b, err
 	}
@@ -339,9 +343,8 @@ func decodeState(snap *storagev1.Snapshot) (*state, int64, error) {
 		for _, p := range st.GetProducers() {
 			s.producers.put(p)
 		}
-		s.meta = st
+		s.meta = metaFromProto(st)
 		s.setColdLevels(st.GetColdIndex())
-		st.Data, st.Records, st.Producers, st.HotExternal, st.ColdIndex = nil, nil, nil, nil, nil
 		s.numberLegacyRecords()
 		s.rebuildMarks()
 		out.streams[Key{st.GetBucket(), st.GetStream()}] = s

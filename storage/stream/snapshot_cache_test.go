@@ -38,7 +38,7 @@ func (m *Machine) checkCache() error {
 		if cached == nil {
 			continue
 		}
-		fresh, err := appendStream(nil, s)
+		fresh, err := appendStream(nil, s, &storagev1.StreamState{})
 		if err != nil {
 			return err
 		}

@@ -69,7 +69,7 @@ func (m *Machine) applyPublishSnapshot(now int64, c *storagev1.PublishSnapshot) 
 	if cur != nil && cur.GetPosition() == pos {
 		return &Result{Err: fault.Errorf(fault.ErrSnapshotConflict, "a different snapshot exists at offset %s", FormatOffset(pos))}
 	}
-	st.Snapshot = proto.CloneOf(ref)
+	st.r().Snapshot = proto.CloneOf(ref)
 	for _, k := range snapshotKeys(cur) {
 		if !slices.Contains(snapshotKeys(ref), k) {
 			m.enqueueGC(st.GetBucket(), storagev1.GCKind_GC_KIND_OBJECT, k, now+c.GetGraceMs())

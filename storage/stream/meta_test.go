@@ -1,0 +1,79 @@
+package stream
+
+import (
+	"testing"
+	"unsafe"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
+)
+
+// heldElsewhere are the StreamState fields a stream keeps outside its
+// metadata.
+var heldElsewhere = map[protoreflect.Name]bool{
+	"data": true, "records": true, "cold_index": true, "hot_external": true, "producers": true,
+}
+
+// TestStreamMetaCarriesEveryField: every metadata field of StreamState,
+// set, survives the trip through streamMeta; a field added to the message
+// and not to the struct fails here rather than vanishing from snapshots.
+func TestStreamMetaCarriesEveryField(t *testing.T) {
+	st := &storagev1.StreamState{}
+	r := st.ProtoReflect()
+	fields := r.Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if heldElsewhere[fd.Name()] {
+			continue
+		}
+		switch {
+		case fd.IsList():
+			l := r.Mutable(fd).List()
+			l.Append(l.NewElement())
+		case fd.Message() != nil:
+			r.Set(fd, r.NewField(fd))
+		default:
+			r.Set(fd, nonZero(fd, uint64(i+1)))
+		}
+	}
+	got := metaFromProto(proto.CloneOf(st)).toProto()
+	if !proto.Equal(got, st) {
+		t.Fatalf("round trip lost fields:\n got %v\nwant %v", got, st)
+	}
+
+	// Without the rare fields set, none are allocated.
+	plain := &storagev1.StreamState{Bucket: "b", Stream: "s", Incarnation: 3, ContentType: "text/plain", ColdEnd: 9}
+	if m := metaFromProto(plain); m.rare != nil {
+		t.Fatalf("a stream with only common fields got rare fields: %+v", m.rare)
+	}
+}
+
+// The struct stays in the 192-byte size class, a third of the message's.
+func TestStreamMetaSize(t *testing.T) {
+	if n := unsafe.Sizeof(streamMeta{}); n > 192 {
+		t.Fatalf("streamMeta is %d bytes, past its 192-byte size class", n)
+	}
+}
+
+func nonZero(fd protoreflect.FieldDescriptor, n uint64) protoreflect.Value {
+	switch fd.Kind() {
+	case protoreflect.BoolKind:
+		return protoreflect.ValueOfBool(true)
+	case protoreflect.StringKind:
+		return protoreflect.ValueOfString(string(fd.Name()))
+	case protoreflect.BytesKind:
+		return protoreflect.ValueOfBytes([]byte(fd.Name()))
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		return protoreflect.ValueOfInt64(int64(n))
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		return protoreflect.ValueOfInt32(int32(n))
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		return protoreflect.ValueOfUint32(uint32(n))
+	case protoreflect.EnumKind:
+		return protoreflect.ValueOfEnum(protoreflect.EnumNumber(1))
+	default:
+		return protoreflect.ValueOfUint64(n)
+	}
+}
