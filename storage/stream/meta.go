@@ -233,8 +233,8 @@ func (m *streamMeta) GetSnapshot() *storagev1.SnapshotRef {
 	return m.ro().Snapshot
 }
 func (m *streamMeta) GetEarlier() []*storagev1.EarlierIncarnation { return m.ro().Earlier }
-func (m *streamMeta) GetPreviousIncarnation() uint64               { return m.ro().PreviousIncarnation }
-func (m *streamMeta) GetInheritedOffset() uint64                   { return m.ro().InheritedOffset }
+func (m *streamMeta) GetPreviousIncarnation() uint64              { return m.ro().PreviousIncarnation }
+func (m *streamMeta) GetInheritedOffset() uint64                  { return m.ro().InheritedOffset }
 
 // toProto returns the metadata as the message snapshots encode, sharing
 // its strings, slices and submessages.
