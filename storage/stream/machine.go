@@ -37,8 +37,8 @@ type Key struct {
 	Stream string
 }
 
-// stream is one stream's state. meta fields other than data/records/
-// producers are authoritative; data lives in buf, units in records.
+// stream is one stream's state: its metadata in meta (meta.go), its hot
+// bytes in buf, its units in records, its cold index encoded in cold.
 type stream struct {
 	meta *streamMeta
 	// buf is held by value: one object less per stream for the collector
