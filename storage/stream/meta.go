@@ -18,9 +18,9 @@ import (
 // fork, an application snapshot, attributes, history, Stream-Seq, an
 // Expires-At text) behind one pointer, nil until one of them is set.
 //
-// toProto and metaFromProto convert at the edges (snapshots, results);
-// TestStreamMetaCarriesEveryField fails when the message gains a field
-// this struct does not carry.
+// fillProto and metaFromProto convert at the edges (snapshot capture and
+// restore); TestStreamMetaCarriesEveryField fails when the message gains a
+// field this struct does not carry.
 type streamMeta struct {
 	Bucket      string
 	Stream      string
@@ -236,16 +236,9 @@ func (m *streamMeta) GetEarlier() []*storagev1.EarlierIncarnation { return m.ro(
 func (m *streamMeta) GetPreviousIncarnation() uint64              { return m.ro().PreviousIncarnation }
 func (m *streamMeta) GetInheritedOffset() uint64                  { return m.ro().InheritedOffset }
 
-// toProto returns the metadata as the message snapshots encode, sharing
-// its strings, slices and submessages.
-func (m *streamMeta) toProto() *storagev1.StreamState {
-	st := &storagev1.StreamState{}
-	m.fillProto(st)
-	return st
-}
-
-// fillProto sets st's metadata fields to m's (a capture reuses one
-// message for every stream it encodes).
+// fillProto sets st's metadata fields to m's, sharing its strings, slices
+// and submessages (a capture reuses one message for every stream it
+// encodes).
 func (m *streamMeta) fillProto(st *storagev1.StreamState) {
 	x := m.ro()
 	st.Bucket, st.Stream, st.ContentType = m.Bucket, m.Stream, m.ContentType

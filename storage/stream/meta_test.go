@@ -12,6 +12,13 @@ import (
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 )
 
+// toProto returns m as a fresh message.
+func (m *streamMeta) toProto() *storagev1.StreamState {
+	st := &storagev1.StreamState{}
+	m.fillProto(st)
+	return st
+}
+
 // heldElsewhere are the StreamState fields a stream keeps outside its
 // metadata.
 var heldElsewhere = map[protoreflect.Name]bool{
@@ -92,14 +99,7 @@ func BenchmarkHeapPerStream(b *testing.B) {
 			for b.Loop() {
 				before := liveHeap()
 				a := newApplier(b)
-				for i := range n {
-					name := fmt.Sprintf("s-%07d", i)
-					a.apply(1, &storagev1.CreateStream{Bucket: "b", Stream: name, ContentType: "application/octet-stream"})
-					if written {
-						a.apply(2, &storagev1.Append{Bucket: "b", Stream: name, ContentType: "application/octet-stream",
-							Body: make([]byte, 256), Producer: producer("p", 0, 0)})
-					}
-				}
+				fillStreams(a, n, func(i int) string { return fmt.Sprintf("s-%07d", i) }, written)
 				a.m.CaptureSnapshot()
 				b.ReportMetric(float64(liveHeap()-before)/n, "B/stream")
 				runtime.KeepAlive(a)
