@@ -29,7 +29,7 @@ func (m *Machine) applySetAttrs(c *storagev1.SetAttrs) *Result {
 	if s.meta.GetSoftDeleted() {
 		return &Result{Err: fault.Errorf(fault.ErrStreamGone, "stream %s is deleted", key.Stream)}
 	}
-	st := s.meta
+	st := &s.meta
 	title, md := c.GetTitle(), append([]byte(nil), c.GetMetadata()...)
 	if len(md) == 0 {
 		md = nil

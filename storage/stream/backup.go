@@ -104,7 +104,7 @@ func (m *Machine) checkImport(blake3 string) (*ImportInfo, *fault.Error) {
 // subscription state of an all-in-one process), so a fresh cluster's
 // groups are empty but for them; they hold nothing to lose and no object.
 func (s *stream) vacant() bool {
-	st := s.meta
+	st := &s.meta
 	return strings.HasPrefix(st.GetBucket(), "__") && s.buf.End() == 0 && s.producers.len() == 0 && st.GetSnapshot() == nil &&
 		st.GetFork() == nil && st.GetForkRefs() == 0 && len(st.GetEarlier()) == 0
 }

@@ -85,9 +85,9 @@ func (m *Machine) applyColdFlush(now int64, c *storagev1.ColdFlush) *Result {
 		return &Result{Err: err}
 	}
 	s.setColdLevels(levels)
-	before := coldBytes(s.meta)
+	before := coldBytes(&s.meta)
 	s.meta.ColdEnd = pos
-	m.coldSize.Add(coldBytes(s.meta) - before)
+	m.coldSize.Add(coldBytes(&s.meta) - before)
 	s.meta.HotRecord = hotRecord
 	m.addHot(-int64(s.buf.TrimTo(pos)))
 	m.unmarkHot(s)
@@ -140,9 +140,9 @@ func (m *Machine) applySetRetention(c *storagev1.SetRetention) *Result {
 		return &Result{Err: fault.Errorf(fault.ErrOffsetOutOfRange, "retention offset %s is beyond the tail %s", FormatOffset(c.GetPosition()), FormatOffset(s.buf.End()))}
 	}
 	if c.GetPosition() > s.meta.GetRetained() {
-		before := coldBytes(s.meta)
+		before := coldBytes(&s.meta)
 		s.meta.Retained = c.GetPosition()
-		m.coldSize.Add(coldBytes(s.meta) - before)
+		m.coldSize.Add(coldBytes(&s.meta) - before)
 		s.meta.RecordFirst = max(s.meta.GetRecordFirst(), min(c.GetRecordFirst(), s.meta.GetRecordNext()))
 		s.signal.Notify()
 	}

@@ -262,7 +262,7 @@ func TestColdBytes(t *testing.T) {
 		defer m.mu.RUnlock()
 		var n int64
 		for _, s := range m.streams {
-			n += coldBytes(s.meta)
+			n += coldBytes(&s.meta)
 		}
 		return n
 	}

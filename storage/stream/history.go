@@ -116,7 +116,7 @@ func (m *Machine) newIncarnation(index uint64) uint64 {
 // the stream's incarnation plus one, should an imported state hold a
 // larger one).
 func (s *stream) startHistory(inc uint64) {
-	st := s.meta
+	st := &s.meta
 	old, tail := st.GetIncarnation(), s.buf.End()
 	if s.namedElsewhere() {
 		st.r().Earlier = append(st.GetEarlier(), &storagev1.EarlierIncarnation{Incarnation: old, Kept: tail})
@@ -139,7 +139,7 @@ func (s *stream) startHistory(inc uint64) {
 // stream references (index entries, external payloads, its application
 // snapshot), or forks, whose origins carry the incarnation.
 func (s *stream) namedElsewhere() bool {
-	st := s.meta
+	st := &s.meta
 	for _, lv := range s.coldLevels() {
 		if len(lv.GetEntries()) > 0 {
 			return true

@@ -40,7 +40,6 @@ type Key struct {
 // stream is one stream's state: its metadata in meta (meta.go), its hot
 // bytes in buf, its units in records, its cold index encoded in cold.
 type stream struct {
-	meta *streamMeta
 	// buf is held by value: one object less per stream for the collector
 	// to find, of a million on a node.
 	buf       hot.Buffer
@@ -59,6 +58,10 @@ type stream struct {
 	// (snapshot_cache.go); a zero length means it changed since the last
 	// capture.
 	enc encSpan
+	// meta is held by value, as buf is, and last: the collector scans an
+	// object up to its last pointer word, and meta's pointers come first,
+	// so its 128 bytes of numbers after them are never scanned.
+	meta streamMeta
 }
 
 // intern returns the canonical copy of a string many streams share (a
@@ -365,7 +368,7 @@ func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream
 		if s.meta.GetSoftDeleted() {
 			return &Result{Err: fault.Errorf(fault.ErrStreamExists, "stream %s is deleted but still referenced by forks", key.Stream), Release: release}
 		}
-		if !sameConfig(s.meta, c) {
+		if !sameConfig(&s.meta, c) {
 			return &Result{Err: fault.Errorf(fault.ErrStreamExists, "stream %s exists with a different configuration", key.Stream), Release: release}
 		}
 		return &Result{Meta: s.metaView(), Release: release}
@@ -374,7 +377,8 @@ func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream
 	if f := c.GetFork(); f != nil {
 		base = f.GetPosition()
 	}
-	st := &streamMeta{
+	s := &stream{buf: hot.MakeBuffer(base)}
+	s.meta = streamMeta{
 		Bucket:      key.Bucket,
 		Stream:      key.Stream,
 		Incarnation: m.newIncarnation(index),
@@ -393,10 +397,10 @@ func (m *Machine) applyCreate(index uint64, now int64, c *storagev1.CreateStream
 		HotRecord:   c.GetBaseRecord(),
 		RecordNext:  c.GetBaseRecord(),
 	}
+	st := &s.meta
 	if c.GetExpiresAt() != "" || c.GetFork() != nil {
 		st.rare = &metaRare{ExpiresAt: c.GetExpiresAt(), Fork: c.GetFork()}
 	}
-	s := &stream{meta: st, buf: hot.MakeBuffer(base)}
 	s.appendStored(now, c.GetBody(), nil, c.GetBodyRecords(), m)
 	n := uint64(len(c.GetBody()))
 	m.countWrite(key.Bucket, n, writeRecords(n, c.GetBodyRecords()))
@@ -438,7 +442,7 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 	if s == nil {
 		return &Result{Err: fault.Errorf(fault.ErrStreamNotFound, "stream %s not found", key.Stream)}
 	}
-	st := s.meta
+	st := &s.meta
 	if st.GetSoftDeleted() {
 		return &Result{Err: fault.Errorf(fault.ErrStreamGone, "stream %s is deleted", key.Stream)}
 	}
@@ -498,7 +502,16 @@ func (m *Machine) applyAppend(now int64, c *storagev1.Append) *Result {
 		case p.GetSeq() != cur.GetSeq()+1:
 			return &Result{Err: seqGap(cur.GetSeq()+1, p.GetSeq())}
 		}
-		ps = &storagev1.ProducerState{Id: p.GetId(), Epoch: p.GetEpoch(), Seq: p.GetSeq(), UpdatedMs: now}
+		// The id is shared: a writer's producer id names its state in
+		// every stream it writes, a million of them on a node, and each
+		// append decodes the id anew.
+		var id string
+		if cur != nil {
+			id = cur.GetId()
+		} else {
+			id = intern(p.GetId())
+		}
+		ps = &storagev1.ProducerState{Id: id, Epoch: p.GetEpoch(), Seq: p.GetSeq(), UpdatedMs: now}
 	}
 	if c.RecordMatch != nil && c.GetRecordMatch() != st.GetRecordNext() {
 		return &Result{Err: recordMismatch(s, c.GetRecordMatch())}
@@ -649,7 +662,7 @@ func (m *Machine) drop(now int64, key Key, s *stream) []*storagev1.ForkOrigin {
 	m.removals++
 	m.removedBytes += s.buf.End() - s.meta.GetBase()
 	m.addHot(-int64(s.buf.Bytes()))
-	m.coldSize.Add(-coldBytes(s.meta))
+	m.coldSize.Add(-coldBytes(&s.meta))
 	// Objects of the stream's earlier incarnations (before a new history)
 	// live under their own prefixes.
 	for _, e := range s.meta.GetEarlier() {
@@ -762,7 +775,7 @@ func (m Meta) ExpiryMs() int64 {
 func (m Meta) ExpiredAt(nowMs int64) bool { return nowMs >= m.ExpiryMs() }
 
 func (s *stream) metaView() Meta {
-	st := s.meta
+	st := &s.meta
 	return Meta{
 		Key:           Key{st.GetBucket(), st.GetStream()},
 		Incarnation:   st.GetIncarnation(),

@@ -16,7 +16,9 @@ import (
 // about half the node's CPU under load. This struct keeps what most
 // streams use in 192 bytes, its pointers first, and moves what few use (a
 // fork, an application snapshot, attributes, history, Stream-Seq, an
-// Expires-At text) behind one pointer, nil until one of them is set.
+// Expires-At text) behind one pointer, nil until one of them is set. The
+// stream holds it by value, so that a stream and its metadata are one
+// object.
 //
 // fillProto and metaFromProto convert at the edges (snapshot capture and
 // restore); TestStreamMetaCarriesEveryField fails when the message gains a
@@ -257,8 +259,8 @@ func (m *streamMeta) fillProto(st *storagev1.StreamState) {
 // metaFromProto takes st's metadata fields (not its data, records, cold
 // index, hot externals or producers), sharing its strings, slices and
 // submessages.
-func metaFromProto(st *storagev1.StreamState) *streamMeta {
-	m := &streamMeta{
+func metaFromProto(st *storagev1.StreamState) streamMeta {
+	m := streamMeta{
 		Bucket:      st.GetBucket(),
 		Stream:      st.GetStream(),
 		ContentType: st.GetContentType(),

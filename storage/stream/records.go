@@ -162,7 +162,7 @@ func (s *stream) markOf(n uint64) recordMark {
 // without record ranges is refused): docs/architecture.md describes the
 // upgrade (snapshot every group first).
 func (s *stream) numberLegacyRecords() {
-	m := s.meta
+	m := &s.meta
 	if !m.GetJson() || m.GetRecordNext() != 0 || s.buf.End() <= m.GetBase() {
 		return
 	}

@@ -341,6 +341,7 @@ func decodeState(snap *storagev1.Snapshot) (*state, int64, error) {
 		hotBytes += int64(len(st.GetData()))
 		s.records = st.GetRecords()
 		for _, p := range st.GetProducers() {
+			p.Id = intern(p.GetId())
 			s.producers.put(p)
 		}
 		s.meta = metaFromProto(st)
@@ -364,7 +365,7 @@ func (m *Machine) install(st *state, hotBytes int64) {
 	m.addHot(hotBytes - m.hotSize.Load())
 	var cold int64
 	for _, s := range m.streams {
-		cold += coldBytes(s.meta)
+		cold += coldBytes(&s.meta)
 	}
 	m.coldSize.Store(cold)
 	for _, s := range old {

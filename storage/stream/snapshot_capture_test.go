@@ -51,7 +51,7 @@ func fillStreams(a *applier, n int, name func(int) string, written bool) {
 		a.apply(1, &storagev1.CreateStream{Bucket: "b", Stream: name(i), ContentType: "application/octet-stream"})
 		if written {
 			a.apply(2, &storagev1.Append{Bucket: "b", Stream: name(i), ContentType: "application/octet-stream", Body: make([]byte, 256),
-				Producer: producer("p", 0, 0)})
+				Producer: producer("writer-0042-9f1c6a", 0, 0)})
 		}
 	}
 }

@@ -40,7 +40,7 @@ func (m *Machine) applyPublishSnapshot(now int64, c *storagev1.PublishSnapshot) 
 	if bad != nil {
 		return bad
 	}
-	st := s.meta
+	st := &s.meta
 	if st.GetSoftDeleted() {
 		return &Result{Err: fault.Errorf(fault.ErrStreamGone, "stream %s is deleted", c.GetStream())}
 	}
