@@ -65,7 +65,7 @@ func (e *Engine) ExportGroup(ctx context.Context, g uint32, minApplied uint64) (
 	}
 	encode, applied := e.groups.Machine(g).CaptureSnapshotAt()
 	commit := max(e.groups.Status(g).Commit, applied)
-	data, err := encode()
+	data, err := encode(nil)
 	if err != nil {
 		return ExportedGroup{}, fault.Errorf(fault.ErrInternal, "encode the snapshot of group %d: %v", g, err)
 	}

@@ -95,7 +95,7 @@ func (c *counter) Apply(index uint64, data []byte) (any, error) {
 	return c.sum, nil
 }
 
-func (c *counter) CaptureSnapshot() func() ([]byte, error) {
+func (c *counter) CaptureSnapshot() func([]byte) ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.capture != nil {
@@ -104,7 +104,7 @@ func (c *counter) CaptureSnapshot() func() ([]byte, error) {
 	b := binary.LittleEndian.AppendUint64(nil, c.sum)
 	b = binary.LittleEndian.AppendUint64(b, c.count)
 	b = binary.LittleEndian.AppendUint64(b, c.last)
-	return func() ([]byte, error) { return b, nil }
+	return func(buf []byte) ([]byte, error) { return append(buf[:0], b...), nil }
 }
 
 func (c *counter) Restore(data []byte) error {

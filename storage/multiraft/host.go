@@ -35,8 +35,11 @@ type StateMachine interface {
 	// capture runs on the shard worker between two applies and must be
 	// cheap (no I/O, no copy of data the state machine never modifies in
 	// place); the encoder runs later on the snapshot worker, concurrently
-	// with further applies, and may read only what the capture holds.
-	CaptureSnapshot() func() ([]byte, error)
+	// with further applies, and may read only what the capture holds. The
+	// encoder may build the encoding in buf's storage (from buf[:0]): the
+	// snapshot worker hands it the buffer of its last snapshot, so that a
+	// node of many groups does not allocate every group's snapshot anew.
+	CaptureSnapshot() func(buf []byte) ([]byte, error)
 	// Restore replaces the state with a snapshot's encoding.
 	Restore(data []byte) error
 }

@@ -396,12 +396,12 @@ type slowSnapshotSM struct {
 	release  chan struct{}
 }
 
-func (s *slowSnapshotSM) CaptureSnapshot() func() ([]byte, error) {
+func (s *slowSnapshotSM) CaptureSnapshot() func([]byte) ([]byte, error) {
 	encode := s.counter.CaptureSnapshot()
-	return func() ([]byte, error) {
+	return func(buf []byte) ([]byte, error) {
 		s.encoding <- struct{}{}
 		<-s.release
-		return encode()
+		return encode(buf)
 	}
 }
 

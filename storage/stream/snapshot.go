@@ -16,22 +16,22 @@ import (
 )
 
 // Snapshot encodes the whole state deterministically (see the package doc).
-func (m *Machine) Snapshot() ([]byte, error) { return m.CaptureSnapshot()() }
+func (m *Machine) Snapshot() ([]byte, error) { return m.CaptureSnapshot()(nil) }
 
 // CaptureSnapshot captures the state as of the last applied command and
 // returns the function that encodes the capture. The capture is cheap: it
 // copies metadata, but not stream bytes, which the hot window never changes
 // once stored (package hot); so the shard worker captures between two
 // applies, and the encoding (the expensive part) runs elsewhere,
-// concurrently with further applies.
-func (m *Machine) CaptureSnapshot() func() ([]byte, error) {
+// concurrently with further applies. The encoding may reuse buf's storage.
+func (m *Machine) CaptureSnapshot() func(buf []byte) ([]byte, error) {
 	encode, _ := m.CaptureSnapshotAt()
 	return encode
 }
 
 // CaptureSnapshotAt is CaptureSnapshot, and the applied index the capture
 // holds (an export reports it beside the encoding).
-func (m *Machine) CaptureSnapshotAt() (encode func() ([]byte, error), applied uint64) {
+func (m *Machine) CaptureSnapshotAt() (encode func(buf []byte) ([]byte, error), applied uint64) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	m.cache.mu.Lock()
@@ -40,7 +40,7 @@ func (m *Machine) CaptureSnapshotAt() (encode func() ([]byte, error), applied ui
 }
 
 // captureLocked is CaptureSnapshotAt; callers hold m.mu and m.cache.mu.
-func (m *Machine) captureLocked() (encode func() ([]byte, error), applied uint64) {
+func (m *Machine) captureLocked() (encode func(buf []byte) ([]byte, error), applied uint64) {
 	snap := &storagev1.Snapshot{Format: snapshotFormat, AppliedIndex: m.applied, GcNextSeq: m.gcNextSeq, History: m.history,
 		IncarnationOffset: m.incarnationOffset, Imported: m.imported, FeatureLevel: m.featureLevel, FeatureProbes: m.featureProbes}
 	if len(m.gcHolds) > 0 {
@@ -90,15 +90,15 @@ func (m *Machine) captureLocked() (encode func() ([]byte, error), applied uint64
 		if err := enc.add(k, s, m.cache.cached(s)); err != nil {
 			// Streams already seen hold spans of the discarded buffer.
 			m.cache.drop()
-			return func() ([]byte, error) {
+			return func([]byte) ([]byte, error) {
 				return nil, fmt.Errorf("stream: encode %q/%q: %w", k.Bucket, k.Stream, err)
 			}, snap.AppliedIndex
 		}
 		s.enc = spanOf(start, len(enc.metas))
 	}
 	m.cache.arena, m.cache.streams, m.cache.allStale = enc.metas, len(enc.keys), false
-	return func() ([]byte, error) {
-		head, err := snapshotMarshal.Marshal(snap)
+	return func(buf []byte) ([]byte, error) {
+		head, err := snapshotMarshal.MarshalAppend(buf[:0], snap)
 		if err != nil {
 			return nil, err
 		}
@@ -226,8 +226,7 @@ func (e *streamEncoding) appendTo(head []byte) []byte {
 		}
 		return strings.Compare(e.keys[a].Stream, e.keys[b].Stream)
 	})
-	out := make([]byte, 0, size+24*len(e.ends))
-	out = append(out, head...)
+	out := slices.Grow(head, size-len(head)+24*len(e.ends))
 	for _, i := range order {
 		meta := e.metas[partStart(e.ends, i):e.ends[i]]
 		segs := e.segs[partStart(e.segEnds, i):e.segEnds[i]]

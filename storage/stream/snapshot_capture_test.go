@@ -100,3 +100,28 @@ func TestSnapshotStreamsInNameOrder(t *testing.T) {
 		}
 	}
 }
+
+// The snapshot worker hands each encoding the buffer of the previous one:
+// whatever that buffer holds, and whether or not it is large enough, the
+// encoding is the same bytes.
+func TestSnapshotEncodingReusesTheBuffer(t *testing.T) {
+	a := newApplier(t)
+	fillStreams(a, 50, func(i int) string { return fmt.Sprintf("s-%02d", i) }, true)
+	want, err := a.m.CaptureSnapshot()(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int{0, 10, len(want), 2 * len(want)} {
+		buf := bytes.Repeat([]byte{0xa5}, size)
+		got, err := a.m.CaptureSnapshot()(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("encoding into a used buffer of %d bytes differs from a fresh one", size)
+		}
+		if size >= len(want)+1024 && &got[0] != &buf[0] {
+			t.Fatalf("a buffer of %d bytes was not reused for an encoding of %d", size, len(want))
+		}
+	}
+}

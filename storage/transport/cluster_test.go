@@ -30,12 +30,14 @@ func (c *counter) Apply(_ uint64, data []byte) (any, error) {
 	return c.sum, nil
 }
 
-func (c *counter) CaptureSnapshot() func() ([]byte, error) {
+func (c *counter) CaptureSnapshot() func([]byte) ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	b := binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, c.sum), c.count)
 	// Padding makes a snapshot span several transport chunks.
-	return func() ([]byte, error) { return append(b, make([]byte, snapshotPadding)...), nil }
+	return func(buf []byte) ([]byte, error) {
+		return append(append(buf[:0], b...), make([]byte, snapshotPadding)...), nil
+	}
 }
 
 const snapshotPadding = 10 << 10
