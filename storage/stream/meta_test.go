@@ -94,7 +94,7 @@ func nonZero(fd protoreflect.FieldDescriptor, n uint64) protoreflect.Value {
 }
 
 // BenchmarkHeapPerStream reports the live heap a group holds per stream
-// (B/stream) for 100,000 streams, idle (created, never written) and
+// (B/stream and objects/stream) for 100,000 streams, idle (created, never written) and
 // written (created and appended to once, 256 bytes with a producer), after
 // a snapshot capture, as docs/scaling.md quotes it. It measures memory,
 // not time: run it with -benchtime 1x.

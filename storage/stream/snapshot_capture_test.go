@@ -45,7 +45,9 @@ func BenchmarkCaptureSnapshot(b *testing.B) {
 }
 
 // fillStreams creates n streams of bucket b, named by name, and when
-// written appends 256 bytes to each with producer p.
+// written appends 256 bytes to each with one producer, whose id is as long
+// as a writer's would be (a one-byte string is static in Go and would hide
+// what each stream's copy of the id costs).
 func fillStreams(a *applier, n int, name func(int) string, written bool) {
 	for i := range n {
 		a.apply(1, &storagev1.CreateStream{Bucket: "b", Stream: name(i), ContentType: "application/octet-stream"})
