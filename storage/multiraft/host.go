@@ -39,6 +39,8 @@ type StateMachine interface {
 	// encoder may build the encoding in buf's storage (from buf[:0]): the
 	// snapshot worker hands it the buffer of its last snapshot, so that a
 	// node of many groups does not allocate every group's snapshot anew.
+	// The host calls the encoder at most once, so a state machine may
+	// reuse a capture's own buffers once it has been encoded.
 	CaptureSnapshot() func(buf []byte) ([]byte, error)
 	// Restore replaces the state with a snapshot's encoding.
 	Restore(data []byte) error

@@ -1,11 +1,13 @@
 package stream
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -23,7 +25,9 @@ func (m *Machine) Snapshot() ([]byte, error) { return m.CaptureSnapshot()(nil) }
 // copies metadata, but not stream bytes, which the hot window never changes
 // once stored (package hot); so the shard worker captures between two
 // applies, and the encoding (the expensive part) runs elsewhere,
-// concurrently with further applies. The encoding may reuse buf's storage.
+// concurrently with further applies. The encoding may reuse buf's storage;
+// it runs once (a second call fails), and releases the capture's buffers
+// for later captures.
 func (m *Machine) CaptureSnapshot() func(buf []byte) ([]byte, error) {
 	encode, _ := m.CaptureSnapshotAt()
 	return encode
@@ -77,18 +81,13 @@ func (m *Machine) captureLocked() (encode func(buf []byte) ([]byte, error), appl
 	// streams took 320 ms to capture: a sixth of it looking each stream up
 	// again after sorting the names, a seventh sorting them). A stream
 	// unchanged since the last capture is copied from it, not encoded
-	// again (snapshot_cache.go); the buffer becomes the cache.
-	size := 96 * len(m.streams)
-	if n := m.cache.streams; n > 0 && !m.cache.allStale {
-		per := len(m.cache.arena)/n + 1
-		size = per*len(m.streams) + per*len(m.streams)/16 // room for what grew since
-	}
-	enc := streamEncoding{keys: make([]Key, 0, len(m.streams)), metas: make([]byte, 0, size),
-		ends: make([]int, 0, len(m.streams)), colds: make([][]byte, 0, len(m.streams)), segEnds: make([]int, 0, len(m.streams))}
+	// again (snapshot_cache.go); the buffer becomes the cache. Its
+	// buffers are a released capture's where one is spare (takeEncoding).
+	enc := takeEncoding(len(m.streams), m.cache.arenaSize(len(m.streams)))
 	for k, s := range m.streams {
 		start := len(enc.metas)
 		if err := enc.add(k, s, m.cache.cached(s)); err != nil {
-			// Streams already seen hold spans of the discarded buffer.
+			// Streams already seen hold spans of the discarded arena.
 			m.cache.drop()
 			return func([]byte) ([]byte, error) {
 				return nil, fmt.Errorf("stream: encode %q/%q: %w", k.Bucket, k.Stream, err)
@@ -96,8 +95,14 @@ func (m *Machine) captureLocked() (encode func(buf []byte) ([]byte, error), appl
 		}
 		s.enc = spanOf(start, len(enc.metas))
 	}
-	m.cache.arena, m.cache.streams, m.cache.allStale = enc.metas, len(enc.keys), false
+	m.cache.replace(enc)
+	var used atomic.Bool
 	return func(buf []byte) ([]byte, error) {
+		// The encoding releases the capture's buffers for reuse.
+		if used.Swap(true) {
+			return nil, errors.New("stream: a snapshot capture is encoded once")
+		}
+		defer enc.release()
 		head, err := snapshotMarshal.MarshalAppend(buf[:0], snap)
 		if err != nil {
 			return nil, err
@@ -144,6 +149,10 @@ type streamEncoding struct {
 	// scratch is the message each changed stream's metadata is encoded
 	// from in turn.
 	scratch storagev1.StreamState
+	// order is the streams' order in the snapshot, built by appendTo.
+	order []int
+	// holds counts who still reads the buffers (see takeEncoding).
+	holds atomic.Int32
 }
 
 // add adds stream s, named k, as the next stream: cached, its encoding
@@ -216,18 +225,18 @@ func (e *streamEncoding) appendTo(head []byte) []byte {
 	for _, c := range e.colds {
 		size += len(c)
 	}
-	order := make([]int, len(e.keys))
-	for i := range order {
-		order[i] = i
+	e.order = emptyWithRoom(e.order, len(e.keys))
+	for i := range e.keys {
+		e.order = append(e.order, i)
 	}
-	slices.SortFunc(order, func(a, b int) int {
+	slices.SortFunc(e.order, func(a, b int) int {
 		if c := strings.Compare(e.keys[a].Bucket, e.keys[b].Bucket); c != 0 {
 			return c
 		}
 		return strings.Compare(e.keys[a].Stream, e.keys[b].Stream)
 	})
 	out := slices.Grow(head, size-len(head)+24*len(e.ends))
-	for _, i := range order {
+	for _, i := range e.order {
 		meta := e.metas[partStart(e.ends, i):e.ends[i]]
 		segs := e.segs[partStart(e.segEnds, i):e.segEnds[i]]
 		n := 0

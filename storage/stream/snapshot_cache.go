@@ -3,6 +3,9 @@ package stream
 import (
 	"math"
 	"sync"
+	"unsafe"
+
+	"google.golang.org/protobuf/proto"
 
 	storagev1 "github.com/ursula/ursula/proto/gen/go/ursula/storage/v1"
 )
@@ -28,13 +31,12 @@ type snapshotCache struct {
 	// mu serializes captures, which run under the machine's read lock
 	// (the shard worker's and an export's) and write the streams' spans.
 	mu sync.Mutex
-	// arena is the last capture's encodings, one after another, in the
-	// map's order. It is never written again once the capture is done:
-	// the capture's encoder reads it on another goroutine, and the next
-	// capture builds a new one.
-	arena []byte
-	// streams is how many streams the arena holds (to size the next).
-	streams int
+	// last is the last capture, whose arena (streamEncoding.metas) holds
+	// its encodings, one after another, in the map's order. The arena is
+	// never written again once the capture is done: the capture's encoder
+	// reads it on another goroutine, and the next capture builds another,
+	// copying from this one. The cache holds one of last's holds.
+	last *streamEncoding
 	// allStale is set when the spans cannot be trusted: a command that
 	// changes streams it does not name, a capture that failed midway.
 	allStale bool
@@ -51,11 +53,110 @@ func (c *snapshotCache) cached(s *stream) []byte {
 	if c.allStale || s.enc.n == 0 {
 		return nil
 	}
-	return c.arena[s.enc.off : s.enc.off+s.enc.n]
+	return c.last.metas[s.enc.off : s.enc.off+s.enc.n]
 }
 
 // drop forgets every encoding: the next capture encodes every stream.
-func (c *snapshotCache) drop() { c.allStale, c.arena, c.streams = true, nil, 0 }
+func (c *snapshotCache) drop() { c.replace(nil) }
+
+// replace makes e (nil: none) the last capture, releasing the cache's hold
+// on the one it replaces.
+func (c *snapshotCache) replace(e *streamEncoding) {
+	if c.last != nil {
+		c.last.release()
+	}
+	c.last, c.allStale = e, e == nil
+}
+
+// arenaSize is the room to give the arena of a capture of n streams: what
+// the last capture's streams took each, and a sixteenth more for what
+// grew since.
+func (c *snapshotCache) arenaSize(n int) int {
+	if c.last == nil || c.allStale || len(c.last.keys) == 0 {
+		return 96 * n
+	}
+	per := len(c.last.metas)/len(c.last.keys) + 1
+	return per*n + per*n/16
+}
+
+// A capture's buffers (its arena and the encoder's lists, about 170 bytes
+// per stream) serve later captures, of any group, once nothing reads them:
+// at a million streams, allocating them anew per capture was an eighth of
+// a saturated node's allocations, each charged with the collector's
+// marking of the whole heap. A capture has two holds on its buffers: the
+// cache's, released when a later capture (or a drop) replaces it, and its
+// encoder's, released when the encoding is done. An encoder that never
+// runs (a node stopping) keeps its capture from being reused; the
+// collector takes it.
+const (
+	// spareKeep bounds the captures kept for reuse: about one per shard
+	// worker in flight.
+	spareKeep = 4
+	// spareBytes bounds the size of a capture kept for reuse (a group of
+	// ~90,000 streams): a larger group's buffers are not worth holding
+	// between captures.
+	spareBytes = 16 << 20
+)
+
+var spares struct {
+	mu   sync.Mutex
+	list []*streamEncoding
+}
+
+// takeEncoding returns an empty encoding with room for n streams and an
+// arena of size bytes, reusing a spare one's buffers where they are large
+// enough. Its two holds are its caller's to hand out.
+func takeEncoding(n, size int) *streamEncoding {
+	var e *streamEncoding
+	spares.mu.Lock()
+	if k := len(spares.list); k > 0 {
+		e, spares.list[k-1], spares.list = spares.list[k-1], nil, spares.list[:k-1]
+	}
+	spares.mu.Unlock()
+	if e == nil {
+		e = &streamEncoding{}
+	}
+	e.keys, e.metas, e.ends = emptyWithRoom(e.keys, n), emptyWithRoom(e.metas, size), emptyWithRoom(e.ends, n)
+	e.colds, e.segs, e.segEnds = emptyWithRoom(e.colds, n), emptyWithRoom(e.segs, n), emptyWithRoom(e.segEnds, n)
+	e.holds.Store(2)
+	return e
+}
+
+// emptyWithRoom is s emptied, or a new slice when s has no room for n.
+func emptyWithRoom[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, 0, n)
+	}
+	return s[:0]
+}
+
+// release gives up one of e's holds; the last one makes its buffers a
+// spare, unless there are enough spares or e is too large to keep.
+func (e *streamEncoding) release() {
+	if e.holds.Add(-1) != 0 {
+		return
+	}
+	if e.size() > spareBytes {
+		return
+	}
+	// A spare must not keep the names, cold indexes and hot bytes of the
+	// streams it encoded alive.
+	clear(e.keys)
+	clear(e.colds)
+	clear(e.segs)
+	proto.Reset(&e.scratch)
+	spares.mu.Lock()
+	defer spares.mu.Unlock()
+	if len(spares.list) < spareKeep {
+		spares.list = append(spares.list, e)
+	}
+}
+
+// size is the bytes e's buffers take.
+func (e *streamEncoding) size() int {
+	return cap(e.metas) + cap(e.keys)*int(unsafe.Sizeof(Key{})) + (cap(e.ends)+cap(e.segEnds)+cap(e.order))*8 +
+		(cap(e.colds)+cap(e.segs))*int(unsafe.Sizeof([]byte(nil)))
+}
 
 // spanOf is the span [start, end) of an arena being built, or none when
 // the arena has outgrown what a span can address.

@@ -26,7 +26,13 @@ func init() {
 		if err := m.checkCache(); err != nil {
 			panic(fmt.Sprintf("after %T: %v", cmd.GetOp(), err))
 		}
-		m.captureLocked()
+		// Encoded, as the snapshot worker would, so that the next
+		// captures reuse its buffers: a capture that wrote into buffers
+		// something still reads fails the next check.
+		encode, _ := m.captureLocked()
+		if _, err := encode(nil); err != nil {
+			panic(fmt.Sprintf("after %T: %v", cmd.GetOp(), err))
+		}
 	}
 }
 
