@@ -95,6 +95,7 @@ func (m *Machine) captureLocked() (encode func(buf []byte) ([]byte, error), appl
 		}
 		s.enc = spanOf(start, len(enc.metas))
 	}
+	enc.streams = len(enc.keys)
 	m.cache.replace(enc)
 	var used atomic.Bool
 	return func(buf []byte) ([]byte, error) {
@@ -102,7 +103,7 @@ func (m *Machine) captureLocked() (encode func(buf []byte) ([]byte, error), appl
 		if used.Swap(true) {
 			return nil, errors.New("stream: a snapshot capture is encoded once")
 		}
-		defer enc.release()
+		defer enc.encoded()
 		head, err := snapshotMarshal.MarshalAppend(buf[:0], snap)
 		if err != nil {
 			return nil, err
@@ -137,8 +138,19 @@ func fieldNumber(m proto.Message, name protoreflect.Name) protowire.Number {
 // appending the parts the metadata message lacks yields a valid
 // StreamState, decoded by Restore like any other.
 type streamEncoding struct {
-	keys  []Key // the streams, in the order they were added
+	// metas is the arena: the streams' encodings, one after another. It
+	// outlives the rest as the cache of the next capture.
 	metas []byte
+	// holds counts who still reads metas (see takeEncoding).
+	holds atomic.Int32
+	// streams is how many streams metas holds (to size the next arena).
+	streams int
+	*encodingLists
+}
+
+// encodingLists are the parts of a streamEncoding only its encoder reads.
+type encodingLists struct {
+	keys  []Key    // the streams, in the order they were added
 	ends  []int    // ends[i]: where stream i's part of metas ends
 	colds [][]byte // colds[i]: stream i's cold_index fields
 	// segs are the streams' hot bytes, in one list rather than a list
@@ -151,8 +163,6 @@ type streamEncoding struct {
 	scratch storagev1.StreamState
 	// order is the streams' order in the snapshot, built by appendTo.
 	order []int
-	// holds counts who still reads the buffers (see takeEncoding).
-	holds atomic.Int32
 }
 
 // add adds stream s, named k, as the next stream: cached, its encoding

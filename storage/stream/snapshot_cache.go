@@ -72,51 +72,56 @@ func (c *snapshotCache) replace(e *streamEncoding) {
 // the last capture's streams took each, and a sixteenth more for what
 // grew since.
 func (c *snapshotCache) arenaSize(n int) int {
-	if c.last == nil || c.allStale || len(c.last.keys) == 0 {
+	if c.last == nil || c.allStale || c.last.streams == 0 {
 		return 96 * n
 	}
-	per := len(c.last.metas)/len(c.last.keys) + 1
+	per := len(c.last.metas)/c.last.streams + 1
 	return per*n + per*n/16
 }
 
-// A capture's buffers (its arena and the encoder's lists, about 170 bytes
-// per stream) serve later captures, of any group, once nothing reads them:
-// at a million streams, allocating them anew per capture was an eighth of
-// a saturated node's allocations, each charged with the collector's
-// marking of the whole heap. A capture has two holds on its buffers: the
-// cache's, released when a later capture (or a drop) replaces it, and its
-// encoder's, released when the encoding is done. An encoder that never
-// runs (a node stopping) keeps its capture from being reused; the
+// A capture's buffers serve later captures, of any group, once nothing
+// reads them: at a million streams, allocating them anew per capture was
+// an eighth of a saturated node's allocations, each charged with the
+// collector's marking of the whole heap. Its lists (names, spans,
+// references: about 100 bytes per stream) are read by its encoder only,
+// and are spare once it is done. Its arena is also the cache of the
+// group's next capture, so it has two holds: the cache's, released when
+// a later capture (or a drop) replaces it, and the encoder's. A capture
+// whose encoder never runs (a node stopping) is never reused; the
 // collector takes it.
 const (
-	// spareKeep bounds the captures kept for reuse: about one per shard
-	// worker in flight.
+	// spareKeep bounds the arenas, and the lists, kept for reuse: about
+	// one per shard worker in flight.
 	spareKeep = 4
-	// spareBytes bounds the size of a capture kept for reuse (a group of
-	// ~90,000 streams): a larger group's buffers are not worth holding
-	// between captures.
+	// spareBytes bounds the size of an arena or lists kept for reuse (a
+	// group of ~90,000 streams): a larger group's buffers are not worth
+	// holding between captures.
 	spareBytes = 16 << 20
 )
 
 var spares struct {
-	mu   sync.Mutex
-	list []*streamEncoding
+	mu     sync.Mutex
+	arenas [][]byte
+	lists  []*encodingLists
 }
 
 // takeEncoding returns an empty encoding with room for n streams and an
-// arena of size bytes, reusing a spare one's buffers where they are large
-// enough. Its two holds are its caller's to hand out.
+// arena of size bytes, reusing spare buffers where they are large enough.
+// Its two holds on the arena are its caller's to hand out.
 func takeEncoding(n, size int) *streamEncoding {
-	var e *streamEncoding
+	e := &streamEncoding{}
 	spares.mu.Lock()
-	if k := len(spares.list); k > 0 {
-		e, spares.list[k-1], spares.list = spares.list[k-1], nil, spares.list[:k-1]
+	if k := len(spares.arenas); k > 0 {
+		e.metas, spares.arenas[k-1], spares.arenas = spares.arenas[k-1], nil, spares.arenas[:k-1]
+	}
+	if k := len(spares.lists); k > 0 {
+		e.encodingLists, spares.lists[k-1], spares.lists = spares.lists[k-1], nil, spares.lists[:k-1]
 	}
 	spares.mu.Unlock()
-	if e == nil {
-		e = &streamEncoding{}
+	if e.encodingLists == nil {
+		e.encodingLists = &encodingLists{}
 	}
-	e.keys, e.metas, e.ends = emptyWithRoom(e.keys, n), emptyWithRoom(e.metas, size), emptyWithRoom(e.ends, n)
+	e.metas, e.keys, e.ends = emptyWithRoom(e.metas, size), emptyWithRoom(e.keys, n), emptyWithRoom(e.ends, n)
 	e.colds, e.segs, e.segEnds = emptyWithRoom(e.colds, n), emptyWithRoom(e.segs, n), emptyWithRoom(e.segEnds, n)
 	e.holds.Store(2)
 	return e
@@ -130,32 +135,45 @@ func emptyWithRoom[T any](s []T, n int) []T {
 	return s[:0]
 }
 
-// release gives up one of e's holds; the last one makes its buffers a
-// spare, unless there are enough spares or e is too large to keep.
-func (e *streamEncoding) release() {
-	if e.holds.Add(-1) != 0 {
-		return
-	}
-	if e.size() > spareBytes {
+// encoded is called by e's encoder when it is done: the lists become
+// spare, and the encoder's hold on the arena is released.
+func (e *streamEncoding) encoded() {
+	l := e.encodingLists
+	e.encodingLists = nil
+	e.release()
+	if l.size() > spareBytes {
 		return
 	}
 	// A spare must not keep the names, cold indexes and hot bytes of the
 	// streams it encoded alive.
-	clear(e.keys)
-	clear(e.colds)
-	clear(e.segs)
-	proto.Reset(&e.scratch)
+	clear(l.keys)
+	clear(l.colds)
+	clear(l.segs)
+	proto.Reset(&l.scratch)
 	spares.mu.Lock()
 	defer spares.mu.Unlock()
-	if len(spares.list) < spareKeep {
-		spares.list = append(spares.list, e)
+	if len(spares.lists) < spareKeep {
+		spares.lists = append(spares.lists, l)
 	}
 }
 
-// size is the bytes e's buffers take.
-func (e *streamEncoding) size() int {
-	return cap(e.metas) + cap(e.keys)*int(unsafe.Sizeof(Key{})) + (cap(e.ends)+cap(e.segEnds)+cap(e.order))*8 +
-		(cap(e.colds)+cap(e.segs))*int(unsafe.Sizeof([]byte(nil)))
+// release gives up one of the holds on e's arena; the last one makes it
+// spare, unless there are enough spares or it is too large to keep.
+func (e *streamEncoding) release() {
+	if e.holds.Add(-1) != 0 || cap(e.metas) > spareBytes {
+		return
+	}
+	spares.mu.Lock()
+	defer spares.mu.Unlock()
+	if len(spares.arenas) < spareKeep {
+		spares.arenas = append(spares.arenas, e.metas)
+	}
+}
+
+// size is the bytes l's buffers take.
+func (l *encodingLists) size() int {
+	return cap(l.keys)*int(unsafe.Sizeof(Key{})) + (cap(l.ends)+cap(l.segEnds)+cap(l.order))*8 +
+		(cap(l.colds)+cap(l.segs))*int(unsafe.Sizeof([]byte(nil)))
 }
 
 // spanOf is the span [start, end) of an arena being built, or none when
