@@ -2,6 +2,7 @@ package stream
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -111,8 +112,17 @@ var spares struct {
 func takeEncoding(n, size int) *streamEncoding {
 	e := &streamEncoding{}
 	spares.mu.Lock()
-	if k := len(spares.arenas); k > 0 {
-		e.metas, spares.arenas[k-1], spares.arenas = spares.arenas[k-1], nil, spares.arenas[:k-1]
+	// The smallest spare arena with room: the groups of a node differ in
+	// size, and their arenas grow as their streams do.
+	best := -1
+	for i, a := range spares.arenas {
+		if cap(a) >= size && (best < 0 || cap(a) < cap(spares.arenas[best])) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		e.metas = spares.arenas[best]
+		spares.arenas = slices.Delete(spares.arenas, best, best+1)
 	}
 	if k := len(spares.lists); k > 0 {
 		e.encodingLists, spares.lists[k-1], spares.lists = spares.lists[k-1], nil, spares.lists[:k-1]
@@ -121,7 +131,12 @@ func takeEncoding(n, size int) *streamEncoding {
 	if e.encodingLists == nil {
 		e.encodingLists = &encodingLists{}
 	}
-	e.metas, e.keys, e.ends = emptyWithRoom(e.metas, size), emptyWithRoom(e.keys, n), emptyWithRoom(e.ends, n)
+	if e.metas == nil {
+		// An eighth more, so that the arena serves later captures of
+		// groups a little larger, or grown since.
+		e.metas = make([]byte, 0, size+size/8)
+	}
+	e.metas, e.keys, e.ends = e.metas[:0], emptyWithRoom(e.keys, n), emptyWithRoom(e.ends, n)
 	e.colds, e.segs, e.segEnds = emptyWithRoom(e.colds, n), emptyWithRoom(e.segs, n), emptyWithRoom(e.segEnds, n)
 	e.holds.Store(2)
 	return e
@@ -152,9 +167,7 @@ func (e *streamEncoding) encoded() {
 	proto.Reset(&l.scratch)
 	spares.mu.Lock()
 	defer spares.mu.Unlock()
-	if len(spares.lists) < spareKeep {
-		spares.lists = append(spares.lists, l)
-	}
+	spares.lists = keepNewest(spares.lists, l)
 }
 
 // release gives up one of the holds on e's arena; the last one makes it
@@ -165,9 +178,17 @@ func (e *streamEncoding) release() {
 	}
 	spares.mu.Lock()
 	defer spares.mu.Unlock()
-	if len(spares.arenas) < spareKeep {
-		spares.arenas = append(spares.arenas, e.metas)
+	spares.arenas = keepNewest(spares.arenas, e.metas)
+}
+
+// keepNewest adds x to the spares list, dropping its oldest one when
+// full: the newest spares have the sizes the groups have now, and a list
+// of old ones too small for any would keep the new ones out.
+func keepNewest[T any](list []T, x T) []T {
+	if len(list) == spareKeep {
+		list = slices.Delete(list, 0, 1)
 	}
+	return append(list, x)
 }
 
 // size is the bytes l's buffers take.

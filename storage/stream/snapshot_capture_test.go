@@ -177,6 +177,9 @@ func TestCaptureBuffersWaitForTheirEncoder(t *testing.T) {
 // Once a group's captures are encoded, its next captures take their arenas
 // from earlier ones rather than allocating them.
 func TestCapturesReuseReleasedBuffers(t *testing.T) {
+	spares.mu.Lock()
+	spares.arenas, spares.lists = nil, nil // those of earlier tests
+	spares.mu.Unlock()
 	a := newApplier(t)
 	fillStreams(a, 50, func(i int) string { return fmt.Sprintf("s-%02d", i) }, true)
 	seen := map[*byte]bool{}
