@@ -69,15 +69,13 @@ func (c *snapshotCache) replace(e *streamEncoding) {
 	c.last, c.allStale = e, e == nil
 }
 
-// arenaSize is the room to give the arena of a capture of n streams: what
-// the last capture's streams took each, and a sixteenth more for what
-// grew since.
+// arenaSize is what the arena of a capture of n streams is expected to
+// take: what the last capture's streams took each.
 func (c *snapshotCache) arenaSize(n int) int {
 	if c.last == nil || c.allStale || c.last.streams == 0 {
 		return 96 * n
 	}
-	per := len(c.last.metas)/c.last.streams + 1
-	return per*n + per*n/16
+	return (len(c.last.metas)/c.last.streams + 1) * n
 }
 
 // A capture's buffers serve later captures, of any group, once nothing
@@ -107,16 +105,19 @@ var spares struct {
 }
 
 // takeEncoding returns an empty encoding with room for n streams and an
-// arena of size bytes, reusing spare buffers where they are large enough.
-// Its two holds on the arena are its caller's to hand out.
+// arena of at least size bytes and a little more, reusing spare buffers
+// where they are large enough. Its two holds on the arena are its
+// caller's to hand out.
 func takeEncoding(n, size int) *streamEncoding {
 	e := &streamEncoding{}
+	// The smallest spare arena with room for what the streams took last
+	// time and a little more (an arena that overflows is grown by
+	// copying): the groups of a node differ in size, and grow.
+	room := size + size/32
 	spares.mu.Lock()
-	// The smallest spare arena with room: the groups of a node differ in
-	// size, and their arenas grow as their streams do.
 	best := -1
 	for i, a := range spares.arenas {
-		if cap(a) >= size && (best < 0 || cap(a) < cap(spares.arenas[best])) {
+		if cap(a) >= room && (best < 0 || cap(a) < cap(spares.arenas[best])) {
 			best = i
 		}
 	}
@@ -132,9 +133,11 @@ func takeEncoding(n, size int) *streamEncoding {
 		e.encodingLists = &encodingLists{}
 	}
 	if e.metas == nil {
-		// An eighth more, so that the arena serves later captures of
-		// groups a little larger, or grown since.
-		e.metas = make([]byte, 0, size+size/8)
+		// A quarter more, so that the arena serves later captures of
+		// groups a little larger, or grown since: groups whose streams
+		// gain producers or records between captures outgrew arenas
+		// allocated an eighth larger within a few captures.
+		e.metas = make([]byte, 0, size+size/4)
 	}
 	e.metas, e.keys, e.ends = e.metas[:0], emptyWithRoom(e.keys, n), emptyWithRoom(e.ends, n)
 	e.colds, e.segs, e.segEnds = emptyWithRoom(e.colds, n), emptyWithRoom(e.segs, n), emptyWithRoom(e.segEnds, n)
