@@ -22,7 +22,7 @@ const wantTests = 338
 // allowLoopbackWebhooks lets the suite's webhook receivers, which listen on
 // this machine, be subscribed to: the default refuses webhooks to loopback
 // addresses.
-var allowLoopbackWebhooks = []string{"-subscriptions.allow-webhook-hosts=127.0.0.0/8,::1,localhost"}
+var allowLoopbackWebhooks = []string{"-subscriptions.allow_webhook_hosts=127.0.0.0/8,::1,localhost"}
 
 func TestMain(m *testing.M) { os.Exit(e2e.Main(m)) }
 

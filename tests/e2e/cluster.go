@@ -393,7 +393,7 @@ func (c *Cluster) ClientPlaneFlags(role string) []string {
 	if cp.TLS.IsZero() {
 		return nil
 	}
-	return []string{"-upstream.tls.ca-file=" + cp.TLS.CAFile, "-upstream.tls.cert-file=" + cp.TLS.CertFile, "-upstream.tls.key-file=" + cp.TLS.KeyFile}
+	return []string{"-upstream.tls.ca_file=" + cp.TLS.CAFile, "-upstream.tls.cert_file=" + cp.TLS.CertFile, "-upstream.tls.key_file=" + cp.TLS.KeyFile}
 }
 
 // ClientPlaneTOML is the [upstream] keys of a process of role.
@@ -450,11 +450,11 @@ func (c *Cluster) newNode(cfg NodeConfig) (*Node, error) {
 		WorkDir:     dir,
 		ListenFlags: []string{},
 		Addrs: map[string]string{
-			"node.listen":    cfg.Listen,
-			"admin.listen":   cfg.AdminListen,
-			"cluster.listen": cfg.ClusterListen,
+			"server.listen":         cfg.Listen,
+			"server.admin_listen":   cfg.AdminListen,
+			"server.cluster_listen": cfg.ClusterListen,
 		},
-		ReadyFlag:    "node.listen",
+		ReadyFlag:    "server.listen",
 		Args:         []string{"-config", n.ConfigPath},
 		TLS:          c.httpsConfig(cfg),
 		ReadyTimeout: c.opts.ReadyTimeout,
@@ -872,9 +872,9 @@ func (n *Node) Reconfigure(mutate func(*NodeConfig)) error {
 	mutate(&n.Config)
 	n.ID = n.Config.NodeID
 	n.Server.opts.Addrs = map[string]string{
-		"node.listen":    n.Config.Listen,
-		"admin.listen":   n.Config.AdminListen,
-		"cluster.listen": n.Config.ClusterListen,
+		"server.listen":         n.Config.Listen,
+		"server.admin_listen":   n.Config.AdminListen,
+		"server.cluster_listen": n.Config.ClusterListen,
 	}
 	n.Server.Addrs = maps.Clone(n.Server.opts.Addrs)
 	if err := os.MkdirAll(n.Config.DataDir, 0o755); err != nil {

@@ -14,14 +14,14 @@ import (
 func ColdS3Args(t testing.TB, s3 *objstoretest.S3Server, bucket, prefix string) (args, env []string) {
 	s3.CreateBucket(t, bucket)
 	args = []string{
-		"-cold.backend=s3",
-		"-cold.s3.bucket=" + bucket,
-		"-cold.s3.endpoint=" + s3.Endpoint,
-		"-cold.s3.region=us-east-1",
-		"-cold.s3.path-style",
+		"-storage.cold.backend=s3",
+		"-storage.cold.s3.bucket=" + bucket,
+		"-storage.cold.s3.endpoint=" + s3.Endpoint,
+		"-storage.cold.s3.region=us-east-1",
+		"-storage.cold.s3.path_style",
 	}
 	if prefix != "" {
-		args = append(args, "-cold.s3.prefix="+prefix)
+		args = append(args, "-storage.cold.root="+prefix)
 	}
 	env = []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey}
 	return args, env
@@ -31,23 +31,23 @@ func ColdS3Args(t testing.TB, s3 *objstoretest.S3Server, bucket, prefix string) 
 // chunks of a few KiB and read them back through a tiny cache, so that
 // reads constantly cross the cold/hot boundary.
 var TinyFlushArgs = []string{
-	"-cold.flush-bytes=2048",
-	"-cold.flush-age=20ms",
-	"-cold.group-flush-bytes=4096",
-	"-cold.max-chunk-bytes=4096",
-	"-cold.external-min-bytes=32768",
-	"-cold.flush-interval=10ms",
-	"-cold.block-bytes=1024",
-	"-cold.cache-bytes=16384",
+	"-storage.cold.flush_bytes=2048",
+	"-storage.cold.flush_age=20ms",
+	"-storage.cold.group_flush_bytes=4096",
+	"-storage.cold.max_chunk_bytes=4096",
+	"-runtime.external_payload_min_size=32768",
+	"-storage.cold.flush_interval=10ms",
+	"-storage.cold.block_bytes=1024",
+	"-storage.cold.cache_bytes=16384",
 }
 
 // NodeMetrics fetches the /__ursula/metrics document of the server's node
-// (the node.listen listener of an all-in-one or node process) as a map.
+// (the server.listen listener of an all-in-one or node process) as a map.
 func (s *Server) NodeMetrics(tb testing.TB) map[string]any {
 	tb.Helper()
-	addr := s.Addrs["node.listen"]
+	addr := s.Addrs["server.listen"]
 	if addr == "" {
-		tb.Fatalf("server %s has no node.listen listener", s.Bin)
+		tb.Fatalf("server %s has no server.listen listener", s.Bin)
 	}
 	var m map[string]any
 	if _, err := getJSON(tb.Context(), s.HTTPClient(3*time.Second), s.scheme()+addr+"/__ursula/metrics", &m); err != nil {

@@ -56,7 +56,7 @@ func TestColdMemoryBounded(t *testing.T) {
 	start := time.Now()
 	s3srv := objstoretest.NewS3Server(t)
 	args, env := ColdS3Args(t, s3srv, coldS3Bucket, datedPrefix("memory-bounded"))
-	args = append(args, "-cold.hot-cap-bytes="+strconv.Itoa(memHotCap), "-raft.group-count="+strconv.Itoa(coldGroupCount))
+	args = append(args, "-storage.cold.hot_cap_bytes="+strconv.Itoa(memHotCap), "-raft.group_count="+strconv.Itoa(coldGroupCount))
 	srv := StartServer(t, Options{Args: args, Env: env})
 	c := NewClient(srv.URL())
 	ctx := t.Context()
@@ -420,7 +420,7 @@ type memStats struct {
 func startMemSampler(srv *Server, interval time.Duration) *memSampler {
 	s := &memSampler{done: make(chan struct{})}
 	pid := srv.PID()
-	metricsURL := "http://" + srv.Addrs["node.listen"] + "/__ursula/metrics"
+	metricsURL := "http://" + srv.Addrs["server.listen"] + "/__ursula/metrics"
 	s.wg.Go(func() {
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
@@ -508,15 +508,15 @@ func TestColdStoreOutage(t *testing.T) {
 	s3srv := objstoretest.NewS3Server(t)
 	args, env := ColdS3Args(t, s3srv, coldS3Bucket, datedPrefix("store-outage"))
 	args = append(args,
-		"-raft.group-count="+strconv.Itoa(groups),
-		"-cold.hot-cap-bytes="+strconv.Itoa(hotCap),
-		"-cold.group-flush-bytes=262144",
-		"-cold.flush-age=50ms",
-		"-cold.block-bytes=16384",
-		"-cold.cache-bytes=65536",
+		"-raft.group_count="+strconv.Itoa(groups),
+		"-storage.cold.hot_cap_bytes="+strconv.Itoa(hotCap),
+		"-storage.cold.group_flush_bytes=262144",
+		"-storage.cold.flush_age=50ms",
+		"-storage.cold.block_bytes=16384",
+		"-storage.cold.cache_bytes=65536",
 		// Every append stays in the Raft log: none is stored as an
 		// object of its own before it is proposed.
-		"-cold.external-min-bytes=33554432",
+		"-runtime.external_payload_min_size=33554432",
 	)
 	srv := StartServer(t, Options{Args: args, Env: env})
 	c := NewClient(srv.URL())
@@ -793,7 +793,7 @@ func TestColdBucketPurge(t *testing.T) {
 	s3srv := objstoretest.NewS3Server(t)
 	prefix := datedPrefix("purge-test")
 	args, env := ColdS3Args(t, s3srv, coldS3Bucket, prefix)
-	args = append(args, "-raft.group-count="+strconv.Itoa(coldGroupCount))
+	args = append(args, "-raft.group_count="+strconv.Itoa(coldGroupCount))
 	srv := StartServer(t, Options{Args: append(args, TinyFlushArgs...), Env: env})
 	ctx := t.Context()
 	hc := NewClient(srv.URL()).HTTP
@@ -853,7 +853,7 @@ func TestColdBucketPurge(t *testing.T) {
 		t.Logf("%d objects under %s/%s/", len(before[bucket]), prefix, bucket)
 	}
 
-	purgeURL := "http://" + srv.Addrs["admin.listen"] + "/__ursula/purge/tenant-a"
+	purgeURL := "http://" + srv.Addrs["server.admin_listen"] + "/__ursula/purge/tenant-a"
 	inc, _ := srv.NodeMetrics(t)["process_incarnation"].(string)
 	if inc == "" {
 		t.Fatal("/__ursula/metrics has no process_incarnation")
@@ -928,7 +928,7 @@ func TestColdBucketPurge(t *testing.T) {
 		t.Errorf("after the second purge, %d objects under %s/tenant-a/", len(got), prefix)
 	}
 
-	for name, addr := range map[string]string{"gateway": srv.URL(), "node client plane": "http://" + srv.Addrs["node.listen"]} {
+	for name, addr := range map[string]string{"gateway": srv.URL(), "node client plane": "http://" + srv.Addrs["server.listen"]} {
 		if resp := mustDo(ctx, t, hc, http.MethodDelete, addr+"/__ursula/purge/tenant-a", incHeader(inc), nil); resp.Status != http.StatusNotFound {
 			t.Errorf("DELETE /__ursula/purge/tenant-a on the %s listener: want 404, got %v", name, resp)
 		}

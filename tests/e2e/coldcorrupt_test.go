@@ -31,7 +31,7 @@ func TestColdObjectCorrupt(t *testing.T) {
 	coldDir := filepath.Join(t.TempDir(), "cold")
 	srv := StartServer(t, Options{
 		DataDir: filepath.Join(t.TempDir(), "data"),
-		Args:    append([]string{"-cold.backend=fs", "-cold.dir=" + coldDir}, TinyFlushArgs...),
+		Args:    append([]string{"-storage.cold.backend=fs", "-storage.cold.root=" + coldDir}, TinyFlushArgs...),
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()

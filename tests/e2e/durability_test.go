@@ -105,7 +105,7 @@ type deployment struct {
 func startAllInOne(t *testing.T, fsync string) *deployment {
 	srv := StartServer(t, Options{
 		DataDir: filepath.Join(t.TempDir(), "data"),
-		Args:    []string{"-raft.fsync=" + fsync},
+		Args:    []string{"-raft.wal.fsync=" + fsync},
 	})
 	return &deployment{url: srv.URL(), victim: srv}
 }
@@ -121,7 +121,7 @@ func startSplit(t *testing.T, fsync string) *deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodeFlags, err := DefinedFlags(nodeBin, "node.listen", "admin.listen", "cluster.listen")
+	nodeFlags, err := DefinedFlags(nodeBin, "server.listen", "server.admin_listen", "server.cluster_listen")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,14 +131,14 @@ func startSplit(t *testing.T, fsync string) *deployment {
 		WorkDir:     filepath.Join(t.TempDir(), "node"),
 		DataDir:     filepath.Join(t.TempDir(), "data"),
 		ListenFlags: nodeFlags,
-		ReadyFlag:   "node.listen",
-		Args:        append([]string{"-raft.fsync=" + fsync}, nodeTok...),
+		ReadyFlag:   "server.listen",
+		Args:        append([]string{"-raft.wal.fsync=" + fsync}, nodeTok...),
 	})
 	gw := StartServer(t, Options{
 		Binary:      gwBin,
 		WorkDir:     filepath.Join(t.TempDir(), "gateway"),
 		ListenFlags: []string{"gateway.listen"},
-		Args:        append([]string{"-upstream.nodes=" + node.Addrs["node.listen"]}, gwTok...),
+		Args:        append([]string{"-upstream.nodes=" + node.Addrs["server.listen"]}, gwTok...),
 	})
 	return &deployment{url: gw.URL(), victim: node, others: []*Server{gw}}
 }

@@ -74,26 +74,26 @@ func TestFailStopPortTaken(t *testing.T) {
 		// its listen addresses.
 		prepare func(t *testing.T, taken string) *Server
 	}{
-		{"ursula/node.listen", "node", func(t *testing.T, taken string) *Server {
-			return prepareAllInOne(t, "node.listen", taken)
+		{"ursula/server.listen", "node", func(t *testing.T, taken string) *Server {
+			return prepareAllInOne(t, "server.listen", taken)
 		}},
 		{"ursula/gateway.listen", "gateway", func(t *testing.T, taken string) *Server {
 			return prepareAllInOne(t, "gateway.listen", taken)
 		}},
-		{"ursula/admin.listen", "node", func(t *testing.T, taken string) *Server {
-			return prepareAllInOne(t, "admin.listen", taken)
+		{"ursula/server.admin_listen", "node", func(t *testing.T, taken string) *Server {
+			return prepareAllInOne(t, "server.admin_listen", taken)
 		}},
-		{"ursula-node/node.listen", "node", func(t *testing.T, taken string) *Server {
+		{"ursula-node/server.listen", "node", func(t *testing.T, taken string) *Server {
 			return prepareServer(t, Options{
 				Binary:      binaryPath(t, "ursula-node"),
 				DataDir:     filepath.Join(t.TempDir(), "data"),
-				ListenFlags: []string{"admin.listen", "cluster.listen"},
-				Addrs:       map[string]string{"node.listen": taken},
-				ReadyFlag:   "node.listen",
-				Args:        []string{"-node.listen=" + taken},
+				ListenFlags: []string{"server.admin_listen", "server.cluster_listen"},
+				Addrs:       map[string]string{"server.listen": taken},
+				ReadyFlag:   "server.listen",
+				Args:        []string{"-server.listen=" + taken},
 			})
 		}},
-		{"ursula-node/cluster.listen/3-node", "node", func(t *testing.T, taken string) *Server {
+		{"ursula-node/server.cluster_listen/3-node", "node", func(t *testing.T, taken string) *Server {
 			// Node 1 of a 3-node configuration: its own cluster listener
 			// (server.cluster_listen, and its [[raft.peers]] entry) is the
 			// taken address. The other nodes are never started.
@@ -200,11 +200,11 @@ func TestFailStopColdStoreBroken(t *testing.T) {
 			opts := Options{
 				Binary:  binaryPath(t, tc.bin),
 				DataDir: filepath.Join(t.TempDir(), "data"),
-				Args:    []string{"-cold.backend=fs", "-cold.dir=" + coldDir},
+				Args:    []string{"-storage.cold.backend=fs", "-storage.cold.root=" + coldDir},
 			}
 			if tc.bin == "ursula-node" {
-				opts.ListenFlags = []string{"node.listen", "admin.listen", "cluster.listen"}
-				opts.ReadyFlag = "node.listen"
+				opts.ListenFlags = []string{"server.listen", "server.admin_listen", "server.cluster_listen"}
+				opts.ReadyFlag = "server.listen"
 			}
 			s := prepareServer(t, opts)
 			start := time.Now()
@@ -275,8 +275,8 @@ func runDataDirUnwritable(t *testing.T, split bool) {
 	// The cold store lives outside the data directory, so that only the
 	// data directory breaks.
 	args := []string{
-		"-raft.snapshot-entries=8", "-raft.snapshot-bytes=4096",
-		"-cold.backend=fs", "-cold.dir=" + filepath.Join(dir, "cold"),
+		"-raft.snapshot_entries=8", "-raft.snapshot_bytes=4096",
+		"-storage.cold.backend=fs", "-storage.cold.root=" + filepath.Join(dir, "cold"),
 	}
 	var victim, gw *Server
 	if split {
@@ -285,15 +285,15 @@ func runDataDirUnwritable(t *testing.T, split bool) {
 			Binary:      binaryPath(t, "ursula-node"),
 			WorkDir:     filepath.Join(dir, "node"),
 			DataDir:     dataDir,
-			ListenFlags: []string{"node.listen", "admin.listen", "cluster.listen"},
-			ReadyFlag:   "node.listen",
+			ListenFlags: []string{"server.listen", "server.admin_listen", "server.cluster_listen"},
+			ReadyFlag:   "server.listen",
 			Args:        append(args, nodeTok...),
 		})
 		gw = StartServer(t, Options{
 			Binary:      binaryPath(t, "ursula-gateway"),
 			WorkDir:     filepath.Join(dir, "gateway"),
 			ListenFlags: []string{"gateway.listen"},
-			Args:        append([]string{"-upstream.nodes=" + victim.Addrs["node.listen"]}, gwTok...),
+			Args:        append([]string{"-upstream.nodes=" + victim.Addrs["server.listen"]}, gwTok...),
 		})
 	} else {
 		victim = StartServer(t, Options{DataDir: dataDir, Args: args})

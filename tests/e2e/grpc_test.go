@@ -55,12 +55,12 @@ func TestGRPCurlFreshNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flags, err := DefinedFlags(nodeBin, "node.listen", "admin.listen", "cluster.listen")
+	flags, err := DefinedFlags(nodeBin, "server.listen", "server.admin_listen", "server.cluster_listen")
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := StartServer(t, Options{Binary: nodeBin, ListenFlags: flags, ReadyFlag: "node.listen"})
-	client, admin := node.Addrs["node.listen"], node.Addrs["admin.listen"]
+	node := StartServer(t, Options{Binary: nodeBin, ListenFlags: flags, ReadyFlag: "server.listen"})
+	client, admin := node.Addrs["server.listen"], node.Addrs["server.admin_listen"]
 	ctx := t.Context()
 
 	run := func(t *testing.T, args ...string) string {
@@ -191,12 +191,12 @@ func TestGRPCurlWildcardNode(t *testing.T) {
 	}
 	node := StartServer(t, Options{
 		Binary:      nodeBin,
-		ListenFlags: []string{"admin.listen", "cluster.listen"},
-		Addrs:       map[string]string{"node.listen": net.JoinHostPort("127.0.0.1", port)},
-		ReadyFlag:   "node.listen",
-		Args:        []string{"-node.listen=:" + port, "-node.allow-anonymous-clients"},
+		ListenFlags: []string{"server.admin_listen", "server.cluster_listen"},
+		Addrs:       map[string]string{"server.listen": net.JoinHostPort("127.0.0.1", port)},
+		ReadyFlag:   "server.listen",
+		Args:        []string{"-server.listen=:" + port, "-server.allow_anonymous_clients"},
 	})
-	out, err := grpcurl(t.Context(), t, bin, "-plaintext", node.Addrs["node.listen"], "list")
+	out, err := grpcurl(t.Context(), t, bin, "-plaintext", node.Addrs["server.listen"], "list")
 	if err != nil || !strings.Contains(out, "ursula.stream.v1.StreamService\n") {
 		t.Fatalf("grpcurl list over loopback: %v\n%s", err, out)
 	}

@@ -34,7 +34,7 @@ const (
 // gives each one the binary defines a free loopback port, so that tests never
 // touch the defaults (4437, 4438, 4439, 4447) a developer's `make run` may be
 // using.
-var DefaultListenFlags = []string{"gateway.listen", "node.listen", "admin.listen", "cluster.listen"}
+var DefaultListenFlags = []string{"gateway.listen", "server.listen", "server.admin_listen", "server.cluster_listen"}
 
 var probed struct {
 	mu    sync.Mutex
@@ -223,7 +223,7 @@ type Options struct {
 	// WorkDir is the process's working directory; empty means a fresh
 	// temporary directory, removed by Close.
 	WorkDir string
-	// DataDir is passed as -data-dir when set. Empty leaves the binary's
+	// DataDir is passed as -raft.wal.path when set. Empty leaves the binary's
 	// default (./data, inside WorkDir).
 	DataDir string
 	// ListenFlags get a free loopback address each, passed as -flag=addr.
@@ -361,7 +361,7 @@ func (s *Server) Args() []string {
 		args = append(args, "-"+f+"="+s.Addrs[f])
 	}
 	if s.opts.DataDir != "" {
-		args = append(args, "-data-dir="+s.opts.DataDir)
+		args = append(args, "-raft.wal.path="+s.opts.DataDir)
 	}
 	return append(args, s.opts.Args...)
 }
@@ -395,11 +395,11 @@ func SplitTokens(tb testing.TB) (nodeArgs, gatewayArgs []string) {
 	if err := os.WriteFile(gwFile, []byte(tok+"\n"), 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	return []string{"-node.token-file=" + nodeFile}, []string{"-upstream.token-file=" + gwFile}
+	return []string{"-server.client_token_file=" + nodeFile}, []string{"-upstream.token_file=" + gwFile}
 }
 
 // AdminTokenFile is the admin token file the process created in its data
-// directory on first start (-data-dir, or ./data in its working
+// directory on first start (-raft.wal.path, or ./data in its working
 // directory).
 func (s *Server) AdminTokenFile() string {
 	dir := s.opts.DataDir

@@ -48,7 +48,7 @@ func gatewayMetrics(tb testing.TB, srv *Server) map[string]float64 {
 // the gateway's metrics, with those metrics.
 func liveHeap(tb testing.TB, srv *Server) (uint64, map[string]float64) {
 	tb.Helper()
-	resp, err := http.Get("http://" + srv.Addrs["admin.listen"] + "/debug/pprof/heap?gc=1")
+	resp, err := http.Get("http://" + srv.Addrs["server.admin_listen"] + "/debug/pprof/heap?gc=1")
 	if err != nil {
 		tb.Fatalf("collect: %v", err)
 	}
@@ -106,10 +106,10 @@ func hostAddr(url string) string { return strings.TrimPrefix(url, "http://") }
 // middle of its headers, or stays idle after a request, is closed.
 func TestHTTPTimeouts(t *testing.T) {
 	srv := StartServer(t, Options{Args: []string{
-		"-gateway.http.body-read-timeout=1s", "-gateway.http.read-header-timeout=1s", "-gateway.http.idle-timeout=1s",
-		"-server.http.read-header-timeout=1s", "-server.http.idle-timeout=1s",
+		"-gateway.http.body_read_timeout=1s", "-gateway.http.read_header_timeout=1s", "-gateway.http.idle_timeout=1s",
+		"-server.http.read_header_timeout=1s", "-server.http.idle_timeout=1s",
 	}})
-	gw, client, admin := hostAddr(srv.URL()), srv.Addrs["node.listen"], srv.Addrs["admin.listen"]
+	gw, client, admin := hostAddr(srv.URL()), srv.Addrs["server.listen"], srv.Addrs["server.admin_listen"]
 
 	t.Run("stalled body", func(t *testing.T) {
 		c := dialNoRead(t, gw)
@@ -161,10 +161,10 @@ func TestSlowReadersMemoryBounded(t *testing.T) {
 		size    = 4 << 20
 	)
 	srv := StartServer(t, Options{Args: []string{
-		"-gateway.http.write-timeout=15s", "-gateway.read-chunk-bytes=8388608",
+		"-gateway.http.write_timeout=15s", "-gateway.read_chunk_bytes=8388608",
 		// The stream stays one hot chunk: no external payload, no flush.
-		"-cold.external-min-bytes=0", "-cold.flush-bytes=1073741824", "-cold.group-flush-bytes=1073741824",
-		"-cold.hot-cap-bytes=1073741824", "-cold.flush-age=1h",
+		"-runtime.external_payload_min_size=0", "-storage.cold.flush_bytes=1073741824", "-storage.cold.group_flush_bytes=1073741824",
+		"-storage.cold.hot_cap_bytes=1073741824", "-storage.cold.flush_age=1h",
 	}})
 	ctx := t.Context()
 	c := NewClient(srv.URL())
@@ -215,7 +215,7 @@ func TestSlowReadersMemoryBounded(t *testing.T) {
 // given back.
 func TestHeadersOnlyBodiesBounded(t *testing.T) {
 	const conns = 20
-	srv := StartServer(t, Options{Args: []string{"-gateway.http.body-read-timeout=10s"}})
+	srv := StartServer(t, Options{Args: []string{"-gateway.http.body_read_timeout=10s"}})
 	c := NewClient(srv.URL())
 	if resp, err := c.Create(t.Context(), "announced", "application/octet-stream", nil); err != nil || resp.Status != http.StatusCreated {
 		t.Fatalf("create: %v %v", resp, err)
@@ -257,7 +257,7 @@ func TestHeadersOnlyBodiesBounded(t *testing.T) {
 // without one is still served, and once the two are gone the refused one
 // goes through.
 func TestBodyBudgetRefuses(t *testing.T) {
-	srv := StartServer(t, Options{Args: []string{"-server.http-inflight-body-size=67108864", "-gateway.http.body-read-timeout=1m"}})
+	srv := StartServer(t, Options{Args: []string{"-server.http_inflight_body_size=67108864", "-gateway.http.body_read_timeout=1m"}})
 	c := NewClient(srv.URL())
 	ctx := t.Context()
 	if resp, err := c.Create(ctx, "budget", "application/octet-stream", nil); err != nil || resp.Status != http.StatusCreated {
@@ -314,10 +314,10 @@ func TestBodyLimitsRefuseStart(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"ursula", []string{"-server.http-inflight-body-size=67108863"}, "InflightBodyBudgetTooSmall"},
-		{"ursula-node", []string{"-server.http-inflight-body-size=33554432"}, "InflightBodyBudgetTooSmall"},
-		{"ursula-gateway", []string{"-upstream.nodes=127.0.0.1:1", "-server.http-inflight-body-size=16777216"}, "InflightBodyBudgetTooSmall"},
-		{"ursula-gateway", []string{"-upstream.nodes=127.0.0.1:1", "-gateway.max-body-bytes=33554433"}, "33554432"},
+		{"ursula", []string{"-server.http_inflight_body_size=67108863"}, "InflightBodyBudgetTooSmall"},
+		{"ursula-node", []string{"-server.http_inflight_body_size=33554432"}, "InflightBodyBudgetTooSmall"},
+		{"ursula-gateway", []string{"-upstream.nodes=127.0.0.1:1", "-server.http_inflight_body_size=16777216"}, "InflightBodyBudgetTooSmall"},
+		{"ursula-gateway", []string{"-upstream.nodes=127.0.0.1:1", "-gateway.max_body_bytes=33554433"}, "33554432"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.bin+" "+strings.Join(tc.args, " "), func(t *testing.T) {

@@ -187,7 +187,7 @@ func TestPrometheusConventionsAllInOne(t *testing.T) {
 		`ursula_raft_recovery_gates`,
 	)
 	// The admin plane serves the same exposition.
-	lintScrape(t, "all-in-one admin plane", "http://"+srv.Addrs["admin.listen"]+"/__ursula/prometheus")
+	lintScrape(t, "all-in-one admin plane", "http://"+srv.Addrs["server.admin_listen"]+"/__ursula/prometheus")
 
 	if code, body := httpGet(t, metricsBase+"/__ursula/ready"); code != http.StatusOK {
 		t.Errorf("GET /__ursula/ready on the metrics plane: %d %s", code, body)

@@ -23,7 +23,7 @@ func TestOpenAPIServed(t *testing.T) {
 		name, url, file string
 	}{
 		{"gateway", srv.URL() + "/__ursula/openapi.json", "gateway/openapi.json"},
-		{"admin plane", "http://" + srv.Addrs["admin.listen"] + "/__ursula/openapi.json", "services/node/openapi/admin.json"},
+		{"admin plane", "http://" + srv.Addrs["server.admin_listen"] + "/__ursula/openapi.json", "services/node/openapi/admin.json"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want, err := os.ReadFile(filepath.Join(root, tc.file))

@@ -103,7 +103,7 @@ func TestCleanShutdownDamagedTailRefused(t *testing.T) {
 		t.Fatalf("read %q after the restore, want %q", got, want)
 	}
 	var m Metrics
-	if _, err := getJSON(ctx, srv.HTTPClient(3*time.Second), "http://"+srv.Addrs["node.listen"]+"/__ursula/metrics", &m); err != nil {
+	if _, err := getJSON(ctx, srv.HTTPClient(3*time.Second), "http://"+srv.Addrs["server.listen"]+"/__ursula/metrics", &m); err != nil {
 		t.Fatal(err)
 	}
 	if m.WALRecovery {
