@@ -822,6 +822,5 @@ func splitList(s string) []string {
 func runID() string { return fmt.Sprintf("%x", time.Now().UnixNano()) }
 
 // ursulaListen are the listen settings the bench gives the all-in-one
-// binary free ports for, by their canonical names (the harness's defaults
-// are the deprecated aliases, which the binary warns about).
-var ursulaListen = []string{"gateway.listen", "server.listen", "server.admin_listen", "server.cluster_listen"}
+// binary free ports for: all of them, the harness's defaults.
+var ursulaListen = e2e.DefaultListenFlags

@@ -13,10 +13,6 @@ import (
 // serverBinaries are the binaries that run app.Main, one per target.
 var serverBinaries = []string{"ursula", "ursula-node", "ursula-gateway", "ursula-coldgc", "ursula-backup"}
 
-// deprecatedWarning is what a binary logs for each deprecated name a
-// configuration uses.
-const deprecatedWarning = "deprecated setting name"
-
 // TestExampleConfig keeps deploy/ursula.example.toml true: every server
 // binary accepts it with -verify-config (unknown keys are errors), and it
 // uses no deprecated name.
@@ -38,7 +34,7 @@ func TestExampleConfig(t *testing.T) {
 			if err != nil {
 				t.Errorf("%s -config %s -verify-config: %v\n%s", name, example, err, out)
 			}
-			if bytes.Contains(out, []byte(deprecatedWarning)) {
+			if bytes.Contains(out, []byte(DeprecatedWarning)) {
 				t.Errorf("%s uses deprecated names:\n%s", example, out)
 			}
 		})
@@ -100,7 +96,7 @@ func TestHelpVersionAndEnvironment(t *testing.T) {
 				t.Errorf("bad value: %v\n%s", err, errOut)
 			}
 			_, errOut, err = run(nil, "-config", file, "-verify-config", "-data-dir=./d")
-			if err != nil || !strings.Contains(errOut, deprecatedWarning) || !strings.Contains(errOut, "-raft.wal.path") {
+			if err != nil || !strings.Contains(errOut, DeprecatedWarning) || !strings.Contains(errOut, "-raft.wal.path") {
 				t.Errorf("deprecated flag: %v\n%s", err, errOut)
 			}
 		})
@@ -138,7 +134,7 @@ func TestLocalClusterConfig(t *testing.T) {
 			if err != nil {
 				t.Errorf("%s -config %s -verify-config: %v\n%s", f.bin, path, err, out)
 			}
-			if bytes.Contains(out, []byte(deprecatedWarning)) {
+			if bytes.Contains(out, []byte(DeprecatedWarning)) {
 				t.Errorf("%s uses deprecated names:\n%s", path, out)
 			}
 		})

@@ -500,7 +500,7 @@ func (s *Server) WaitReady(ctx context.Context) error {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return nil
+				return s.checkSettingNames()
 			}
 			last = resp.Status
 		} else {
@@ -515,6 +515,25 @@ func (s *Server) WaitReady(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// DeprecatedWarning is what a binary logs for each deprecated setting name
+// it was given.
+const DeprecatedWarning = "deprecated setting name"
+
+// checkSettingNames fails a server started with deprecated setting names:
+// the tests must run the binaries as an operator following the docs
+// would, with the current names (config_test checks the aliases).
+func (s *Server) checkSettingNames() error {
+	log, err := os.ReadFile(s.LogPath)
+	if err != nil {
+		return err
+	}
+	if i := bytes.Index(log, []byte(DeprecatedWarning)); i >= 0 {
+		line, _, _ := bytes.Cut(log[i:], []byte("\n"))
+		return fmt.Errorf("%s was started with a deprecated setting name: %s", s.Bin, line)
+	}
+	return nil
 }
 
 // PID is the current (or last) process id, 0 before the first start.
