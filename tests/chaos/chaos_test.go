@@ -78,7 +78,7 @@ func TestChaos(t *testing.T) {
 		// Flush within milliseconds: leaders move bytes to the shared
 		// cold store while they are killed and cut off, and reads of
 		// every node cross cold objects.
-		ColdTuning: e2e.TinyFlushTOML,
+		ColdTuning: e2e.TinyFlushTOML, RuntimeTuning: e2e.TinyFlushRuntimeTOML,
 		// A short deleted-data bound, small journal segments and a fast
 		// snapshot driver: segments are sealed, the live logs they keep
 		// copied forward and the segments deleted every few seconds,

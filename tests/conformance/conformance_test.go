@@ -67,7 +67,7 @@ func TestConformanceCluster(t *testing.T) {
 	dir := suiteDir(t)
 	// The nodes flush within milliseconds into their shared cold store, so
 	// history reads on followers cross cold objects too.
-	c := e2e.StartCluster(t, e2e.ClusterOptions{Nodes: 3, Gateway: true, GatewayArgs: allowLoopbackWebhooks, ColdTuning: e2e.TinyFlushTOML})
+	c := e2e.StartCluster(t, e2e.ClusterOptions{Nodes: 3, Gateway: true, GatewayArgs: allowLoopbackWebhooks, ColdTuning: e2e.TinyFlushTOML, RuntimeTuning: e2e.TinyFlushRuntimeTOML})
 	procs := []*e2e.Server{c.Gateway}
 	for _, n := range c.Nodes {
 		procs = append(procs, n.Server)

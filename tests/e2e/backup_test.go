@@ -28,19 +28,20 @@ import (
 	"github.com/ursula/ursula/tests/await"
 )
 
-// backupColdTOML is a [cold] section on the test S3 server: small chunks
+// backupColdTOML is a [storage.cold] section on the test S3 server: small chunks
 // and pages flushed quickly (so that most bytes are cold, behind several
 // index levels), while streams written in small pieces keep their bytes
 // hot (below flush_bytes, and flush_age is long).
 func backupColdTOML(s3 *objstoretest.S3Server, prefix string) string {
 	return fmt.Sprintf(`backend = "s3"
+root = %q
 flush_bytes = 4096
 flush_age = "1h"
 group_flush_bytes = 65536
 max_chunk_bytes = 4096
 flush_interval = "10ms"
 block_bytes = 1024
-s3 = { bucket = "cold", prefix = %q, endpoint = %q, region = "us-east-1", path_style = true, access_key = %q, secret_key = %q }`,
+s3 = { bucket = "cold", endpoint = %q, region = "us-east-1", path_style = true, access_key = %q, secret_key = %q }`,
 		prefix, s3.Endpoint, s3.AccessKey, s3.SecretKey)
 }
 
@@ -652,7 +653,7 @@ func flipByte(ctx context.Context, t *testing.T, st objstore.Store, key string) 
 // while a writer appends, keeps the last two backups, reports readiness
 // and metrics, and stops cleanly on SIGTERM, leaving no lock behind.
 func TestBackupServiceBacksUpOnScheduleAndPrunes(t *testing.T) {
-	c := StartCluster(t, ClusterOptions{Nodes: 3, GroupCount: 4, Gateway: true, ColdTuning: TinyFlushTOML})
+	c := StartCluster(t, ClusterOptions{Nodes: 3, GroupCount: 4, Gateway: true, ColdTuning: TinyFlushTOML, RuntimeTuning: TinyFlushRuntimeTOML})
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	client := c.Client()

@@ -48,14 +48,16 @@ type NodeConfig struct {
 	Fsync         string
 	LogLevel      string
 	Peers         []PeerConfig
-	// Cold is the [cold] section's body; empty means an fs store in
+	// Cold is the [storage.cold] section's body; empty means an fs store in
 	// ColdDir, which every node of a cluster shares (a cold store is shared
 	// by all replicas, as S3 is in production).
 	Cold    string
 	ColdDir string
-	// ColdTuning is added to the [cold] section of an fs store in ColdDir
-	// (thresholds, one "key = value" per line).
-	ColdTuning string
+	// ColdTuning is added to the [storage.cold] section of an fs store in
+	// ColdDir (thresholds, one "key = value" per line), RuntimeTuning to
+	// the [runtime] section.
+	ColdTuning    string
+	RuntimeTuning string
 	// Extra is appended to the file verbatim (further keys or sections).
 	Extra string
 	// RaftTuning is added to the [raft] section ("key = value" lines),
@@ -95,7 +97,7 @@ func (c NodeConfig) TOML() string {
 		fmt.Fprintf(&b, "client_tls = { ca_file = %s, cert_file = %s, key_file = %s }\n", q(f.CAFile), q(f.CertFile), q(f.KeyFile))
 	}
 	b.WriteString("\n")
-	fmt.Fprintf(&b, "[runtime]\ncore_count = %d\n\n", c.CoreCount)
+	fmt.Fprintf(&b, "[runtime]\ncore_count = %d\n%s\n\n", c.CoreCount, c.RuntimeTuning)
 	fmt.Fprintf(&b, "[raft]\nnode_id = %d\ngroup_count = %d\n%s\n[raft.wal]\npath = %s\nfsync = %s\n%s\n",
 		c.NodeID, c.GroupCount, c.RaftTuning, q(c.DataDir), q(c.Fsync), c.WALTuning)
 	for _, p := range c.Peers {
@@ -106,9 +108,9 @@ func (c NodeConfig) TOML() string {
 	}
 	switch {
 	case c.Cold != "":
-		fmt.Fprintf(&b, "[cold]\n%s\n\n", c.Cold)
+		fmt.Fprintf(&b, "[storage.cold]\n%s\n\n", c.Cold)
 	case c.ColdDir != "":
-		fmt.Fprintf(&b, "[cold]\nbackend = \"fs\"\ndir = %s\n%s\n\n", q(c.ColdDir), c.ColdTuning)
+		fmt.Fprintf(&b, "[storage.cold]\nbackend = \"fs\"\nroot = %s\n%s\n\n", q(c.ColdDir), c.ColdTuning)
 	}
 	if c.Extra != "" {
 		b.WriteString(c.Extra)
@@ -141,11 +143,12 @@ type ClusterOptions struct {
 	GatewayArgs []string
 	// LogLevel is every node's log.level; empty leaves the default.
 	LogLevel string
-	// Cold is every node's [cold] section body; empty means an fs store in
-	// a directory of the cluster that every node shares, tuned by
-	// ColdTuning.
-	Cold       string
-	ColdTuning string
+	// Cold is every node's [storage.cold] section body; empty means an fs
+	// store in a directory of the cluster that every node shares, tuned by
+	// ColdTuning; RuntimeTuning goes to every node's [runtime] section.
+	Cold          string
+	ColdTuning    string
+	RuntimeTuning string
 	// Extra is appended to every node's configuration file, RaftTuning
 	// to its [raft] section and WALTuning to its [raft.wal] table.
 	Extra      string
@@ -318,6 +321,7 @@ func NewCluster(tb testing.TB, opts ClusterOptions) *Cluster {
 			LogLevel:      opts.LogLevel,
 			Cold:          opts.Cold,
 			ColdTuning:    opts.ColdTuning,
+			RuntimeTuning: opts.RuntimeTuning,
 			RaftTuning:    opts.RaftTuning,
 			WALTuning:     opts.WALTuning,
 			ColdDir:       filepath.Join(c.Dir, "cold"),

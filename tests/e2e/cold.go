@@ -56,12 +56,15 @@ func (s *Server) NodeMetrics(tb testing.TB) map[string]any {
 	return m
 }
 
-// TinyFlushTOML is TinyFlushArgs as [cold] keys, for cluster nodes.
+// TinyFlushTOML is TinyFlushArgs as [storage.cold] keys, for cluster
+// nodes, with TinyFlushRuntimeTOML as their [runtime] keys.
 const TinyFlushTOML = `flush_bytes = 2048
 flush_age = "20ms"
 group_flush_bytes = 4096
 max_chunk_bytes = 4096
-external_min_bytes = 32768
 flush_interval = "10ms"
 block_bytes = 1024
 cache_bytes = 16384`
+
+// TinyFlushRuntimeTOML is the [runtime] part of TinyFlushArgs.
+const TinyFlushRuntimeTOML = `external_payload_min_size = 32768`

@@ -49,7 +49,7 @@ func coldFiles(tb testing.TB, dir, sub string) int {
 // (which still reads back byte-exact from every replica's point of view
 // through the gateway) and deletes every object of a deleted stream.
 func TestColdGCWorkerOnCluster(t *testing.T) {
-	c := StartCluster(t, ClusterOptions{Nodes: 3, Gateway: true, GroupCount: 8, ColdTuning: TinyFlushTOML})
+	c := StartCluster(t, ClusterOptions{Nodes: 3, Gateway: true, GroupCount: 8, ColdTuning: TinyFlushTOML, RuntimeTuning: TinyFlushRuntimeTOML})
 	coldDir := filepath.Join(c.Dir, "cold")
 	ctx := t.Context()
 	client := c.Client()
@@ -119,7 +119,7 @@ func TestColdGCWorkerOnCluster(t *testing.T) {
 func (c *Cluster) StartColdGC(t *testing.T, coldDir, tuning string, args ...string) *exec.Cmd {
 	t.Helper()
 	cfg := filepath.Join(c.Dir, "coldgc.toml")
-	toml := fmt.Sprintf("[upstream]\nnodes = [%q]\n"+c.ClientPlaneTOML(pki.RoleColdGC)+"\n[cold]\nbackend = \"fs\"\ndir = %q\n\n[coldgc]\ninterval = \"100ms\"\n%s\n",
+	toml := fmt.Sprintf("[upstream]\nnodes = [%q]\n"+c.ClientPlaneTOML(pki.RoleColdGC)+"\n[storage.cold]\nbackend = \"fs\"\nroot = %q\n\n[coldgc]\ninterval = \"100ms\"\n%s\n",
 		c.Nodes[1].ClientAddr(), coldDir, tuning)
 	if err := os.WriteFile(cfg, []byte(toml), 0o644); err != nil {
 		t.Fatal(err)

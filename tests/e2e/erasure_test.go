@@ -105,7 +105,7 @@ func nodeErasure(tb testing.TB, n *Node) erasureState {
 // no byte of the removed streams, while the kept streams read back whole
 // and are still found on disk.
 func TestDeletedDataErasedFromEveryFile(t *testing.T) {
-	c := StartCluster(t, ClusterOptions{Nodes: 3, Gateway: true, GroupCount: 8, ColdTuning: TinyFlushTOML,
+	c := StartCluster(t, ClusterOptions{Nodes: 3, Gateway: true, GroupCount: 8, ColdTuning: TinyFlushTOML, RuntimeTuning: TinyFlushRuntimeTOML,
 		RaftTuning: fmt.Sprintf("deleted_data_max_age = %q", erasureBound.String()),
 		WALTuning:  "segment_size = 65536",
 		Extra:      "[storage.snapshot]\ndrive_interval = \"250ms\"\n"})
