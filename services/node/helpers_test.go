@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -93,11 +94,24 @@ func newServer(tb testing.TB, eng *engine.Node) *Server {
 }
 
 // freeAddr returns a loopback address that was free a moment ago.
+// It picks below the kernel's ephemeral range (32768 and up here, where
+// port 0 also draws from): the port is free again between this check and
+// the server's bind, and in that gap the outgoing connections of the
+// tests running beside it take ports from the ephemeral range (one took a
+// metrics plane's port in CI).
 func freeAddr(tb testing.TB) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	var ln net.Listener
+	var err error
+	for range 50 {
+		if ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(22000))); err == nil {
+			break
+		}
+	}
+	if ln == nil {
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	addr := ln.Addr().String()
 	if err := ln.Close(); err != nil {
