@@ -86,7 +86,7 @@ func nodePeerOptions(script string) []struct {
 		opts e2e.Options
 	}{
 		{"node memory", e2e.Options{Binary: script, ListenFlags: []string{"listen"}, ReadyFlag: "listen"}},
-		{"node files", e2e.Options{Binary: script, ListenFlags: []string{"listen"}, ReadyFlag: "listen", DataDir: "streams"}},
+		{"node files", e2e.Options{Binary: script, ListenFlags: []string{"listen"}, ReadyFlag: "listen", Args: []string{"-data-dir=streams"}}},
 	}
 }
 
