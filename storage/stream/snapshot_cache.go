@@ -174,7 +174,7 @@ func (e *streamEncoding) encoded() {
 }
 
 // release gives up one of the holds on e's arena; the last one makes it
-// spare, unless there are enough spares or it is too large to keep.
+// spare (the oldest spare giving way), unless it is too large to keep.
 func (e *streamEncoding) release() {
 	if e.holds.Add(-1) != 0 || cap(e.metas) > spareBytes {
 		return
