@@ -186,7 +186,7 @@ func backupUnderLoad(ctx context.Context, c config, bin string, res *BackupResul
 // store under dir.
 func startBackupServer(ctx context.Context, bin, dir string, args []string) (*e2e.Server, error) {
 	srv, err := e2e.NewServer(e2e.Options{
-		Binary: bin, WorkDir: dir, ListenFlags: ursulaListen,
+		Binary: bin, WorkDir: dir, ListenFlags: e2e.DefaultListenFlags,
 		Args: append([]string{"-raft.wal.fsync=never", "-storage.cold.backend=fs", "-storage.cold.root=" + filepath.Join(dir, "cold")}, args...),
 	})
 	if err != nil {

@@ -264,7 +264,7 @@ func run(ctx context.Context, c config) (*Report, error) {
 	}
 	hotCap := fmt.Sprintf("-storage.cold.hot_cap_bytes=%d", c.hotCap)
 	ursula := func(mode string) serverSpec {
-		return serverSpec{name: "ursula fsync=" + mode, opts: e2e.Options{Binary: bin, ListenFlags: ursulaListen, Args: []string{"-raft.wal.fsync=" + mode, hotCap}}}
+		return serverSpec{name: "ursula fsync=" + mode, opts: e2e.Options{Binary: bin, ListenFlags: e2e.DefaultListenFlags, Args: []string{"-raft.wal.fsync=" + mode, hotCap}}}
 	}
 	// The servers the cardinality sweep runs against, each started fresh
 	// per stream count.
@@ -330,7 +330,7 @@ func run(ctx context.Context, c config) (*Report, error) {
 		}
 		prefix := "ursula-bench-" + time.Now().UTC().Format("20060102T150405Z")
 		sr, err := measure(ctx, c, serverSpec{name: "ursula fsync=never cold=s3", opts: e2e.Options{
-			Binary: bin, ListenFlags: ursulaListen,
+			Binary: bin, ListenFlags: e2e.DefaultListenFlags,
 			Args: []string{"-raft.wal.fsync=never", hotCap, "-storage.cold.backend=s3", "-storage.cold.s3.bucket=" + bucket, "-storage.cold.root=" + prefix,
 				"-storage.cold.s3.endpoint=" + s3.Endpoint, "-storage.cold.s3.region=us-east-1", "-storage.cold.s3.path_style"},
 			Env: []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey},
@@ -820,7 +820,3 @@ func splitList(s string) []string {
 }
 
 func runID() string { return fmt.Sprintf("%x", time.Now().UnixNano()) }
-
-// ursulaListen are the listen settings the bench gives the all-in-one
-// binary free ports for: all of them, the harness's defaults.
-var ursulaListen = e2e.DefaultListenFlags

@@ -80,6 +80,11 @@ type PeerConfig struct {
 	ClientURL  string
 }
 
+// addrs are the node's listeners, named as the harness names listen flags.
+func (c NodeConfig) addrs() map[string]string {
+	return map[string]string{"server.listen": c.Listen, "server.admin_listen": c.AdminListen, "server.cluster_listen": c.ClusterListen}
+}
+
 // TOML renders the configuration file.
 func (c NodeConfig) TOML() string {
 	var b strings.Builder
@@ -450,14 +455,10 @@ func (c *Cluster) newNode(cfg NodeConfig) (*Node, error) {
 		return nil, err
 	}
 	srv, err := NewServer(Options{
-		Binary:      c.nodeBin,
-		WorkDir:     dir,
-		ListenFlags: []string{},
-		Addrs: map[string]string{
-			"server.listen":         cfg.Listen,
-			"server.admin_listen":   cfg.AdminListen,
-			"server.cluster_listen": cfg.ClusterListen,
-		},
+		Binary:       c.nodeBin,
+		WorkDir:      dir,
+		ListenFlags:  []string{},
+		Addrs:        cfg.addrs(),
 		ReadyFlag:    "server.listen",
 		Args:         []string{"-config", n.ConfigPath},
 		TLS:          c.httpsConfig(cfg),
@@ -875,11 +876,7 @@ func (n *Node) Reconfigure(mutate func(*NodeConfig)) error {
 	}
 	mutate(&n.Config)
 	n.ID = n.Config.NodeID
-	n.Server.opts.Addrs = map[string]string{
-		"server.listen":         n.Config.Listen,
-		"server.admin_listen":   n.Config.AdminListen,
-		"server.cluster_listen": n.Config.ClusterListen,
-	}
+	n.Server.opts.Addrs = n.Config.addrs()
 	n.Server.Addrs = maps.Clone(n.Server.opts.Addrs)
 	if err := os.MkdirAll(n.Config.DataDir, 0o755); err != nil {
 		return err
