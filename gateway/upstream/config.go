@@ -16,9 +16,13 @@ const (
 	DefaultDialTimeout     = 2 * time.Second
 	DefaultMaxMessageBytes = 64 << 20
 	DefaultRetryAfter      = time.Second
-	// DefaultLeaderWait covers an election after a leader's loss: the
-	// nodes' randomized election timeout is 1-2 s by default.
-	DefaultLeaderWait       = 2 * time.Second
+	// DefaultLeaderWait covers an election after a leader's loss, split
+	// vote included: the nodes' election timeout is randomized in 1-2 s by
+	// default, so a lost leader is noticed up to 2 s after its last
+	// heartbeat, and a split vote costs one more timeout. (It was 2 s, less
+	// than one unlucky election: a write then failed with 503 although a
+	// leader was about to be known.)
+	DefaultLeaderWait       = 5 * time.Second
 	DefaultKeepaliveTime    = 10 * time.Second
 	DefaultKeepaliveTimeout = 5 * time.Second
 )

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -229,38 +230,54 @@ const leaderPoll = 25 * time.Millisecond
 // that needs the leader waits for one up to Config.LeaderWait, polling
 // again: a handoff or an election leaves a group without a known leader
 // for a moment, and a refused call proposed nothing, so waiting beats a
-// 503.
+// 503. The node tried is avoided unless a poll made after its refusal
+// finds it claiming the group: a leader that stepped down (refusing the
+// call) and won the election that followed leads the group again.
 func (r *Router) relearn(ctx context.Context, gen uint64, g uint32, m mode, tried *nodeConn) (*nodeConn, error) {
-	var deadline time.Time
-	for {
-		_ = r.refreshAfter(ctx, gen)
-		if ctx.Err() != nil {
-			return nil, status.FromContextError(ctx.Err()).Err()
+	refused := time.Now()
+	deadline := refused.Add(r.cfg.LeaderWait)
+	if d, ok := ctx.Deadline(); ok && d.Add(-leaderPoll).Before(deadline) {
+		// Answer "no known leader" before the caller gives up.
+		deadline = d.Add(-leaderPoll)
+	}
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	pick := func() *nodeConn {
+		v := r.view.Load()
+		if v == nil {
+			return nil
 		}
-		if v := r.view.Load(); v != nil {
-			if nc := r.pick(v, g, m, tried); nc != nil {
-				return nc, nil
-			}
+		avoid := tried
+		if c := v.claimedAfter(g, refused); tried != nil && c != 0 && c == tried.id.Load() {
+			avoid = nil
 		}
-		now := time.Now()
-		if deadline.IsZero() {
-			deadline = now.Add(r.cfg.LeaderWait)
-			if d, ok := ctx.Deadline(); ok && d.Add(-leaderPoll).Before(deadline) {
-				// Answer "no known leader" before the caller gives up.
-				deadline = d.Add(-leaderPoll)
-			}
+		return r.pick(v, g, m, avoid)
+	}
+	// The wait ends at its deadline or at the caller's, whichever comes
+	// first (a late wakeup on a busy host may pass both): the answer is
+	// then "no known leader", with its retry hint, unless the caller
+	// went away. The cluster is asked at least once.
+	for first := true; first || wctx.Err() == nil; first = false {
+		_ = r.refreshAfter(wctx, gen)
+		if nc := pick(); nc != nil {
+			return nc, nil
 		}
-		if m == modeAnyRead || !now.Before(deadline) {
+		if m == modeAnyRead {
 			break
 		}
 		gen = r.gen.Load()
-		t := time.NewTimer(min(leaderPoll, deadline.Sub(now)))
+		t := time.NewTimer(leaderPoll)
 		select {
 		case <-t.C:
-		case <-ctx.Done():
+		case <-wctx.Done():
 			t.Stop()
-			return nil, status.FromContextError(ctx.Err()).Err()
 		}
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	if nc := pick(); nc != nil {
+		return nc, nil
 	}
 	r.m.noLeader.Add(1)
 	return nil, r.unavailable("no known leader for group %d", g)

@@ -89,8 +89,23 @@ type view struct {
 	nodes      map[uint64]*nodeConn
 	order      []*nodeConn // by node id
 	leaders    []atomic.Uint64
+	// claims[g] is the node that claimed group g for itself in the poll
+	// this view was made from (0: none did), and polled is when that poll
+	// started: a node's claim of its own leadership in a poll made after
+	// it refused a call outweighs the refusal (route.go, relearn).
+	claims []uint64
+	polled time.Time
 	// single is set in single-node mode: every call goes to it directly.
 	single *nodeConn
+}
+
+// claimedAfter returns the node that claimed group g for itself in a poll
+// that started after t, or 0.
+func (v *view) claimedAfter(g uint32, t time.Time) uint64 {
+	if int(g) >= len(v.claims) || !v.polled.After(t) {
+		return 0
+	}
+	return v.claims[g]
 }
 
 // leaderOf returns the cached leader of group g, or nil.
@@ -358,6 +373,7 @@ func (r *Router) poll(ctx context.Context, ncs []*nodeConn) []infoResult {
 // answers), merges their answers and publishes a new view.
 func (r *Router) refresh(ctx context.Context) error {
 	r.m.refreshes.Add(1)
+	polled := time.Now()
 	targets := r.currentNodes()
 	var results []infoResult
 	if len(targets) > 0 {
@@ -377,7 +393,7 @@ func (r *Router) refresh(ctx context.Context) error {
 		}
 		return fmt.Errorf("upstream: no node answered cluster info: %w", errors.Join(errs...))
 	}
-	return r.publish(results)
+	return r.publish(results, polled)
 }
 
 func anyOK(results []infoResult) bool {
@@ -391,7 +407,7 @@ func anyOK(results []infoResult) bool {
 
 // publish merges cluster info answers into a new view, opening connections
 // to new nodes and closing those to nodes that left.
-func (r *Router) publish(results []infoResult) error {
+func (r *Router) publish(results []infoResult, polled time.Time) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -471,8 +487,14 @@ func (r *Router) publish(results []infoResult) error {
 	slices.SortFunc(v.order, func(a, b *nodeConn) int { return cmp.Compare(a.id.Load(), b.id.Load()) })
 
 	v.leaders = make([]atomic.Uint64, groupCount)
+	v.claims = make([]uint64, groupCount)
+	v.polled = polled
 	for g := range groupCount {
-		v.leaders[g].Store(electLeader(answers, g))
+		id, claimed := electLeader(answers, g)
+		v.leaders[g].Store(id)
+		if claimed {
+			v.claims[g] = id
+		}
 	}
 
 	// Close connections nobody uses any more (seeds stay).
@@ -495,8 +517,9 @@ func (r *Router) publish(results []infoResult) error {
 }
 
 // electLeader picks group g's leader from the answers: a node claiming the
-// group for itself wins; otherwise the most common claim; 0 when none.
-func electLeader(answers []*streamv1.GetClusterInfoResponse, g int) uint64 {
+// group for itself wins (claimed is then true); otherwise the most common
+// claim; 0 when none.
+func electLeader(answers []*streamv1.GetClusterInfoResponse, g int) (id uint64, claimed bool) {
 	var best uint64
 	bestVotes := 0
 	votes := make(map[uint64]int, 2)
@@ -505,16 +528,16 @@ func electLeader(answers []*streamv1.GetClusterInfoResponse, g int) uint64 {
 		if g >= len(leaders) || leaders[g] == 0 {
 			continue
 		}
-		id := leaders[g]
-		if id == a.GetNodeId() {
-			return id
+		l := leaders[g]
+		if l == a.GetNodeId() {
+			return l, true
 		}
-		votes[id]++
-		if votes[id] > bestVotes {
-			best, bestVotes = id, votes[id]
+		votes[l]++
+		if votes[l] > bestVotes {
+			best, bestVotes = l, votes[l]
 		}
 	}
-	return best
+	return best, false
 }
 
 // setLeader records id (at addr, when given and new) as group g's leader
@@ -553,7 +576,7 @@ func (r *Router) setLeader(v *view, g uint32, id uint64, addr string) *nodeConn 
 		r.logger.Info("node added", "node_id", id, "addr", addr)
 	}
 	nc.id.Store(id)
-	nv := &view{clusterID: cur.clusterID, groupCount: cur.groupCount, nodes: make(map[uint64]*nodeConn, len(cur.nodes)+1)}
+	nv := &view{clusterID: cur.clusterID, groupCount: cur.groupCount, nodes: make(map[uint64]*nodeConn, len(cur.nodes)+1), claims: cur.claims, polled: cur.polled}
 	for k, n := range cur.nodes {
 		nv.nodes[k] = n
 	}

@@ -343,6 +343,59 @@ func TestWaitsForLeader(t *testing.T) {
 	}
 }
 
+// TestRefusingLeaderThatLeadsAgain: a leader that refused a write without
+// naming a leader (it stepped down, and won the election that followed)
+// is tried again once a poll made after the refusal finds it claiming the
+// group: waiting for another leader would end in a 503 although the group
+// has one.
+func TestRefusingLeaderThatLeadsAgain(t *testing.T) {
+	c := newFakeCluster(t, 3, 1)
+	r, err := New(Config{Nodes: c.addrs(), DialTimeout: time.Second, RefreshInterval: time.Hour, LeaderWait: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	if _, err := r.GetClusterInfo(t.Context(), &streamv1.GetClusterInfoRequest{}); err != nil {
+		t.Fatalf("learn: %v", err)
+	}
+	c.node(1).fail("Append", grpcerr.ToStatus(errcode.New(errcode.NotLeader, "stepped down, no leader known")))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	resp, err := r.Append(ctx, &streamv1.AppendRequest{Ref: ref("b", "s"), Body: []byte("x")})
+	if err != nil {
+		t.Fatalf("Append: %v", err)
+	}
+	if by := resp.GetNextOffset(); by != "node1" || c.node(1).count("Append") != 2 {
+		t.Fatalf("served by %q after %d attempts on node 1, want node1 after 2", by, c.node(1).count("Append"))
+	}
+	if st := r.Stats(); st.NoLeader != 0 {
+		t.Fatalf("stats = %+v, want no no-leader answer", st)
+	}
+}
+
+// TestRefusingNodeNotTriedOnAStaleClaim: the node that refused is not tried
+// again while only other nodes name it (their view may predate the
+// refusal): the call waits for a leader, as for any refusal without one.
+func TestRefusingNodeNotTriedOnAStaleClaim(t *testing.T) {
+	c := newFakeCluster(t, 3, 1)
+	r := newRouter(t, c.addrs(), false)
+	if _, err := r.GetClusterInfo(t.Context(), &streamv1.GetClusterInfoRequest{}); err != nil {
+		t.Fatalf("learn: %v", err)
+	}
+	c.setLeader(0)
+	c.mu.Lock()
+	c.reported = []uint64{1} // the others still name node 1; node 1 says the same of itself
+	c.mu.Unlock()
+	for range 1000 {
+		c.node(1).fail("GetClusterInfo", errors.New("node 1 does not answer polls"))
+	}
+	_, err := r.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("b", "s"), Body: []byte("x")})
+	wantUnavailable(t, err)
+	if got := c.node(1).count("Append"); got != 1 {
+		t.Fatalf("node 1 saw %d appends, want 1", got)
+	}
+}
+
 // TestLeaderWaitEndsBeforeTheCaller: a caller whose deadline comes before
 // Config.LeaderWait gets "no known leader" (UNAVAILABLE with its retry
 // hint), not its own deadline.

@@ -818,6 +818,11 @@ func (c *Cluster) cleanup() {
 	if c.Gateway != nil {
 		c.tb.Logf("last lines of the gateway log %s:\n%s", c.Gateway.LogPath, c.Gateway.LogTail(80))
 	}
+	// A CI report keeps only the last lines of a failed test: they name
+	// each node's last warnings, not the gateway's last requests.
+	for _, n := range nodes {
+		c.tb.Logf("node %d's last warnings:\n%s", n.ID, n.LogWarnings(3))
+	}
 	KeepArtifacts(c.tb, c.Dir)
 }
 

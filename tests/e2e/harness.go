@@ -630,6 +630,25 @@ func (s *Server) LogTail(n int) string {
 	return string(bytes.Join(lines, []byte("\n")))
 }
 
+// LogWarnings returns the last n warnings and errors of the process's log,
+// each cut to a few hundred bytes.
+func (s *Server) LogWarnings(n int) string {
+	b, err := os.ReadFile(s.LogPath)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	var out [][]byte
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if bytes.Contains(l, []byte("level=WARN")) || bytes.Contains(l, []byte("level=ERROR")) {
+			out = append(out, l[:min(len(l), 300)])
+		}
+	}
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return string(bytes.Join(out, []byte("\n")))
+}
+
 func isClosed(c chan struct{}) bool {
 	if c == nil {
 		return true
