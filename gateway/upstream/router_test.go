@@ -680,8 +680,9 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// waitConnDown waits until the router's connection to node id has noticed
-// the node is gone.
+// waitConnDown waits until the router's connection to node id, and the
+// append call open on it, have noticed the node is gone: an append sent on
+// a call that broke under it may have been applied, and is not retried.
 func waitConnDown(t testing.TB, r *Router, id uint64) {
 	t.Helper()
 	await.True(t, fmt.Sprintf("the connection to node %d to leave READY", id), func() bool {
@@ -691,6 +692,16 @@ func waitConnDown(t testing.TB, r *Router, id uint64) {
 			}
 		}
 		return false
+	})
+	await.True(t, fmt.Sprintf("the append call to node %d to end", id), func() bool {
+		v := r.view.Load()
+		nc := v.nodes[id]
+		if nc == nil || nc.appends == nil {
+			return true
+		}
+		nc.appends.mu.Lock()
+		defer nc.appends.mu.Unlock()
+		return nc.appends.cur == nil
 	})
 }
 
