@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -16,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/ursula/ursula/internal/freeport"
 	"github.com/ursula/ursula/internal/pki"
 	"github.com/ursula/ursula/storage/engine"
 )
@@ -93,28 +92,12 @@ func newServer(tb testing.TB, eng *engine.Node) *Server {
 	return s
 }
 
-// freeAddr returns a loopback address that was free a moment ago.
-// It picks below the kernel's ephemeral range (32768 and up here, where
-// port 0 also draws from): the port is free again between this check and
-// the server's bind, and in that gap the outgoing connections of the
-// tests running beside it take ports from the ephemeral range (one took a
-// metrics plane's port in CI).
+// freeAddr returns a loopback address that was free a moment ago
+// (internal/freeport says why below the ephemeral range).
 func freeAddr(tb testing.TB) string {
 	tb.Helper()
-	var ln net.Listener
-	var err error
-	for range 50 {
-		if ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(22000))); err == nil {
-			break
-		}
-	}
-	if ln == nil {
-		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
+	addr, err := freeport.Addr()
+	if err != nil {
 		tb.Fatal(err)
 	}
 	return addr

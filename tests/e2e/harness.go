@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ursula/ursula/internal/freeport"
 	"github.com/ursula/ursula/tests/await"
 )
 
@@ -181,25 +181,8 @@ func Main(m *testing.M) int {
 }
 
 // FreeAddrs returns n distinct loopback addresses that were free a moment
-// ago. All n listeners are open at once, so the ports differ.
-func FreeAddrs(n int) ([]string, error) {
-	ls := make([]net.Listener, 0, n)
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	addrs := make([]string, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("reserve a free port: %w", err)
-		}
-		ls = append(ls, l)
-		addrs = append(addrs, l.Addr().String())
-	}
-	return addrs, nil
-}
+// ago, below the ephemeral range (internal/freeport says why).
+func FreeAddrs(n int) ([]string, error) { return freeport.Addrs(n) }
 
 // DefinedFlags returns those of names that the binary defines.
 func DefinedFlags(bin string, names ...string) ([]string, error) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ursula/ursula/gateway"
 	"github.com/ursula/ursula/gateway/upstream"
+	"github.com/ursula/ursula/internal/freeport"
 	"github.com/ursula/ursula/internal/pki"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/services/node"
@@ -197,15 +198,12 @@ func request(tb testing.TB, hc *http.Client, method, url, body string, header ma
 	return resp.StatusCode, string(raw)
 }
 
-// freeAddr returns a loopback address that was free a moment ago.
+// freeAddr returns a loopback address that was free a moment ago
+// (internal/freeport says why below the ephemeral range).
 func freeAddr(tb testing.TB) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
 		tb.Fatal(err)
 	}
 	return addr

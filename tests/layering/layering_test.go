@@ -39,6 +39,8 @@ var rules = []rule{
 		why: "the backup format is a leaf the node and the backup service share"},
 	{from: "internal/pki", forbidden: []string{""}, tests: true,
 		why: "process identities and TLS material are a leaf every plane shares"},
+	{from: "internal/freeport", forbidden: []string{""}, tests: true,
+		why: "the tests' port picker is a leaf that test servers anywhere share"},
 	{from: "storage/fault", forbidden: []string{""}, tests: true,
 		why: "the storage error vocabulary is a leaf"},
 	{from: "storage/stream", forbidden: []string{"storage/engine", "storage/cluster", "storage/cold", "storage/multiraft", "storage/transport"},

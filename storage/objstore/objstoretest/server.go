@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 
+	"github.com/ursula/ursula/internal/freeport"
 	"github.com/ursula/ursula/storage/objstore"
 )
 
@@ -337,14 +338,13 @@ func modulePath(gomod string) string {
 	return ""
 }
 
-// freeAddr returns 127.0.0.1:<a port that was free a moment ago>.
+// freeAddr returns 127.0.0.1:<a port that was free a moment ago>
+// (internal/freeport says why below the ephemeral range).
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		return "", fmt.Errorf("objstoretest: pick a port: %w", err)
 	}
-	addr := l.Addr().String()
-	l.Close()
 	return addr, nil
 }
 
