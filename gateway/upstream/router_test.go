@@ -48,6 +48,14 @@ func newRouter(t testing.TB, seeds []string, run bool) *Router {
 	return r
 }
 
+// learn makes r learn the cluster (its nodes and leaders) now.
+func learn(t testing.TB, r *Router) {
+	t.Helper()
+	if _, err := r.GetClusterInfo(t.Context(), &streamv1.GetClusterInfoRequest{}); err != nil {
+		t.Fatalf("learn: %v", err)
+	}
+}
+
 func ref(b, s string) *streamv1.StreamRef { return &streamv1.StreamRef{Bucket: b, Stream: s} }
 
 // servedBy runs one call and returns the node that served it ("node<N>").
@@ -310,9 +318,7 @@ func TestWaitsForLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
-	if _, err := r.GetClusterInfo(t.Context(), &streamv1.GetClusterInfoRequest{}); err != nil {
-		t.Fatalf("learn: %v", err)
-	}
+	learn(t, r)
 	polls := func() int {
 		n := 0
 		for _, fn := range c.nodes {
@@ -355,9 +361,7 @@ func TestRefusingLeaderThatLeadsAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
-	if _, err := r.GetClusterInfo(t.Context(), &streamv1.GetClusterInfoRequest{}); err != nil {
-		t.Fatalf("learn: %v", err)
-	}
+	learn(t, r)
 	c.node(1).fail("Append", grpcerr.ToStatus(errcode.New(errcode.NotLeader, "stepped down, no leader known")))
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -379,12 +383,10 @@ func TestRefusingLeaderThatLeadsAgain(t *testing.T) {
 func TestRefusingNodeNotTriedOnAStaleClaim(t *testing.T) {
 	c := newFakeCluster(t, 3, 1)
 	r := newRouter(t, c.addrs(), false)
-	if _, err := r.GetClusterInfo(t.Context(), &streamv1.GetClusterInfoRequest{}); err != nil {
-		t.Fatalf("learn: %v", err)
-	}
+	learn(t, r)
 	c.setLeader(0)
 	c.mu.Lock()
-	c.reported = []uint64{1} // the others still name node 1; node 1 says the same of itself
+	c.reported = []uint64{1} // the others still name node 1, which answers no poll
 	c.mu.Unlock()
 	for range 1000 {
 		c.node(1).fail("GetClusterInfo", errors.New("node 1 does not answer polls"))
@@ -444,9 +446,7 @@ func TestNoKnownLeader(t *testing.T) {
 func TestNotLeaderWithoutLeaderIsUnavailable(t *testing.T) {
 	c := newFakeCluster(t, 3, 1)
 	r := newRouter(t, c.addrs(), false)
-	if _, err := r.GetClusterInfo(t.Context(), &streamv1.GetClusterInfoRequest{}); err != nil {
-		t.Fatalf("learn: %v", err)
-	}
+	learn(t, r)
 	c.setLeader(0) // an election is running
 	_, err := r.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("b", "s")})
 	wantUnavailable(t, err)
@@ -473,9 +473,7 @@ func TestNoNodeReachable(t *testing.T) {
 func TestFollowerServesHistory(t *testing.T) {
 	c := newFakeCluster(t, 3, 1)
 	r := newRouter(t, c.addrs(), false)
-	if _, err := r.GetClusterInfo(t.Context(), &streamv1.GetClusterInfoRequest{}); err != nil {
-		t.Fatalf("learn: %v", err)
-	}
+	learn(t, r)
 	c.node(1).stop() // the leader dies; nobody has noticed yet
 	history := &streamv1.ReadRequest{Ref: ref("b", "s"), Offset: "-1"}
 	resp, err := r.Read(t.Context(), history)
@@ -566,9 +564,7 @@ func TestLearnsLeaderAddress(t *testing.T) {
 	c := newFakeCluster(t, 3, 1)
 	c.hidden[3] = true // node 3 is not listed yet
 	r := newRouter(t, c.addrs()[:1], false)
-	if _, err := r.GetClusterInfo(t.Context(), &streamv1.GetClusterInfoRequest{}); err != nil {
-		t.Fatalf("learn: %v", err)
-	}
+	learn(t, r)
 	c.setLeader(3)
 	resp, err := r.Append(t.Context(), &streamv1.AppendRequest{Ref: ref("b", "s")})
 	if err != nil || resp.GetNextOffset() != "node3" {
@@ -608,9 +604,7 @@ func TestSingleNode(t *testing.T) {
 func TestSubscribeReopensAtLeader(t *testing.T) {
 	c := newFakeCluster(t, 3, 1)
 	r := newRouter(t, c.addrs(), false)
-	if _, err := r.GetClusterInfo(t.Context(), &streamv1.GetClusterInfoRequest{}); err != nil {
-		t.Fatalf("learn: %v", err)
-	}
+	learn(t, r)
 	c.setLeader(2)
 	st, err := r.Subscribe(t.Context(), &streamv1.SubscribeRequest{Ref: ref("b", "s")})
 	if err != nil {
@@ -844,9 +838,7 @@ func TestNodeAddrs(t *testing.T) {
 	if got := r.NodeAddrs(); !slices.Equal(got, c.addrs()[1:2]) {
 		t.Fatalf("before learning: %v, want the seed", got)
 	}
-	if _, err := r.GetClusterInfo(t.Context(), &streamv1.GetClusterInfoRequest{}); err != nil {
-		t.Fatalf("learn: %v", err)
-	}
+	learn(t, r)
 	if got := r.NodeAddrs(); !slices.Equal(got, c.addrs()) {
 		t.Fatalf("after learning: %v, want %v", got, c.addrs())
 	}
