@@ -242,7 +242,7 @@ func (r *Router) relearn(ctx context.Context, gen uint64, g uint32, m mode, trie
 	}
 	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	pick := func() *nodeConn {
+	choose := func() *nodeConn {
 		v := r.view.Load()
 		if v == nil {
 			return nil
@@ -259,7 +259,7 @@ func (r *Router) relearn(ctx context.Context, gen uint64, g uint32, m mode, trie
 	// went away. The cluster is asked at least once.
 	for first := true; first || wctx.Err() == nil; first = false {
 		_ = r.refreshAfter(wctx, gen)
-		if nc := pick(); nc != nil {
+		if nc := choose(); nc != nil {
 			return nc, nil
 		}
 		if m == modeAnyRead {
@@ -276,7 +276,7 @@ func (r *Router) relearn(ctx context.Context, gen uint64, g uint32, m mode, trie
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-	if nc := pick(); nc != nil {
+	if nc := choose(); nc != nil {
 		return nc, nil
 	}
 	r.m.noLeader.Add(1)

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ursula/ursula/internal/freeport"
 	"github.com/ursula/ursula/internal/pki"
 	"github.com/ursula/ursula/ops/ursulactl"
 	"github.com/ursula/ursula/storage/objstore"
@@ -667,7 +668,7 @@ func TestBackupServiceBacksUpOnScheduleAndPrunes(t *testing.T) {
 	live := startLiveWriter(ctx, t, client, "svc/live")
 	defer live.stop(t)
 
-	addrs, err := FreeAddrs(1)
+	addrs, err := freeport.Addrs(1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/ursula/ursula/internal/freeport"
 	"github.com/ursula/ursula/internal/pki"
 	streamv1 "github.com/ursula/ursula/proto/gen/go/ursula/stream/v1"
 	"github.com/ursula/ursula/storage/stream"
@@ -287,7 +288,7 @@ func NewCluster(tb testing.TB, opts ClusterOptions) *Cluster {
 		tb.Fatal(err)
 	}
 
-	addrs, err := FreeAddrs(3 * opts.Nodes)
+	addrs, err := freeport.Addrs(3 * opts.Nodes)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -479,7 +480,7 @@ func (c *Cluster) newNode(cfg NodeConfig) (*Node, error) {
 // is killed at cleanup and its log printed on failure like the others.
 func (c *Cluster) AddNode(id uint64, mutate func(*NodeConfig)) *Node {
 	c.tb.Helper()
-	addrs, err := FreeAddrs(3)
+	addrs, err := freeport.Addrs(3)
 	if err != nil {
 		c.tb.Fatal(err)
 	}

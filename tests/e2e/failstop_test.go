@@ -45,6 +45,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ursula/ursula/internal/freeport"
 	"github.com/ursula/ursula/tests/await"
 )
 
@@ -115,7 +116,7 @@ func TestFailStopPortTaken(t *testing.T) {
 		{"ursula-gateway/gateway.listen", "gateway", func(t *testing.T, taken string) *Server {
 			// The upstream node is a free port nobody listens on: the
 			// gateway need not reach it to fail.
-			up, err := FreeAddrs(1)
+			up, err := freeport.Addrs(1)
 			if err != nil {
 				t.Fatal(err)
 			}

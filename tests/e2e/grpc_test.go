@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ursula/ursula/internal/freeport"
 )
 
 // grpcurlBinary returns bin/grpcurl ($URSULA_BIN_DIR; make test-e2e builds
@@ -181,7 +183,7 @@ func TestGRPCurlWildcardNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs, err := FreeAddrs(1)
+	addrs, err := freeport.Addrs(1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -180,10 +180,6 @@ func Main(m *testing.M) int {
 	return code
 }
 
-// FreeAddrs returns n distinct loopback addresses that were free a moment
-// ago, below the ephemeral range (internal/freeport says why).
-func FreeAddrs(n int) ([]string, error) { return freeport.Addrs(n) }
-
 // DefinedFlags returns those of names that the binary defines.
 func DefinedFlags(bin string, names ...string) ([]string, error) {
 	var out []string
@@ -290,7 +286,7 @@ func NewServer(opts Options) (*Server, error) {
 	} else if err := os.MkdirAll(s.WorkDir, 0o755); err != nil {
 		return nil, err
 	}
-	addrs, err := FreeAddrs(len(s.opts.ListenFlags))
+	addrs, err := freeport.Addrs(len(s.opts.ListenFlags))
 	if err != nil {
 		return nil, err
 	}
@@ -602,28 +598,31 @@ func (s *Server) wait(timeout time.Duration) error {
 
 // LogTail returns the last n lines of the process log.
 func (s *Server) LogTail(n int) string {
-	b, err := os.ReadFile(s.LogPath)
-	if err != nil {
-		return fmt.Sprintf("(no log: %v)", err)
-	}
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
+	return s.lastLogLines(n, func(l []byte) []byte { return l })
 }
 
 // LogWarnings returns the last n warnings and errors of the process's log,
 // each cut to a few hundred bytes.
 func (s *Server) LogWarnings(n int) string {
+	return s.lastLogLines(n, func(l []byte) []byte {
+		if !bytes.Contains(l, []byte("level=WARN")) && !bytes.Contains(l, []byte("level=ERROR")) {
+			return nil
+		}
+		return l[:min(len(l), 300)]
+	})
+}
+
+// lastLogLines returns the last n lines of the process log that keep maps
+// to something (nil drops a line), joined.
+func (s *Server) lastLogLines(n int, keep func([]byte) []byte) string {
 	b, err := os.ReadFile(s.LogPath)
 	if err != nil {
 		return fmt.Sprintf("(no log: %v)", err)
 	}
 	var out [][]byte
-	for _, l := range bytes.Split(b, []byte("\n")) {
-		if bytes.Contains(l, []byte("level=WARN")) || bytes.Contains(l, []byte("level=ERROR")) {
-			out = append(out, l[:min(len(l), 300)])
+	for _, l := range bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n")) {
+		if k := keep(l); k != nil {
+			out = append(out, k)
 		}
 	}
 	if len(out) > n {

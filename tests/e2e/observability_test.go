@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ursula/ursula/internal/freeport"
 	"github.com/ursula/ursula/tests/await"
 	"github.com/ursula/ursula/tests/otelcheck"
 )
@@ -228,7 +229,7 @@ func TestPrometheusConventionsSplit(t *testing.T) {
 // refuses anything else.
 func TestPrometheusConventionsColdGC(t *testing.T) {
 	c := StartCluster(t, ClusterOptions{Nodes: 2, GroupCount: 2})
-	addrs, err := FreeAddrs(1)
+	addrs, err := freeport.Addrs(1)
 	if err != nil {
 		t.Fatal(err)
 	}
