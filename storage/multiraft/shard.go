@@ -219,12 +219,7 @@ func (s *shard) run(ctx context.Context) error {
 		case <-ticker.C:
 			shedding := s.h.shedding.Load()
 			for _, g := range s.groups {
-				// A draining node does not tick the groups it follows, so it
-				// never campaigns; it keeps ticking those it leads until
-				// their leadership has moved away.
-				// A gated replica or one that follows a plan never
-				// campaigns either; a plan's leader does.
-				if (shedding || g.gated && !g.campaignsUnderPlan() || g.plan != nil && g.plan.Role == PlanFollow) && !g.isLeader || g.halted != nil {
+				if !g.ticks(shedding) {
 					continue
 				}
 				g.rn.Tick()
@@ -591,6 +586,31 @@ func (s *shard) pending() bool {
 
 // onTick flushes buffered commit-only hard states and keeps the journal
 // bounded.
+// ticks reports whether the replica's clock runs, given whether its node
+// drains. A replica without a clock never campaigns.
+func (g *group) ticks(shedding bool) bool {
+	switch {
+	case g.halted != nil:
+		return false
+	case g.isLeader:
+		// It keeps ticking what it leads until the leadership has moved
+		// away (a leader's clock drives heartbeats and the quorum check).
+		return true
+	case g.gated && !g.campaignsUnderPlan(), g.plan != nil && g.plan.Role == PlanFollow:
+		// A gated replica or one that follows a plan never campaigns; a
+		// plan's leader does.
+		return false
+	case shedding:
+		// A draining node does not campaign for what it follows, but
+		// finishes a campaign it was told to run: a transfer's
+		// MsgTimeoutNow makes it a candidate, and a candidate that lost
+		// its votes must try again, or the group waits for the other
+		// replicas' timeouts, which never come if they drain too.
+		return g.campaigning
+	}
+	return true
+}
+
 func (s *shard) onTick() error {
 	if s.journal.Buffered() > 0 {
 		if err := s.journal.Flush(false); err != nil {
@@ -660,9 +680,11 @@ type group struct {
 	sinceSnapEntries uint64
 	sinceSnapBytes   uint64
 	isLeader         bool
-	leader           uint64
-	wantCampaign     bool
-	pending          map[uint64]*proposal
+	// campaigning: the replica is a candidate (see ticks).
+	campaigning  bool
+	leader       uint64
+	wantCampaign bool
+	pending      map[uint64]*proposal
 	// refuseSteps drops every message from peers: the group holds no state
 	// and has neither been initialized nor been given a vote floor, so it
 	// cannot tell a current leader from a stale one.
@@ -804,6 +826,7 @@ func (g *group) apply(rd *raft.Ready) error {
 	if rd.SoftState != nil {
 		was := g.isLeader
 		g.isLeader = rd.SoftState.RaftState == raft.StateLeader
+		g.campaigning = rd.SoftState.RaftState == raft.StateCandidate
 		g.leader = rd.SoftState.Lead
 		if was && !g.isLeader {
 			g.orphan(rd) // settled by the log, not failed (stepdown.go)

@@ -3,6 +3,7 @@ package multiraft
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -88,4 +89,40 @@ func TestProposalsHeldDuringTransfer(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestDrainingTransfereeRetriesItsCampaign: a draining node told to take a
+// leadership (MsgTimeoutNow) becomes a candidate; if its votes are lost, it
+// campaigns again on its own clock. Here the only other live replica
+// drains too and never times out, so without that retry the group would
+// have no leader until an operator undrained a node.
+func TestDrainingTransfereeRetriesItsCampaign(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *Config) { cfg.GroupCount, cfg.ShardCount = 1, 1 })
+	l := c.leader(t, 0)
+	var to, down uint64
+	for id, n := range c.nodes {
+		switch {
+		case n == l:
+		case to == 0:
+			to = id
+		default:
+			down = id
+		}
+	}
+	c.stop(t, down)
+	l.h.SetShedding(true)
+	c.nodes[to].h.SetShedding(true)
+	var lost atomic.Bool
+	c.net.setHold(func(_ uint32, m *pb.Message) bool {
+		// The transferee's first vote request is lost on the way.
+		return m.GetType() == pb.MessageType_MsgVote && m.GetFrom() == to && lost.CompareAndSwap(false, true)
+	})
+	if err := l.h.TransferLeader(t.Context(), 0, to); err != nil {
+		t.Fatal(err)
+	}
+	await.True(t, "the transferee's vote request to be lost", lost.Load)
+	if got := c.leader(t, 0); got != c.nodes[to] {
+		t.Fatalf("leader is node %d, want the transferee %d", got.h.cfg.NodeID, to)
+	}
+	c.net.discard()
 }
