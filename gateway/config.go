@@ -21,6 +21,7 @@ const (
 	DefaultMaxBodyBytes         = 32 << 20
 	DefaultReadChunkBytes       = 1 << 20
 	DefaultStatusPage           = StatusPageLoopback
+	DefaultMaxConnections       = 16384
 )
 
 // Values of Config.StatusPage.
@@ -57,6 +58,12 @@ type Config struct {
 	// ReadChunkBytes bounds the data returned by one catch-up read (clients
 	// paginate with Stream-Next-Offset).
 	ReadChunkBytes int64 `yaml:"read_chunk_bytes" toml:"read_chunk_bytes"`
+	// MaxConnections is the most client connections the gateway holds at
+	// once (kept-alive, long-polling and SSE ones included); one accepted
+	// beyond it is answered 503 OVERLOADED and closed. Each costs a
+	// goroutine and its buffers (about 10-20 KiB idle), so the cap bounds
+	// what clients alone can make the process hold.
+	MaxConnections int `yaml:"max_connections" toml:"max_connections"`
 	// HTTP holds the HTTP server's timeouts: read_header_timeout,
 	// body_read_timeout (request-body progress), write_timeout (progress
 	// of each response write), idle_timeout and max_header_bytes (see
@@ -103,6 +110,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SSEReconnectInterval, "gateway.sse_reconnect_interval", c.SSEReconnectInterval, "SSE connections are ended after this long.")
 	fs.Int64Var(&c.MaxBodyBytes, "gateway.max_body_bytes", c.MaxBodyBytes, "Largest accepted request body in bytes (larger gets 413).")
 	fs.Int64Var(&c.ReadChunkBytes, "gateway.read_chunk_bytes", c.ReadChunkBytes, "Largest data returned by one catch-up read in bytes.")
+	fs.IntVar(&c.MaxConnections, "gateway.max_connections", c.MaxConnections, "Most client connections held at once (SSE and long-polls included); one beyond it gets 503 and is closed.")
 	fs.StringVar(&c.StatusPage, "gateway.status_page", c.StatusPage, `Who may open the cluster status page /__ursula/ui/: "off", "loopback" (clients on this host) or "on" (everyone).`)
 	fs.StringVar(&c.PprofListen, "gateway.pprof_listen", c.PprofListen, "Loopback address (host:port) where the process serves /debug/pprof/; empty: none.")
 	c.HTTP.RegisterFlags(fs, "gateway.http.")
@@ -131,6 +139,9 @@ func (c *Config) applyDefaults() {
 	if c.StatusPage == "" {
 		c.StatusPage = DefaultStatusPage
 	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
 	c.HTTP.ApplyDefaults()
 }
 
@@ -153,6 +164,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("gateway: max_body_bytes %d must not be negative", c.MaxBodyBytes))
+	}
+	if c.MaxConnections < 0 {
+		errs = append(errs, fmt.Errorf("gateway: max_connections %d must not be negative", c.MaxConnections))
 	}
 	if c.MaxBodyBytes > httpserver.MaxRequestBodyBytes {
 		errs = append(errs, fmt.Errorf("gateway: max_body_bytes %d is above %d: larger snapshots go up in parts", c.MaxBodyBytes, httpserver.MaxRequestBodyBytes))

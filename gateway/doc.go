@@ -58,6 +58,11 @@
 // Content-Type), and stream ids valid UTF-8: 400 otherwise, since the
 // node keeps them in protobuf strings.
 //
+// The server holds at most max_connections client connections at once
+// (16384 by default; SSE and long-polls included): one accepted beyond it
+// is answered 503 OVERLOADED with Retry-After: 1 before its request is
+// read, and closed (services/platform/httpserver.ConnLimiter).
+//
 // A read's body is written in pieces (JSON arrays and record envelopes are
 // rendered through a 32 KiB buffer, never whole), so a reader that does
 // not read holds the read's data (usually the stored bytes themselves)
@@ -65,7 +70,8 @@
 //
 // /__ursula/metrics reports, besides the request counters,
 // requests_in_flight, inflight_body_bytes (budget in use),
-// inflight_body_limit_bytes, inflight_body_refusals and heap_live_bytes
+// inflight_body_limit_bytes, inflight_body_refusals, connections,
+// max_connections, connections_refused and heap_live_bytes
 // (the process's live Go heap as of the last collection).
 //
 // # Wire formats produced here

@@ -108,3 +108,25 @@ func writeDomainError(w http.ResponseWriter, de *errcode.Error) {
 func badRequest(w http.ResponseWriter, err error) {
 	writeDomainError(w, &errcode.Error{Code: errcode.InvalidArgument, Message: err.Error()})
 }
+
+// connRefusal is the whole answer to a connection accepted beyond
+// Config.MaxConnections: written before its request is read, in the same
+// form as every other 503 OVERLOADED, and the connection is closed.
+func connRefusal(max int) []byte {
+	body, _ := json.Marshal(errorBody{
+		Code:    errcode.Reason(errcode.Overloaded),
+		Message: "the gateway holds its most connections at once (" + strconv.Itoa(max) + ", gateway.max_connections); retry later",
+	})
+	body = append(body, '\n')
+	head := "HTTP/1.1 503 Service Unavailable\r\n" +
+		hContentType + ": application/json\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n" +
+		hRetryAfter + ": 1\r\n" +
+		hCacheControl + ": no-store\r\n" +
+		"X-Content-Type-Options: nosniff\r\n" +
+		"Cross-Origin-Resource-Policy: cross-origin\r\n" +
+		"Access-Control-Allow-Origin: *\r\n" +
+		"Access-Control-Expose-Headers: " + exposeHeaders + "\r\n" +
+		"Connection: close\r\n\r\n"
+	return append([]byte(head), body...)
+}

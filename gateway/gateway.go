@@ -126,10 +126,17 @@ const shutdownTimeout = 10 * time.Second
 // progress deadlines for request bodies and for each response write.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	srv := g.cfg.HTTP.Server(g.handler, slog.NewLogLogger(g.logger.Handler(), slog.LevelWarn))
-	// SSE hub writers look at the connection's send queue.
+	// SSE hub writers look at the connection's send queue, which only the
+	// accepted socket itself can tell.
 	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
+			c = nc.NetConn()
+		}
 		return context.WithValue(ctx, connContextKey{}, c)
 	}
+	lim := httpserver.LimitConnections(ln, g.cfg.MaxConnections, connRefusal(g.cfg.MaxConnections))
+	g.metrics.conns.Store(lim)
+	ln = lim
 	g.logger.Info("gateway listening", "addr", ln.Addr().String(), "stream_root", g.cfg.StreamRoot, "status_page", g.cfg.StatusPage)
 	if g.cfg.StatusPage == StatusPageOn && g.cfg.StatusUI != nil {
 		g.logger.Warn("the cluster status page answers every client of this listener (gateway.status_page = \"on\"): put an authenticating proxy in front", "path", statusPagePrefix+"/")

@@ -317,3 +317,68 @@ func TestServeCutsStalledBody(t *testing.T) {
 	}
 	await.True(t, "the budget to be released", func() bool { return budget.InUse() == 0 })
 }
+
+// TestServeCapsConnections: a connection beyond gateway.max_connections
+// is answered 503 OVERLOADED (with Retry-After and the CORS headers a
+// browser needs to read it) and closed, is counted, and never reaches the
+// handler; once a held connection closes, a new one is served.
+func TestServeCapsConnections(t *testing.T) {
+	g := newTestGateway(t, &fakeClient{}, func(c *Config) { c.MaxConnections = 2 })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ctx, ln) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	base := "http://" + ln.Addr().String()
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		held = append(held, c)
+	}
+	await.True(t, "two connections held", func() bool {
+		c := g.metrics.conns.Load()
+		return c != nil && c.Active() == 2
+	})
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Minute}
+	resp, err := client.Get(base + "/__ursula/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" ||
+		resp.Header.Get("Access-Control-Allow-Origin") != "*" || !strings.Contains(string(body), `"OVERLOADED"`) {
+		t.Fatalf("beyond the cap: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	if got := g.metrics.conns.Load().Refused(); got != 1 {
+		t.Fatalf("refused %d, want 1", got)
+	}
+
+	_ = held[0].Close()
+	await.True(t, "the closed connection's slot to be free", func() bool { return g.metrics.conns.Load().Active() < 2 })
+	resp, err = client.Get(base + "/__ursula/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	err = json.NewDecoder(resp.Body).Decode(&m)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("within the cap: %d %v", resp.StatusCode, err)
+	}
+	if m["connections_refused"] != float64(1) || m["max_connections"] != float64(2) || m["connections"] != float64(2) {
+		t.Fatalf("metrics: connections %v, max %v, refused %v", m["connections"], m["max_connections"], m["connections_refused"])
+	}
+}

@@ -49,6 +49,7 @@ type metrics struct {
 	requests       [len(methodNames)][600]atomic.Uint64
 	inFlight       atomic.Int64 // requests being served
 	budget         *httpserver.Budget
+	conns          atomic.Pointer[httpserver.ConnLimiter] // set by Serve
 	sseClients     atomic.Int64
 	longPolls      atomic.Int64
 	sseEvents      atomic.Uint64
@@ -193,6 +194,14 @@ func (m *metrics) appendJSON(dst []byte) []byte {
 	dst = strconv.AppendInt(dst, m.budget.Limit(), 10)
 	dst = append(dst, `,"inflight_body_refusals":`...)
 	dst = strconv.AppendUint(dst, m.budget.Refusals(), 10)
+	if c := m.conns.Load(); c != nil {
+		dst = append(dst, `,"connections":`...)
+		dst = strconv.AppendInt(dst, c.Active(), 10)
+		dst = append(dst, `,"max_connections":`...)
+		dst = strconv.AppendInt(dst, c.Max(), 10)
+		dst = append(dst, `,"connections_refused":`...)
+		dst = strconv.AppendUint(dst, c.Refused(), 10)
+	}
 	dst = append(dst, `,"heap_live_bytes":`...)
 	dst = strconv.AppendUint(dst, heapLiveBytes(), 10)
 	return append(dst, "}\n"...)
@@ -255,5 +264,9 @@ func (m *metrics) emit(emit func(telemetry.Sample)) {
 		{"inflight_body_limit_bytes", "By", "The in-flight request body budget (server.http_inflight_body_size).", m.budget.Limit()},
 	} {
 		emit(telemetry.Sample{Name: c.name, Kind: telemetry.Gauge, Unit: c.unit, Help: c.help, Value: float64(c.v)})
+	}
+	if c := m.conns.Load(); c != nil {
+		emit(telemetry.Sample{Name: "connections", Kind: telemetry.Gauge, Unit: "{connection}", Help: "Client connections held now (at most gateway.max_connections).", Value: float64(c.Active())})
+		emit(telemetry.Sample{Name: "connections_refused", Kind: telemetry.Counter, Unit: "{connection}", Help: "Client connections refused because gateway.max_connections were held.", Value: float64(c.Refused())})
 	}
 }

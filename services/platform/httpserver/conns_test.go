@@ -1,0 +1,65 @@
+package httpserver
+
+import (
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/ursula/ursula/tests/await"
+)
+
+// TestConnLimiter: the cap holds, a refused connection reads the refusal
+// and then end of file, and a connection closed twice gives back one slot.
+func TestConnLimiter(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := LimitConnections(raw, 1, []byte("refused\n"))
+	defer l.Close()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	dial()
+	first := <-accepted
+
+	second := dial()
+	_ = second.SetReadDeadline(time.Now().Add(time.Minute)) // a bound for a broken limiter
+	got, err := io.ReadAll(second)
+	if err != nil || string(got) != "refused\n" {
+		t.Fatalf("refused connection read %q, %v", got, err)
+	}
+	if l.Refused() != 1 || l.Active() != 1 {
+		t.Fatalf("refused %d, active %d; want 1 and 1", l.Refused(), l.Active())
+	}
+
+	_ = first.Close()
+	_ = first.Close()
+	if l.Active() != 0 {
+		t.Fatalf("active %d after closing the only connection twice, want 0", l.Active())
+	}
+	dial()
+	<-accepted
+	if l.Active() != 1 {
+		t.Fatalf("active %d, want 1", l.Active())
+	}
+	await.True(t, "the refusal to stop lingering", func() bool { return l.lingering.Load() == 0 })
+}
