@@ -137,13 +137,16 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	lim := httpserver.LimitConnections(ln, g.cfg.MaxConnections, connRefusal(g.cfg.MaxConnections))
 	g.metrics.conns.Store(lim)
 	ln = lim
+	// Requests with plain framing are served on a lighter loop than
+	// net/http's; every other connection goes to srv unread.
+	lite := httpserver.NewLite(srv)
 	g.logger.Info("gateway listening", "addr", ln.Addr().String(), "stream_root", g.cfg.StreamRoot, "status_page", g.cfg.StatusPage)
 	if g.cfg.StatusPage == StatusPageOn && g.cfg.StatusUI != nil {
 		g.logger.Warn("the cluster status page answers every client of this listener (gateway.status_page = \"on\"): put an authenticating proxy in front", "path", statusPagePrefix+"/")
 	}
 	g.listeningOnce.Do(func() { close(g.listening) })
 	errCh := make(chan error, 1)
-	go func() { errCh <- srv.Serve(ln) }()
+	go func() { errCh <- lite.Serve(ln) }()
 	select {
 	case err := <-errCh:
 		g.stop()
@@ -158,9 +161,9 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	g.stop()
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
+	if err := lite.Shutdown(sctx); err != nil {
 		g.logger.Warn("gateway shutdown incomplete", "err", err)
-		_ = srv.Close()
+		_ = lite.Close()
 	}
 	<-errCh
 	g.logger.Info("gateway stopped")
