@@ -63,6 +63,10 @@
 // is answered 503 OVERLOADED with Retry-After: 1 before its request is
 // read, and closed (services/platform/httpserver.ConnLimiter).
 //
+// Requests with plain HTTP/1.1 framing are served by httpserver.Lite, a
+// lighter loop than net/http's; every other connection (live reads
+// included) goes to net/http unread.
+//
 // A read's body is written in pieces (JSON arrays and record envelopes are
 // rendered through a 32 KiB buffer, never whole), so a reader that does
 // not read holds the read's data (usually the stored bytes themselves)
