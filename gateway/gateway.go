@@ -138,8 +138,10 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	g.metrics.conns.Store(lim)
 	ln = lim
 	// Requests with plain framing are served on a lighter loop than
-	// net/http's; every other connection goes to srv unread.
-	lite := httpserver.NewLite(srv)
+	// net/http's; every other connection goes to srv unread, and so do
+	// the gateway's own routes (the status page's event stream must
+	// notice a viewer that left, which net/http's background read does).
+	lite := httpserver.NewLite(srv, func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, ownPrefix) })
 	g.logger.Info("gateway listening", "addr", ln.Addr().String(), "stream_root", g.cfg.StreamRoot, "status_page", g.cfg.StatusPage)
 	if g.cfg.StatusPage == StatusPageOn && g.cfg.StatusUI != nil {
 		g.logger.Warn("the cluster status page answers every client of this listener (gateway.status_page = \"on\"): put an authenticating proxy in front", "path", statusPagePrefix+"/")

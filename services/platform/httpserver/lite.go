@@ -47,6 +47,7 @@ import (
 // Content-Type when it set none, no body for 204 and 304.
 type Lite struct {
 	srv     *http.Server
+	handOff func(*http.Request) bool
 	handoff *handoffListener
 
 	mu      sync.Mutex
@@ -56,9 +57,12 @@ type Lite struct {
 }
 
 // NewLite returns a Lite in front of srv, whose Handler, timeouts,
-// ConnContext and ErrorLog it uses; Serve starts srv too.
-func NewLite(srv *http.Server) *Lite {
-	return &Lite{srv: srv, conns: map[*liteConn]struct{}{}}
+// ConnContext and ErrorLog it uses; Serve starts srv too. handOff, when
+// not nil, names more requests that go to srv with their connection
+// (those that may stay open for long, such as an event stream, and must
+// notice a client that went away).
+func NewLite(srv *http.Server, handOff func(*http.Request) bool) *Lite {
+	return &Lite{srv: srv, handOff: handOff, conns: map[*liteConn]struct{}{}}
 }
 
 // Serve accepts connections on ln until Shutdown or Close, serving them
@@ -225,23 +229,28 @@ func (s *Lite) serveConn(lc *liteConn) {
 	if idle == 0 {
 		idle = header
 	}
-	first := true
-	for {
-		if !first {
-			lc.idle.Store(true)
-			if s.closing.Load() {
-				return
-			}
-			if idle > 0 {
-				_ = c.SetReadDeadline(time.Now().Add(idle))
-			}
-			if _, err := br.Peek(1); err != nil {
-				return
-			}
-			lc.idle.Store(false)
+	for first := true; ; first = false {
+		// Until its next request starts, the connection is idle: Shutdown
+		// closes it.
+		lc.idle.Store(true)
+		wait := idle
+		if first {
+			wait = header
 		}
-		first = false
-		if header > 0 {
+		if wait > 0 {
+			_ = c.SetReadDeadline(time.Now().Add(wait))
+		}
+		// Checked after the deadline is set: Shutdown sets its own on idle
+		// connections after it marks the server closing, so one of the
+		// two ends this wait.
+		if s.closing.Load() {
+			return
+		}
+		if _, err := br.Peek(1); err != nil {
+			return
+		}
+		lc.idle.Store(false)
+		if header > 0 && !first {
 			_ = c.SetReadDeadline(time.Now().Add(header))
 		}
 		block, err := peekHeader(br)
@@ -251,6 +260,9 @@ func (s *Lite) serveConn(lc *liteConn) {
 		var req *http.Request
 		if block != nil {
 			req = parseRequest(ctx, block)
+		}
+		if req != nil && s.handOff != nil && s.handOff(req) {
+			req = nil
 		}
 		if req == nil {
 			// Not ours: the http.Server reads it from its first byte.

@@ -170,7 +170,7 @@ func startLite(t *testing.T, h http.Handler, lite bool) (addr string, l *Lite) {
 	srv := Config{}.Server(h, nil)
 	done := make(chan error, 1)
 	if lite {
-		l = NewLite(srv)
+		l = NewLite(srv, func(r *http.Request) bool { return r.URL.Path == "/events" })
 		go func() { done <- l.Serve(ln) }()
 	} else {
 		go func() { done <- srv.Serve(ln) }()
@@ -258,13 +258,20 @@ func TestLiteAnswersAsNetHTTP(t *testing.T) {
 	}
 }
 
-// TestLiteHandsOffLiveReads: a GET that may stay open (live in its query)
-// is served by net/http, which ends its context when the client goes away.
+// TestLiteHandsOffLiveReads: a GET that may stay open (live in its query,
+// or named by the handOff function) is served by net/http, which ends its
+// context when the client goes away.
 func TestLiteHandsOffLiveReads(t *testing.T) {
+	for _, target := range []string{"/s?live=sse", "/events"} {
+		t.Run(target, func(t *testing.T) { testLiteHandsOff(t, target) })
+	}
+}
+
+func testLiteHandsOff(t *testing.T, target string) {
 	var ended atomic.Bool
 	started := make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Query().Get("live") == "" {
+		if r.URL.Query().Get("live") == "" && r.URL.Path != "/events" {
 			echoHandler(w, r)
 			return
 		}
@@ -281,7 +288,7 @@ func TestLiteHandsOffLiveReads(t *testing.T) {
 	}
 	// A plain request first, served by Lite, then a live one on the same
 	// connection.
-	fmt.Fprint(c, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\nGET /s?live=sse HTTP/1.1\r\nHost: x\r\n\r\n")
+	fmt.Fprintf(c, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\nGET %s HTTP/1.1\r\nHost: x\r\n\r\n", target)
 	<-started
 	_ = c.Close()
 	await.True(t, "the live read's context to end when its client left", ended.Load)
@@ -303,11 +310,16 @@ func TestLiteShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := NewLite(Config{}.Server(h, nil))
+	l := NewLite(Config{}.Server(h, nil), nil)
 	served := make(chan error, 1)
 	go func() { served <- l.Serve(ln) }()
 
 	idle := exchangeConn(t, ln.Addr().String(), "GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+	fresh, err := net.Dial("tcp", ln.Addr().String()) // never sends a byte
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
 	busy, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -318,9 +330,11 @@ func TestLiteShutdown(t *testing.T) {
 
 	shut := make(chan error, 1)
 	go func() { shut <- l.Shutdown(context.Background()) }()
-	_ = idle.SetReadDeadline(time.Now().Add(time.Minute))
-	if n, err := idle.Read(make([]byte, 1)); n != 0 || err == nil {
-		t.Fatalf("idle connection after Shutdown: read %d, %v; want it closed", n, err)
+	for _, c := range []net.Conn{idle, fresh} {
+		_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+		if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil {
+			t.Fatalf("idle connection after Shutdown: read %d, %v; want it closed", n, err)
+		}
 	}
 	close(release)
 	_ = busy.SetReadDeadline(time.Now().Add(time.Minute))
