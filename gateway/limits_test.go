@@ -284,20 +284,8 @@ func TestServeCutsStalledBody(t *testing.T) {
 		c.BodyBudget = budget
 		c.HTTP.BodyReadTimeout = 200 * time.Millisecond
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	addr := serveLoopback(t, g)
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,23 +312,11 @@ func TestServeCutsStalledBody(t *testing.T) {
 // handler; once a held connection closes, a new one is served.
 func TestServeCapsConnections(t *testing.T) {
 	g := newTestGateway(t, &fakeClient{}, func(c *Config) { c.MaxConnections = 2 })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	base := "http://" + ln.Addr().String()
+	addr := serveLoopback(t, g)
+	base := "http://" + addr
 	var held []net.Conn
 	for range 2 {
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -381,4 +357,24 @@ func TestServeCapsConnections(t *testing.T) {
 	if m["connections_refused"] != float64(1) || m["max_connections"] != float64(2) || m["connections"] != float64(2) {
 		t.Fatalf("metrics: connections %v, max %v, refused %v", m["connections"], m["max_connections"], m["connections_refused"])
 	}
+}
+
+// serveLoopback serves g on a loopback port until the test ends, and
+// returns its address.
+func serveLoopback(t *testing.T, g *Gateway) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return ln.Addr().String()
 }
