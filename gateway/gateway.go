@@ -139,9 +139,10 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	ln = lim
 	// Requests with plain framing are served on a lighter loop than
 	// net/http's; every other connection goes to srv unread, and so do
-	// the gateway's own routes (the status page's event stream must
-	// notice a viewer that left, which net/http's background read does).
-	lite := httpserver.NewLite(srv, func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, ownPrefix) })
+	// the requests that may stay open (live reads, the status page's
+	// event stream): they must notice a client that left, which
+	// net/http's background read does.
+	lite := httpserver.NewLite(srv, mayStayOpen)
 	g.logger.Info("gateway listening", "addr", ln.Addr().String(), "stream_root", g.cfg.StreamRoot, "status_page", g.cfg.StatusPage)
 	if g.cfg.StatusPage == StatusPageOn && g.cfg.StatusUI != nil {
 		g.logger.Warn("the cluster status page answers every client of this listener (gateway.status_page = \"on\"): put an authenticating proxy in front", "path", statusPagePrefix+"/")
@@ -170,6 +171,25 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	<-errCh
 	g.logger.Info("gateway stopped")
 	return nil
+}
+
+// mayStayOpen reports whether r may hold its connection open for long: a
+// GET whose query may name live (any '%' counts: an escaped name is not
+// worth decoding here), or one of the gateway's own routes.
+func mayStayOpen(r *http.Request) bool {
+	if strings.HasPrefix(r.URL.Path, ownPrefix) {
+		return true
+	}
+	if r.Method != http.MethodGet {
+		return false
+	}
+	q := r.URL.RawQuery
+	for i := range len(q) {
+		if q[i] == '%' || i+4 <= len(q) && strings.EqualFold(q[i:i+4], "live") {
+			return true
+		}
+	}
+	return false
 }
 
 // Close ends live reads and makes Serve return. It is idempotent.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -377,4 +378,29 @@ func serveLoopback(t *testing.T, g *Gateway) string {
 		}
 	})
 	return ln.Addr().String()
+}
+
+// TestMayStayOpen: the requests the gateway keeps on net/http (which
+// notices a client that left) are the GETs that may be live reads and its
+// own routes; appends and plain reads take the lighter path.
+func TestMayStayOpen(t *testing.T) {
+	for _, tc := range []struct {
+		method, target string
+		want           bool
+	}{
+		{"GET", "/v1/stream/s?offset=-1&live=sse", true},
+		{"GET", "/v1/stream/s?LIVE=long-poll&offset=1_2", true},
+		{"GET", "/v1/stream/s?offset=-1&%6cive=sse", true},
+		{"GET", "/__ursula/ui/events", true},
+		{"GET", "/__ursula/metrics", true},
+		{"GET", "/v1/stream/s?offset=-1", false},
+		{"GET", "/v1/stream/live?offset=-1", false},
+		{"POST", "/v1/stream/s?live=sse", false},
+		{"PUT", "/v1/stream/s", false},
+	} {
+		r := httptest.NewRequest(tc.method, tc.target, nil)
+		if got := mayStayOpen(r); got != tc.want {
+			t.Errorf("%s %s: %v, want %v", tc.method, tc.target, got, tc.want)
+		}
+	}
 }

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Lite serves the requests of an http.Server whose framing is plain on a
@@ -29,9 +31,9 @@ import (
 // or DELETE with an origin-form target, a header block that fits its
 // 4 KiB buffer with CRLF line endings and no folded lines, at most one
 // Content-Length and no Transfer-Encoding, Expect or Upgrade, exactly one
-// Host, and (for a GET) no "live" in the query (SSE and long-polls need
-// to notice a client that goes away, which the background read does).
-// Anything else (a bare LF, a request too large for the buffer, a method
+// Host, and not named by the caller's handOff function (requests that may
+// stay open, such as SSE and long-polls, must notice a client that goes
+// away, which net/http's background read does). Anything else (a bare LF, a request too large for the buffer, a method
 // or header it does not know, a malformed line) is never parsed here: the
 // connection goes to the http.Server with every byte still unread, which
 // answers it, or refuses it, exactly as it would have without Lite. So
@@ -280,7 +282,7 @@ func (s *Lite) serveConn(lc *liteConn) {
 		} else {
 			req.Body = http.NoBody
 		}
-		w := &liteResponse{c: c, bw: bw, req: req, header: make(http.Header, 8), closeAfter: req.Close}
+		w := &liteResponse{c: c, bw: bw, header: make(http.Header, 8), closeAfter: req.Close}
 		s.srv.Handler.ServeHTTP(w, req)
 		if body != nil && body.n > 0 {
 			if body.n > liteDiscard {
@@ -379,9 +381,6 @@ func parseRequest(ctx context.Context, block []byte) *http.Request {
 	if err != nil {
 		return nil
 	}
-	if method == http.MethodGet && containsLive(u.RawQuery) {
-		return nil
-	}
 
 	// Count the lines to size the header map and its values at once.
 	n := 0
@@ -401,31 +400,17 @@ func parseRequest(ctx context.Context, block []byte) *http.Request {
 		if !ok {
 			return nil
 		}
-		colon := -1
-		for j := 0; j < len(line); j++ {
-			if line[j] == ':' {
-				colon = j
-				break
-			}
-			if !tokenByte(line[j]) {
-				return nil
-			}
-		}
-		if colon <= 0 {
+		name, value, ok := strings.Cut(line, ":")
+		value = trimOWS(value)
+		if !ok || !httpguts.ValidHeaderFieldName(name) || !httpguts.ValidHeaderFieldValue(value) {
 			return nil
-		}
-		name, value := line[:colon], trimOWS(line[colon+1:])
-		for j := 0; j < len(value); j++ {
-			if b := value[j]; b < ' ' && b != '\t' || b == 0x7f {
-				return nil
-			}
 		}
 		key := http.CanonicalHeaderKey(name)
 		switch key {
 		case "Host":
 			hosts++
 			host = value
-			if !validHost(host) {
+			if host == "" || !httpguts.ValidHostHeader(host) {
 				return nil
 			}
 			continue
@@ -493,39 +478,6 @@ func trimOWS(s string) string {
 	return s
 }
 
-// tokenByte reports whether b may appear in a header name (RFC 9110
-// token).
-func tokenByte(b byte) bool {
-	switch {
-	case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9':
-		return true
-	}
-	switch b {
-	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
-		return true
-	}
-	return false
-}
-
-// validHost accepts the host names and addresses (with a port) Lite
-// serves; anything else goes to the http.Server, which answers 400 where
-// it must.
-func validHost(h string) bool {
-	if h == "" {
-		return false
-	}
-	for i := 0; i < len(h); i++ {
-		b := h[i]
-		switch {
-		case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9':
-		case b == '.', b == '-', b == ':', b == '[', b == ']', b == '_':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 func parseLength(v string) (int64, bool) {
 	if v == "" || len(v) > 18 {
 		return 0, false
@@ -554,18 +506,6 @@ func asciiEqualFold(s, lower string) bool {
 		}
 	}
 	return true
-}
-
-// containsLive reports whether a raw query may name "live" (in any case,
-// or escaped: any '%' counts): such a GET may stay open, and goes to the
-// http.Server.
-func containsLive(q string) bool {
-	for i := 0; i < len(q); i++ {
-		if q[i] == '%' || i+4 <= len(q) && asciiEqualFold(q[i:i+4], "live") {
-			return true
-		}
-	}
-	return false
 }
 
 // liteBody is a request body of a known length read from the
@@ -599,7 +539,6 @@ func (b *liteBody) Close() error { return nil }
 type liteResponse struct {
 	c          net.Conn
 	bw         *bufio.Writer
-	req        *http.Request
 	header     http.Header
 	status     int
 	declared   int64 // Content-Length the handler set, -1 for none
@@ -750,7 +689,7 @@ func (w *liteResponse) sendHeader(final bool, next []byte) {
 		bw.WriteString("\r\n")
 	}
 	for k, vs := range h {
-		if !validHeaderName(k) {
+		if !httpguts.ValidHeaderFieldName(k) {
 			continue
 		}
 		for _, v := range vs {
@@ -795,18 +734,6 @@ func (w *liteResponse) finish() error {
 		return w.err
 	}
 	return w.bw.Flush()
-}
-
-func validHeaderName(k string) bool {
-	if k == "" {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		if !tokenByte(k[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 // writeHeaderValue writes v with CR and LF replaced by spaces, as

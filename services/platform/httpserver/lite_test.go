@@ -103,7 +103,7 @@ func sameHeader(a, b http.Header) bool {
 // TestLiteServesOnlyPlainRequests: the seeds Lite must serve, and those it
 // must leave to net/http.
 func TestLiteServesOnlyPlainRequests(t *testing.T) {
-	served := map[int]bool{0: true, 1: true, 2: true, 3: true, 20: true, 30: true}
+	served := map[int]bool{0: true, 1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 20: true, 30: true}
 	for i, s := range liteSeeds {
 		br := bufio.NewReaderSize(strings.NewReader(s), liteBufSize)
 		block, err := peekHeader(br)
@@ -170,7 +170,7 @@ func startLite(t *testing.T, h http.Handler, lite bool) (addr string, l *Lite) {
 	srv := Config{}.Server(h, nil)
 	done := make(chan error, 1)
 	if lite {
-		l = NewLite(srv, func(r *http.Request) bool { return r.URL.Path == "/events" })
+		l = NewLite(srv, func(r *http.Request) bool { return r.URL.Path == "/events" || r.URL.Query().Has("live") })
 		go func() { done <- l.Serve(ln) }()
 	} else {
 		go func() { done <- srv.Serve(ln) }()
@@ -258,9 +258,9 @@ func TestLiteAnswersAsNetHTTP(t *testing.T) {
 	}
 }
 
-// TestLiteHandsOffLiveReads: a GET that may stay open (live in its query,
-// or named by the handOff function) is served by net/http, which ends its
-// context when the client goes away.
+// TestLiteHandsOffLiveReads: a GET the handOff function names (one that
+// may stay open) is served by net/http, which ends its context when the
+// client goes away.
 func TestLiteHandsOffLiveReads(t *testing.T) {
 	for _, target := range []string{"/s?live=sse", "/events"} {
 		t.Run(target, func(t *testing.T) { testLiteHandsOff(t, target) })
