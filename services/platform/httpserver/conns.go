@@ -8,7 +8,7 @@ import (
 )
 
 // Bounds of a refused connection's answer: it is given refusalLinger to
-// take the answer (and have up to refusalDrain bytes of its request read
+// send its request and take the answer (and have up to refusalDrain bytes of its request read
 // and dropped, so that closing does not reset the connection before the
 // client reads the answer), and at most maxLingering refusals are
 // answered at once; beyond that a refused connection is closed at once.
@@ -69,6 +69,13 @@ func (l *ConnLimiter) refuse(c net.Conn) {
 		defer l.lingering.Add(-1)
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(refusalLinger))
+		// The answer goes out once the request has started to arrive: an
+		// answer that comes before it is, to a client such as Go's, an
+		// unsolicited response on an idle connection, not an answer.
+		buf := make([]byte, 4<<10)
+		if _, err := c.Read(buf); err != nil {
+			return
+		}
 		if _, err := c.Write(l.refusal); err != nil {
 			return
 		}

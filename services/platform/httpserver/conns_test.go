@@ -9,8 +9,8 @@ import (
 	"github.com/ursula/ursula/tests/await"
 )
 
-// TestConnLimiter: the cap holds, a refused connection reads the refusal
-// and then end of file, and a connection closed twice gives back one slot.
+// TestConnLimiter: the cap holds, a refused connection that sends its
+// request reads the refusal and then end of file, and a connection closed twice gives back one slot.
 func TestConnLimiter(t *testing.T) {
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -42,6 +42,9 @@ func TestConnLimiter(t *testing.T) {
 	first := <-accepted
 
 	second := dial()
+	if _, err := second.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
 	_ = second.SetReadDeadline(time.Now().Add(time.Minute)) // a bound for a broken limiter
 	got, err := io.ReadAll(second)
 	if err != nil || string(got) != "refused\n" {
