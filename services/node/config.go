@@ -108,6 +108,12 @@ type Config struct {
 	// (two of the largest bodies) or refuses to start with
 	// InflightBodyBudgetTooSmall. Default (and zero) 128 MiB.
 	HTTPInflightBodySize int64 `toml:"http_inflight_body_size"`
+	// MaxConnections is the most connections each of the node's planes
+	// (client, admin, metrics, cluster) holds at once, each its own count
+	// so that a flood of one cannot take the others' room: one accepted
+	// beyond it is closed before its TLS handshake or first byte is read.
+	// Zero means DefaultMaxConnections.
+	MaxConnections int `toml:"max_connections"`
 	// HTTP holds the timeouts of the node's HTTP servers (the client
 	// plane's HTTP side, the admin plane, the cluster plane's HTTP side):
 	// read_header_timeout, body_read_timeout, write_timeout, idle_timeout,
@@ -146,7 +152,23 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, defaultListen, defaultClusterLi
 	fs.IntVar(&c.MaxMessageBytes, "server.max_message_bytes", 64<<20, "maximum gRPC message size")
 	fs.Int64Var(&c.HTTPInflightBodySize, "server.http_inflight_body_size", httpserver.DefaultInflightBodyBytes,
 		"bytes of HTTP request bodies the process holds at once (at least 64 MiB on a node with a cold backend); beyond it requests get 503")
+	fs.IntVar(&c.MaxConnections, "server.max_connections", DefaultMaxConnections,
+		"most connections each plane (client, admin, metrics, cluster) holds at once; one beyond it is closed at once")
 	c.HTTP.RegisterFlags(fs, "server.http.")
+}
+
+// DefaultMaxConnections is server.max_connections' default. A node's
+// planes are called by gateways, services, peers and scrapers, which keep
+// their connections (gRPC multiplexes its calls over one): a few thousand
+// is far above what they need and far below a process's descriptors.
+const DefaultMaxConnections = 4096
+
+// maxConnections is MaxConnections with its default.
+func (c *Config) maxConnections() int {
+	if c.MaxConnections == 0 {
+		return DefaultMaxConnections
+	}
+	return c.MaxConnections
 }
 
 // splitList splits a comma-separated flag value, dropping blanks.
@@ -214,6 +236,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxMessageBytes < 1<<20 {
 		errs = append(errs, errors.New("server.max_message_bytes must be at least 1 MiB"))
+	}
+	if c.MaxConnections < 0 {
+		errs = append(errs, fmt.Errorf("server.max_connections %d must not be negative", c.MaxConnections))
 	}
 	// Every node has a cold backend (objstore: fs, s3 or memory).
 	if n := c.InflightBodySize(); n < httpserver.MinInflightBodyBytesColdBackend {

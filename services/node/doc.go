@@ -20,6 +20,11 @@
 // 64 MiB a node refuses to start with InflightBodyBudgetTooSmall
 // (ErrInflightBodyBudgetTooSmall).
 //
+// Each plane (client, admin, metrics, cluster) holds at most
+// server.max_connections connections (4,096), each its own count: one
+// beyond it is closed as it is accepted, before its TLS handshake
+// (planeConns, conns.go).
+//
 // # Admin plane
 //
 // The admin plane (server.admin_listen, loopback only unless

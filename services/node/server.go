@@ -65,6 +65,8 @@ type Server struct {
 	// requests refused before authentication (not recorded).
 	audit             *auditLog
 	adminAuthRefusals atomic.Uint64
+	// conns caps the connections of each plane Run serves.
+	conns planeConns
 	// planInFlight holds the groups a recovery plan request is being taken
 	// for (recovery.go): a second one is refused with plan_in_flight.
 	planInFlight sync.Map
@@ -258,6 +260,17 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("listen on cluster plane %s: %w", s.cfg.ClusterListen, err)
 		}
+	}
+	maxConns := s.cfg.maxConnections()
+	clientLn = s.conns.limit(planeClient, clientLn, maxConns)
+	if adminLn != nil {
+		adminLn = s.conns.limit(planeAdmin, adminLn, maxConns)
+	}
+	if metricsLn != nil {
+		metricsLn = s.conns.limit(planeMetrics, metricsLn, maxConns)
+	}
+	if clusterLn != nil {
+		clusterLn = s.conns.limit(planeCluster, clusterLn, maxConns)
 	}
 	mux := listenmux.New(clientLn)
 	if s.clientTLS != nil {
@@ -605,6 +618,7 @@ func (s *Server) metricsSnapshot() map[string]any {
 	m["recovery_gates_stalled"] = float64(len(stalled))
 	m["client_auth_refusals"] = float64(s.clientAuth.refusals.Load())
 	m["admin_auth_refusals"] = float64(s.adminAuthRefusals.Load())
+	s.conns.addMetrics(m, s.cfg.maxConnections())
 	// When each plane's certificate expires (Unix seconds; 0 without TLS),
 	// for alerts before it does.
 	var clusterNotAfter time.Time

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -34,6 +35,8 @@ func TestConfigValidate(t *testing.T) {
 		{"default body budget", func(c *Config) { c.HTTPInflightBodySize = 0 }, ""},
 		{"smallest body budget", func(c *Config) { c.HTTPInflightBodySize = 64 << 20 }, ""},
 		{"body budget too small", func(c *Config) { c.HTTPInflightBodySize = 64<<20 - 1 }, "InflightBodyBudgetTooSmall"},
+		{"default connection cap", func(c *Config) { c.MaxConnections = 0 }, ""},
+		{"negative connection cap", func(c *Config) { c.MaxConnections = -1 }, "server.max_connections"},
 		{"negative http timeout", func(c *Config) { c.HTTP.IdleTimeout = -1 }, "server.http.idle_timeout"},
 	}
 	for _, tc := range tests {
@@ -163,4 +166,50 @@ func TestServerRun(t *testing.T) {
 			t.Errorf("gRPC after shutdown = %v, want Unavailable", err)
 		}
 	})
+}
+
+// TestPlaneConnectionCap: each plane holds at most server.max_connections;
+// one beyond it is closed before it sends a byte, the other planes keep
+// serving meanwhile, and the plane serves again once its connections go.
+func TestPlaneConnectionCap(t *testing.T) {
+	s := runNode(t, testConfig("", ""), func(c *Config) { c.MaxConnections = 2 })
+	clientAddr, adminAddr := s.cfg.Listen, s.cfg.AdminListen
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	ready := func(addr string) bool {
+		code, _, err := tryDo(t.Context(), hc, http.MethodGet, "http://"+addr+"/__ursula/ready", nil)
+		return err == nil && code == http.StatusOK
+	}
+	await.True(t, "the admin plane to serve", func() bool { return ready(adminAddr) })
+
+	// Two silent connections fill the admin plane (each held until the
+	// plane's first-byte deadline); the third is closed at once.
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", adminAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	await.True(t, "two admin connections held", func() bool { return s.metricsSnapshot()["admin_connections"] == float64(2) })
+	extra, err := net.Dial("tcp", adminAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	_ = extra.SetReadDeadline(time.Now().Add(time.Minute)) // a bound for a missing cap
+	if n, err := extra.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("connection beyond the admin plane's cap read %d bytes, %v; want it closed", n, err)
+	}
+	m := s.metricsSnapshot()
+	if m["admin_connections_refused"] != float64(1) || m["max_connections_per_plane"] != float64(2) {
+		t.Fatalf("admin_connections_refused %v, max_connections_per_plane %v; want 1 and 2", m["admin_connections_refused"], m["max_connections_per_plane"])
+	}
+	if !ready(clientAddr) {
+		t.Fatal("the client plane stopped serving while the admin plane was full")
+	}
+	for _, c := range held {
+		_ = c.Close()
+	}
+	await.True(t, "the admin plane to serve again", func() bool { return ready(adminAddr) })
 }

@@ -20,8 +20,9 @@ const (
 
 // ConnLimiter is a listener that holds at most a fixed number of
 // connections at once: a connection accepted beyond it is answered with a
-// canned response (a plaintext HTTP 503) and closed, never handed to the
-// server. Each connection, kept alive or idle, costs a goroutine and its
+// canned response (a plaintext HTTP 503) and closed, or closed at once
+// when there is no response to give (TLS and gRPC planes), never handed to
+// the server. Each connection, kept alive or idle, costs a goroutine and its
 // buffers, so without the cap clients alone decide how much memory the
 // process holds. Refusing, rather than not accepting, tells the client at
 // once instead of leaving it in the kernel's backlog until it times out.
@@ -34,8 +35,9 @@ type ConnLimiter struct {
 	lingering atomic.Int64
 }
 
-// LimitConnections wraps ln (a plaintext HTTP listener: refusal is written
-// as is) so that it holds at most max connections.
+// LimitConnections wraps ln so that it holds at most max connections. A
+// refused connection is sent refusal as is (an HTTP answer, for a
+// plaintext HTTP listener) or, when refusal is nil, just closed.
 func LimitConnections(ln net.Listener, max int, refusal []byte) *ConnLimiter {
 	return &ConnLimiter{Listener: ln, max: int64(max), refusal: refusal}
 }
@@ -60,6 +62,10 @@ func (l *ConnLimiter) Accept() (net.Conn, error) {
 // refuse answers c with the refusal and closes it, without blocking
 // Accept.
 func (l *ConnLimiter) refuse(c net.Conn) {
+	if l.refusal == nil {
+		_ = c.Close()
+		return
+	}
 	if l.lingering.Add(1) > maxLingering {
 		l.lingering.Add(-1)
 		_ = c.Close()

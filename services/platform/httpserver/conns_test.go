@@ -18,17 +18,7 @@ func TestConnLimiter(t *testing.T) {
 	}
 	l := LimitConnections(raw, 1, []byte("refused\n"))
 	defer l.Close()
-	accepted := make(chan net.Conn, 4)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				close(accepted)
-				return
-			}
-			accepted <- c
-		}
-	}()
+	accepted := acceptAll(l)
 	dial := func() net.Conn {
 		t.Helper()
 		c, err := net.Dial("tcp", raw.Addr().String())
@@ -65,4 +55,51 @@ func TestConnLimiter(t *testing.T) {
 		t.Fatalf("active %d, want 1", l.Active())
 	}
 	await.True(t, "the refusal to stop lingering", func() bool { return l.lingering.Load() == 0 })
+}
+
+// TestConnLimiterWithoutRefusal: with no refusal to send (a TLS or gRPC
+// plane), a connection beyond the cap is closed at once, before it sends
+// anything, and never handed to the server.
+func TestConnLimiterWithoutRefusal(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := LimitConnections(raw, 1, nil)
+	defer l.Close()
+	accepted := acceptAll(l)
+	first, err := net.Dial("tcp", raw.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	<-accepted
+	second, err := net.Dial("tcp", raw.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	_ = second.SetReadDeadline(time.Now().Add(time.Minute)) // a bound for a broken limiter
+	if n, err := second.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("connection beyond the cap read %d bytes, %v; want it closed", n, err)
+	}
+	if l.Refused() != 1 || l.Active() != 1 || len(accepted) != 0 {
+		t.Fatalf("refused %d, active %d, handed over %d more; want 1, 1, 0", l.Refused(), l.Active(), len(accepted))
+	}
+}
+
+// acceptAll hands over the connections l accepts until it is closed.
+func acceptAll(l net.Listener) <-chan net.Conn {
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	return accepted
 }
