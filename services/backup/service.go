@@ -188,7 +188,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		srv = httpserver.Config{}.Server(s.Handler(), slog.NewLogLogger(s.log.Handler(), slog.LevelWarn))
 		serving.Go(func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(httpserver.LimitConnections(ln, httpserver.SidePlaneMaxConnections, nil)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.log.Error("backup listener stopped", "err", err)
 			}
 		})

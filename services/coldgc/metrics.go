@@ -159,7 +159,7 @@ func (p *MetricsPlane) Run(ctx context.Context) error {
 	p.mu.Unlock()
 	srv := httpserver.Config{}.Server(p.handler, slog.NewLogLogger(p.logger.Handler(), slog.LevelWarn))
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(httpserver.LimitConnections(ln, httpserver.SidePlaneMaxConnections, nil)) }()
 	close(p.listening)
 	p.logger.Info("cold GC metrics plane listening", "metrics", ln.Addr().String())
 	select {

@@ -35,6 +35,12 @@ type ConnLimiter struct {
 	lingering atomic.Int64
 }
 
+// SidePlaneMaxConnections caps the listeners of the side services (the
+// cold-GC worker's metrics plane, the backup service's HTTP API), called
+// by a scraper or an operator now and then: far above their need, far
+// below a process's descriptors.
+const SidePlaneMaxConnections = 1024
+
 // LimitConnections wraps ln so that it holds at most max connections. A
 // refused connection is sent refusal as is (an HTTP answer, for a
 // plaintext HTTP listener) or, when refusal is nil, just closed.
