@@ -11,7 +11,9 @@ import (
 type Config struct {
 	// FlushBytes flushes a stream once it holds this many hot bytes.
 	FlushBytes uint64 `toml:"flush_bytes"`
-	// FlushAge flushes a stream whose oldest hot byte is this old.
+	// FlushAge flushes a stream whose oldest hot byte is this old: each
+	// stream's hot window at a point drawn in the last quarter of it, so
+	// that streams written together do not flush together (agedOut).
 	FlushAge time.Duration `toml:"flush_age"`
 	// GroupFlushBytes flushes a group's largest streams while the group
 	// holds more hot bytes than this.
@@ -88,7 +90,7 @@ func DefaultConfig() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	d := DefaultConfig()
 	fs.Uint64Var(&c.FlushBytes, "storage.cold.flush_bytes", d.FlushBytes, "flush a stream once it holds this many hot bytes")
-	fs.DurationVar(&c.FlushAge, "storage.cold.flush_age", d.FlushAge, "flush a stream whose oldest hot byte is this old")
+	fs.DurationVar(&c.FlushAge, "storage.cold.flush_age", d.FlushAge, "flush a stream whose oldest hot byte is this old (each at a point drawn in the last quarter of it, so that streams written together do not flush together)")
 	fs.Uint64Var(&c.GroupFlushBytes, "storage.cold.group_flush_bytes", d.GroupFlushBytes, "flush a group's largest streams while it holds more hot bytes than this")
 	fs.Uint64Var(&c.HotCapBytes, "storage.cold.hot_cap_bytes", d.HotCapBytes, "hot bytes per group above which writes answer 503")
 	fs.Uint64Var(&c.NodeHotCapBytes, "storage.cold.node_hot_cap_bytes", d.NodeHotCapBytes, "hot bytes per node above which writes wait for flushes (up to storage.cold.admit_wait), then answer 503; above half of it every group flushes its largest streams")

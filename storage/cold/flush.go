@@ -3,6 +3,7 @@ package cold
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"sort"
 	"sync"
 	"time"
@@ -115,7 +116,7 @@ func pickFlushes(hs []stream.HotStream, nowMs int64, groupHot, limit uint64, cfg
 	}
 	out := hs[:0]
 	for _, h := range hs {
-		due := h.HotBytes >= cfg.FlushBytes || nowMs-h.HotSinceMs >= cfg.FlushAge.Milliseconds() ||
+		due := h.HotBytes >= cfg.FlushBytes || agedOut(h, nowMs, cfg.FlushAge.Milliseconds()) ||
 			h.Tail-h.ColdEnd > h.HotBytes
 		if due || groupHot > limit {
 			out = append(out, h)
@@ -123,6 +124,42 @@ func pickFlushes(hs []stream.HotStream, nowMs int64, groupHot, limit uint64, cfg
 		}
 	}
 	return out
+}
+
+// flushSpread is the share of FlushAge over which the age-based flushes of
+// streams written together are spread: a stream's hot window is due at a
+// point drawn in the last quarter of its age bound, never past it.
+const flushSpread = 4
+
+// spreadSeed keys the draws of agedOut (one per process: only their spread
+// matters, not which stream goes first).
+var spreadSeed = maphash.MakeSeed()
+
+// agedOut reports whether h's hot window is due for its age-based flush:
+// it is once it is ageMs old, or earlier, by up to a quarter of ageMs,
+// by a draw of its own. Streams created or written in one burst (a
+// benchmark's 500 writers, a deployment's clients after a restart) have
+// hot windows that start together and, flushed at exactly ageMs, would
+// flush together every ageMs for ever: 500 uploads in one burst that took
+// the node's cores from the requests beside them (a fan-out's p99 doubled
+// after such a burst). The draw depends on the window's start too, so
+// streams that start together once are spread from their next window on.
+// It is made only inside the last quarter, so a tick over a group of many
+// hot streams hashes only those near their bound.
+func agedOut(h stream.HotStream, nowMs, ageMs int64) bool {
+	age := nowMs - h.HotSinceMs
+	if age >= ageMs {
+		return true
+	}
+	early := ageMs / flushSpread
+	if age < ageMs-early || early <= 0 {
+		return false
+	}
+	draw := maphash.String(spreadSeed, h.Key.Stream) ^ uint64(h.HotSinceMs)*0x9e3779b97f4a7c15
+	draw ^= draw >> 31 // a finalizer, so that consecutive starts draw apart
+	draw *= 0xbf58476d1ce4e5b9
+	draw ^= draw >> 29
+	return age >= ageMs-int64(draw%uint64(early+1))
 }
 
 // Flush flushes a stream's hot bytes now; the caller runs on the group's

@@ -1,6 +1,7 @@
 package cold
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -53,5 +54,52 @@ func TestPickFlushes(t *testing.T) {
 	in := list()
 	if got := pickFlushes(in, now, 0, 1<<30, cfg); len(got) > 0 && &got[0] != &in[0] {
 		t.Fatal("pickFlushes allocated a new list")
+	}
+}
+
+// TestAgedOutSpreadsStreamsWrittenTogether: streams whose hot windows
+// start in the same millisecond come due for their age-based flush spread
+// over the last quarter of the age bound, not in one tick; none before it,
+// every one at it; a stream once due stays due; and the next window of the
+// same streams draws again.
+func TestAgedOutSpreadsStreamsWrittenTogether(t *testing.T) {
+	const ageMs, n = 5000, 1000
+	dueAt := func(since int64) []int64 {
+		at := make([]int64, n)
+		for i := range at {
+			h := hot(fmt.Sprintf("s%d", i), 10, since)
+			at[i] = -1
+			for now := since; now <= since+ageMs; now++ {
+				due := agedOut(h, now, ageMs)
+				switch {
+				case due && at[i] < 0:
+					at[i] = now - since
+				case !due && at[i] >= 0:
+					t.Fatalf("stream %d due at age %d, no longer at %d", i, at[i], now-since)
+				}
+			}
+		}
+		return at
+	}
+	first := dueAt(0)
+	ticks := map[int64]bool{} // the flusher's 100 ms ticks the streams come due in
+	for i, a := range first {
+		if a < ageMs-ageMs/flushSpread || a > ageMs {
+			t.Fatalf("stream %d due at age %d ms, want within [%d, %d]", i, a, ageMs-ageMs/flushSpread, ageMs)
+		}
+		ticks[a/100] = true
+	}
+	if len(ticks) < 12 {
+		t.Fatalf("1,000 streams written together come due in %d ticks of 100 ms, want them spread over the 13 of the last quarter", len(ticks))
+	}
+	next := dueAt(ageMs + 3)
+	same := 0
+	for i := range first {
+		if first[i] == next[i] {
+			same++
+		}
+	}
+	if same > n/10 {
+		t.Fatalf("%d of %d streams drew the same point for their next window", same, n)
 	}
 }
