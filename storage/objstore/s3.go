@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/feature/s3/manager"
@@ -48,6 +49,16 @@ type S3 struct {
 	listPage int32
 }
 
+// s3IdleConnsPerHost is how many idle connections to the endpoint the
+// store keeps for reuse. The SDK's default keeps 10, but a node runs up to
+// storage.cold.flush_concurrency (32) uploads at once beside its cold reads
+// and the cold GC: every burst above 10 would close the connections beyond
+// them, to dial them anew for the next. Idle connections still close after
+// the SDK's 90 s. (Against the bench's versitygw dialing stays at 3-5 % of
+// a node's CPU whatever this is: that server closes its connections
+// itself, thousands of them in a 10 s run.)
+const s3IdleConnsPerHost = 128
+
 // NewS3 returns a store for cfg (validated, with defaults applied). It does
 // no I/O against the bucket; a wrong bucket or credentials show up as
 // errors of the first operations.
@@ -60,6 +71,9 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 		// Without this every GET against a server that sends no checksum
 		// (versitygw, MinIO, ...) logs a warning.
 		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
+		config.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+			t.MaxIdleConnsPerHost = s3IdleConnsPerHost
+		})),
 	}
 	if cfg.Region != "" {
 		opts = append(opts, config.WithRegion(cfg.Region))
