@@ -297,7 +297,9 @@ func (g *Gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		start = time.Now()
 	}
 	ctx, span := g.startSpan(r)
-	r = r.WithContext(ctx)
+	if ctx != r.Context() {
+		r = r.WithContext(ctx)
+	}
 	rec := recorderPool.Get().(*recorder)
 	rec.ResponseWriter, rec.status = w, 0
 	defer func() {

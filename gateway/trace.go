@@ -79,6 +79,12 @@ func (g *Gateway) startSpan(r *http.Request) (context.Context, trace.Span) {
 	ctx := otel.GetTextMapPropagator().Extract(r.Context(), traceCarrier(r.Header))
 	ctx, span := tracer.Start(ctx, r.Method, serverSpanOptions...)
 	if !span.IsRecording() {
+		if !span.SpanContext().IsValid() {
+			// Nothing to record or pass on (no tracing, no parent): the
+			// request keeps its context, and serveHTTP its request
+			// (a copy per request otherwise).
+			return r.Context(), span
+		}
 		return ctx, span
 	}
 	method := r.Method
