@@ -408,18 +408,8 @@ func directClients(h *hub) int {
 func TestSSEDirectWritesAndBackedUpClient(t *testing.T) {
 	fs := &fakeStream{}
 	g := newTestGateway(t, fs.client(t), nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		<-served
-	}()
-	url := "http://" + ln.Addr().String() + "/v1/stream/s?offset=now&live=sse"
+	addr := serveLoopback(t, g)
+	url := "http://" + addr + "/v1/stream/s?offset=now&live=sse"
 
 	const fast = 5
 	client := &http.Client{Transport: &http.Transport{}}
@@ -440,7 +430,7 @@ func TestSSEDirectWritesAndBackedUpClient(t *testing.T) {
 	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
 		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
 	}}
-	slow, err := d.Dial("tcp", ln.Addr().String())
+	slow, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

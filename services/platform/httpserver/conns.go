@@ -8,10 +8,11 @@ import (
 )
 
 // Bounds of a refused connection's answer: it is given refusalLinger to
-// send its request and take the answer (and have up to refusalDrain bytes of its request read
-// and dropped, so that closing does not reset the connection before the
-// client reads the answer), and at most maxLingering refusals are
-// answered at once; beyond that a refused connection is closed at once.
+// send its request and take the answer (and have up to refusalDrain bytes
+// of its request read and dropped, so that closing does not reset the
+// connection before the client reads the answer), and at most
+// maxLingering refusals are answered at once; beyond that a refused
+// connection is closed at once.
 const (
 	refusalLinger = time.Second
 	refusalDrain  = 64 << 10

@@ -748,7 +748,7 @@ func (w *liteResponse) finish() error {
 // writeHeaderValue writes v with CR and LF replaced by spaces, as
 // net/http does, so that no value can start a line of its own.
 func writeHeaderValue(bw *bufio.Writer, v string) {
-	if strings.IndexAny(v, "\r\n") < 0 {
+	if !strings.ContainsAny(v, "\r\n") {
 		bw.WriteString(v)
 		return
 	}
