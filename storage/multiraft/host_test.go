@@ -358,6 +358,13 @@ func TestWaitApplied(t *testing.T) {
 	n := startNode(t, baseConfig(t.TempDir()), nil)
 	waitReady(t, n.h)
 	ctx := t.Context()
+	// A new leader's own entry may still be on its way when the group is
+	// ready: wait until the group has applied all it holds, so that the
+	// next index is the proposal's below and nothing else's.
+	await.True(t, "group 2 to apply all it holds", func() bool {
+		st := n.h.Status(2)
+		return st.IsLeader && st.Applied == st.LastIndex && st.Commit == st.LastIndex
+	})
 	next := n.h.Status(2).Applied + 1
 	released := make(chan error, 1)
 	go func() { released <- n.h.WaitApplied(ctx, 2, next) }()
